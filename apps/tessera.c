@@ -1,0 +1,2 @@
+/* tessera — command-line program (being written). */
+int main(void) { return 0; }

@@ -1,0 +1,130 @@
+/*
+ * cpu_kernels.h — the CPU reference kernels of a GPT-2 step.
+ *
+ * Every kernel is a plain function over float arrays: `out` first, inputs
+ * next, dimensions last (B batch, T time, C channels, NH heads, V vocabulary,
+ * Vp padded vocabulary, N = B*T rows). Shapes are given in the comments.
+ * Kernels know nothing of ranks, modules or the allocator; they never
+ * allocate except for small per-thread scratch on the stack.
+ *
+ * One rule for every backward kernel: it ACCUMULATES (+=) into every gradient
+ * it writes, parameters and activations alike, so callers zero gradient
+ * buffers before the first use. The single exception is
+ * ts_cpu_crossentropy_backward, which writes dlogits (=) so it may run in
+ * place over the logits.
+ *
+ * Reductions are deterministic for a fixed thread count: OpenMP loops use a
+ * static schedule and partial sums are combined in thread order.
+ *
+ * These kernels are the reference the CUDA kernels are tested against.
+ */
+#ifndef TESSERA_KERNELS_CPU_H
+#define TESSERA_KERNELS_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Sets the threads used by OpenMP loops and by the BLAS (0 leaves them). */
+void ts_cpu_set_threads(int n);
+int ts_cpu_get_threads(void);
+
+/* --- GEMM (CBLAS) ----------------------------------------------------------
+ * out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be NULL. */
+void ts_cpu_matmul_forward(float *out, const float *inp, const float *weight,
+                           const float *bias, int N, int C, int OC);
+/* dinp (N, C) += dout (N, OC) @ weight (OC, C)
+ * dweight (OC, C) += dout^T @ inp
+ * dbias (OC) += column sums of dout
+ * Any of dinp, dweight, dbias may be NULL to skip that product. */
+void ts_cpu_matmul_backward(float *dinp, float *dweight, float *dbias,
+                            const float *dout, const float *inp,
+                            const float *weight, int N, int C, int OC);
+
+/* --- token + learned position embedding -----------------------------------
+ * out (B, T, C) = wte[tokens[b,t]] + wpe[pos0 + t]
+ * tokens (B, T) are ids in [0, V); wte (V, C); wpe (maxT, C). */
+void ts_cpu_embedding_forward(float *out, const int32_t *tokens,
+                              const float *wte, const float *wpe, int B, int T,
+                              int C, int pos0);
+/* dwte (V, C) += scatter of dout by token; dwpe (maxT, C) += sum over b. */
+void ts_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout,
+                               const int32_t *tokens, int B, int T, int C,
+                               int pos0);
+
+/* --- LayerNorm (eps 1e-5) -------------------------------------------------
+ * out (N, C) = (inp - mean) * rstd * weight + bias; mean, rstd (N) saved. */
+#define TS_LAYERNORM_EPS 1e-5f
+void ts_cpu_layernorm_forward(float *out, float *mean, float *rstd,
+                              const float *inp, const float *weight,
+                              const float *bias, int N, int C);
+void ts_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp,
+                               const float *weight, const float *mean,
+                               const float *rstd, int N, int C);
+
+/* --- GELU, tanh approximation ----------------------------------------------
+ * out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+void ts_cpu_gelu_forward(float *out, const float *inp, size_t n);
+void ts_cpu_gelu_backward(float *dinp, const float *inp, const float *dout,
+                          size_t n);
+
+/* --- causal multi-head self-attention --------------------------------------
+ * qkv (B, T, 3C) holds q, k, v side by side, each (B, T, NH, C/NH).
+ * att (B, NH, T, T) receives the softmax probabilities (row t is zero past t),
+ * scaled by 1/sqrt(C/NH) before the softmax; out (B, T, C) = att @ v. */
+void ts_cpu_attention_forward(float *out, float *att, const float *qkv, int B,
+                              int T, int C, int NH);
+/* dqkv (B, T, 3C) += gradient through att @ v, the softmax and q k^T.
+ * scratch (B, NH, T, T) is workspace the kernel overwrites. */
+void ts_cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
+                               const float *qkv, const float *att, int B,
+                               int T, int C, int NH);
+
+/* --- residual add -----------------------------------------------------------
+ * out (n) = a + b;  backward: da += dout, db += dout (either may be NULL). */
+void ts_cpu_residual_forward(float *out, const float *a, const float *b,
+                             size_t n);
+void ts_cpu_residual_backward(float *da, float *db, const float *dout,
+                              size_t n);
+
+/* --- softmax cross-entropy over a padded vocabulary ------------------------
+ * logits (N, Vp), only the first V columns are real; columns [V, Vp) never
+ * win and get no gradient. targets (N): a class id in [0, V), or -1 for a
+ * masked position (loss 0, no gradient).
+ * losses (N) = logsumexp(row) - row[target];  lse (N) = logsumexp(row)
+ * (lse is saved for the backward). */
+void ts_cpu_crossentropy_forward(float *losses, float *lse,
+                                 const float *logits, const int32_t *targets,
+                                 int N, int V, int Vp);
+/* dlogits (N, Vp) = (softmax(row) - onehot(target)) * dloss, written (=), and
+ * 0 in the padded columns and in masked rows. dlogits may alias logits. */
+void ts_cpu_crossentropy_backward(float *dlogits, const float *logits,
+                                  const float *lse, const int32_t *targets,
+                                  float dloss, int N, int V, int Vp);
+
+/* --- AdamW (decoupled weight decay, Loshchilov & Hutter 2019) --------------
+ * For each i:  g = grad[i] * grad_scale
+ *   m = beta1 m + (1-beta1) g;  v = beta2 v + (1-beta2) g^2
+ *   mhat = m / (1 - beta1^t);   vhat = v / (1 - beta2^t)
+ *   param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param)
+ * t is the 1-based step count. */
+void ts_cpu_adamw(float *param, float *m, float *v, const float *grad,
+                  size_t n, float lr, float beta1, float beta2, float eps,
+                  float weight_decay, int t, float grad_scale);
+
+/* --- reductions and conversions -------------------------------------------- */
+/* Sum of squares, accumulated in double, deterministic for a thread count. */
+double ts_cpu_sumsq(const float *x, size_t n);
+/* x[i] = round_to_bf16(x[i]) in place (values stay f32, precision bf16). */
+void ts_cpu_round_bf16(float *x, size_t n);
+void ts_cpu_f32_to_bf16(uint16_t *out, const float *in, size_t n);
+void ts_cpu_bf16_to_f32(float *out, const uint16_t *in, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TESSERA_KERNELS_CPU_H */
