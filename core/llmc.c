@@ -1,0 +1,207 @@
+/*
+ * llmc.c — reading and writing llm.c GPT-2 checkpoints (docs/formats.md).
+ *
+ * Layout: 256 int32 header {20240326, version, maxT, V, L, NH, C, Vp, 0...},
+ * then every parameter in llm.c's order, each as one array over all layers:
+ * wte (Vp,C) wpe (maxT,C) ln1w (L,C) ln1b (L,C) qkvw (L,3C,C) qkvb (L,3C)
+ * attprojw (L,C,C) attprojb (L,C) ln2w (L,C) ln2b (L,C) fcw (L,4C,C)
+ * fcb (L,4C) fcprojw (L,C,4C) fcprojb (L,C) lnfw (C) lnfb (C).
+ * Version 3 stores f32, version 5 bf16. Our per-layer tensors have the same
+ * shapes as llm.c's slices, so the mapping is by name only.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cpu_kernels.h"
+#include "state.h"
+
+#define LLMC_MAGIC 20240326
+#define LLMC_HEADER_INTS 256
+
+/* llm.c's parameter groups, and our per-layer name pattern for each. */
+static const char *llmc_groups[16] = {
+    "wte", "wpe", "h.%d.ln1.weight", "h.%d.ln1.bias", "h.%d.attn.qkv.weight",
+    "h.%d.attn.qkv.bias", "h.%d.attn.proj.weight", "h.%d.attn.proj.bias",
+    "h.%d.ln2.weight", "h.%d.ln2.bias", "h.%d.mlp.fc.weight", "h.%d.mlp.fc.bias",
+    "h.%d.mlp.proj.weight", "h.%d.mlp.proj.bias", "lnf.weight", "lnf.bias"};
+
+static int llmc_per_layer(int g) { return g >= 2 && g <= 13; }
+
+/* Calls fn for each of our parameters in llm.c's file order. */
+static ts_status llmc_each(const ts_model *m,
+                           ts_status (*fn)(const ts_param *p, void *arg), void *arg) {
+    for (int g = 0; g < 16; g++) {
+        int reps = llmc_per_layer(g) ? m->cfg.layers : 1;
+        for (int l = 0; l < reps; l++) {
+            char name[TS_NAME_MAX];
+            snprintf(name, sizeof name, llmc_groups[g], l);
+            const ts_param *p = ts_model_param((ts_model *)m, name);
+            TS_ASSERT(p != NULL);
+            TS_TRY(fn(p, arg));
+        }
+    }
+    return TS_OK;
+}
+
+static ts_status llmc_header(const char *path, int32_t *h, FILE **fout) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return ts_error(TS_ERR_IO, "llm.c checkpoint %s: cannot open: %s", path, strerror(errno));
+    if (fread(h, sizeof(int32_t), LLMC_HEADER_INTS, f) != LLMC_HEADER_INTS) {
+        fclose(f);
+        return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: shorter than its 1024-byte header", path);
+    }
+    if (h[0] != LLMC_MAGIC) {
+        fclose(f);
+        return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: wrong magic %d (expected %d)",
+                        path, h[0], LLMC_MAGIC);
+    }
+    if (h[1] != 3 && h[1] != 5) {
+        fclose(f);
+        return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: version %d (readable: 3 = f32, 5 = bf16)",
+                        path, h[1]);
+    }
+    for (int i = 2; i <= 7; i++)
+        if (h[i] <= 0) {
+            fclose(f);
+            return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: header field %d is %d", path, i, h[i]);
+        }
+    if (fout)
+        *fout = f;
+    else
+        fclose(f);
+    return TS_OK;
+}
+
+ts_status ts_llmc_read_config(const char *path, ts_model_config *cfg) {
+    int32_t h[LLMC_HEADER_INTS];
+    TS_TRY(llmc_header(path, h, NULL));
+    cfg->context = h[2];
+    cfg->vocab = h[3];
+    cfg->layers = h[4];
+    cfg->heads = h[5];
+    cfg->d_model = h[6];
+    cfg->padded_vocab = h[7];
+    return TS_OK;
+}
+
+typedef struct llmc_reader {
+    FILE *f;
+    const char *path;
+    int bf16;
+    float *values; /* f32 destination indexed by parameter offset */
+} llmc_reader;
+
+static ts_status llmc_read_param(const ts_param *p, void *arg) {
+    llmc_reader *r = arg;
+    size_t n = (size_t)ts_tensor_numel(&p->value);
+    float *dst = r->values + p->offset;
+    if (!r->bf16) {
+        if (fread(dst, sizeof(float), n, r->f) != n)
+            return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: truncated in %s", r->path, p->value.name);
+        return TS_OK;
+    }
+    uint16_t *tmp = malloc(n * sizeof *tmp);
+    if (!tmp) return ts_error(TS_ERR_NOMEM, "llm.c checkpoint: out of memory");
+    size_t got = fread(tmp, sizeof *tmp, n, r->f);
+    if (got == n) ts_cpu_bf16_to_f32(dst, tmp, n);
+    free(tmp);
+    if (got != n)
+        return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: truncated in %s", r->path, p->value.name);
+    return TS_OK;
+}
+
+ts_status ts_llmc_load(const char *path, ts_model *m, float *master) {
+    int32_t h[LLMC_HEADER_INTS];
+    FILE *f = NULL;
+    TS_TRY(llmc_header(path, h, &f));
+    const ts_model_config *c = &m->cfg;
+    if (h[2] != c->context || h[3] != c->vocab || h[4] != c->layers || h[5] != c->heads ||
+        h[6] != c->d_model || h[7] != c->padded_vocab) {
+        fclose(f);
+        return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: shape maxT=%d V=%d L=%d NH=%d C=%d Vp=%d "
+                        "differs from the model", path, h[2], h[3], h[4], h[5], h[6], h[7]);
+    }
+    size_t esz = h[1] == 5 ? 2 : 4;
+    struct stat sb;
+    size_t want = LLMC_HEADER_INTS * 4 + m->numel * esz;
+    if (fstat(fileno(f), &sb) == 0 && (size_t)sb.st_size != want) {
+        fclose(f);
+        return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: %lld bytes, expected %zu for this shape",
+                        path, (long long)sb.st_size, want);
+    }
+    float *values = ts_mem_alloc(TS_MEM_OTHER, m->numel * sizeof(float));
+    if (!values) {
+        fclose(f);
+        return TS_ERR_NOMEM;
+    }
+    llmc_reader r = {f, path, h[1] == 5, values};
+    ts_status s = llmc_each(m, llmc_read_param, &r);
+    fclose(f);
+    if (!s) {
+        if (m->dtype == TS_F32)
+            memcpy(m->param_data, values, m->numel * sizeof(float));
+        else
+            ts_cpu_f32_to_bf16(m->param_data, values, m->numel);
+        if (master && master != m->param_data)
+            memcpy(master, values, m->numel * sizeof(float));
+    }
+    ts_mem_free(values);
+    return s;
+}
+
+typedef struct llmc_writer {
+    float *out;        /* the file's parameter area, in file order */
+    size_t pos;
+    const float *src;  /* f32 values indexed by parameter offset     */
+} llmc_writer;
+
+static ts_status llmc_write_param(const ts_param *p, void *arg) {
+    llmc_writer *w = arg;
+    size_t n = (size_t)ts_tensor_numel(&p->value);
+    memcpy(w->out + w->pos, w->src + p->offset, n * sizeof(float));
+    w->pos += n;
+    return TS_OK;
+}
+
+ts_status ts_llmc_save(const char *path, const ts_model *m, const float *master) {
+    int32_t h[LLMC_HEADER_INTS];
+    memset(h, 0, sizeof h);
+    h[0] = LLMC_MAGIC;
+    h[1] = 3;
+    h[2] = m->cfg.context;
+    h[3] = m->cfg.vocab;
+    h[4] = m->cfg.layers;
+    h[5] = m->cfg.heads;
+    h[6] = m->cfg.d_model;
+    h[7] = m->cfg.padded_vocab;
+    float *src = (float *)master;
+    float *tmp = NULL;
+    if (!src) {
+        if (m->dtype == TS_F32) {
+            src = m->param_data;
+        } else {
+            tmp = ts_mem_alloc(TS_MEM_OTHER, m->numel * sizeof(float));
+            if (!tmp) return TS_ERR_NOMEM;
+            ts_cpu_bf16_to_f32(tmp, m->param_data, m->numel);
+            src = tmp;
+        }
+    }
+    float *out = ts_mem_alloc(TS_MEM_OTHER, m->numel * sizeof(float));
+    if (!out) {
+        ts_mem_free(tmp);
+        return TS_ERR_NOMEM;
+    }
+    llmc_writer w = {out, 0, src};
+    ts_status s = llmc_each(m, llmc_write_param, &w);
+    if (!s) {
+        const void *bufs[2] = {h, out};
+        size_t sizes[2] = {sizeof h, m->numel * sizeof(float)};
+        s = ts_write_atomic(path, 2, bufs, sizes);
+    }
+    ts_mem_free(out);
+    ts_mem_free(tmp);
+    return s;
+}

@@ -1,0 +1,118 @@
+/*
+ * model.h — the GPT-2 model: its shape, its parameters and its modules.
+ *
+ * GPT-2 (Radford et al. 2019) as llm.c trains it: tied token embedding and LM
+ * head, learned positions, pre-LN blocks (LayerNorm -> causal attention ->
+ * residual, LayerNorm -> MLP 4C with tanh-GELU -> residual), a final LayerNorm
+ * and softmax cross-entropy over a vocabulary padded to Vp columns.
+ *
+ * Parameters, their gradients and the optimizer state are each one allocation,
+ * carved into named tensors at the same element offsets, so the optimizer runs
+ * over flat arrays and a checkpoint is a few large writes.
+ *
+ * Precision: with dtype fp32 the parameters are f32 and are the master
+ * weights. With bf16 the parameters are stored in bf16 (the compute copy),
+ * the optimizer keeps f32 master weights, gradients accumulate in f32, and
+ * every activation is rounded to bf16 at each op boundary; the CPU computes
+ * in f32 on values of bf16 precision.
+ */
+#ifndef TESSERA_CORE_MODEL_H
+#define TESSERA_CORE_MODEL_H
+
+#include <stdint.h>
+
+#include "module.h"
+#include "tessera/tessera.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ts_model_config {
+    int layers;       /* L                                              */
+    int d_model;      /* C                                              */
+    int heads;        /* NH; C % NH == 0                                */
+    int vocab;        /* V: real token ids are [0, V)                   */
+    int padded_vocab; /* Vp >= V: rows of wte, columns of the logits    */
+    int context;      /* maxT: rows of wpe                              */
+} ts_model_config;
+
+typedef enum ts_init_kind {
+    TS_INIT_NORMAL = 0, /* N(0, std) from (seed, name, global index)      */
+    TS_INIT_ZEROS = 1,
+    TS_INIT_ONES = 2,
+} ts_init_kind;
+
+typedef struct ts_param {
+    ts_tensor value;  /* the compute copy (f32 or bf16 storage)          */
+    ts_tensor grad;   /* f32, same shape                                 */
+    size_t offset;    /* element offset in the flat parameter arrays     */
+    int decay;        /* weight decay applies (2-D weights)              */
+    ts_init_kind init;
+    float init_std;
+    int64_t init_rows; /* NORMAL: rows initialised (wte: V of Vp)        */
+} ts_param;
+
+struct ts_model {
+    ts_model_config cfg;
+    ts_dtype dtype;  /* TS_F32 or TS_BF16: storage of parameters      */
+    int nparams;
+    ts_param *params;
+    size_t numel;    /* elements in all parameters                     */
+    void *param_data; /* numel elements of dtype                       */
+    float *grad_data; /* numel f32                                     */
+
+    int nmodules;    /* embedding, L blocks, head                      */
+    ts_module **modules;
+
+    /* Backward workspace shared by all modules (one backward at a time). */
+    float *work;
+    size_t work_floats;
+    /* bf16 mode: f32 staging for the weights of the op being run. */
+    float *stage[4];
+    size_t stage_floats[4];
+};
+
+/* Checks the shape (C % NH, Vp >= V, ...); messages name the [model] key. */
+ts_status ts_model_config_check(const ts_model_config *cfg);
+
+/* Builds the model with parameters initialised from `seed`: weights
+ * N(0, 0.02), residual output projections N(0, 0.02/sqrt(2L)), biases 0,
+ * LayerNorm weights 1, padded wte rows 0. */
+ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype,
+                          uint64_t seed, ts_model **out);
+void ts_model_destroy(ts_model *m);
+
+/* The parameter called `name`, or NULL. */
+ts_param *ts_model_param(ts_model *m, const char *name);
+/* Sets every gradient to zero. */
+void ts_model_zero_grad(ts_model *m);
+
+/* Forward over all modules for micro-batch ctx->mb, keeping the saved state
+ * its backward needs; adds the loss sum and valid-token count into ctx. */
+ts_status ts_model_forward(ts_model *m, ts_step_ctx *ctx);
+/* Backward of micro-batch ctx->mb (after its forward): accumulates the
+ * parameter gradients and frees the saved state. */
+ts_status ts_model_backward(ts_model *m, ts_step_ctx *ctx);
+/* Both, for one micro-batch. */
+ts_status ts_model_forward_backward(ts_model *m, ts_step_ctx *ctx);
+/* Forward only; returns the mean loss over valid tokens (no gradients, no
+ * saved state left behind). */
+ts_status ts_model_loss(ts_model *m, ts_step_ctx *ctx, double *mean_loss);
+
+/* Parameter access for the modules: an f32 pointer to p's values, staged
+ * through `slot` (0 for the large weight of an op, 1-3 for small vectors)
+ * when the parameters are bf16. Valid until the next call with that slot. */
+const float *ts_model_weight(ts_model *m, const ts_param *p, int slot);
+/* f32 view of the flat parameter values (fp32 mode only; NULL in bf16). */
+float *ts_model_param_f32(ts_model *m);
+
+/* FLOPs of one forward+backward of B x T tokens, counted as 2 per
+ * multiply-add for every GEMM (forward 1x, backward 2x) and for the two
+ * attention products QK^T and AV. Element-wise work is not counted. */
+double ts_model_flops_per_step(const ts_model_config *cfg, int B, int T);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TESSERA_CORE_MODEL_H */

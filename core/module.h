@@ -1,0 +1,73 @@
+/*
+ * module.h — the module interface: forward, backward, free.
+ *
+ * A model is a list of modules run in order (embedding, blocks, head); a
+ * pipeline stage is a contiguous range of them. Every module passes one
+ * hidden-state tensor x (B, T, C) along.
+ *
+ * Ownership of activations: forward returns y as a view of memory owned by
+ * the module's saved state for that micro-batch; it stays valid until the
+ * module's backward for the same micro-batch returns, which frees the saved
+ * state. The input x is borrowed: its producer keeps it alive until this
+ * module's backward has run (backward runs in reverse module order, so that
+ * holds by construction). In backward, dy is borrowed and dx is a caller-owned
+ * buffer (B, T, C) that the module WRITES (=), not accumulates.
+ *
+ * Several micro-batches may be in flight at once (pipeline schedules): saved
+ * state is kept per micro-batch index `ctx->mb`.
+ */
+#ifndef TESSERA_CORE_MODULE_H
+#define TESSERA_CORE_MODULE_H
+
+#include <stdint.h>
+
+#include "tessera/tessera.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ts_model ts_model;
+
+/* What one forward or backward call of one micro-batch needs to know. */
+typedef struct ts_step_ctx {
+    int mb;                 /* micro-batch index: the saved-state slot      */
+    int B, T;               /* sequences and tokens per sequence            */
+    const int32_t *tokens;  /* (B, T) inputs                                */
+    const int32_t *targets; /* (B, T) next tokens; -1 = masked position     */
+    float dloss;            /* d(objective)/d(one token's loss): 1 / (valid
+                               tokens in the global batch)                  */
+    double loss_sum;        /* out: the head adds the sum of token losses   */
+    int64_t valid_tokens;   /* out: the head adds the unmasked positions    */
+} ts_step_ctx;
+
+typedef struct ts_module ts_module;
+
+typedef struct ts_module_ops {
+    const char *kind;
+    /* x (B, T, C) -> y (B, T, C). The embedding ignores x; the head writes no
+     * y (y->data stays NULL) and accumulates the loss into ctx. */
+    ts_status (*forward)(ts_module *m, ts_step_ctx *ctx, const ts_tensor *x,
+                         ts_tensor *y);
+    /* dy (B, T, C) -> dx (B, T, C), accumulating parameter gradients. The
+     * head ignores dy; the embedding writes no dx (dx may be NULL). */
+    ts_status (*backward)(ts_module *m, ts_step_ctx *ctx, const ts_tensor *dy,
+                          ts_tensor *dx);
+    /* Drops the saved state of micro-batch mb without a backward (used after
+     * an evaluation forward). */
+    void (*release)(ts_module *m, int mb);
+    /* Releases saved state of every micro-batch still held, and the module. */
+    void (*destroy)(ts_module *m);
+} ts_module_ops;
+
+struct ts_module {
+    const ts_module_ops *ops;
+    char name[TS_NAME_MAX];
+    ts_model *model; /* parameters, workspace and precision live here */
+    void *impl;
+};
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TESSERA_CORE_MODULE_H */

@@ -1,0 +1,388 @@
+/*
+ * train.c — the trainer (train.h): configuration to model, data, optimizer
+ * and schedule; the executor that runs a schedule's actions; progress lines,
+ * JSONL metrics and checkpoints.
+ *
+ * A step reads the global batch as consecutive data windows starting at the
+ * data cursor, splits it into micro-batches, and runs the schedule; the loss
+ * is normalised by the number of valid target tokens of the whole global
+ * batch, so accumulation over micro-batches gives the same gradient as one
+ * large batch.
+ */
+#include "train.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cpu_kernels.h"
+#include "data.h"
+#include "schedule.h"
+
+struct ts_trainer {
+    const ts_config *cfg;
+    ts_model_config mcfg;
+    ts_model *model;
+    ts_optimizer *optim;
+    ts_dataset *data;
+    ts_train_state state;
+    ts_schedule schedule;
+
+    int T, B, global_batch, micro_batches;
+    int64_t steps;
+    int log_every;
+    const char *ckpt_dir;
+    int64_t ckpt_every;
+    FILE *metrics;
+
+    int32_t *tokens, *targets; /* (global_batch, T) of the current step */
+    ts_step_ctx *ctx;          /* one per micro-batch                   */
+};
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* An error about a key, naming where it was set. */
+static ts_status key_error(const ts_config *cfg, const char *section,
+                           const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static ts_status key_error(const ts_config *cfg, const char *section,
+                           const char *key, const char *fmt, ...) {
+    char where[512], msg[1024];
+    ts_config_where(cfg, section, key, where, sizeof where);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return ts_error(TS_ERR_CONFIG, "%s: %s", where, msg);
+}
+
+/* The model shape from [model], or from the llm.c checkpoint it starts from
+ * (then any shape key given in the INI must agree with the checkpoint). */
+static ts_status trainer_model_config(const ts_config *cfg, ts_model_config *mc) {
+    mc->layers = (int)ts_config_int(cfg, "model", "layers");
+    mc->d_model = (int)ts_config_int(cfg, "model", "d_model");
+    mc->heads = (int)ts_config_int(cfg, "model", "heads");
+    mc->vocab = (int)ts_config_int(cfg, "model", "vocab");
+    mc->padded_vocab = (int)ts_config_int(cfg, "model", "padded_vocab");
+    mc->context = (int)ts_config_int(cfg, "model", "context");
+    const char *init = ts_config_str(cfg, "model", "init");
+    if (strncmp(init, "llmc:", 5) == 0) {
+        ts_model_config h;
+        TS_TRY(ts_llmc_read_config(init + 5, &h));
+        struct { const char *key; int *ini; int file; } keys[] = {
+            {"layers", &mc->layers, h.layers},   {"d_model", &mc->d_model, h.d_model},
+            {"heads", &mc->heads, h.heads},      {"vocab", &mc->vocab, h.vocab},
+            {"padded_vocab", &mc->padded_vocab, h.padded_vocab},
+            {"context", &mc->context, h.context}};
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+            if (ts_config_has(cfg, "model", keys[i].key) && *keys[i].ini != keys[i].file)
+                return key_error(cfg, "model", keys[i].key,
+                                 "%d conflicts with %d in the llm.c checkpoint %s",
+                                 *keys[i].ini, keys[i].file, init + 5);
+            *keys[i].ini = keys[i].file;
+        }
+    } else if (strcmp(init, "random") != 0) {
+        return key_error(cfg, "model", "init", "'%s' is neither 'random' nor 'llmc:PATH'", init);
+    }
+    if (mc->padded_vocab == 0) mc->padded_vocab = (mc->vocab + 127) / 128 * 128;
+    if (mc->d_model % mc->heads != 0)
+        return key_error(cfg, "model", "heads", "heads = %d does not divide d_model = %d",
+                         mc->heads, mc->d_model);
+    if (mc->padded_vocab < mc->vocab)
+        return key_error(cfg, "model", "padded_vocab", "padded_vocab = %d is below vocab = %d",
+                         mc->padded_vocab, mc->vocab);
+    return ts_model_config_check(mc);
+}
+
+static int trainer_default_threads(void) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    long ranks = local ? atol(local) : 1;
+    if (cores < 1) cores = 1;
+    if (ranks < 1) ranks = 1;
+    long n = cores / ranks;
+    return n < 1 ? 1 : (int)n;
+}
+
+ts_status ts_trainer_create(const ts_config *cfg, ts_trainer **out) {
+    *out = NULL;
+    ts_trainer *t = calloc(1, sizeof *t);
+    if (!t) return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
+    t->cfg = cfg;
+    ts_status st = TS_OK;
+#define CHECK(expr)                                                            \
+    do {                                                                       \
+        st = (expr);                                                           \
+        if (st) goto fail;                                                     \
+    } while (0)
+    CHECK(trainer_model_config(cfg, &t->mcfg));
+
+    int threads = (int)ts_config_int(cfg, "train", "threads");
+    ts_cpu_set_threads(threads > 0 ? threads : trainer_default_threads());
+
+    if (strcmp(ts_config_str(cfg, "train", "device"), "cpu") != 0)
+        CHECK(key_error(cfg, "train", "device",
+                        "'%s' is not available in this build (only cpu)",
+                        ts_config_str(cfg, "train", "device")));
+    const char *plugins = ts_config_str(cfg, "parallel", "plugins");
+    if (plugins[0])
+        CHECK(key_error(cfg, "parallel", "plugins",
+                        "'%s': this build trains on one rank and loads no plugins", plugins));
+
+    t->T = (int)ts_config_int(cfg, "train", "seq_len");
+    if (t->T == 0) t->T = t->mcfg.context;
+    if (t->T > t->mcfg.context)
+        CHECK(key_error(cfg, "train", "seq_len", "seq_len = %d exceeds the model's context = %d",
+                        t->T, t->mcfg.context));
+    t->B = (int)ts_config_int(cfg, "train", "micro_batch");
+    t->global_batch = (int)ts_config_int(cfg, "train", "global_batch");
+    if (t->global_batch == 0) t->global_batch = t->B;
+    if (t->global_batch % t->B != 0)
+        CHECK(key_error(cfg, "train", "global_batch",
+                        "global_batch = %d is not a multiple of micro_batch = %d",
+                        t->global_batch, t->B));
+    t->micro_batches = t->global_batch / t->B;
+    t->steps = ts_config_int(cfg, "train", "steps");
+    t->log_every = (int)ts_config_int(cfg, "train", "log_every");
+    t->ckpt_dir = ts_config_str(cfg, "train", "checkpoint_dir");
+    t->ckpt_every = ts_config_int(cfg, "train", "checkpoint_every");
+    if (t->ckpt_every > 0 && !t->ckpt_dir[0])
+        CHECK(key_error(cfg, "train", "checkpoint_every",
+                        "checkpoints every %lld steps need [train] checkpoint_dir",
+                        (long long)t->ckpt_every));
+
+    uint64_t seed = (uint64_t)ts_config_int(cfg, "train", "seed");
+    ts_dtype dtype = strcmp(ts_config_str(cfg, "train", "dtype"), "bf16") == 0 ? TS_BF16 : TS_F32;
+
+    ts_data_opts dopts = {
+        .source = ts_config_str(cfg, "data", "source"),
+        .vocab = t->mcfg.vocab,
+        .seed = seed,
+        .shuffle = ts_config_bool(cfg, "data", "shuffle"),
+        .synthetic_tokens = ts_config_int(cfg, "data", "synthetic_tokens"),
+        .synthetic_branching = (int)ts_config_int(cfg, "data", "synthetic_branching"),
+    };
+    st = ts_dataset_open(&t->data, &dopts);
+    if (st) {
+        char where[512];
+        ts_config_where(cfg, "data", "source", where, sizeof where);
+        char msg[2048];
+        snprintf(msg, sizeof msg, "%s", ts_last_error());
+        st = ts_error(st, "%s: %s", where, msg);
+        goto fail;
+    }
+    if (ts_dataset_num_windows(t->data, t->T) < 1)
+        CHECK(key_error(cfg, "data", "source", "%s holds %lld tokens, fewer than seq_len + 1 = %d",
+                        ts_dataset_describe(t->data), (long long)ts_dataset_num_tokens(t->data),
+                        t->T + 1));
+
+    CHECK(ts_model_create(&t->mcfg, dtype, seed, &t->model));
+    ts_optim_config oc = {
+        .lr = (float)ts_config_float(cfg, "train", "lr"),
+        .min_lr = (float)ts_config_float(cfg, "train", "min_lr"),
+        .warmup = ts_config_int(cfg, "train", "warmup"),
+        .decay_steps = ts_config_int(cfg, "train", "decay_steps"),
+        .beta1 = (float)ts_config_float(cfg, "train", "beta1"),
+        .beta2 = (float)ts_config_float(cfg, "train", "beta2"),
+        .eps = (float)ts_config_float(cfg, "train", "eps"),
+        .weight_decay = (float)ts_config_float(cfg, "train", "weight_decay"),
+        .grad_clip = (float)ts_config_float(cfg, "train", "grad_clip"),
+    };
+    if (oc.decay_steps == 0) oc.decay_steps = t->steps;
+    CHECK(ts_optimizer_create(&oc, t->model, &t->optim));
+    const char *init = ts_config_str(cfg, "model", "init");
+    if (strncmp(init, "llmc:", 5) == 0)
+        CHECK(ts_llmc_load(init + 5, t->model, t->optim->master));
+
+    t->state = (ts_train_state){t->model, t->optim, 0, 0, seed};
+    CHECK(ts_schedule_default(t->micro_batches, &t->schedule));
+
+    size_t toks = (size_t)t->global_batch * t->T;
+    t->tokens = ts_mem_alloc(TS_MEM_OTHER, toks * sizeof(int32_t));
+    t->targets = ts_mem_alloc(TS_MEM_OTHER, toks * sizeof(int32_t));
+    t->ctx = calloc((size_t)t->micro_batches, sizeof *t->ctx);
+    if (!t->tokens || !t->targets || !t->ctx)
+        CHECK(ts_error(TS_ERR_NOMEM, "trainer: out of memory for batches"));
+
+    const char *resume = ts_config_str(cfg, "train", "resume");
+    int resumed = 0;
+    if (strcmp(resume, "auto") == 0 && t->ckpt_dir[0]) {
+        char path[4096];
+        int found = 0;
+        CHECK(ts_checkpoint_latest(t->ckpt_dir, path, sizeof path, &found));
+        if (found) {
+            CHECK(ts_trainer_load(t, path));
+            printf("resumed from %s at step %lld\n", path, (long long)t->state.step);
+            resumed = 1;
+        } else {
+            printf("resume = auto: no checkpoint in %s, starting from step 0\n", t->ckpt_dir);
+        }
+    }
+    const char *metrics = ts_config_str(cfg, "train", "metrics");
+    if (metrics[0]) {
+        t->metrics = fopen(metrics, resumed ? "a" : "w");
+        if (!t->metrics)
+            CHECK(key_error(cfg, "train", "metrics", "cannot open %s: %s", metrics, strerror(errno)));
+    }
+    *out = t;
+    return TS_OK;
+fail:
+#undef CHECK
+    ts_trainer_destroy(t);
+    return st;
+}
+
+void ts_trainer_destroy(ts_trainer *t) {
+    if (!t) return;
+    if (t->metrics) fclose(t->metrics);
+    ts_schedule_free(&t->schedule);
+    ts_mem_free(t->tokens);
+    ts_mem_free(t->targets);
+    free(t->ctx);
+    ts_optimizer_destroy(t->optim);
+    ts_model_destroy(t->model);
+    ts_dataset_close(t->data);
+    free(t);
+}
+
+ts_train_state *ts_trainer_state(ts_trainer *t) { return &t->state; }
+
+ts_status ts_trainer_load(ts_trainer *t, const char *path) {
+    uint64_t seed = t->state.seed;
+    TS_TRY(ts_checkpoint_load(path, &t->state));
+    if (t->state.seed != seed)
+        return key_error(t->cfg, "train", "seed",
+                         "seed = %llu, but checkpoint %s was trained with seed %llu",
+                         (unsigned long long)seed, path, (unsigned long long)t->state.seed);
+    return TS_OK;
+}
+
+ts_status ts_trainer_export(ts_trainer *t, const char *path) {
+    return ts_llmc_save(path, t->model, t->optim->master);
+}
+
+/* Reads the global batch of this step and counts its valid targets. */
+static ts_status trainer_load_batch(ts_trainer *t, int64_t *valid) {
+    int T = t->T;
+    for (int s = 0; s < t->global_batch; s++)
+        TS_TRY(ts_dataset_window(t->data, t->state.data_cursor + s, T,
+                                 t->tokens + (size_t)s * T, t->targets + (size_t)s * T));
+    int64_t n = 0;
+    for (size_t i = 0; i < (size_t)t->global_batch * T; i++) n += t->targets[i] >= 0;
+    *valid = n;
+    return TS_OK;
+}
+
+ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
+    double t0 = now_seconds();
+    int64_t valid = 0;
+    TS_TRY(trainer_load_batch(t, &valid));
+    ts_model *m = t->model;
+    ts_model_zero_grad(m);
+    double loss_sum = 0.0, norm = 0.0;
+    float lr = 0.0f;
+    for (int i = 0; i < t->schedule.nactions; i++) {
+        const ts_action *a = &t->schedule.actions[i];
+        ts_step_ctx *c = a->mb >= 0 ? &t->ctx[a->mb] : NULL;
+        switch (a->kind) {
+        case TS_ACT_FORWARD: {
+            size_t off = (size_t)a->mb * t->B * t->T;
+            *c = (ts_step_ctx){.mb = a->mb, .B = t->B, .T = t->T,
+                               .tokens = t->tokens + off, .targets = t->targets + off,
+                               .dloss = valid > 0 ? 1.0f / (float)valid : 0.0f};
+            TS_TRY(ts_model_forward(m, c));
+            loss_sum += c->loss_sum;
+            break;
+        }
+        case TS_ACT_BACKWARD:
+            TS_TRY(ts_model_backward(m, c));
+            break;
+        case TS_ACT_OPTIMIZER_STEP: {
+            norm = sqrt(ts_cpu_sumsq(m->grad_data, m->numel));
+            float scale = ts_grad_clip_scale(&t->optim->cfg, norm);
+            lr = ts_lr_at(&t->optim->cfg, t->state.step);
+            ts_optimizer_step(t->optim, m, t->state.step, lr, scale);
+            break;
+        }
+        default:
+            return ts_error(TS_ERR_INTERNAL, "trainer: action %d needs a pipeline plugin",
+                            (int)a->kind);
+        }
+    }
+    t->state.step++;
+    t->state.data_cursor += t->global_batch;
+    double dt = now_seconds() - t0;
+    stats->step = t->state.step;
+    stats->loss = valid > 0 ? loss_sum / (double)valid : 0.0;
+    stats->lr = lr;
+    stats->grad_norm = norm;
+    stats->step_ms = 1e3 * dt;
+    stats->tokens_per_s = (double)t->global_batch * t->T / dt;
+    if (!isfinite(stats->loss))
+        return ts_error(TS_ERR_INVALID, "step %lld: the loss is %g; stopping",
+                        (long long)stats->step, stats->loss);
+    return TS_OK;
+}
+
+static void trainer_write_metrics(ts_trainer *t, const ts_step_stats *s) {
+    FILE *f = t->metrics;
+    ts_mem_counter total = ts_mem_stats(TS_MEM_NCAT);
+    fprintf(f, "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.9g,\"grad_norm\":%.9g,"
+               "\"tokens_per_s\":%.6g,\"step_ms\":%.6g,\"peak_mem_bytes\":%zu,\"mem\":{",
+            (long long)s->step, s->loss, (double)s->lr, s->grad_norm, s->tokens_per_s,
+            s->step_ms, total.peak);
+    for (int c = 0; c <= TS_MEM_NCAT; c++) {
+        ts_mem_counter k = ts_mem_stats((ts_mem_category)c);
+        fprintf(f, "%s\"%s\":{\"allocated\":%zu,\"reserved\":%zu,\"peak\":%zu}", c ? "," : "",
+                ts_mem_category_name((ts_mem_category)c), k.allocated, k.reserved, k.peak);
+    }
+    fprintf(f, "},\"comm\":{}}\n");
+    fflush(f);
+}
+
+ts_status ts_trainer_run(ts_trainer *t) {
+    const ts_model_config *c = &t->mcfg;
+    printf("model: gpt2 layers=%d d_model=%d heads=%d vocab=%d (padded %d) context=%d, "
+           "%zu parameters, %s\n",
+           c->layers, c->d_model, c->heads, c->vocab, c->padded_vocab, c->context,
+           t->model->numel, ts_dtype_name(t->model->dtype));
+    printf("data: %s\n", ts_dataset_describe(t->data));
+    double h = ts_dataset_entropy_rate(t->data);
+    printf("loss at uniform prediction ln(vocab) = %.4f", log((double)c->vocab));
+    if (!isnan(h)) printf("; entropy rate of the source = %.4f nats/token", h);
+    printf("\ntrain: %lld steps, seq_len %d, micro_batch %d, global_batch %d "
+           "(%d micro-batches), %d threads\n",
+           (long long)t->steps, t->T, t->B, t->global_batch, t->micro_batches,
+           ts_cpu_get_threads());
+    fflush(stdout);
+    while (t->state.step < t->steps) {
+        ts_step_stats s;
+        TS_TRY(ts_trainer_step(t, &s));
+        ts_mem_counter total = ts_mem_stats(TS_MEM_NCAT);
+        if (s.step % t->log_every == 0 || s.step == t->steps) {
+            printf("step %5lld/%lld | loss %.6f | lr %.3e | norm %.4f | %8.0f tok/s | "
+                   "%8.1f ms | peak %.1f MiB\n",
+                   (long long)s.step, (long long)t->steps, s.loss, (double)s.lr, s.grad_norm,
+                   s.tokens_per_s, s.step_ms, (double)total.peak / (1 << 20));
+            fflush(stdout);
+        }
+        if (t->metrics) trainer_write_metrics(t, &s);
+        if (t->ckpt_dir[0] &&
+            ((t->ckpt_every > 0 && s.step % t->ckpt_every == 0) || s.step == t->steps)) {
+            char path[4096];
+            TS_TRY(ts_checkpoint_save(t->ckpt_dir, &t->state, path, sizeof path));
+            printf("checkpoint: %s\n", path);
+            fflush(stdout);
+        }
+    }
+    return TS_OK;
+}

@@ -1,0 +1,49 @@
+/*
+ * train.h — the trainer: builds the model, optimizer, data and schedule from
+ * a validated configuration and runs training steps, printing one progress
+ * line per step, writing JSONL metrics and checkpoints.
+ */
+#ifndef TESSERA_CORE_TRAIN_H
+#define TESSERA_CORE_TRAIN_H
+
+#include "config.h"
+#include "state.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ts_trainer ts_trainer;
+
+/* What one optimizer step measured. */
+typedef struct ts_step_stats {
+    int64_t step;     /* 1-based number of the step just taken          */
+    double loss;      /* mean loss over the valid tokens of the batch   */
+    float lr;
+    double grad_norm; /* before clipping                                */
+    double step_ms;
+    double tokens_per_s;
+} ts_step_stats;
+
+/* Builds everything from cfg (already validated): the model shape (from
+ * [model] or from an llm.c checkpoint named by [model] init), the data,
+ * the optimizer, and resumes from the newest checkpoint with
+ * [train] resume = auto. Cross-key errors name the file, line and key. */
+ts_status ts_trainer_create(const ts_config *cfg, ts_trainer **out);
+void ts_trainer_destroy(ts_trainer *t);
+
+/* Runs until [train] steps are done. */
+ts_status ts_trainer_run(ts_trainer *t);
+/* Takes one optimizer step. */
+ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats);
+
+ts_train_state *ts_trainer_state(ts_trainer *t);
+/* Loads a checkpoint file into the trainer's state. */
+ts_status ts_trainer_load(ts_trainer *t, const char *path);
+/* Writes the current weights as an llm.c checkpoint. */
+ts_status ts_trainer_export(ts_trainer *t, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TESSERA_CORE_TRAIN_H */

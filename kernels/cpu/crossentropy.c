@@ -1,0 +1,88 @@
+/*
+ * crossentropy.c — softmax cross-entropy over a padded vocabulary, forward
+ * (per-row loss and log-sum-exp) and backward (dlogits, written in place).
+ *
+ * Rows are split across threads. A row of 50304 floats (200 KB) stays in L2,
+ * so the forward makes two vectorized passes over it (max, then sum of exp)
+ * rather than one online pass whose running rescale would not vectorize. exp
+ * is a branch-free polynomial the compiler vectorizes (libm's expf stays
+ * scalar without -ffast-math). Padded columns [V, Vp) are never read.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+/* exp(x) for x <= 0 (x - max of its row): Cody-Waite reduction to r in
+ * [-ln2/2, ln2/2] and the Cephes degree-6 polynomial; about 1 ulp. Below
+ * -87 (where exp underflows to subnormals) it returns 0. */
+static inline float ce_expf(float x) {
+    float lo = x;
+    x = x < -87.0f ? -87.0f : x;
+    float n = x * 1.44269504088896341f + 12582912.0f; /* round(x/ln2) */
+    n -= 12582912.0f;
+    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23; /* 2^n */
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return lo < -87.0f ? 0.0f : p * scale;
+}
+
+void ts_cpu_crossentropy_forward(float *losses,          /* (N) */
+                                 float *lse,             /* (N) */
+                                 const float *logits,    /* (N, Vp) */
+                                 const int32_t *targets, /* (N) */
+                                 int N, int V, int Vp) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (size_t)n * Vp;
+        float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int c = 0; c < V; c++) mx = x[c] > mx ? x[c] : mx;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int c = 0; c < V; c++) s += ce_expf(x[c] - mx);
+        float l = mx + logf(s);
+        lse[n] = l;
+        losses[n] = targets[n] < 0 ? 0.0f : l - x[targets[n]];
+    }
+}
+
+/* One row of the gradient, out of place or in place. */
+static void ce_row(float *restrict d, const float *restrict x, float l,
+                   float dloss, int V) {
+    for (int c = 0; c < V; c++) d[c] = ce_expf(x[c] - l) * dloss;
+}
+static void ce_row_inplace(float *d, float l, float dloss, int V) {
+    for (int c = 0; c < V; c++) d[c] = ce_expf(d[c] - l) * dloss;
+}
+
+void ts_cpu_crossentropy_backward(float *dlogits,         /* (N, Vp) */
+                                  const float *logits,    /* (N, Vp) */
+                                  const float *lse,       /* (N) */
+                                  const int32_t *targets, /* (N) */
+                                  float dloss, int N, int V, int Vp) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *d = dlogits + (size_t)n * Vp;
+        const float *x = logits + (size_t)n * Vp;
+        int tgt = targets[n];
+        if (tgt < 0) {
+            memset(d, 0, (size_t)Vp * sizeof *d);
+            continue;
+        }
+        if (d == x)
+            ce_row_inplace(d, lse[n], dloss, V);
+        else
+            ce_row(d, x, lse[n], dloss, V);
+        d[tgt] -= dloss;
+        memset(d + V, 0, (size_t)(Vp - V) * sizeof *d);
+    }
+}

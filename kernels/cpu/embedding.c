@@ -1,0 +1,61 @@
+/*
+ * embedding.c — token plus learned position embedding, forward and backward.
+ *
+ * The backward scatters rows of dout into dwte by token id. Two rows may share
+ * a token, so instead of splitting rows across threads we split the channels:
+ * each task owns a block of columns of dwte and walks every row in order. That
+ * is race-free and bitwise the same for any thread count. Token ids are
+ * trusted to lie in [0, V); this file does not check them.
+ */
+#include "cpu_kernels.h"
+
+/* Channels per task in the backward scatter. */
+#define EMB_COL_BLOCK 64
+
+void ts_cpu_embedding_forward(float *out,            /* (B, T, C) */
+                              const int32_t *tokens, /* (B, T) */
+                              const float *wte,      /* (V, C) */
+                              const float *wpe,      /* (maxT, C) */
+                              int B, int T, int C, int pos0) {
+    int N = B * T;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        int t = n % T;
+        float *o = out + (size_t)n * C;
+        const float *e = wte + (size_t)tokens[n] * C;
+        const float *p = wpe + (size_t)(pos0 + t) * C;
+        for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+    }
+}
+
+void ts_cpu_embedding_backward(float *dwte,           /* (V, C) */
+                               float *dwpe,           /* (maxT, C) */
+                               const float *dout,     /* (B, T, C) */
+                               const int32_t *tokens, /* (B, T) */
+                               int B, int T, int C, int pos0) {
+    int N = B * T;
+    int nblocks = (C + EMB_COL_BLOCK - 1) / EMB_COL_BLOCK;
+#pragma omp parallel
+    {
+        /* dwpe: each position is owned by one thread, summed over b in order. */
+#pragma omp for schedule(static) nowait
+        for (int t = 0; t < T; t++) {
+            float *dp = dwpe + (size_t)(pos0 + t) * C;
+            for (int b = 0; b < B; b++) {
+                const float *d = dout + ((size_t)b * T + t) * C;
+                for (int c = 0; c < C; c++) dp[c] += d[c];
+            }
+        }
+        /* dwte: each block of channels is owned by one thread. */
+#pragma omp for schedule(static)
+        for (int blk = 0; blk < nblocks; blk++) {
+            int c0 = blk * EMB_COL_BLOCK;
+            int w = C - c0 < EMB_COL_BLOCK ? C - c0 : EMB_COL_BLOCK;
+            for (int n = 0; n < N; n++) {
+                float *de = dwte + (size_t)tokens[n] * C + c0;
+                const float *d = dout + (size_t)n * C + c0;
+                for (int j = 0; j < w; j++) de[j] += d[j];
+            }
+        }
+    }
+}

@@ -1,0 +1,94 @@
+/*
+ * layernorm.c — LayerNorm over the last axis, forward and backward.
+ *
+ * Rows are independent, so both passes over rows split rows across threads.
+ * The weight and bias gradients sum over rows; for those each task owns a
+ * block of channels and walks the rows in order, which is race-free and gives
+ * the same bits for any thread count.
+ */
+#include <math.h>
+
+#include "cpu_kernels.h"
+
+/* Channels per task in the dweight/dbias reduction. */
+#define LN_COL_BLOCK 64
+
+void ts_cpu_layernorm_forward(float *out,          /* (N, C) */
+                              float *mean,         /* (N) */
+                              float *rstd,         /* (N) */
+                              const float *inp,    /* (N, C) */
+                              const float *weight, /* (C) */
+                              const float *bias,   /* (C) */
+                              int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *o = out + (size_t)n * C;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int c = 0; c < C; c++) s += x[c];
+        float m = s / (float)C;
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (int c = 0; c < C; c++) ss += (x[c] - m) * (x[c] - m);
+        float r = 1.0f / sqrtf(ss / (float)C + TS_LAYERNORM_EPS);
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * weight[c] + bias[c];
+        mean[n] = m;
+        rstd[n] = r;
+    }
+}
+
+void ts_cpu_layernorm_backward(float *dinp,         /* (N, C) */
+                               float *dweight,      /* (C) */
+                               float *dbias,        /* (C) */
+                               const float *dout,   /* (N, C) */
+                               const float *inp,    /* (N, C) */
+                               const float *weight, /* (C) */
+                               const float *mean,   /* (N) */
+                               const float *rstd,   /* (N) */
+                               int N, int C) {
+    int nblocks = (C + LN_COL_BLOCK - 1) / LN_COL_BLOCK;
+#pragma omp parallel
+    {
+        /* dweight, dbias: a block of channels per task, rows in order. */
+#pragma omp for schedule(static) nowait
+        for (int blk = 0; blk < nblocks; blk++) {
+            int c0 = blk * LN_COL_BLOCK;
+            int w = C - c0 < LN_COL_BLOCK ? C - c0 : LN_COL_BLOCK;
+            float accw[LN_COL_BLOCK] = {0}, accb[LN_COL_BLOCK] = {0};
+            for (int n = 0; n < N; n++) {
+                const float *x = inp + (size_t)n * C + c0;
+                const float *d = dout + (size_t)n * C + c0;
+                float m = mean[n], r = rstd[n];
+                for (int j = 0; j < w; j++) {
+                    accw[j] += (x[j] - m) * r * d[j];
+                    accb[j] += d[j];
+                }
+            }
+            for (int j = 0; j < w; j++) {
+                dweight[c0 + j] += accw[j];
+                dbias[c0 + j] += accb[j];
+            }
+        }
+        /* dinp: one row per iteration. */
+#pragma omp for schedule(static)
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C;
+            const float *d = dout + (size_t)n * C;
+            float *dx = dinp + (size_t)n * C;
+            float m = mean[n], r = rstd[n];
+            float sum_dn = 0.0f, sum_dn_xn = 0.0f;
+#pragma omp simd reduction(+ : sum_dn, sum_dn_xn)
+            for (int c = 0; c < C; c++) {
+                float dn = weight[c] * d[c];
+                sum_dn += dn;
+                sum_dn_xn += dn * (x[c] - m) * r;
+            }
+            float a = sum_dn / (float)C, b = sum_dn_xn / (float)C;
+            for (int c = 0; c < C; c++) {
+                float xn = (x[c] - m) * r;
+                dx[c] += (weight[c] * d[c] - a - xn * b) * r;
+            }
+        }
+    }
+}

@@ -1,0 +1,792 @@
+/*
+ * test_kernels.c — checks of the CPU reference kernels, one kernel per run:
+ * `test_kernels <name>`, where name is one of the entries of TESTS below.
+ *
+ * Each forward is compared with a naive reference computed in double. Each
+ * backward is compared with central finite differences of the scalar
+ * L = sum(out * R), R random, on small random shapes; it is also run twice
+ * from a nonzero start to check that it accumulates (+=). `test_kernels time`
+ * (not a ctest) times the crossentropy and layernorm at GPT-2 124M sizes.
+ *
+ * Tolerances. The kernels compute in float, so L carries a rounding error of
+ * about 1e-7 * sqrt(#terms) * |term|; divided by the step 2*eps that is
+ * ~1e-5..1e-4 of the gradient for eps = 1e-2..1e-3. The central difference
+ * truncation error is O(eps^2 f''') ~ 1e-4 at eps = 1e-2 for these smooth,
+ * O(1)-scaled functions. The gradient check therefore asks for a relative
+ * error ||g_fd - g|| / ||g_fd|| below 2e-3 (5e-3 where the function is more
+ * curved, layernorm, attention), an order of magnitude above what we observe
+ * and two orders below what a wrong term in a gradient gives.
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+#include "tessera/tessera.h"
+
+/* --- helpers ------------------------------------------------------------- */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+/* Uniform in [-1, 1). */
+static float frand(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static void fill(float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = scale * frand();
+}
+
+static float *falloc(size_t n) {
+    float *p = calloc(n ? n : 1, sizeof *p);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+static int failures;
+
+static void expect(int ok, const char *what, double got, double limit) {
+    printf("  %-52s %10.3e (limit %.1e) %s\n", what, got, limit,
+           ok ? "ok" : "FAIL");
+    if (!ok) failures++;
+}
+
+/* max |a - ref| / max(1, max |ref|) over n entries */
+static double max_err(const float *a, const double *ref, size_t n) {
+    double e = 0.0, m = 1.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        e = d > e ? d : e;
+        m = fabs(ref[i]) > m ? fabs(ref[i]) : m;
+    }
+    return e / m;
+}
+
+static double dot_r(const float *out, const float *r, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)out[i] * r[i];
+    return s;
+}
+
+/* One differentiable input of a kernel: its values and its gradient buffer.
+ * skip (optional) marks entries not to perturb. */
+typedef struct {
+    const char *name;
+    float *x, *g;
+    size_t n;
+    const unsigned char *skip;
+} param;
+
+/* A kernel under test: loss() runs the forward and returns L; backward()
+ * runs the forward and then the backward with dout = R into the g buffers. */
+typedef struct {
+    double (*loss)(void *ctx);
+    void (*backward)(void *ctx);
+    void *ctx;
+} kernel;
+
+/* Checks every param's gradient against central differences with step eps
+ * (relative error <= tol), then that a second backward adds the same again. */
+static void check_grads(const kernel *k, param *ps, int np, float eps,
+                        double tol) {
+    for (int p = 0; p < np; p++) memset(ps[p].g, 0, ps[p].n * sizeof(float));
+    k->backward(k->ctx);
+    for (int p = 0; p < np; p++) {
+        param *q = &ps[p];
+        double num = 0.0, den = 0.0;
+        for (size_t i = 0; i < q->n; i++) {
+            if (q->skip && q->skip[i]) continue;
+            float x0 = q->x[i];
+            float xp = x0 + eps, xm = x0 - eps;
+            q->x[i] = xp;
+            double lp = k->loss(k->ctx);
+            q->x[i] = xm;
+            double lm = k->loss(k->ctx);
+            q->x[i] = x0;
+            double fd = (lp - lm) / ((double)xp - (double)xm);
+            num += (fd - q->g[i]) * (fd - q->g[i]);
+            den += fd * fd;
+        }
+        char what[96];
+        snprintf(what, sizeof what, "d%s vs finite differences (eps %.0e)",
+                 q->name, (double)eps);
+        double rel = sqrt(num) / (den > 0 ? sqrt(den) : 1.0);
+        expect(rel <= tol, what, rel, tol);
+    }
+    /* accumulation: from g0 != 0, two backwards give g0 + g and g0 + 2g */
+    float *clean[8];
+    for (int p = 0; p < np; p++) {
+        clean[p] = falloc(ps[p].n);
+        memcpy(clean[p], ps[p].g, ps[p].n * sizeof(float));
+    }
+    for (int p = 0; p < np; p++) {
+        param *q = &ps[p];
+        float *g = clean[p], *g0 = falloc(q->n), *g1 = falloc(q->n);
+        double gn = 0.0;
+        for (size_t i = 0; i < q->n; i++) gn = fmax(gn, fabs(g[i]));
+        fill(g0, q->n, (float)(gn > 0 ? gn : 1.0));
+        memcpy(q->g, g0, q->n * sizeof *g0);
+        for (int other = 0; other < np; other++)
+            if (other != p) memset(ps[other].g, 0, ps[other].n * sizeof(float));
+        k->backward(k->ctx);
+        memcpy(g1, q->g, q->n * sizeof *g1);
+        k->backward(k->ctx);
+        double e = 0.0, m = 1e-30;
+        for (size_t i = 0; i < q->n; i++) {
+            double d1 = (double)g1[i] - g0[i] - g[i];
+            double d2 = (double)q->g[i] - g1[i] - g[i];
+            e = fmax(e, fmax(fabs(d1), fabs(d2)));
+            m = fmax(m, fabs(g0[i]) + 2 * fabs(g[i]));
+        }
+        char what[96];
+        snprintf(what, sizeof what, "d%s accumulates (+=) twice", q->name);
+        expect(e / m <= 1e-6, what, e / m, 1e-6);
+        free(g0), free(g1);
+    }
+    for (int p = 0; p < np; p++) {
+        memcpy(ps[p].g, clean[p], ps[p].n * sizeof(float));
+        free(clean[p]);
+    }
+}
+
+/* Small shapes shared by the tests. */
+enum { B = 2, T = 5, C = 8, NH = 2, N = B * T };
+
+/* --- matmul ------------------------------------------------------------ */
+
+enum { MM_OC = 6 };
+typedef struct {
+    float inp[N * C], w[MM_OC * C], bias[MM_OC], out[N * MM_OC], r[N * MM_OC];
+    float dinp[N * C], dw[MM_OC * C], dbias[MM_OC];
+} mm_ctx;
+
+static double mm_loss(void *p) {
+    mm_ctx *c = p;
+    ts_cpu_matmul_forward(c->out, c->inp, c->w, c->bias, N, C, MM_OC);
+    return dot_r(c->out, c->r, N * MM_OC);
+}
+static void mm_backward(void *p) {
+    mm_ctx *c = p;
+    ts_cpu_matmul_backward(c->dinp, c->dw, c->dbias, c->r, c->inp, c->w, N, C,
+                           MM_OC);
+}
+
+static void test_matmul(void) {
+    static mm_ctx c;
+    fill(c.inp, N * C, 1), fill(c.w, MM_OC * C, 1), fill(c.bias, MM_OC, 1);
+    fill(c.r, N * MM_OC, 1);
+    double ref[N * MM_OC];
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < MM_OC; o++) {
+            double s = c.bias[o];
+            for (int i = 0; i < C; i++) s += (double)c.inp[n * C + i] * c.w[o * C + i];
+            ref[n * MM_OC + o] = s;
+        }
+    mm_loss(&c);
+    double e = max_err(c.out, ref, N * MM_OC);
+    expect(e <= 1e-6, "forward vs double reference", e, 1e-6);
+    ts_cpu_matmul_forward(c.out, c.inp, c.w, NULL, N, C, MM_OC);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < MM_OC; o++) ref[n * MM_OC + o] -= c.bias[o];
+    e = max_err(c.out, ref, N * MM_OC);
+    expect(e <= 1e-6, "forward without bias vs double reference", e, 1e-6);
+
+    kernel k = {mm_loss, mm_backward, &c};
+    param ps[] = {{"inp", c.inp, c.dinp, N * C, NULL},
+                  {"weight", c.w, c.dw, MM_OC * C, NULL},
+                  {"bias", c.bias, c.dbias, MM_OC, NULL}};
+    check_grads(&k, ps, 3, 1e-2f, 2e-3);
+
+    /* NULL outputs are skipped and leave the others unchanged */
+    float dw2[MM_OC * C] = {0};
+    ts_cpu_matmul_backward(NULL, dw2, NULL, c.r, c.inp, c.w, N, C, MM_OC);
+    memset(c.dw, 0, sizeof c.dw);
+    mm_backward(&c);
+    expect(memcmp(dw2, c.dw, sizeof dw2) == 0 ? 1 : 0,
+           "dweight alone equals dweight with dinp, dbias", 0, 0);
+}
+
+/* --- embedding ----------------------------------------------------------- */
+
+enum { EMB_V = 6, EMB_MAXT = 9, EMB_POS0 = 3 };
+typedef struct {
+    int32_t tok[N];
+    float wte[EMB_V * C], wpe[EMB_MAXT * C], out[N * C], r[N * C];
+    float dwte[EMB_V * C], dwpe[EMB_MAXT * C];
+} emb_ctx;
+
+static double emb_loss(void *p) {
+    emb_ctx *c = p;
+    ts_cpu_embedding_forward(c->out, c->tok, c->wte, c->wpe, B, T, C, EMB_POS0);
+    return dot_r(c->out, c->r, N * C);
+}
+static void emb_backward(void *p) {
+    emb_ctx *c = p;
+    ts_cpu_embedding_backward(c->dwte, c->dwpe, c->r, c->tok, B, T, C, EMB_POS0);
+}
+
+static void test_embedding(void) {
+    static emb_ctx c;
+    /* token 1 repeats within and across rows; token 5 never occurs */
+    const int32_t tok[N] = {1, 0, 1, 3, 4, 2, 1, 1, 0, 3};
+    memcpy(c.tok, tok, sizeof tok);
+    fill(c.wte, EMB_V * C, 1), fill(c.wpe, EMB_MAXT * C, 1), fill(c.r, N * C, 1);
+    double ref[N * C];
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < C; i++)
+                ref[(b * T + t) * C + i] = (double)c.wte[tok[b * T + t] * C + i] +
+                                           c.wpe[(EMB_POS0 + t) * C + i];
+    emb_loss(&c);
+    double e = max_err(c.out, ref, N * C);
+    expect(e <= 1e-7, "forward vs double reference", e, 1e-7);
+    kernel k = {emb_loss, emb_backward, &c};
+    param ps[] = {{"wte", c.wte, c.dwte, EMB_V * C, NULL},
+                  {"wpe", c.wpe, c.dwpe, EMB_MAXT * C, NULL}};
+    check_grads(&k, ps, 2, 1e-2f, 2e-3);
+}
+
+/* --- layernorm ----------------------------------------------------------- */
+
+typedef struct {
+    float inp[N * C], w[C], bias[C], out[N * C], mean[N], rstd[N], r[N * C];
+    float dinp[N * C], dw[C], dbias[C];
+} ln_ctx;
+
+static double ln_loss(void *p) {
+    ln_ctx *c = p;
+    ts_cpu_layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->bias, N, C);
+    return dot_r(c->out, c->r, N * C);
+}
+static void ln_backward(void *p) {
+    ln_ctx *c = p;
+    ln_loss(c);
+    ts_cpu_layernorm_backward(c->dinp, c->dw, c->dbias, c->r, c->inp, c->w,
+                              c->mean, c->rstd, N, C);
+}
+
+static void test_layernorm(void) {
+    static ln_ctx c;
+    fill(c.inp, N * C, 2), fill(c.w, C, 1), fill(c.bias, C, 1), fill(c.r, N * C, 1);
+    for (int i = 0; i < N * C; i++) c.inp[i] += 0.5f; /* nonzero mean */
+    double ref[N * C], refm[N], refr[N];
+    for (int n = 0; n < N; n++) {
+        double m = 0, v = 0;
+        for (int i = 0; i < C; i++) m += c.inp[n * C + i];
+        m /= C;
+        for (int i = 0; i < C; i++) v += (c.inp[n * C + i] - m) * (c.inp[n * C + i] - m);
+        double r = 1.0 / sqrt(v / C + 1e-5);
+        for (int i = 0; i < C; i++)
+            ref[n * C + i] = (c.inp[n * C + i] - m) * r * c.w[i] + c.bias[i];
+        refm[n] = m, refr[n] = r;
+    }
+    ln_loss(&c);
+    double e = max_err(c.out, ref, N * C);
+    expect(e <= 1e-6, "forward vs double reference", e, 1e-6);
+    e = fmax(max_err(c.mean, refm, N), max_err(c.rstd, refr, N));
+    expect(e <= 1e-6, "saved mean and rstd vs double reference", e, 1e-6);
+    kernel k = {ln_loss, ln_backward, &c};
+    param ps[] = {{"inp", c.inp, c.dinp, N * C, NULL},
+                  {"weight", c.w, c.dw, C, NULL},
+                  {"bias", c.bias, c.dbias, C, NULL}};
+    check_grads(&k, ps, 3, 1e-2f, 5e-3);
+}
+
+/* --- gelu ------------------------------------------------------------------ */
+
+enum { GELU_N = 41 };
+typedef struct {
+    float inp[GELU_N], out[GELU_N], r[GELU_N], dinp[GELU_N];
+} gelu_ctx;
+
+static double gelu_loss(void *p) {
+    gelu_ctx *c = p;
+    ts_cpu_gelu_forward(c->out, c->inp, GELU_N);
+    return dot_r(c->out, c->r, GELU_N);
+}
+static void gelu_backward(void *p) {
+    gelu_ctx *c = p;
+    ts_cpu_gelu_backward(c->dinp, c->inp, c->r, GELU_N);
+}
+
+static double gelu_ref(double x) {
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+static void test_gelu(void) {
+    /* forward over a wide range, including where tanh saturates */
+    enum { M = 4001 };
+    static float x[M], y[M];
+    static double ref[M];
+    for (int i = 0; i < M; i++) x[i] = -20.0f + 40.0f * (float)i / (M - 1);
+    x[0] = -1e30f, x[M - 1] = 1e30f;
+    ts_cpu_gelu_forward(y, x, M);
+    double e = 0;
+    for (int i = 0; i < M; i++) {
+        ref[i] = gelu_ref(x[i]);
+        e = fmax(e, fabs(y[i] - ref[i]) / (1.0 + fabs(ref[i])));
+    }
+    expect(e <= 1e-6, "forward on [-20, 20] and +-1e30 vs double", e, 1e-6);
+
+    static gelu_ctx c;
+    fill(c.inp, GELU_N, 4), fill(c.r, GELU_N, 1);
+    kernel k = {gelu_loss, gelu_backward, &c};
+    param ps[] = {{"inp", c.inp, c.dinp, GELU_N, NULL}};
+    check_grads(&k, ps, 1, 1e-2f, 2e-3);
+}
+
+/* --- attention ------------------------------------------------------------- */
+
+typedef struct {
+    float qkv[N * 3 * C], out[N * C], att[B * NH * T * T], r[N * C];
+    float dqkv[N * 3 * C], scratch[B * NH * T * T];
+} att_ctx;
+
+static double att_loss(void *p) {
+    att_ctx *c = p;
+    ts_cpu_attention_forward(c->out, c->att, c->qkv, B, T, C, NH);
+    return dot_r(c->out, c->r, N * C);
+}
+static void att_backward(void *p) {
+    att_ctx *c = p;
+    att_loss(c);
+    ts_cpu_attention_backward(c->dqkv, c->scratch, c->r, c->qkv, c->att, B, T,
+                              C, NH);
+}
+
+static void test_attention(void) {
+    static att_ctx c;
+    fill(c.qkv, N * 3 * C, 1.5f), fill(c.r, N * C, 1);
+    for (int i = 0; i < B * NH * T * T; i++) c.att[i] = NAN; /* must be written */
+    att_loss(&c);
+    int hs = C / NH;
+    double ref_out[N * C], ref_att[B * NH * T * T];
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                double s[T], mx = -1e300, sum = 0;
+                const float *q = c.qkv + (b * T + t) * 3 * C + h * hs;
+                for (int u = 0; u <= t; u++) {
+                    const float *kk = c.qkv + (b * T + u) * 3 * C + C + h * hs;
+                    s[u] = 0;
+                    for (int i = 0; i < hs; i++) s[u] += (double)q[i] * kk[i];
+                    s[u] /= sqrt((double)hs);
+                    mx = fmax(mx, s[u]);
+                }
+                for (int u = 0; u <= t; u++) sum += s[u] = exp(s[u] - mx);
+                double *a = ref_att + ((b * NH + h) * T + t) * T;
+                for (int u = 0; u < T; u++) a[u] = u <= t ? s[u] / sum : 0.0;
+                for (int i = 0; i < hs; i++) {
+                    double o = 0;
+                    for (int u = 0; u <= t; u++)
+                        o += a[u] * c.qkv[(b * T + u) * 3 * C + 2 * C + h * hs + i];
+                    ref_out[(b * T + t) * C + h * hs + i] = o;
+                }
+            }
+    double e = max_err(c.out, ref_out, N * C);
+    expect(e <= 1e-6, "forward out vs double reference", e, 1e-6);
+    e = max_err(c.att, ref_att, B * NH * T * T);
+    expect(e <= 1e-6, "forward att vs double reference", e, 1e-6);
+    int causal = 1;
+    for (int bh = 0; bh < B * NH; bh++)
+        for (int t = 0; t < T; t++)
+            for (int u = t + 1; u < T; u++)
+                causal &= c.att[(bh * T + t) * T + u] == 0.0f;
+    expect(causal, "att is exactly 0 past the diagonal", 0, 0);
+
+    kernel k = {att_loss, att_backward, &c};
+    param ps[] = {{"qkv", c.qkv, c.dqkv, N * 3 * C, NULL}};
+    check_grads(&k, ps, 1, 1e-2f, 5e-3);
+}
+
+/* --- residual -------------------------------------------------------------- */
+
+enum { RES_N = 37 };
+typedef struct {
+    float a[RES_N], b[RES_N], out[RES_N], r[RES_N], da[RES_N], db[RES_N];
+} res_ctx;
+
+static double res_loss(void *p) {
+    res_ctx *c = p;
+    ts_cpu_residual_forward(c->out, c->a, c->b, RES_N);
+    return dot_r(c->out, c->r, RES_N);
+}
+static void res_backward(void *p) {
+    res_ctx *c = p;
+    ts_cpu_residual_backward(c->da, c->db, c->r, RES_N);
+}
+
+static void test_residual(void) {
+    static res_ctx c;
+    fill(c.a, RES_N, 1), fill(c.b, RES_N, 1), fill(c.r, RES_N, 1);
+    res_loss(&c);
+    double ref[RES_N];
+    for (int i = 0; i < RES_N; i++) ref[i] = (double)c.a[i] + c.b[i];
+    double e = max_err(c.out, ref, RES_N);
+    expect(e <= 1e-7, "forward vs double reference", e, 1e-7);
+    kernel k = {res_loss, res_backward, &c};
+    param ps[] = {{"a", c.a, c.da, RES_N, NULL}, {"b", c.b, c.db, RES_N, NULL}};
+    check_grads(&k, ps, 2, 1e-2f, 2e-3);
+    /* one side NULL */
+    float da[RES_N] = {0};
+    ts_cpu_residual_backward(da, NULL, c.r, RES_N);
+    expect(memcmp(da, c.r, sizeof da) == 0, "da alone (db NULL) equals dout", 0, 0);
+}
+
+/* --- crossentropy ---------------------------------------------------------- */
+
+enum { CE_N = 6, CE_V = 7, CE_VP = 12 };
+typedef struct {
+    float logits[CE_N * CE_VP], losses[CE_N], lse[CE_N], dlogits[CE_N * CE_VP];
+    int32_t tgt[CE_N];
+    float dloss;
+} ce_ctx;
+
+static double ce_loss(void *p) {
+    ce_ctx *c = p;
+    ts_cpu_crossentropy_forward(c->losses, c->lse, c->logits, c->tgt, CE_N,
+                                CE_V, CE_VP);
+    double s = 0;
+    for (int n = 0; n < CE_N; n++) s += (double)c->losses[n] * c->dloss;
+    return s;
+}
+
+/* Reference loss and gradient of one row in double over the real columns. */
+static void ce_ref(double *loss, double *grad, const float *x, int tgt,
+                   double dloss, int V) {
+    double mx = -1e300, s = 0;
+    for (int i = 0; i < V; i++) mx = fmax(mx, x[i]);
+    for (int i = 0; i < V; i++) s += exp(x[i] - mx);
+    double lse = mx + log(s);
+    *loss = tgt < 0 ? 0.0 : lse - x[tgt];
+    for (int i = 0; i < V; i++)
+        grad[i] = tgt < 0 ? 0.0 : (exp(x[i] - lse) - (i == tgt)) * dloss;
+}
+
+/* Forward and backward on (n, V, Vp) against ce_ref; returns failures. */
+static void ce_compare(int n, int V, int Vp, float scale, const char *tag) {
+    float *x = falloc((size_t)n * Vp), *d = falloc((size_t)n * Vp);
+    float *loss = falloc(n), *lse = falloc(n);
+    int32_t *tgt = malloc((size_t)n * sizeof *tgt);
+    double *rl = malloc((size_t)n * sizeof *rl), *rg = malloc((size_t)V * sizeof *rg);
+    for (int r = 0; r < n; r++) {
+        fill(x + (size_t)r * Vp, V, scale);
+        for (int i = V; i < Vp; i++) x[(size_t)r * Vp + i] = 1e30f; /* huge pad */
+        tgt[r] = r == 1 ? -1 : (int32_t)((r * 7919u) % (unsigned)V);
+    }
+    const float dloss = 1.0f / (float)(n - 1);
+    ts_cpu_crossentropy_forward(loss, lse, x, tgt, n, V, Vp);
+    for (int i = 0; i < n * Vp; i++) d[i] = NAN; /* all of it must be written */
+    ts_cpu_crossentropy_backward(d, x, lse, tgt, dloss, n, V, Vp);
+    double el = 0, eg = 0;
+    int pad_zero = 1, masked_zero = loss[1] == 0.0f;
+    for (int r = 0; r < n; r++) {
+        ce_ref(&rl[r], rg, x + (size_t)r * Vp, tgt[r], dloss, V);
+        el = fmax(el, fabs(loss[r] - rl[r]) / (1 + fabs(rl[r])));
+        for (int i = 0; i < V; i++) eg = fmax(eg, fabs(d[(size_t)r * Vp + i] - rg[i]));
+        for (int i = V; i < Vp; i++) pad_zero &= d[(size_t)r * Vp + i] == 0.0f;
+        if (r == 1)
+            for (int i = 0; i < Vp; i++) masked_zero &= d[(size_t)r * Vp + i] == 0.0f;
+    }
+    char what[96];
+    snprintf(what, sizeof what, "%s loss vs double (pad = 1e30)", tag);
+    expect(el <= 2e-6, what, el, 2e-6);
+    snprintf(what, sizeof what, "%s dlogits vs double (abs)", tag);
+    expect(eg * n <= 1e-6, what, eg * n, 1e-6);
+    snprintf(what, sizeof what, "%s padded columns get exactly 0", tag);
+    expect(pad_zero, what, 0, 0);
+    snprintf(what, sizeof what, "%s masked row: loss 0, dlogits 0", tag);
+    expect(masked_zero, what, 0, 0);
+    /* in place gives the same bits */
+    ts_cpu_crossentropy_backward(x, x, lse, tgt, dloss, n, V, Vp);
+    snprintf(what, sizeof what, "%s in place equals out of place", tag);
+    expect(memcmp(x, d, (size_t)n * Vp * sizeof *x) == 0, what, 0, 0);
+    free(x), free(d), free(loss), free(lse), free(tgt), free(rl), free(rg);
+}
+
+static void test_crossentropy(void) {
+    ce_compare(CE_N, CE_V, CE_VP, 3.0f, "V=7 Vp=12:");
+    ce_compare(16, 5000, 5056, 8.0f, "V=5000 Vp=5056:");
+
+    /* finite differences of dloss * sum(losses) over the real columns */
+    static ce_ctx c;
+    static unsigned char pad[CE_N * CE_VP];
+    for (int n = 0; n < CE_N; n++) {
+        fill(c.logits + n * CE_VP, CE_V, 2);
+        for (int i = CE_V; i < CE_VP; i++) {
+            c.logits[n * CE_VP + i] = 1e30f;
+            pad[n * CE_VP + i] = 1;
+        }
+        c.tgt[n] = n == 2 ? -1 : (n * 3) % CE_V;
+    }
+    c.dloss = 0.37f;
+    ce_loss(&c);
+    ts_cpu_crossentropy_backward(c.dlogits, c.logits, c.lse, c.tgt, c.dloss,
+                                 CE_N, CE_V, CE_VP);
+    param q = {"logits", c.logits, c.dlogits, CE_N * CE_VP, pad};
+    double num = 0, den = 0;
+    const float eps = 1e-2f;
+    for (size_t i = 0; i < q.n; i++) {
+        if (pad[i]) continue;
+        float x0 = q.x[i], xp = x0 + eps, xm = x0 - eps;
+        q.x[i] = xp;
+        double lp = ce_loss(&c);
+        q.x[i] = xm;
+        double lm = ce_loss(&c);
+        q.x[i] = x0;
+        double fd = (lp - lm) / ((double)xp - xm);
+        num += (fd - q.g[i]) * (fd - q.g[i]);
+        den += fd * fd;
+    }
+    expect(sqrt(num / den) <= 2e-3, "dlogits vs finite differences (eps 1e-2)",
+           sqrt(num / den), 2e-3);
+    /* writes (=): a second call from garbage gives the same bits */
+    ce_loss(&c); /* lse of the unperturbed logits again */
+    float again[CE_N * CE_VP];
+    for (int i = 0; i < CE_N * CE_VP; i++) again[i] = 123.0f;
+    ts_cpu_crossentropy_backward(again, c.logits, c.lse, c.tgt, c.dloss, CE_N,
+                                 CE_V, CE_VP);
+    expect(memcmp(again, c.dlogits, sizeof again) == 0,
+           "backward writes (=), not accumulates", 0, 0);
+}
+
+/* --- adamw ----------------------------------------------------------------- */
+
+static void test_adamw(void) {
+    enum { AN = 1003 };
+    static float p[AN], m[AN], v[AN], g[AN];
+    static double rp[AN], rm[AN], rv[AN];
+    fill(p, AN, 1);
+    for (int i = 0; i < AN; i++) rp[i] = p[i], rm[i] = rv[i] = 0, m[i] = v[i] = 0;
+    const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, gs = 0.5;
+    double ep = 0, emv = 0;
+    for (int t = 1; t <= 3; t++) {
+        fill(g, AN, t == 2 ? 1e-3f : 2.0f); /* a step where eps matters */
+        ts_cpu_adamw(p, m, v, g, AN, (float)lr, (float)b1, (float)b2, (float)eps,
+                     (float)wd, t, (float)gs);
+        for (int i = 0; i < AN; i++) {
+            double gi = g[i] * gs;
+            rm[i] = b1 * rm[i] + (1 - b1) * gi;
+            rv[i] = b2 * rv[i] + (1 - b2) * gi * gi;
+            double mh = rm[i] / (1 - pow(b1, t)), vh = rv[i] / (1 - pow(b2, t));
+            rp[i] -= lr * (mh / (sqrt(vh) + eps) + wd * rp[i]);
+        }
+        double mm = 0, mv = 0, em = 0, ev = 0;
+        for (int i = 0; i < AN; i++) {
+            ep = fmax(ep, fabs(p[i] - rp[i]));
+            em = fmax(em, fabs(m[i] - rm[i])), mm = fmax(mm, fabs(rm[i]));
+            ev = fmax(ev, fabs(v[i] - rv[i])), mv = fmax(mv, fabs(rv[i]));
+        }
+        emv = fmax(emv, fmax(em / mm, ev / mv));
+    }
+    /* params are O(1) and move by lr = 1e-2 per step: float rounding ~1e-7 */
+    expect(ep <= 1e-6, "params after 3 steps vs double formula (abs)", ep, 1e-6);
+    expect(emv <= 1e-5, "moments after 3 steps vs double (max-relative)", emv, 1e-5);
+}
+
+/* --- sumsq and bf16 --------------------------------------------------------- */
+
+static uint32_t bits(float f) {
+    union { float f; uint32_t u; } v = {f};
+    return v.u;
+}
+static float from_bits(uint32_t u) {
+    union { uint32_t u; float f; } v = {u};
+    return v.f;
+}
+
+static void test_reduce(void) {
+    enum { SN = 100003 };
+    float *x = falloc(SN);
+    fill(x, SN, 3);
+    double ref = 0;
+    for (int i = 0; i < SN; i++) ref += (double)x[i] * x[i];
+    double s = ts_cpu_sumsq(x, SN);
+    expect(fabs(s - ref) / ref <= 1e-12, "sumsq vs double loop (rel)",
+           fabs(s - ref) / ref, 1e-12);
+    expect(ts_cpu_sumsq(x, 0) == 0.0, "sumsq of nothing is 0", 0, 0);
+
+    /* bf16 rounding: nearest, ties to even, overflow to inf, NaN stays NaN */
+    static const struct { uint32_t f; uint16_t h; } cases[] = {
+        {0x3F800000u, 0x3F80}, /* 1.0 exact */
+        {0x3F808000u, 0x3F80}, /* tie, even below */
+        {0x3F818000u, 0x3F82}, /* tie, even above */
+        {0x3F808001u, 0x3F81}, /* just above the tie */
+        {0x3F807FFFu, 0x3F80}, /* just below the tie */
+        {0xBF808000u, 0xBF80}, /* negative tie */
+        {0xBF818000u, 0xBF82},
+        {0x7F800000u, 0x7F80}, /* inf */
+        {0x7F7FFFFFu, 0x7F80}, /* FLT_MAX rounds up to inf */
+        {0x00000001u, 0x0000}, /* smallest subnormal rounds to 0 */
+        {0x80000000u, 0x8000}, /* -0 */
+    };
+    enum { NC = sizeof cases / sizeof cases[0] };
+    float in[NC + 1];
+    uint16_t out[NC + 1];
+    for (int i = 0; i < NC; i++) in[i] = from_bits(cases[i].f);
+    in[NC] = from_bits(0x7FC00001u); /* NaN */
+    ts_cpu_f32_to_bf16(out, in, NC + 1);
+    int ok = 1;
+    for (int i = 0; i < NC; i++) ok &= out[i] == cases[i].h;
+    expect(ok, "f32_to_bf16: ties to even, inf, subnormal, -0", 0, 0);
+    expect((out[NC] & 0x7F80) == 0x7F80 && (out[NC] & 0x7F), "f32_to_bf16: NaN stays NaN", 0, 0);
+    ts_cpu_round_bf16(in, NC);
+    ok = 1;
+    for (int i = 0; i < NC; i++) ok &= bits(in[i]) == (uint32_t)cases[i].h << 16;
+    expect(ok, "round_bf16 in place matches the table", 0, 0);
+
+    /* round trip of every non-NaN bf16 value */
+    static uint16_t all[65536], back[65536];
+    static float f[65536];
+    for (int i = 0; i < 65536; i++) all[i] = (uint16_t)i;
+    ts_cpu_bf16_to_f32(f, all, 65536);
+    ts_cpu_f32_to_bf16(back, f, 65536);
+    ok = 1;
+    for (int i = 0; i < 65536; i++) {
+        int nan = (i & 0x7F80) == 0x7F80 && (i & 0x7F);
+        ok &= nan ? isnan(f[i]) && isnan(ts_bf16_to_f32(back[i])) : back[i] == all[i];
+        ok &= bits(f[i]) == (uint32_t)i << 16;
+    }
+    expect(ok, "bf16 -> f32 -> bf16 round trip, all 65536", 0, 0);
+
+    /* the parallel conversion equals the scalar one on a large array */
+    uint16_t *h = malloc(SN * sizeof *h);
+    ts_cpu_f32_to_bf16(h, x, SN);
+    ts_cpu_round_bf16(x, SN);
+    ok = 1;
+    for (int i = 0; i < SN; i++) ok &= bits(x[i]) == (uint32_t)h[i] << 16;
+    expect(ok, "round_bf16 equals f32_to_bf16 on 100003 values", 0, 0);
+    free(h), free(x);
+}
+
+/* --- determinism ------------------------------------------------------------ */
+
+static void test_determinism(void) {
+    int ce_n = 64, V = 5000, Vp = 5056;
+    float *x = falloc((size_t)ce_n * Vp), *d1 = falloc((size_t)ce_n * Vp),
+          *d2 = falloc((size_t)ce_n * Vp), *l = falloc(ce_n), *lse = falloc(ce_n),
+          *l2 = falloc(ce_n), *lse2 = falloc(ce_n);
+    int32_t *tgt = malloc((size_t)ce_n * sizeof *tgt);
+    fill(x, (size_t)ce_n * Vp, 5);
+    for (int n = 0; n < ce_n; n++) tgt[n] = n % 9 == 0 ? -1 : (n * 131) % V;
+    ts_cpu_crossentropy_forward(l, lse, x, tgt, ce_n, V, Vp);
+    ts_cpu_crossentropy_backward(d1, x, lse, tgt, 0.01f, ce_n, V, Vp);
+    ts_cpu_crossentropy_forward(l2, lse2, x, tgt, ce_n, V, Vp);
+    ts_cpu_crossentropy_backward(d2, x, lse2, tgt, 0.01f, ce_n, V, Vp);
+    int same = !memcmp(l, l2, ce_n * sizeof *l) && !memcmp(lse, lse2, ce_n * sizeof *l) &&
+               !memcmp(d1, d2, (size_t)ce_n * Vp * sizeof *d1);
+    expect(same, "crossentropy fwd+bwd twice: same bits", 0, 0);
+
+    int ln_n = 256, lc = 768;
+    float *inp = falloc((size_t)ln_n * lc), *dout = falloc((size_t)ln_n * lc),
+          *out = falloc((size_t)ln_n * lc), *w = falloc(lc), *bb = falloc(lc),
+          *mean = falloc(ln_n), *rstd = falloc(ln_n);
+    float *g[2][3];
+    fill(inp, (size_t)ln_n * lc, 2), fill(dout, (size_t)ln_n * lc, 1);
+    fill(w, lc, 1), fill(bb, lc, 1);
+    ts_cpu_layernorm_forward(out, mean, rstd, inp, w, bb, ln_n, lc);
+    for (int r = 0; r < 2; r++) {
+        g[r][0] = falloc((size_t)ln_n * lc), g[r][1] = falloc(lc), g[r][2] = falloc(lc);
+        ts_cpu_layernorm_backward(g[r][0], g[r][1], g[r][2], dout, inp, w, mean,
+                                  rstd, ln_n, lc);
+    }
+    same = !memcmp(g[0][0], g[1][0], (size_t)ln_n * lc * sizeof(float)) &&
+           !memcmp(g[0][1], g[1][1], lc * sizeof(float)) &&
+           !memcmp(g[0][2], g[1][2], lc * sizeof(float));
+    expect(same, "layernorm backward twice: same bits", 0, 0);
+    expect(ts_cpu_sumsq(inp, (size_t)ln_n * lc) == ts_cpu_sumsq(inp, (size_t)ln_n * lc),
+           "sumsq twice: same bits", 0, 0);
+    printf("  (threads: %d)\n", ts_cpu_get_threads());
+    for (int r = 0; r < 2; r++) free(g[r][0]), free(g[r][1]), free(g[r][2]);
+    free(x), free(d1), free(d2), free(l), free(lse), free(l2), free(lse2), free(tgt);
+    free(inp), free(dout), free(out), free(w), free(bb), free(mean), free(rstd);
+}
+
+/* --- timing (by hand, not a ctest) -------------------------------------------- */
+
+static void test_time(void) {
+    int n = 256, V = 50257, Vp = 50304, lc = 768, reps = 20;
+    float *x = falloc((size_t)n * Vp), *l = falloc(n), *lse = falloc(n);
+    int32_t *tgt = malloc((size_t)n * sizeof *tgt);
+    fill(x, (size_t)n * Vp, 5);
+    for (int i = 0; i < n; i++) tgt[i] = (i * 7919) % V;
+    ts_cpu_crossentropy_forward(l, lse, x, tgt, n, V, Vp);
+    double t0 = omp_get_wtime();
+    for (int r = 0; r < reps; r++) {
+        ts_cpu_crossentropy_forward(l, lse, x, tgt, n, V, Vp);
+        ts_cpu_crossentropy_backward(x, x, lse, tgt, 1.0f / n, n, V, Vp);
+        fill(x, 1, 1); /* keep the compiler honest; logits now hold grads */
+    }
+    printf("crossentropy fwd+bwd (in place) N=%d V=%d Vp=%d: %.2f ms\n", n, V, Vp,
+           (omp_get_wtime() - t0) / reps * 1e3);
+    float *inp = falloc((size_t)n * lc), *out = falloc((size_t)n * lc),
+          *dinp = falloc((size_t)n * lc), *w = falloc(lc), *b = falloc(lc),
+          *dw = falloc(lc), *db = falloc(lc), *mean = falloc(n), *rstd = falloc(n);
+    fill(inp, (size_t)n * lc, 1), fill(w, lc, 1);
+    reps = 200;
+    t0 = omp_get_wtime();
+    for (int r = 0; r < reps; r++)
+        ts_cpu_layernorm_forward(out, mean, rstd, inp, w, b, n, lc);
+    double tf = (omp_get_wtime() - t0) / reps;
+    t0 = omp_get_wtime();
+    for (int r = 0; r < reps; r++)
+        ts_cpu_layernorm_backward(dinp, dw, db, out, inp, w, mean, rstd, n, lc);
+    double tb = (omp_get_wtime() - t0) / reps;
+    printf("layernorm N=%d C=%d: fwd %.1f us, bwd %.1f us\n", n, lc, tf * 1e6, tb * 1e6);
+    size_t gn = (size_t)n * 3072;
+    float *gi = falloc(gn), *go = falloc(gn), *gd = falloc(gn);
+    fill(gi, gn, 3);
+    t0 = omp_get_wtime();
+    for (int r = 0; r < reps; r++) ts_cpu_gelu_forward(go, gi, gn);
+    tf = (omp_get_wtime() - t0) / reps;
+    t0 = omp_get_wtime();
+    for (int r = 0; r < reps; r++) ts_cpu_gelu_backward(gd, gi, go, gn);
+    tb = (omp_get_wtime() - t0) / reps;
+    printf("gelu n=%zu: fwd %.1f us, bwd %.1f us (threads %d)\n", gn, tf * 1e6,
+           tb * 1e6, ts_cpu_get_threads());
+    free(x), free(l), free(lse), free(tgt), free(inp), free(out), free(dinp);
+    free(w), free(b), free(dw), free(db), free(mean), free(rstd);
+    free(gi), free(go), free(gd);
+}
+
+/* --- driver -------------------------------------------------------------------- */
+
+static const struct {
+    const char *name;
+    void (*run)(void);
+} TESTS[] = {
+    {"matmul", test_matmul},         {"embedding", test_embedding},
+    {"layernorm", test_layernorm},   {"gelu", test_gelu},
+    {"attention", test_attention},   {"residual", test_residual},
+    {"crossentropy", test_crossentropy}, {"adamw", test_adamw},
+    {"reduce", test_reduce},         {"determinism", test_determinism},
+    {"time", test_time},
+};
+
+int main(int argc, char **argv) {
+    int ntests = (int)(sizeof TESTS / sizeof TESTS[0]);
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s <kernel>; kernels:", argv[0]);
+        for (int i = 0; i < ntests; i++) fprintf(stderr, " %s", TESTS[i].name);
+        fprintf(stderr, "\n");
+        return 2;
+    }
+    for (int i = 0; i < ntests; i++) {
+        if (strcmp(argv[1], TESTS[i].name)) continue;
+        printf("%s:\n", TESTS[i].name);
+        TESTS[i].run();
+        printf("%s: %s\n", TESTS[i].name, failures ? "FAILED" : "passed");
+        return failures ? 1 : 0;
+    }
+    fprintf(stderr, "%s: no kernel test named '%s'\n", argv[0], argv[1]);
+    return 2;
+}
