@@ -9,26 +9,27 @@
  * short back-off, so that a deadline can be enforced (blocking collectives
  * cannot be timed out).
  */
-#include <sched.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep under -std=c11 */
 
-#include "tessera/comm.h"
+#include <sched.h>  /* sched_yield */
+#include <stdio.h>  /* snprintf, fprintf */
+#include <stdlib.h> /* calloc, free, qsort, _Exit */
+#include <string.h> /* memcpy, memmove, strlen */
+#include <time.h>   /* clock_gettime, nanosleep */
+
+#include "tessera/comm.h" /* the API, the ops table, ts_error */
 
 struct ts_comm {
     const ts_comm_ops *ops;
     void *ctx;
     char name[TS_COMM_NAME_MAX];
     int rank, size;
-    int *world_ranks; /* size entries                                    */
+    int *world_ranks; /* size entries */
     double timeout_s;
     int abort_on_timeout;
-    int broken;          /* a timed-out op may still be in flight        */
-    uint64_t seq_coll;   /* collectives started, split exchanges included */
-    uint64_t seq_p2p;    /* sends and recvs started                       */
+    int broken;        /* a timed-out op may still be in flight */
+    uint64_t seq_coll; /* collectives started, split exchanges included */
+    uint64_t seq_p2p;  /* sends and recvs started */
     ts_comm_op_counter counters[TS_COMM_NOPS];
 };
 
@@ -37,26 +38,26 @@ struct ts_comm {
 
 struct ts_comm_request {
     ts_comm *comm;
-    void *breq;          /* the backend's request (NULL: already complete) */
-    int kind;            /* ts_comm_op or COMM_KIND_SPLIT                  */
-    const char *opname;  /* as shown in messages: "all_gatherv", ...       */
+    void *breq;         /* the backend's request (NULL: already complete) */
+    int kind;           /* ts_comm_op or COMM_KIND_SPLIT */
+    const char *opname; /* as shown in messages: "all_gatherv", ... */
     uint64_t seq;
     size_t count;
     ts_dtype dtype;
-    int peer;            /* send/recv only, else -1                        */
-    uint64_t recent_id;  /* its entry in the recent-operations record      */
-    double seconds;      /* time spent in start, wait and test so far      */
-    double wait_begin;   /* when waiting started (0: not yet)              */
-    int32_t scratch;     /* the core's barrier fallback reduces this       */
+    int peer;           /* send/recv only, else -1 */
+    uint64_t recent_id; /* its entry in the recent-operations record */
+    double seconds;     /* time spent in start, wait and test so far */
+    double wait_begin;  /* when waiting started (0: not yet) */
+    int32_t scratch;    /* the core's barrier fallback reduces this */
 };
 
 /* ---------------------------------------------------------------------------
  * Names, clocks
  * ------------------------------------------------------------------------- */
 
-static const char *comm_op_names[TS_COMM_NOPS] = {
-    "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
-    "broadcast",  "send",       "recv",           "barrier"};
+static const char *comm_op_names[TS_COMM_NOPS] = {"all_reduce", "all_gather", "reduce_scatter",
+                                                  "all_to_all", "broadcast",  "send",
+                                                  "recv",       "barrier"};
 
 const char *ts_comm_op_name(ts_comm_op op) {
     if ((int)op < 0 || op >= TS_COMM_NOPS) return "?";
@@ -112,8 +113,7 @@ typedef struct comm_recent {
 static comm_recent comm_recent_ops[TS_COMM_RECENT];
 static uint64_t comm_recent_last; /* id of the newest entry */
 
-static uint64_t comm_recent_add(const ts_comm *comm, const ts_comm_request *r,
-                                uint64_t bytes) {
+static uint64_t comm_recent_add(const ts_comm *comm, const ts_comm_request *r, uint64_t bytes) {
     uint64_t id = ++comm_recent_last;
     comm_recent *e = &comm_recent_ops[id % TS_COMM_RECENT];
     memset(e, 0, sizeof *e);
@@ -142,18 +142,20 @@ void ts_comm_print_recent(FILE *f) {
     double now = comm_now();
     fprintf(f, "tessera: last %d communication operations on this rank, oldest first:\n",
             TS_COMM_RECENT);
-    fprintf(f, "  %6s %-12s %-16s %6s %10s %5s %12s %5s %10s  %s\n", "#", "axis", "op",
-            "seq", "count", "dtype", "bytes", "peer", "age_s", "state");
+    fprintf(f, "  %6s %-12s %-16s %6s %10s %5s %12s %5s %9s %9s  %s\n", "#", "axis", "op", "seq",
+            "count", "dtype", "bytes", "peer", "ago_s", "took_s", "state");
     uint64_t first = comm_recent_last >= TS_COMM_RECENT ? comm_recent_last - TS_COMM_RECENT + 1 : 1;
     for (uint64_t id = first; id <= comm_recent_last; id++) {
         const comm_recent *e = &comm_recent_ops[id % TS_COMM_RECENT];
         if (e->id != id) continue;
-        char peer[16] = "-";
+        char peer[16] = "-", took[32] = "-";
         if (e->peer >= 0) snprintf(peer, sizeof peer, "%d", e->peer);
-        fprintf(f, "  %6llu %-12s %-16s %6llu %10zu %5s %12llu %5s %10.3f  %s\n",
-                (unsigned long long)e->id, e->axis, e->opname, (unsigned long long)e->seq,
-                e->count, ts_dtype_name(e->dtype), (unsigned long long)e->bytes, peer,
-                now - e->t_start, states[e->state]);
+        if (e->state != RECENT_RUNNING) snprintf(took, sizeof took, "%.6f", e->t_end - e->t_start);
+        int none = strcmp(e->opname, "barrier") == 0; /* no payload */
+        fprintf(f, "  %6llu %-12s %-16s %6llu %10zu %5s %12llu %5s %9.3f %9s  %s\n",
+                (unsigned long long)e->id, e->axis, e->opname, (unsigned long long)e->seq, e->count,
+                none ? "-" : ts_dtype_name(e->dtype), (unsigned long long)e->bytes, peer,
+                now - e->t_start, took, states[e->state]);
     }
     fflush(f);
 }
@@ -174,9 +176,9 @@ static ts_status comm_check_name(const char *name) {
         int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                  c == '_' || c == '-' || c == '.';
         if (!ok)
-            return ts_error(TS_ERR_INVALID,
-                            "communicator: axis name '%s' may hold only letters, digits, '_', '-', '.'",
-                            name);
+            return ts_error(
+                TS_ERR_INVALID,
+                "communicator: axis name '%s' may hold only letters, digits, '_', '-', '.'", name);
     }
     return TS_OK;
 }
@@ -200,7 +202,8 @@ ts_status ts_comm_create(const ts_comm_ops *ops, void *ctx, const char *name, in
     }
     if ((st = comm_check_name(name))) goto fail;
     if (size < 1 || rank < 0 || rank >= size) {
-        st = ts_error(TS_ERR_INVALID, "ts_comm_create: rank %d of size %d is out of range", rank, size);
+        st = ts_error(TS_ERR_INVALID, "ts_comm_create: rank %d of size %d is out of range", rank,
+                      size);
         goto fail;
     }
     ts_comm *c = calloc(1, sizeof *c);
@@ -266,7 +269,8 @@ void ts_comm_abort(ts_comm *comm, int code) {
 static ts_status comm_usable(const ts_comm *comm, const char *opname) {
     if (!comm) return ts_error(TS_ERR_INVALID, "%s: communicator is NULL", opname);
     if (comm->broken)
-        return ts_error(TS_ERR_COMM, "%s on axis '%s': the communicator is unusable after an earlier timeout",
+        return ts_error(TS_ERR_COMM,
+                        "%s on axis '%s': the communicator is unusable after an earlier timeout",
                         opname, comm->name);
     return TS_OK;
 }
@@ -328,8 +332,9 @@ static ts_status comm_timeout(ts_comm_request *r) {
         snprintf(what, sizeof what, "%s #%llu (count %zu %s)", r->opname,
                  (unsigned long long)r->seq, r->count, ts_dtype_name(r->dtype));
     int p2p = r->kind == TS_COMM_SEND || r->kind == TS_COMM_RECV;
-    ts_status st = ts_error(TS_ERR_COMM, "%s timeout after %gs on axis '%s': %s did not complete",
-                            p2p ? "point-to-point" : "collective", comm->timeout_s, comm->name, what);
+    ts_status st =
+        ts_error(TS_ERR_COMM, "%s timeout after %gs on axis '%s': %s did not complete",
+                 p2p ? "point-to-point" : "collective", comm->timeout_s, comm->name, what);
     comm_recent_mark(r->recent_id, RECENT_TIMEOUT);
     fprintf(stderr, "tessera: %s\n", ts_last_error());
     ts_comm_print_recent(stderr);
@@ -420,8 +425,9 @@ static ts_status comm_check_dtype(const ts_comm *comm, const char *opname, ts_dt
 static ts_status comm_check_reduce(const ts_comm *comm, const char *opname, ts_dtype dtype,
                                    ts_reduce_op op) {
     if (dtype != TS_F32 && dtype != TS_BF16 && dtype != TS_I32)
-        return ts_error(TS_ERR_INVALID, "%s on axis '%s': reductions support f32, bf16 and i32, not %s",
-                        opname, comm->name, ts_dtype_name(dtype));
+        return ts_error(TS_ERR_INVALID,
+                        "%s on axis '%s': reductions support f32, bf16 and i32, not %s", opname,
+                        comm->name, ts_dtype_name(dtype));
     if (op != TS_REDUCE_SUM && op != TS_REDUCE_MAX && op != TS_REDUCE_MIN)
         return ts_error(TS_ERR_INVALID, "%s on axis '%s': unknown reduction %d", opname, comm->name,
                         (int)op);
@@ -445,7 +451,8 @@ static ts_status comm_check_start(const ts_comm *comm, const char *opname, ts_co
 
 static ts_status comm_check_counts(const ts_comm *comm, const char *opname, const char *what,
                                    const size_t *counts, size_t *total) {
-    if (!counts) return ts_error(TS_ERR_INVALID, "%s on axis '%s': %s is NULL", opname, comm->name, what);
+    if (!counts)
+        return ts_error(TS_ERR_INVALID, "%s on axis '%s': %s is NULL", opname, comm->name, what);
     *total = 0;
     for (int i = 0; i < comm->size; i++) *total += counts[i];
     return TS_OK;
@@ -498,14 +505,15 @@ ts_status ts_comm_all_gather_start(ts_comm *comm, const void *send, void *recv, 
 ts_status ts_comm_all_gatherv_start(ts_comm *comm, const void *send, void *recv,
                                     const size_t *counts, ts_dtype dtype, ts_comm_request **req) {
     static const char *opname = "all_gatherv";
-    size_t total;
+    size_t total = 0;
     TS_TRY(comm_check_start(comm, opname, req));
     TS_TRY(comm_check_dtype(comm, opname, dtype));
     TS_TRY(comm_check_counts(comm, opname, "counts", counts, &total));
     TS_TRY(comm_check_buf(comm, opname, "send", send, counts[comm->rank]));
     TS_TRY(comm_check_buf(comm, opname, "recv", recv, total));
     size_t *displs = malloc((size_t)comm->size * sizeof *displs);
-    if (!displs) return ts_error(TS_ERR_NOMEM, "%s on axis '%s': out of memory", opname, comm->name);
+    if (!displs)
+        return ts_error(TS_ERR_NOMEM, "%s on axis '%s': out of memory", opname, comm->name);
     comm_displs(comm->size, counts, NULL, displs);
     uint64_t bytes = (uint64_t)total * ts_dtype_size(dtype);
     ts_comm_request *r;
@@ -539,7 +547,7 @@ ts_status ts_comm_reduce_scatter_v_start(ts_comm *comm, const void *send, void *
                                          const size_t *counts, ts_dtype dtype, ts_reduce_op op,
                                          ts_comm_request **req) {
     static const char *opname = "reduce_scatter_v";
-    size_t total;
+    size_t total = 0;
     TS_TRY(comm_check_start(comm, opname, req));
     TS_TRY(comm_check_reduce(comm, opname, dtype, op));
     TS_TRY(comm_check_counts(comm, opname, "counts", counts, &total));
@@ -573,7 +581,7 @@ ts_status ts_comm_all_to_allv_start(ts_comm *comm, const void *send, const size_
                                     const size_t *recv_counts, const size_t *recv_displs,
                                     ts_dtype dtype, ts_comm_request **req) {
     static const char *opname = "all_to_allv";
-    size_t stotal, rtotal;
+    size_t stotal = 0, rtotal = 0;
     TS_TRY(comm_check_start(comm, opname, req));
     TS_TRY(comm_check_dtype(comm, opname, dtype));
     TS_TRY(comm_check_counts(comm, opname, "send_counts", send_counts, &stotal));
@@ -582,7 +590,8 @@ ts_status ts_comm_all_to_allv_start(ts_comm *comm, const void *send, const size_
     TS_TRY(comm_check_buf(comm, opname, "recv", recv, rtotal));
     size_t n = (size_t)comm->size;
     size_t *displs = malloc(2 * n * sizeof *displs);
-    if (!displs) return ts_error(TS_ERR_NOMEM, "%s on axis '%s': out of memory", opname, comm->name);
+    if (!displs)
+        return ts_error(TS_ERR_NOMEM, "%s on axis '%s': out of memory", opname, comm->name);
     comm_displs(comm->size, send_counts, send_displs, displs);
     comm_displs(comm->size, recv_counts, recv_displs, displs + n);
     uint64_t bytes = (uint64_t)stotal * ts_dtype_size(dtype);
@@ -593,8 +602,8 @@ ts_status ts_comm_all_to_allv_start(ts_comm *comm, const void *send, const size_
         return st;
     }
     double t0 = comm_now();
-    st = comm->ops->all_to_allv(comm->ctx, send, send_counts, displs, recv, recv_counts,
-                                displs + n, dtype, &r->breq);
+    st = comm->ops->all_to_allv(comm->ctx, send, send_counts, displs, recv, recv_counts, displs + n,
+                                dtype, &r->breq);
     free(displs);
     return comm_request_started(r, st, t0, bytes, req);
 }
@@ -834,18 +843,18 @@ ts_status ts_comm_counters_json(const ts_comm *comm, char *buf, size_t cap, size
         return ts_error(TS_ERR_INVALID, "ts_comm_counters_json: comm or buf is NULL");
     size_t n = 0;
     int first = 1;
-#define COMM_JSON_PUT(...)                                                                        \
-    do {                                                                                          \
-        int k_ = snprintf(n < cap ? buf + n : NULL, n < cap ? cap - n : 0, __VA_ARGS__);          \
-        if (k_ > 0) n += (size_t)k_;                                                              \
+#define COMM_JSON_PUT(...)                                                                         \
+    do {                                                                                           \
+        int k_ = snprintf(n < cap ? buf + n : NULL, n < cap ? cap - n : 0, __VA_ARGS__);           \
+        if (k_ > 0) n += (size_t)k_;                                                               \
     } while (0)
     COMM_JSON_PUT("\"%s\":{", comm->name);
     for (int op = 0; op < TS_COMM_NOPS; op++) {
         const ts_comm_op_counter *c = &comm->counters[op];
         if (!c->calls) continue;
         COMM_JSON_PUT("%s\"%s\":{\"calls\":%llu,\"bytes\":%llu,\"seconds\":%.9g}", first ? "" : ",",
-                      comm_op_names[op], (unsigned long long)c->calls,
-                      (unsigned long long)c->bytes, c->seconds);
+                      comm_op_names[op], (unsigned long long)c->calls, (unsigned long long)c->bytes,
+                      c->seconds);
         first = 0;
     }
     COMM_JSON_PUT("}");
@@ -853,8 +862,9 @@ ts_status ts_comm_counters_json(const ts_comm *comm, char *buf, size_t cap, size
     if (len) *len = n;
     if (n >= cap) {
         if (cap) buf[cap - 1] = '\0';
-        return ts_error(TS_ERR_INVALID, "ts_comm_counters_json: %zu bytes needed, the buffer holds %zu",
-                        n + 1, cap);
+        return ts_error(TS_ERR_INVALID,
+                        "ts_comm_counters_json: %zu bytes needed, the buffer holds %zu", n + 1,
+                        cap);
     }
     return TS_OK;
 }
@@ -944,7 +954,8 @@ static ts_status self_all_to_allv(void *ctx, const void *send, const size_t *sen
     (void)ctx;
     size_t es = ts_dtype_size(dtype);
     if (send_counts[0] != recv_counts[0])
-        return ts_error(TS_ERR_INVALID, "all_to_allv on a self communicator: send count %zu != recv count %zu",
+        return ts_error(TS_ERR_INVALID,
+                        "all_to_allv on a self communicator: send count %zu != recv count %zu",
                         send_counts[0], recv_counts[0]);
     self_copy((char *)recv + recv_displs[0] * es, (const char *)send + send_displs[0] * es,
               send_counts[0] * es);

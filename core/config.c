@@ -89,9 +89,7 @@ static int cfg_grow(void **arr, int *cap, int need, size_t elem) {
     return 1;
 }
 
-static ts_status cfg_nomem(void) {
-    return ts_error(TS_ERR_NOMEM, "config: out of memory");
-}
+static ts_status cfg_nomem(void) { return ts_error(TS_ERR_NOMEM, "config: out of memory"); }
 
 /* 1 if `word` is one of the '|'-separated words of `choices`. */
 static int cfg_choice_has(const char *choices, const char *word) {
@@ -207,8 +205,7 @@ static int cfg_has_range(const ts_key_spec *sp) { return sp->min <= sp->max; }
 
 /* Checks `value` against the spec. Returns 1 if valid; otherwise 0 with a
  * description such as `"abc": not an integer` written to why. */
-static int cfg_check_value(const ts_key_spec *sp, const char *value, char *why,
-                           size_t size) {
+static int cfg_check_value(const ts_key_spec *sp, const char *value, char *why, size_t size) {
     const char *err = NULL;
     double num = 0;
     switch (sp->type) {
@@ -260,20 +257,22 @@ static int cfg_check_value(const ts_key_spec *sp, const char *value, char *why,
 /* schema                                                                     */
 
 #define CFG_ANY_MAX INFINITY
-#define CFG_POSITIVE DBL_TRUE_MIN      /* min of a range "> 0" */
-#define CFG_BELOW_ONE (1.0 - 0x1p-53)  /* max of a range "< 1" */
+#define CFG_POSITIVE DBL_TRUE_MIN     /* min of a range "> 0" */
+#define CFG_BELOW_ONE (1.0 - 0x1p-53) /* max of a range "< 1" */
 
 static const ts_key_spec cfg_core_keys[] = {
     /* section, name, type, default, min, max, choices, help */
     {"model", "arch", TS_KEY_ENUM, "gpt2", 1, 0, "gpt2", "model architecture"},
     {"model", "layers", TS_KEY_INT, "2", 1, CFG_ANY_MAX, NULL, "number of transformer blocks"},
     {"model", "d_model", TS_KEY_INT, "64", 1, CFG_ANY_MAX, NULL, "width of the residual stream"},
-    {"model", "heads", TS_KEY_INT, "4", 1, CFG_ANY_MAX, NULL, "attention heads (must divide d_model)"},
+    {"model", "heads", TS_KEY_INT, "4", 1, CFG_ANY_MAX, NULL,
+     "attention heads (must divide d_model)"},
     {"model", "vocab", TS_KEY_INT, "256", 2, 65536, NULL,
      "vocabulary size (token ids are stored as uint16)"},
     {"model", "padded_vocab", TS_KEY_INT, "0", 0, CFG_ANY_MAX, NULL,
      "embedding rows; 0 = vocab rounded up to a multiple of 128"},
-    {"model", "context", TS_KEY_INT, "64", 1, CFG_ANY_MAX, NULL, "maximum sequence length (positions)"},
+    {"model", "context", TS_KEY_INT, "64", 1, CFG_ANY_MAX, NULL,
+     "maximum sequence length (positions)"},
     {"model", "init", TS_KEY_STRING, "random", 1, 0, NULL,
      "initial weights: random, or llmc:PATH (an llm.c checkpoint)"},
 
@@ -287,18 +286,23 @@ static const ts_key_spec cfg_core_keys[] = {
 
     {"train", "steps", TS_KEY_INT, "20", 0, CFG_ANY_MAX, NULL, "optimizer steps to run"},
     {"train", "seq_len", TS_KEY_INT, "0", 0, CFG_ANY_MAX, NULL, "tokens per sequence; 0 = context"},
-    {"train", "micro_batch", TS_KEY_INT, "4", 1, CFG_ANY_MAX, NULL, "sequences per micro-batch per rank"},
+    {"train", "micro_batch", TS_KEY_INT, "4", 1, CFG_ANY_MAX, NULL,
+     "sequences per micro-batch per rank"},
     {"train", "global_batch", TS_KEY_INT, "0", 0, CFG_ANY_MAX, NULL,
      "sequences per step; 0 = micro_batch x data-parallel size"},
     {"train", "lr", TS_KEY_FLOAT, "1e-3", 0, CFG_ANY_MAX, NULL, "peak learning rate"},
     {"train", "warmup", TS_KEY_INT, "0", 0, CFG_ANY_MAX, NULL, "linear warm-up steps"},
-    {"train", "min_lr", TS_KEY_FLOAT, "0", 0, CFG_ANY_MAX, NULL, "learning rate at the end of the cosine decay"},
-    {"train", "decay_steps", TS_KEY_INT, "0", 0, CFG_ANY_MAX, NULL, "cosine decay length; 0 = steps"},
+    {"train", "min_lr", TS_KEY_FLOAT, "0", 0, CFG_ANY_MAX, NULL,
+     "learning rate at the end of the cosine decay"},
+    {"train", "decay_steps", TS_KEY_INT, "0", 0, CFG_ANY_MAX, NULL,
+     "cosine decay length; 0 = steps"},
     {"train", "beta1", TS_KEY_FLOAT, "0.9", 0, CFG_BELOW_ONE, NULL, "AdamW first-moment decay"},
     {"train", "beta2", TS_KEY_FLOAT, "0.95", 0, CFG_BELOW_ONE, NULL, "AdamW second-moment decay"},
     {"train", "eps", TS_KEY_FLOAT, "1e-8", CFG_POSITIVE, CFG_ANY_MAX, NULL, "AdamW epsilon"},
-    {"train", "weight_decay", TS_KEY_FLOAT, "0.1", 0, CFG_ANY_MAX, NULL, "AdamW decoupled weight decay"},
-    {"train", "grad_clip", TS_KEY_FLOAT, "1.0", 0, CFG_ANY_MAX, NULL, "global gradient-norm clip; 0 = off"},
+    {"train", "weight_decay", TS_KEY_FLOAT, "0.1", 0, CFG_ANY_MAX, NULL,
+     "AdamW decoupled weight decay"},
+    {"train", "grad_clip", TS_KEY_FLOAT, "1.0", 0, CFG_ANY_MAX, NULL,
+     "global gradient-norm clip; 0 = off"},
     {"train", "seed", TS_KEY_INT, "1337", 0, CFG_ANY_MAX, NULL, "seed of every random stream"},
     {"train", "dtype", TS_KEY_ENUM, "fp32", 1, 0, "fp32|bf16", "compute precision"},
     {"train", "device", TS_KEY_ENUM, "cpu", 1, 0, "cpu|cuda", "where the kernels run"},
@@ -306,13 +310,16 @@ static const ts_key_spec cfg_core_keys[] = {
      "CPU threads per rank; 0 = cores / ranks on the node"},
     {"train", "metrics", TS_KEY_STRING, "", 1, 0, NULL, "JSON-lines metrics file; empty = none"},
     {"train", "trace", TS_KEY_STRING, "", 1, 0, NULL, "trace file; empty = none"},
-    {"train", "checkpoint_dir", TS_KEY_STRING, "", 1, 0, NULL, "checkpoint directory; empty = none"},
+    {"train", "checkpoint_dir", TS_KEY_STRING, "", 1, 0, NULL,
+     "checkpoint directory; empty = none"},
     {"train", "checkpoint_every", TS_KEY_INT, "0", 0, CFG_ANY_MAX, NULL,
      "steps between checkpoints; 0 = only at the end"},
-    {"train", "resume", TS_KEY_ENUM, "no", 1, 0, "no|auto", "auto = resume from the latest checkpoint"},
+    {"train", "resume", TS_KEY_ENUM, "no", 1, 0, "no|auto",
+     "auto = resume from the latest checkpoint"},
     {"train", "log_every", TS_KEY_INT, "1", 1, CFG_ANY_MAX, NULL, "steps between progress lines"},
 
-    {"parallel", "plugins", TS_KEY_STRING, "", 1, 0, NULL, "comma-separated plugins to load (dp, tp, ...)"},
+    {"parallel", "plugins", TS_KEY_STRING, "", 1, 0, NULL,
+     "comma-separated plugins to load (dp, tp, ...)"},
     {"parallel", "order", TS_KEY_STRING, "tp-cp-ep-dp-pp", 1, 0, NULL,
      "mesh axes, fastest-varying first"},
     {"parallel", "plugin_path", TS_KEY_STRING, "", 1, 0, NULL,
@@ -383,18 +390,18 @@ ts_status ts_config_register(ts_config *cfg, const ts_key_spec *specs, int n) {
         if (!sp->section || !*sp->section || !sp->name || !*sp->name)
             return ts_error(TS_ERR_INVALID, "config: key spec %d has no section or name", i);
         if (cfg_find_spec(cfg, sp->section, sp->name))
-            return ts_error(TS_ERR_INVALID, "config: key [%s] %s is registered twice",
-                            sp->section, sp->name);
+            return ts_error(TS_ERR_INVALID, "config: key [%s] %s is registered twice", sp->section,
+                            sp->name);
         for (int j = 0; j < i; j++)
             if (strcmp(specs[j].section, sp->section) == 0 && strcmp(specs[j].name, sp->name) == 0)
                 return ts_error(TS_ERR_INVALID, "config: key [%s] %s is registered twice",
                                 sp->section, sp->name);
         if ((int)sp->type < TS_KEY_INT || sp->type > TS_KEY_ENUM)
-            return ts_error(TS_ERR_INVALID, "config: key [%s] %s has unknown type %d",
-                            sp->section, sp->name, (int)sp->type);
+            return ts_error(TS_ERR_INVALID, "config: key [%s] %s has unknown type %d", sp->section,
+                            sp->name, (int)sp->type);
         if (sp->type == TS_KEY_ENUM && (!sp->choices || !*sp->choices))
-            return ts_error(TS_ERR_INVALID, "config: enum key [%s] %s has no choices",
-                            sp->section, sp->name);
+            return ts_error(TS_ERR_INVALID, "config: enum key [%s] %s has no choices", sp->section,
+                            sp->name);
         char why[CFG_MSG];
         if (sp->def && !cfg_check_value(sp, sp->def, why, sizeof why))
             return ts_error(TS_ERR_INVALID, "config: default of [%s] %s is invalid: %s",
@@ -409,8 +416,8 @@ ts_status ts_config_register(ts_config *cfg, const ts_key_spec *specs, int n) {
         c.def = cfg_strdup(specs[i].def);
         c.choices = cfg_strdup(specs[i].choices);
         c.help = cfg_strdup(specs[i].help ? specs[i].help : "");
-        if (!c.section || !c.name || (specs[i].def && !c.def) ||
-            (specs[i].choices && !c.choices) || !c.help) {
+        if (!c.section || !c.name || (specs[i].def && !c.def) || (specs[i].choices && !c.choices) ||
+            !c.help) {
             cfg_free_spec(&c);
             return cfg_nomem();
         }
@@ -444,8 +451,8 @@ static ts_status cfg_add_section(ts_config *cfg, const char *name, int line) {
 }
 
 /* Sets or replaces an entry. */
-static ts_status cfg_put(ts_config *cfg, const char *section, const char *key,
-                         const char *value, int line, int from_set) {
+static ts_status cfg_put(ts_config *cfg, const char *section, const char *key, const char *value,
+                         int line, int from_set) {
     cfg_entry *e = cfg_find_entry(cfg, section, key);
     char *v = cfg_strdup(value);
     if (!v) return cfg_nomem();
@@ -532,8 +539,8 @@ static char *cfg_read_line(char *str, int num, void *stream) {
             const char *rest = close + 1;
             while (*rest == ' ' || *rest == '\t') rest++;
             if (*rest && *rest != ';' && *rest != '#') {
-                cfg_reader_fail(r, TS_ERR_CONFIG,
-                                "unexpected text '%s' after section header", rest);
+                cfg_reader_fail(r, TS_ERR_CONFIG, "unexpected text '%s' after section header",
+                                rest);
                 return str;
             }
             char *name = cfg_strndup(str + 1, (size_t)(close - str - 1));
@@ -565,13 +572,12 @@ static int cfg_handler(void *user, const char *section, const char *name, const 
         cfg_reader_fail(r, TS_ERR_CONFIG, "a value without a key (expected key = value)");
     } else if (!*sec) {
         cfg_reader_fail(r, TS_ERR_CONFIG,
-                        "key '%s' is outside any section (put it under a [section] header)",
-                        key);
+                        "key '%s' is outside any section (put it under a [section] header)", key);
     } else {
         cfg_entry *e = cfg_find_entry(cfg, sec, key);
         if (e && !e->from_set) {
-            cfg_reader_fail(r, TS_ERR_CONFIG, "[%s] %s is given twice (first at line %d)", sec,
-                            key, e->line);
+            cfg_reader_fail(r, TS_ERR_CONFIG, "[%s] %s is given twice (first at line %d)", sec, key,
+                            e->line);
         } else if (e && e->from_set) {
             ok = 1; /* an earlier --set wins over the file */
         } else if (cfg_put(cfg, sec, key, value, r->lineno, 0) != TS_OK) {
@@ -653,8 +659,8 @@ ts_status ts_config_load(ts_config *cfg, const char *path) {
         char text[256];
         cfg_line_text(buf, len, bad, text, sizeof text);
         if (text[0] == '[')
-            st = ts_error(TS_ERR_CONFIG, "%s:%d: section header '%s' has no closing ']'", path,
-                          bad, text);
+            st = ts_error(TS_ERR_CONFIG, "%s:%d: section header '%s' has no closing ']'", path, bad,
+                          text);
         else
             st = ts_error(TS_ERR_CONFIG,
                           "%s:%d: cannot parse '%s' (expected [section], key = value or a ; "
@@ -741,8 +747,7 @@ ts_status ts_config_validate(const ts_config *cfg) {
                                   cfg->specs[k].section);
         }
         return ts_error(TS_ERR_CONFIG, "%s: unknown section [%s] (known: %s)",
-                        cfg_origin(cfg, s->line == 0, s->line, where, sizeof where), s->name,
-                        list);
+                        cfg_origin(cfg, s->line == 0, s->line, where, sizeof where), s->name, list);
     }
     for (int i = 0; i < cfg->nentries; i++) {
         const cfg_entry *e = &cfg->entries[i];
@@ -771,8 +776,8 @@ ts_status ts_config_validate(const ts_config *cfg) {
         }
         char why[CFG_MSG];
         if (!cfg_check_value(sp, e->value, why, sizeof why))
-            return ts_error(TS_ERR_CONFIG, "%s: [%s] %s = %s (%s)", where, e->section, e->key,
-                            why, sp->help);
+            return ts_error(TS_ERR_CONFIG, "%s: [%s] %s = %s (%s)", where, e->section, e->key, why,
+                            sp->help);
     }
     for (int k = 0; k < cfg->nspecs; k++) {
         const ts_key_spec *sp = &cfg->specs[k];
@@ -834,8 +839,8 @@ int ts_config_has(const ts_config *cfg, const char *section, const char *key) {
     return cfg_find_entry(cfg, section, key) != NULL;
 }
 
-const char *ts_config_where(const ts_config *cfg, const char *section, const char *key,
-                            char *buf, int size) {
+const char *ts_config_where(const ts_config *cfg, const char *section, const char *key, char *buf,
+                            int size) {
     if (size <= 0) return buf;
     const cfg_entry *e = cfg_find_entry(cfg, section, key);
     if (!e)

@@ -59,8 +59,8 @@ struct ts_dataset {
 /* Generates the chain's successor table `succ` [V, K] and cumulative
  * probabilities `cum` [V, K], and returns the entropy of each row in `h` [V];
  * `perm` [V] is scratch. */
-static void data_markov_chain(uint16_t *succ, double *cum, double *h, uint16_t *perm, int V,
-                              int K, uint64_t seed) {
+static void data_markov_chain(uint16_t *succ, double *cum, double *h, uint16_t *perm, int V, int K,
+                              uint64_t seed) {
     uint64_t kcycle = ts_rng_key(seed, "data.markov.cycle");
     uint64_t ksucc = ts_rng_key(seed, "data.markov.succ");
     uint64_t kprob = ts_rng_key(seed, "data.markov.prob");
@@ -227,8 +227,7 @@ static ts_status data_open_text(ts_dataset *ds, const ts_data_opts *o, const cha
     if (got != (size_t)n) {
         ts_mem_free(tok);
         ts_mem_free(bytes);
-        return ts_error(TS_ERR_IO, "data text:%s: read %zu of %lld bytes", path, got,
-                        (long long)n);
+        return ts_error(TS_ERR_IO, "data text:%s: read %zu of %lld bytes", path, got, (long long)n);
     }
     for (int64_t i = 0; i < n; i++) tok[i] = bytes[i];
     ts_mem_free(bytes);
@@ -252,8 +251,8 @@ static ts_status data_open_tokens(ts_dataset *ds, const ts_data_opts *o, const c
     if (size < DATA_LLMC_HEADER_BYTES) {
         close(fd);
         return ts_error(TS_ERR_FORMAT,
-                        "data tokens:%s: %zu bytes is shorter than the %d-byte llm.c header",
-                        path, size, DATA_LLMC_HEADER_BYTES);
+                        "data tokens:%s: %zu bytes is shorter than the %d-byte llm.c header", path,
+                        size, DATA_LLMC_HEADER_BYTES);
     }
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int map_errno = errno;
@@ -267,18 +266,17 @@ static ts_status data_open_tokens(ts_dataset *ds, const ts_data_opts *o, const c
                       "data tokens:%s: bad magic %d (expected %d): not an llm.c token file", path,
                       header[0], DATA_LLMC_MAGIC);
     } else if (header[1] != DATA_LLMC_VERSION) {
-        st = ts_error(TS_ERR_FORMAT, "data tokens:%s: unsupported version %d (expected %d)",
-                      path, header[1], DATA_LLMC_VERSION);
-    } else if (header[2] < 0 ||
-               size != DATA_LLMC_HEADER_BYTES + 2 * (size_t)(uint32_t)header[2]) {
+        st = ts_error(TS_ERR_FORMAT, "data tokens:%s: unsupported version %d (expected %d)", path,
+                      header[1], DATA_LLMC_VERSION);
+    } else if (header[2] < 0 || size != DATA_LLMC_HEADER_BYTES + 2 * (size_t)(uint32_t)header[2]) {
         st = ts_error(TS_ERR_FORMAT,
                       "data tokens:%s: the header declares %d tokens (%zu bytes with the header) "
                       "but the file holds %zu bytes",
-                      path, header[2],
-                      DATA_LLMC_HEADER_BYTES + 2 * (size_t)(uint32_t)header[2], size);
+                      path, header[2], DATA_LLMC_HEADER_BYTES + 2 * (size_t)(uint32_t)header[2],
+                      size);
     } else if (header[2] < 2) {
-        st = ts_error(TS_ERR_FORMAT, "data tokens:%s: holds %d tokens; at least 2 are needed",
-                      path, header[2]);
+        st = ts_error(TS_ERR_FORMAT, "data tokens:%s: holds %d tokens; at least 2 are needed", path,
+                      header[2]);
     }
     const uint16_t *tok = (const uint16_t *)((const char *)map + DATA_LLMC_HEADER_BYTES);
     int64_t n = st == TS_OK ? header[2] : 0;
@@ -380,8 +378,8 @@ static int64_t data_permute(uint64_t key, uint64_t i, uint64_t n) {
 ts_status ts_dataset_window(const ts_dataset *ds, int64_t w, int T, int32_t *inputs,
                             int32_t *targets) {
     if (T <= 0) return ts_error(TS_ERR_INVALID, "data %s: window length T=%d", ds->source, T);
-    if (w < 0) return ts_error(TS_ERR_INVALID, "data %s: window index %lld < 0", ds->source,
-                               (long long)w);
+    if (w < 0)
+        return ts_error(TS_ERR_INVALID, "data %s: window index %lld < 0", ds->source, (long long)w);
     int64_t nwin = ts_dataset_num_windows(ds, T);
     if (nwin == 0)
         return ts_error(TS_ERR_INVALID,

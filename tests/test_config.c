@@ -14,22 +14,21 @@
 
 static int failures;
 
-#define CHECK(cond)                                                                      \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);     \
-            failures++;                                                                  \
-        }                                                                                \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
+            failures++;                                                                            \
+        }                                                                                          \
     } while (0)
 
-#define CHECK_OK(expr)                                                                   \
-    do {                                                                                 \
-        ts_status st_ = (expr);                                                          \
-        if (st_ != TS_OK) {                                                              \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,         \
-                    ts_last_error());                                                    \
-            failures++;                                                                  \
-        }                                                                                \
+#define CHECK_OK(expr)                                                                             \
+    do {                                                                                           \
+        ts_status st_ = (expr);                                                                    \
+        if (st_ != TS_OK) {                                                                        \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, ts_last_error()); \
+            failures++;                                                                            \
+        }                                                                                          \
     } while (0)
 
 static char tmpdir[256];
@@ -58,22 +57,21 @@ static ts_config *new_config(void) {
     return cfg;
 }
 
-static const char *good_ini =
-    "; a small model\n"
-    "[model]\n"
-    "layers = 4\n"
-    "  d_model=128   ; indented, inline comment\n"
-    "vocab = 512\n"
-    "\n"
-    "[data]\n"
-    "shuffle = yes\n"
-    "# hash comment\n"
-    "[train]\n"
-    "lr = 3e-4\n"
-    "device = cuda\n"
-    "metrics =\n"
-    "[tp]\n"
-    "size = auto\n";
+static const char *good_ini = "; a small model\n"
+                              "[model]\n"
+                              "layers = 4\n"
+                              "  d_model=128   ; indented, inline comment\n"
+                              "vocab = 512\n"
+                              "\n"
+                              "[data]\n"
+                              "shuffle = yes\n"
+                              "# hash comment\n"
+                              "[train]\n"
+                              "lr = 3e-4\n"
+                              "device = cuda\n"
+                              "metrics =\n"
+                              "[tp]\n"
+                              "size = auto\n";
 
 static const ts_key_spec tp_keys[] = {
     {"tp", "size", TS_KEY_INT, "1", 1, 1024, "auto", "tensor-parallel degree"},
@@ -92,7 +90,7 @@ static void test_parse_typed_getters_and_defaults(void) {
     CHECK(ts_config_int(cfg, "model", "layers") == 4);
     CHECK(ts_config_int(cfg, "model", "d_model") == 128);
     CHECK(ts_config_int(cfg, "model", "vocab") == 512);
-    CHECK(ts_config_int(cfg, "model", "heads") == 4);       /* default */
+    CHECK(ts_config_int(cfg, "model", "heads") == 4);        /* default */
     CHECK(ts_config_int(cfg, "model", "padded_vocab") == 0); /* default */
     CHECK(strcmp(ts_config_str(cfg, "model", "arch"), "gpt2") == 0);
     CHECK(strcmp(ts_config_str(cfg, "model", "init"), "random") == 0);
@@ -147,8 +145,8 @@ static void test_set_overrides_and_where(void) {
     CHECK_OK(ts_config_set(cfg, " train . seed = 42 "));
     CHECK_OK(ts_config_set(cfg, "train.metrics=out/metrics.jsonl"));
     CHECK_OK(ts_config_set(cfg, "data.source=tokens:a=b.bin")); /* '=' in the value */
-    CHECK_OK(ts_config_set(cfg, "train.trace="));              /* empty value */
-    CHECK_OK(ts_config_set(cfg, "model.heads=16"));            /* the last one wins */
+    CHECK_OK(ts_config_set(cfg, "train.trace="));               /* empty value */
+    CHECK_OK(ts_config_set(cfg, "model.heads=16"));             /* the last one wins */
     CHECK_OK(ts_config_validate(cfg));
     CHECK(ts_config_int(cfg, "train", "steps") == 7);
     CHECK(ts_config_int(cfg, "train", "seed") == 42);
@@ -269,7 +267,7 @@ static void test_malformed_files_name_file_line_key(void) {
 }
 
 static void test_malformed_set_is_rejected(void) {
-    const char *bad[] = {"trainsteps=5", "train.steps", ".steps=5", "train.=5",
+    const char *bad[] = {"trainsteps=5", "train.steps",     ".steps=5",       "train.=5",
                          "=5",           "train steps.x=1", "[train].steps=1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ts_config *cfg = new_config();

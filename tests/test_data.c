@@ -16,22 +16,21 @@
 
 static int failures;
 
-#define CHECK(cond)                                                                      \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);     \
-            failures++;                                                                  \
-        }                                                                                \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
+            failures++;                                                                            \
+        }                                                                                          \
     } while (0)
 
-#define CHECK_OK(expr)                                                                   \
-    do {                                                                                 \
-        ts_status st_ = (expr);                                                          \
-        if (st_ != TS_OK) {                                                              \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,         \
-                    ts_last_error());                                                    \
-            failures++;                                                                  \
-        }                                                                                \
+#define CHECK_OK(expr)                                                                             \
+    do {                                                                                           \
+        ts_status st_ = (expr);                                                                    \
+        if (st_ != TS_OK) {                                                                        \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, ts_last_error()); \
+            failures++;                                                                            \
+        }                                                                                          \
     } while (0)
 
 static char tmpdir[256];
@@ -188,8 +187,8 @@ static void test_windows_are_stream_slices(void) {
 
 /* Writes an llm.c token file: header[0..2] = magic, version, count (as given),
  * then `ntok` tokens. Returns the path in a static buffer. */
-static const char *write_tokens(const char *name, int32_t magic, int32_t version,
-                                int32_t count, const uint16_t *tok, size_t ntok) {
+static const char *write_tokens(const char *name, int32_t magic, int32_t version, int32_t count,
+                                const uint16_t *tok, size_t ntok) {
     static char path[512];
     snprintf(path, sizeof path, "%s/%s", tmpdir, name);
     int32_t header[256] = {0};

@@ -20,6 +20,11 @@
  * collectives in the same order with matching arguments (as in MPI and NCCL);
  * a mismatch is detected only as a timeout.
  *
+ * Progress. MPI moves non-blocking operations forward only while some MPI
+ * call runs on this rank, so with the MPI backend a collective started before
+ * compute progresses mostly inside ts_comm_wait; call ts_comm_test now and
+ * then during long compute to overlap more. NCCL progresses on its own.
+ *
  * Threads. A communicator is driven by one thread at a time, the thread that
  * called ts_comm_world_init (MPI is initialised with MPI_THREAD_FUNNELED).
  * Counters and the recent-operations record are not locked.

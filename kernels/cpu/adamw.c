@@ -11,8 +11,8 @@ void ts_cpu_adamw(float *param,      /* (n) */
                   float *m,          /* (n) first moment */
                   float *v,          /* (n) second moment */
                   const float *grad, /* (n) */
-                  size_t n, float lr, float beta1, float beta2, float eps,
-                  float weight_decay, int t, float grad_scale) {
+                  size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                  int t, float grad_scale) {
     float bc1 = (float)(1.0 - pow((double)beta1, (double)t));
     float bc2 = (float)(1.0 - pow((double)beta2, (double)t));
 #pragma omp parallel for schedule(static)

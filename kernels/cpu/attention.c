@@ -87,8 +87,7 @@ void ts_cpu_attention_backward(float *dqkv,       /* (B, T, 3C) */
             /* through the softmax and the scale */
             float dot = 0.0f;
             for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * dpre[t2];
-            for (int t2 = 0; t2 <= t; t2++)
-                dpre[t2] = a[t2] * (dpre[t2] - dot) * scale;
+            for (int t2 = 0; t2 <= t; t2++) dpre[t2] = a[t2] * (dpre[t2] - dot) * scale;
             for (int t2 = t + 1; t2 < T; t2++) dpre[t2] = 0.0f;
             /* through q k^T: dq and dk */
             const float *q = base + t * C3;

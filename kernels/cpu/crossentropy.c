@@ -13,12 +13,19 @@
 
 #include "cpu_kernels.h"
 
-/* exp(x) for x <= 0 (x - max of its row): Cody-Waite reduction to r in
- * [-ln2/2, ln2/2] and the Cephes degree-6 polynomial; about 1 ulp. Below
- * -87 (where exp underflows to subnormals) it returns 0. */
+/* exp(x) for x <= 0 (x minus the max or the lse of its row): Cody-Waite
+ * reduction to r in [-ln2/2, ln2/2] and the Cephes degree-6 polynomial, about
+ * 1 ulp; 0 below -87, where exp would go subnormal. The clamp and the zeroing
+ * select on integer bits: a float compare with a constant bound lets GCC fold
+ * the clamped path into a constant under -ftrapping-math, which leaves a
+ * branch in the loop and stops vectorization. */
 static inline float ce_expf(float x) {
-    float lo = x;
-    x = x < -87.0f ? -87.0f : x;
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    uint32_t mag = b & 0x7fffffffu;
+    int under = mag > 0x42ae0000u; /* |x| > 87 or NaN */
+    b = (b & 0x80000000u) | (under ? 0x42ae0000u : mag);
+    memcpy(&x, &b, sizeof x);
     float n = x * 1.44269504088896341f + 12582912.0f; /* round(x/ln2) */
     n -= 12582912.0f;
     float r = x - n * 0.693359375f + n * 2.12194440e-4f;
@@ -30,9 +37,10 @@ static inline float ce_expf(float x) {
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
     uint32_t bits = (uint32_t)((int32_t)n + 127) << 23; /* 2^n */
+    bits = under ? 0u : bits;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return lo < -87.0f ? 0.0f : p * scale;
+    return p * scale;
 }
 
 void ts_cpu_crossentropy_forward(float *losses,          /* (N) */
@@ -56,8 +64,7 @@ void ts_cpu_crossentropy_forward(float *losses,          /* (N) */
 }
 
 /* One row of the gradient, out of place or in place. */
-static void ce_row(float *restrict d, const float *restrict x, float l,
-                   float dloss, int V) {
+static void ce_row(float *restrict d, const float *restrict x, float l, float dloss, int V) {
     for (int c = 0; c < V; c++) d[c] = ce_expf(x[c] - l) * dloss;
 }
 static void ce_row_inplace(float *d, float l, float dloss, int V) {

@@ -34,10 +34,17 @@ static inline float gelu_expf(float x) {
     return p * scale;
 }
 
-/* tanh(u) for any u. */
+/* tanh(u) for any u. |u| is clamped to GELU_U_MAX on its integer bits: a
+ * float compare with a constant bound lets GCC fold the clamped path into a
+ * constant under -ftrapping-math, which leaves a branch in the loop and stops
+ * vectorization. */
 static inline float gelu_tanh(float u) {
-    u = u > GELU_U_MAX ? GELU_U_MAX : u;
-    u = u < -GELU_U_MAX ? -GELU_U_MAX : u;
+    const uint32_t max_bits = 0x41200000u; /* GELU_U_MAX as f32 bits */
+    uint32_t b;
+    memcpy(&b, &u, sizeof b);
+    uint32_t mag = b & 0x7fffffffu;
+    b = (b & 0x80000000u) | (mag > max_bits ? max_bits : mag);
+    memcpy(&u, &b, sizeof u);
     return 1.0f - 2.0f / (gelu_expf(2.0f * u) + 1.0f);
 }
 

@@ -18,8 +18,8 @@ void ts_cpu_matmul_forward(float *out,          /* (N, OC) */
                            const float *weight, /* (OC, C) */
                            const float *bias,   /* (OC) or NULL */
                            int N, int C, int OC) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp,
-                C, weight, C, 0.0f, out, OC);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, 0.0f,
+                out, OC);
     if (!bias) return;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -36,11 +36,11 @@ void ts_cpu_matmul_backward(float *dinp,         /* (N, C) or NULL */
                             const float *weight, /* (OC, C) */
                             int N, int C, int OC) {
     if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f,
-                    dout, OC, weight, C, 1.0f, dinp, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
+                    1.0f, dinp, C);
     if (dweight)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f,
-                    dout, OC, inp, C, 1.0f, dweight, C);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
+                    dweight, C);
     if (!dbias) return;
     int nblocks = (OC + MATMUL_COL_BLOCK - 1) / MATMUL_COL_BLOCK;
 #pragma omp parallel for schedule(static)

@@ -11,8 +11,8 @@ void ts_cpu_residual_forward(float *out,     /* (n) */
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-void ts_cpu_residual_backward(float *da,        /* (n) or NULL */
-                              float *db,        /* (n) or NULL */
+void ts_cpu_residual_backward(float *da,         /* (n) or NULL */
+                              float *db,         /* (n) or NULL */
                               const float *dout, /* (n) */
                               size_t n) {
     if (da && db) {

@@ -1,0 +1,102 @@
+# Bad input: each malformed configuration, data file or checkpoint makes
+# `tessera train` exit non-zero (not by a signal) with a message that names
+# the problem and, where it has one, the file, line and key.
+. "$(dirname "$0")/lib.sh"
+cases=0
+
+# expect NAME REGEX [tessera args...]: the run fails cleanly and says REGEX.
+expect() {
+    local name=$1 regex=$2
+    shift 2
+    "$TESSERA" "$@" > "$name.out" 2>&1
+    local rc=$?
+    cases=$((cases + 1))
+    [ "$rc" -ne 0 ] || { cat "$name.out"; fail "$name: exit status 0"; }
+    [ "$rc" -lt 128 ] || { cat "$name.out"; fail "$name: killed by a signal (status $rc)"; }
+    grep -qE "$regex" "$name.out" || { cat "$name.out"; fail "$name: message does not match /$regex/"; }
+    grep -qiE "sanitizer|segmentation|core dumped" "$name.out" && fail "$name: crashed"
+    echo "ok $name: $(head -c 200 "$name.out" | head -n 1)"
+}
+
+base() { # a valid tiny config, with one line replaced or added by the caller
+    cat <<'INI'
+[model]
+layers = 1
+d_model = 16
+heads = 2
+vocab = 256
+context = 16
+[train]
+steps = 2
+micro_batch = 2
+INI
+}
+
+base | sed 's/^\[train\]/[trian]/' > unknown_section.ini
+expect unknown_section 'unknown_section.ini:7.*unknown section.*trian' train unknown_section.ini
+
+base | sed 's/^layers = 1/layer = 1/' > unknown_key.ini
+expect unknown_key "unknown_key.ini:2.*unknown key 'layer'" train unknown_key.ini
+
+base | sed 's/^steps = 2/steps = ten/' > bad_number.ini
+expect bad_number 'bad_number.ini:8.*steps.*not an integer' train bad_number.ini
+
+base | sed 's/^micro_batch = 2/micro_batch = -4/' > negative.ini
+expect negative_size 'negative.ini:9.*micro_batch.*out of range' train negative.ini
+
+base | sed 's/^heads = 2/heads = 3/' > heads.ini
+expect heads_divide 'heads.ini:4.*\[model\] heads.*does not divide d_model' train heads.ini
+
+base > nodata.ini
+printf '[data]\nsource = tokens:missing.bin\n' >> nodata.ini
+expect missing_data 'nodata.ini:11.*\[data\] source.*missing.bin' train nodata.ini
+
+# An llm.c token file whose token 5 is 300, beyond vocab 256.
+python3 - <<'PY'
+import struct
+toks = [1, 2, 3, 4, 5, 300] + [7] * 100
+with open("bad_tokens.bin", "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
+    f.write(struct.pack("<%dH" % len(toks), *toks))
+PY
+base > badtok.ini
+printf '[data]\nsource = tokens:bad_tokens.bin\n' >> badtok.ini
+expect token_out_of_range 'bad_tokens.bin.*300' train badtok.ini
+
+base | sed 's/^\[train\]/[train]\nseq_len = 32/' > seqlen.ini
+expect seq_len_too_long 'seqlen.ini:8.*seq_len.*context' train seqlen.ini
+
+base | sed 's/^micro_batch = 2/micro_batch = 2\nglobal_batch = 3/' > gb.ini
+expect global_batch_multiple 'gb.ini:10.*global_batch.*multiple of micro_batch' train gb.ini
+
+printf '[model]\nlayers = 1\nd_model = 16\n  = 3\n' > syntax.ini
+expect syntax_error 'syntax.ini:4' train syntax.ini
+
+expect missing_config 'nowhere.ini' train nowhere.ini
+expect bad_set 'no_dot|section\.key' train unknown_key.ini --set no_dot
+expect unknown_plugin 'plugins' train heads.ini --set model.heads=2 --set parallel.plugins=nosuch
+
+# Checkpoints: a good one, then truncated, wrong magic, corrupted payload.
+base > ck.ini
+printf 'checkpoint_dir = ck\nresume = auto\n' >> ck.ini
+"$TESSERA" train ck.ini > ck.out 2>&1 || { cat ck.out; fail "could not write a checkpoint"; }
+good=ck/ckpt-00000002.tsck
+[ -f "$good" ] || fail "no checkpoint written"
+cp "$good" good.tsck
+size=$(stat -c %s good.tsck)
+head -c $((size - 100)) good.tsck > "$good"
+expect truncated_checkpoint 'ckpt-00000002.tsck.*(truncated|bytes, expected)' train ck.ini --set train.steps=4
+printf 'XXXXXXXX' | dd of="$good" conv=notrunc 2>/dev/null
+cp good.tsck "$good"
+printf 'XXXXXXXX' | dd of="$good" conv=notrunc 2>/dev/null
+expect wrong_magic_checkpoint 'ckpt-00000002.tsck.*wrong magic' train ck.ini --set train.steps=4
+cp good.tsck "$good"
+printf '\x55' | dd of="$good" bs=1 seek=$((size - 7)) conv=notrunc 2>/dev/null
+expect corrupt_checkpoint 'ckpt-00000002.tsck.*checksum' train ck.ini --set train.steps=4
+cp good.tsck "$good"
+expect checkpoint_shape 'ckpt-00000002.tsck.*does not match' train ck.ini --set train.steps=4 --set model.d_model=32
+
+printf 'not an llm.c file at all, but long enough to hold its header...%.0s' $(seq 1 40) > fake.bin
+expect llmc_wrong_magic 'fake.bin.*wrong magic' train heads.ini --set model.heads=2 --set model.init=llmc:fake.bin
+
+echo "PASS: $cases malformed inputs rejected cleanly"

@@ -1,0 +1,16 @@
+# core.cmake — tests of the whole single-rank model and of the `tessera`
+# program: gradients, accumulation, initialisation, the LR schedule, memory
+# accounting, bf16, learning, resume after SIGKILL, llm.c interop and bad input.
+add_executable(test_model tests/test_model.c)
+target_link_libraries(test_model PRIVATE tessera)
+foreach(case grad accumulation init lr memory bf16)
+  add_test(NAME model_${case} COMMAND test_model ${case})
+  set_tests_properties(model_${case} PROPERTIES LABELS core ENVIRONMENT "${TESSERA_TEST_ENV}")
+endforeach()
+
+foreach(script train_loss_falls bf16_close resume_sigkill llmc_roundtrip bad_input)
+  add_test(NAME cli_${script}
+    COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/${script}.sh $<TARGET_FILE:tessera_cli> ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cli_${script} PROPERTIES LABELS core TIMEOUT 300
+    ENVIRONMENT "${TESSERA_TEST_ENV}")
+endforeach()
