@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "fastmath.h"
 
 /* exp(x) for x <= 0 (x minus the max or the lse of its row): Cody-Waite
  * reduction to r in [-ln2/2, ln2/2] and the Cephes degree-6 polynomial, about
@@ -26,21 +27,12 @@ static inline float ce_expf(float x) {
     int under = mag > 0x42ae0000u; /* |x| > 87 or NaN */
     b = (b & 0x80000000u) | (under ? 0x42ae0000u : mag);
     memcpy(&x, &b, sizeof x);
-    float n = x * 1.44269504088896341f + 12582912.0f; /* round(x/ln2) */
-    n -= 12582912.0f;
-    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23; /* 2^n */
-    bits = under ? 0u : bits;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    float e = ts_cpu_exp_poly(x);
+    uint32_t keep = under ? 0u : 0xffffffffu;
+    memcpy(&b, &e, sizeof b);
+    b &= keep;
+    memcpy(&e, &b, sizeof e);
+    return e;
 }
 
 void ts_cpu_crossentropy_forward(float *losses,          /* (N) */

@@ -9,30 +9,12 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "fastmath.h"
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
 /* tanh(u) rounds to +-1 in float for |u| >= 9.1; clamping keeps exp finite. */
 #define GELU_U_MAX 10.0f
-
-/* exp(x) for x in [-20, 20]: Cody-Waite reduction to r in [-ln2/2, ln2/2] and
- * the Cephes degree-6 polynomial; about 1 ulp. Branch-free, so it vectorizes. */
-static inline float gelu_expf(float x) {
-    float n = x * 1.44269504088896341f + 12582912.0f; /* round(x/ln2) */
-    n -= 12582912.0f;
-    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23; /* 2^n */
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
-}
 
 /* tanh(u) for any u. |u| is clamped to GELU_U_MAX on its integer bits: a
  * float compare with a constant bound lets GCC fold the clamped path into a
@@ -45,7 +27,7 @@ static inline float gelu_tanh(float u) {
     uint32_t mag = b & 0x7fffffffu;
     b = (b & 0x80000000u) | (mag > max_bits ? max_bits : mag);
     memcpy(&u, &b, sizeof u);
-    return 1.0f - 2.0f / (gelu_expf(2.0f * u) + 1.0f);
+    return 1.0f - 2.0f / (ts_cpu_exp_poly(2.0f * u) + 1.0f);
 }
 
 void ts_cpu_gelu_forward(float *out, /* (n) */ const float *inp, /* (n) */

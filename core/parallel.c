@@ -1,0 +1,119 @@
+/*
+ * parallel.c — the parallel context (parallel.h): mesh plus one
+ * communicator per group token, and the communication report.
+ */
+#include "parallel.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *parallel_tokens[] = {TS_MESH_JSON_TOKENS};
+
+ts_status ts_parallel_create(ts_comm *world, const ts_mesh_sizes *sizes,
+                             const char *order, ts_parallel **out) {
+    *out = NULL;
+    ts_parallel *p = calloc(1, sizeof *p);
+    if (!p) return ts_error(TS_ERR_NOMEM, "parallel: out of memory");
+    p->world = world;
+    p->rank = ts_comm_rank(world);
+    p->size = ts_comm_size(world);
+    ts_status st = TS_OK;
+    if (sizes->world != p->size)
+        st = ts_error(TS_ERR_CONFIG, "the mesh is for %d ranks but the job has %d", sizes->world,
+                      p->size);
+    if (!st) st = ts_mesh_create(sizes, order, &p->mesh);
+    int ntok = (int)(sizeof parallel_tokens / sizeof parallel_tokens[0]);
+    for (int i = 0; i < ntok && !st; i++) {
+        ts_mesh_group g;
+        st = ts_mesh_group_of(p->mesh, parallel_tokens[i], p->rank, &g, NULL, 0);
+        if (st) break;
+        ts_comm *c = NULL;
+        st = ts_comm_split(world, g.index, g.position, parallel_tokens[i], &c);
+        if (st) break;
+        snprintf(p->names[p->ncomms], sizeof p->names[0], "%s", parallel_tokens[i]);
+        p->comms[p->ncomms++] = c;
+    }
+    if (st) {
+        ts_parallel_destroy(p);
+        return st;
+    }
+    *out = p;
+    return TS_OK;
+}
+
+void ts_parallel_destroy(ts_parallel *p) {
+    if (!p) return;
+    for (int i = 0; i < p->ncomms; i++) ts_comm_free(p->comms[i]);
+    ts_mesh_destroy(p->mesh);
+    free(p);
+}
+
+ts_comm *ts_parallel_comm(const ts_parallel *p, const char *token) {
+    if (strcmp(token, "world") == 0) return p->world;
+    for (int i = 0; i < p->ncomms; i++)
+        if (strcmp(p->names[i], token) == 0) return p->comms[i];
+    return NULL;
+}
+
+int ts_parallel_coord(const ts_parallel *p, ts_mesh_axis axis) {
+    return ts_mesh_coord(p->mesh, p->rank, axis);
+}
+
+/* Every communicator that did something: the world first, then the tokens. */
+static ts_comm *parallel_nth(const ts_parallel *p, int i, const char **name) {
+    if (i == 0) {
+        *name = "world";
+        return p->world;
+    }
+    *name = p->names[i - 1];
+    return p->comms[i - 1];
+}
+
+static int parallel_active(const ts_comm *c) {
+    for (int op = 0; op < TS_COMM_NOPS; op++)
+        if (ts_comm_counter(c, (ts_comm_op)op).calls > 0) return 1;
+    return 0;
+}
+
+ts_status ts_parallel_counters_json(const ts_parallel *p, char *buf, size_t cap) {
+    size_t used = 0;
+    int first = 1;
+    if (cap < 3) return ts_error(TS_ERR_INVALID, "parallel: counters buffer too small");
+    buf[used++] = '{';
+    for (int i = 0; i <= p->ncomms; i++) {
+        const char *name;
+        ts_comm *c = parallel_nth(p, i, &name);
+        if (!parallel_active(c)) continue;
+        if (!first) {
+            if (used + 1 >= cap) return ts_error(TS_ERR_INVALID, "parallel: counters buffer too small");
+            buf[used++] = ',';
+        }
+        first = 0;
+        size_t len = 0;
+        TS_TRY(ts_comm_counters_json(c, buf + used, cap - used, &len));
+        used += len;
+    }
+    if (used + 2 > cap) return ts_error(TS_ERR_INVALID, "parallel: counters buffer too small");
+    buf[used++] = '}';
+    buf[used] = '\0';
+    return TS_OK;
+}
+
+void ts_parallel_report(const ts_parallel *p, FILE *f) {
+    fprintf(f, "communication on rank %d (algbw and busbw as nccl-tests define them):\n", p->rank);
+    fprintf(f, "  %-10s %-15s %8s %14s %10s %12s %12s\n", "group", "op", "calls", "bytes", "seconds",
+            "algbw GB/s", "busbw GB/s");
+    for (int i = 0; i <= p->ncomms; i++) {
+        const char *name;
+        ts_comm *c = parallel_nth(p, i, &name);
+        for (int op = 0; op < TS_COMM_NOPS; op++) {
+            ts_comm_op_counter k = ts_comm_counter(c, (ts_comm_op)op);
+            if (k.calls == 0) continue;
+            double alg = 0, bus = 0;
+            ts_comm_bandwidth((ts_comm_op)op, ts_comm_size(c), k.bytes, k.seconds, &alg, &bus);
+            fprintf(f, "  %-10s %-15s %8llu %14llu %10.4f %12.3f %12.3f\n", name,
+                    ts_comm_op_name((ts_comm_op)op), (unsigned long long)k.calls,
+                    (unsigned long long)k.bytes, k.seconds, alg * 1e-9, bus * 1e-9);
+        }
+    }
+}

@@ -1,0 +1,56 @@
+/*
+ * parallel.h — the parallel context of a run: the world communicator, the
+ * mesh built from the axes the plugins registered, and one communicator per
+ * mesh group token ("tp", "dp", "dp-cp", "etp-ep", ... — every token of
+ * TS_MESH_JSON_TOKENS, plus "world").
+ *
+ * Every rank creates the same communicators in the same order (splitting is
+ * collective), each named by its token so counters and timeout messages name
+ * the axis. A token whose groups are single ranks still gets a communicator
+ * (of size 1), so callers never special-case an absent axis.
+ */
+#ifndef TESSERA_CORE_PARALLEL_H
+#define TESSERA_CORE_PARALLEL_H
+
+#include <stdio.h>
+
+#include "tessera/comm.h"
+#include "tessera/mesh.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TS_PARALLEL_MAX_COMMS 24
+
+typedef struct ts_parallel {
+    ts_comm *world; /* borrowed: created and finalised by the program */
+    ts_mesh *mesh;
+    int rank, size;
+    int ncomms;
+    char names[TS_PARALLEL_MAX_COMMS][16];
+    ts_comm *comms[TS_PARALLEL_MAX_COMMS];
+} ts_parallel;
+
+/* Builds the mesh (sizes->world must equal the world communicator's size)
+ * and splits one communicator per token. Collective over `world`. */
+ts_status ts_parallel_create(ts_comm *world, const ts_mesh_sizes *sizes,
+                             const char *order, ts_parallel **out);
+void ts_parallel_destroy(ts_parallel *p);
+
+/* The communicator of a token ("dp", "dp-cp", "world", ...), or NULL. */
+ts_comm *ts_parallel_comm(const ts_parallel *p, const char *token);
+/* This rank's coordinate on an axis. */
+int ts_parallel_coord(const ts_parallel *p, ts_mesh_axis axis);
+
+/* Writes {"dp":{"all_reduce":{...}},...} of every communicator that did
+ * something, for the metrics; returns TS_ERR_INVALID if cap is too small. */
+ts_status ts_parallel_counters_json(const ts_parallel *p, char *buf, size_t cap);
+/* Prints a per-communicator, per-op table (calls, bytes, seconds, algbw,
+ * busbw) — the end-of-run communication report. */
+void ts_parallel_report(const ts_parallel *p, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TESSERA_CORE_PARALLEL_H */
