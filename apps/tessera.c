@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "parallel.h"
 #include "train.h"
 
 static const char *usage_main =
@@ -87,6 +88,27 @@ static int wants_help(int argc, char **argv) {
     return 0;
 }
 
+/* Starts MPI (a singleton without mpirun) and builds the parallel context
+ * from the configuration. */
+static ts_status start_parallel(int *argc, char ***argv, const ts_config *cfg,
+                                ts_comm **world, ts_parallel **par) {
+    TS_TRY(ts_comm_world_init(argc, argv, ts_config_float(cfg, "comm", "timeout_s"), world));
+    int n = ts_comm_size(*world);
+    const char *plugins = ts_config_str(cfg, "parallel", "plugins");
+    if (plugins[0]) {
+        char where[512];
+        ts_config_where(cfg, "parallel", "plugins", where, sizeof where);
+        return ts_error(TS_ERR_CONFIG, "%s: '%s': plugins are not available in this build", where,
+                        plugins);
+    }
+    if (n > 1)
+        return ts_error(TS_ERR_CONFIG,
+                        "the job has %d ranks but no plugin registers an axis to use them "
+                        "([parallel] plugins is empty)", n);
+    ts_mesh_sizes sizes = {.world = n, .tp = 1, .cp = 1, .ep = 1, .dp = 0, .pp = 1};
+    return ts_parallel_create(*world, &sizes, ts_config_str(cfg, "parallel", "order"), par);
+}
+
 static int cmd_train(int argc, char **argv) {
     if (wants_help(argc, argv)) {
         fputs(usage_train, stdout);
@@ -99,12 +121,19 @@ static int cmd_train(int argc, char **argv) {
     ts_config *cfg = NULL;
     ts_status st = load_config(argc, argv, NULL, NULL, &cfg);
     if (st) return fail(st);
+    ts_comm *world = NULL;
+    ts_parallel *par = NULL;
     ts_trainer *t = NULL;
-    st = ts_trainer_create(cfg, &t);
+    st = start_parallel(&argc, &argv, cfg, &world, &par);
+    if (!st) st = ts_trainer_create(cfg, par, &t);
     if (!st) st = ts_trainer_run(t);
     int rc = st ? fail(st) : 0;
     ts_trainer_destroy(t);
+    ts_parallel_destroy(par);
     ts_config_destroy(cfg);
+    /* A failure on one rank must not leave its peers waiting. */
+    if (rc && world && ts_comm_size(world) > 1) ts_comm_abort(world, rc);
+    ts_comm_world_finalize(world);
     return rc;
 }
 
@@ -129,7 +158,7 @@ static int cmd_export(int argc, char **argv) {
     /* Export what a checkpoint holds, not what resume would do. */
     st = ts_config_set(cfg, "train.resume=no");
     ts_trainer *t = NULL;
-    if (!st) st = ts_trainer_create(cfg, &t);
+    if (!st) st = ts_trainer_create(cfg, NULL, &t);
     char latest[4096];
     if (!st && !checkpoint) {
         const char *dir = ts_config_str(cfg, "train", "checkpoint_dir");

@@ -69,33 +69,49 @@ static ts_comm *parallel_nth(const ts_parallel *p, int i, const char **name) {
     return p->comms[i - 1];
 }
 
-static int parallel_active(const ts_comm *c) {
-    for (int op = 0; op < TS_COMM_NOPS; op++)
-        if (ts_comm_counter(c, (ts_comm_op)op).calls > 0) return 1;
-    return 0;
-}
-
-ts_status ts_parallel_counters_json(const ts_parallel *p, char *buf, size_t cap) {
-    size_t used = 0;
-    int first = 1;
-    if (cap < 3) return ts_error(TS_ERR_INVALID, "parallel: counters buffer too small");
-    buf[used++] = '{';
+void ts_parallel_snapshot_take(const ts_parallel *p, ts_parallel_snapshot *s) {
     for (int i = 0; i <= p->ncomms; i++) {
         const char *name;
         ts_comm *c = parallel_nth(p, i, &name);
-        if (!parallel_active(c)) continue;
-        if (!first) {
-            if (used + 1 >= cap) return ts_error(TS_ERR_INVALID, "parallel: counters buffer too small");
-            buf[used++] = ',';
-        }
-        first = 0;
-        size_t len = 0;
-        TS_TRY(ts_comm_counters_json(c, buf + used, cap - used, &len));
-        used += len;
+        for (int op = 0; op < TS_COMM_NOPS; op++) s->c[i][op] = ts_comm_counter(c, (ts_comm_op)op);
     }
-    if (used + 2 > cap) return ts_error(TS_ERR_INVALID, "parallel: counters buffer too small");
-    buf[used++] = '}';
-    buf[used] = '\0';
+}
+
+ts_status ts_parallel_counters_json(const ts_parallel *p, const ts_parallel_snapshot *since,
+                                    char *buf, size_t cap) {
+    size_t used = 0;
+    int first = 1;
+#define PUT(...)                                                                                   \
+    do {                                                                                           \
+        int n_ = snprintf(buf + used, cap - used, __VA_ARGS__);                                    \
+        if (n_ < 0 || (size_t)n_ >= cap - used)                                                    \
+            return ts_error(TS_ERR_INVALID, "parallel: counters buffer too small");                \
+        used += (size_t)n_;                                                                        \
+    } while (0)
+    PUT("{");
+    for (int i = 0; i <= p->ncomms; i++) {
+        const char *name;
+        ts_comm *c = parallel_nth(p, i, &name);
+        int opened = 0;
+        for (int op = 0; op < TS_COMM_NOPS; op++) {
+            ts_comm_op_counter k = ts_comm_counter(c, (ts_comm_op)op);
+            if (since) {
+                k.calls -= since->c[i][op].calls;
+                k.bytes -= since->c[i][op].bytes;
+                k.seconds -= since->c[i][op].seconds;
+            }
+            if (k.calls == 0) continue;
+            if (!opened) PUT("%s\"%s\":{", first ? "" : ",", name);
+            PUT("%s\"%s\":{\"calls\":%llu,\"bytes\":%llu,\"seconds\":%.9g}", opened ? "," : "",
+                ts_comm_op_name((ts_comm_op)op), (unsigned long long)k.calls,
+                (unsigned long long)k.bytes, k.seconds);
+            opened = 1;
+            first = 0;
+        }
+        if (opened) PUT("}");
+    }
+    PUT("}");
+#undef PUT
     return TS_OK;
 }
 

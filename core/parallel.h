@@ -43,9 +43,17 @@ ts_comm *ts_parallel_comm(const ts_parallel *p, const char *token);
 /* This rank's coordinate on an axis. */
 int ts_parallel_coord(const ts_parallel *p, ts_mesh_axis axis);
 
-/* Writes {"dp":{"all_reduce":{...}},...} of every communicator that did
- * something, for the metrics; returns TS_ERR_INVALID if cap is too small. */
-ts_status ts_parallel_counters_json(const ts_parallel *p, char *buf, size_t cap);
+/* The counters of every communicator at one moment, for per-step deltas. */
+typedef struct ts_parallel_snapshot {
+    ts_comm_op_counter c[TS_PARALLEL_MAX_COMMS + 1][TS_COMM_NOPS];
+} ts_parallel_snapshot;
+
+void ts_parallel_snapshot_take(const ts_parallel *p, ts_parallel_snapshot *s);
+/* Writes {"dp":{"all_reduce":{"calls":..,"bytes":..,"seconds":..}},...}: what
+ * each communicator did since `since` (all of it when since is NULL), only
+ * communicators and ops with calls. TS_ERR_INVALID if cap is too small. */
+ts_status ts_parallel_counters_json(const ts_parallel *p, const ts_parallel_snapshot *since,
+                                    char *buf, size_t cap);
 /* Prints a per-communicator, per-op table (calls, bytes, seconds, algbw,
  * busbw) — the end-of-run communication report. */
 void ts_parallel_report(const ts_parallel *p, FILE *f);

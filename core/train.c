@@ -22,10 +22,17 @@
 
 #include "cpu_kernels.h"
 #include "data.h"
+#include "parallel.h"
 #include "schedule.h"
 
 struct ts_trainer {
     const ts_config *cfg;
+    ts_parallel *par;       /* borrowed; NULL on one rank without MPI      */
+    int rank0;              /* this rank prints, writes metrics/checkpoints */
+    int dp, dp_rank;        /* the data-parallel axis: batch sharding       */
+    ts_comm *batch_comm;    /* ranks that split one global batch (dp-cp)    */
+    ts_parallel_snapshot *snap;
+    int64_t epochs;         /* [data] epochs; 0 = wrap around               */
     ts_model_config mcfg;
     ts_model *model;
     ts_optimizer *optim;
@@ -113,11 +120,23 @@ static int trainer_default_threads(void) {
     return n < 1 ? 1 : (int)n;
 }
 
-ts_status ts_trainer_create(const ts_config *cfg, ts_trainer **out) {
+ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_trainer **out) {
     *out = NULL;
     ts_trainer *t = calloc(1, sizeof *t);
     if (!t) return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
     t->cfg = cfg;
+    t->par = par;
+    t->rank0 = !par || par->rank == 0;
+    t->dp = par ? ts_mesh_axis_size(par->mesh, TS_AXIS_DP) : 1;
+    t->dp_rank = par ? ts_parallel_coord(par, TS_AXIS_DP) : 0;
+    t->batch_comm = par ? ts_parallel_comm(par, "dp-cp") : NULL;
+    if (par) {
+        t->snap = calloc(1, sizeof *t->snap);
+        if (!t->snap) {
+            free(t);
+            return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
+        }
+    }
     ts_status st = TS_OK;
 #define CHECK(expr)                                                            \
     do {                                                                       \
@@ -133,10 +152,6 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_trainer **out) {
         CHECK(key_error(cfg, "train", "device",
                         "'%s' is not available in this build (only cpu)",
                         ts_config_str(cfg, "train", "device")));
-    const char *plugins = ts_config_str(cfg, "parallel", "plugins");
-    if (plugins[0])
-        CHECK(key_error(cfg, "parallel", "plugins",
-                        "'%s': this build trains on one rank and loads no plugins", plugins));
 
     t->T = (int)ts_config_int(cfg, "train", "seq_len");
     if (t->T == 0) t->T = t->mcfg.context;
@@ -145,12 +160,14 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_trainer **out) {
                         t->T, t->mcfg.context));
     t->B = (int)ts_config_int(cfg, "train", "micro_batch");
     t->global_batch = (int)ts_config_int(cfg, "train", "global_batch");
-    if (t->global_batch == 0) t->global_batch = t->B;
-    if (t->global_batch % t->B != 0)
+    if (t->global_batch == 0) t->global_batch = t->B * t->dp;
+    if (t->global_batch % (t->B * t->dp) != 0)
         CHECK(key_error(cfg, "train", "global_batch",
-                        "global_batch = %d is not a multiple of micro_batch = %d",
-                        t->global_batch, t->B));
-    t->micro_batches = t->global_batch / t->B;
+                        "global_batch = %d is not a multiple of micro_batch x dp = %d x %d",
+                        t->global_batch, t->B, t->dp));
+    /* Megatron-LM's rule: m = global_batch / (micro_batch * dp). */
+    t->micro_batches = t->global_batch / (t->B * t->dp);
+    t->epochs = ts_config_int(cfg, "data", "epochs");
     t->steps = ts_config_int(cfg, "train", "steps");
     t->log_every = (int)ts_config_int(cfg, "train", "log_every");
     t->ckpt_dir = ts_config_str(cfg, "train", "checkpoint_dir");
@@ -206,7 +223,7 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_trainer **out) {
     t->state = (ts_train_state){t->model, t->optim, 0, 0, seed};
     CHECK(ts_schedule_default(t->micro_batches, &t->schedule));
 
-    size_t toks = (size_t)t->global_batch * t->T;
+    size_t toks = (size_t)t->micro_batches * t->B * t->T;
     t->tokens = ts_mem_alloc(TS_MEM_OTHER, toks * sizeof(int32_t));
     t->targets = ts_mem_alloc(TS_MEM_OTHER, toks * sizeof(int32_t));
     t->ctx = calloc((size_t)t->micro_batches, sizeof *t->ctx);
@@ -221,14 +238,14 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_trainer **out) {
         CHECK(ts_checkpoint_latest(t->ckpt_dir, path, sizeof path, &found));
         if (found) {
             CHECK(ts_trainer_load(t, path));
-            printf("resumed from %s at step %lld\n", path, (long long)t->state.step);
+            if (t->rank0) printf("resumed from %s at step %lld\n", path, (long long)t->state.step);
             resumed = 1;
-        } else {
+        } else if (t->rank0) {
             printf("resume = auto: no checkpoint in %s, starting from step 0\n", t->ckpt_dir);
         }
     }
     const char *metrics = ts_config_str(cfg, "train", "metrics");
-    if (metrics[0]) {
+    if (metrics[0] && t->rank0) {
         t->metrics = fopen(metrics, resumed ? "a" : "w");
         if (!t->metrics)
             CHECK(key_error(cfg, "train", "metrics", "cannot open %s: %s", metrics, strerror(errno)));
@@ -244,6 +261,7 @@ fail:
 void ts_trainer_destroy(ts_trainer *t) {
     if (!t) return;
     if (t->metrics) fclose(t->metrics);
+    free(t->snap);
     ts_schedule_free(&t->schedule);
     ts_mem_free(t->tokens);
     ts_mem_free(t->targets);
@@ -270,14 +288,48 @@ ts_status ts_trainer_export(ts_trainer *t, const char *path) {
     return ts_llmc_save(path, t->model, t->optim->master);
 }
 
-/* Reads the global batch of this step and counts its valid targets. */
+/* The global window read by sequence b of micro-batch k on this rank. As in
+ * Megatron-LM's pretraining sampler, micro-batch k of all dp ranks together
+ * covers B * dp consecutive windows, rank r taking the r-th block of B, so
+ * the union over ranks is exactly the global batch one rank would read. */
+static int64_t trainer_window(const ts_trainer *t, int k, int b) {
+    return t->state.data_cursor + ((int64_t)k * t->dp + t->dp_rank) * t->B + b;
+}
+
+/* Whether every window of this step lies within [data] epochs (always, when
+ * epochs = 0), agreed by all ranks: a rank that is short stops everybody. */
+static ts_status trainer_have_data(ts_trainer *t, int *have) {
+    int32_t ok = 1;
+    if (t->epochs > 0) {
+        int64_t limit = t->epochs * ts_dataset_num_windows(t->data, t->T);
+        int64_t last = trainer_window(t, t->micro_batches - 1, t->B - 1);
+        ok = last < limit;
+    }
+    if (t->par && t->par->size > 1) {
+        int32_t all = 0;
+        TS_TRY(ts_comm_all_reduce(t->par->world, &ok, &all, 1, TS_I32, TS_REDUCE_MIN));
+        ok = all;
+    }
+    *have = ok;
+    return TS_OK;
+}
+
+/* Reads this rank's part of the global batch and counts the valid targets of
+ * the whole global batch. */
 static ts_status trainer_load_batch(ts_trainer *t, int64_t *valid) {
     int T = t->T;
-    for (int s = 0; s < t->global_batch; s++)
-        TS_TRY(ts_dataset_window(t->data, t->state.data_cursor + s, T,
-                                 t->tokens + (size_t)s * T, t->targets + (size_t)s * T));
-    int64_t n = 0;
-    for (size_t i = 0; i < (size_t)t->global_batch * T; i++) n += t->targets[i] >= 0;
+    size_t seq = 0;
+    for (int k = 0; k < t->micro_batches; k++)
+        for (int b = 0; b < t->B; b++, seq++)
+            TS_TRY(ts_dataset_window(t->data, trainer_window(t, k, b), T, t->tokens + seq * T,
+                                     t->targets + seq * T));
+    int32_t n = 0;
+    for (size_t i = 0; i < seq * T; i++) n += t->targets[i] >= 0;
+    if (t->batch_comm && ts_comm_size(t->batch_comm) > 1) {
+        int32_t sum = 0;
+        TS_TRY(ts_comm_all_reduce(t->batch_comm, &n, &sum, 1, TS_I32, TS_REDUCE_SUM));
+        n = sum;
+    }
     *valid = n;
     return TS_OK;
 }
@@ -318,6 +370,11 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
                             (int)a->kind);
         }
     }
+    if (t->batch_comm && ts_comm_size(t->batch_comm) > 1) {
+        float local = (float)loss_sum, sum = 0.0f;
+        TS_TRY(ts_comm_all_reduce(t->batch_comm, &local, &sum, 1, TS_F32, TS_REDUCE_SUM));
+        loss_sum = sum;
+    }
     t->state.step++;
     t->state.data_cursor += t->global_batch;
     double dt = now_seconds() - t0;
@@ -333,7 +390,9 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
     return TS_OK;
 }
 
-static void trainer_write_metrics(ts_trainer *t, const ts_step_stats *s) {
+static void trainer_print_header(ts_trainer *t);
+
+static ts_status trainer_write_metrics(ts_trainer *t, const ts_step_stats *s) {
     FILE *f = t->metrics;
     ts_mem_counter total = ts_mem_stats(TS_MEM_NCAT);
     fprintf(f, "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.9g,\"grad_norm\":%.9g,"
@@ -345,11 +404,60 @@ static void trainer_write_metrics(ts_trainer *t, const ts_step_stats *s) {
         fprintf(f, "%s\"%s\":{\"allocated\":%zu,\"reserved\":%zu,\"peak\":%zu}", c ? "," : "",
                 ts_mem_category_name((ts_mem_category)c), k.allocated, k.reserved, k.peak);
     }
-    fprintf(f, "},\"comm\":{}}\n");
+    fprintf(f, "},\"comm\":");
+    if (t->par) {
+        char buf[16384];
+        TS_TRY(ts_parallel_counters_json(t->par, t->snap, buf, sizeof buf));
+        fputs(buf, f);
+    } else {
+        fputs("{}", f);
+    }
+    fputs("}\n", f);
     fflush(f);
+    return TS_OK;
 }
 
 ts_status ts_trainer_run(ts_trainer *t) {
+    const ts_model_config *c = &t->mcfg;
+    if (t->rank0) trainer_print_header(t);
+    while (t->state.step < t->steps) {
+        int have = 1;
+        TS_TRY(trainer_have_data(t, &have));
+        if (!have) {
+            if (t->rank0)
+                printf("data: [data] epochs = %lld exhausted before step %lld; stopping on all "
+                       "ranks\n", (long long)t->epochs, (long long)t->state.step + 1);
+            break;
+        }
+        if (t->par) ts_parallel_snapshot_take(t->par, t->snap);
+        ts_step_stats s;
+        TS_TRY(ts_trainer_step(t, &s));
+        ts_mem_counter total = ts_mem_stats(TS_MEM_NCAT);
+        if (t->rank0 && (s.step % t->log_every == 0 || s.step == t->steps)) {
+            printf("step %5lld/%lld | loss %.6f | lr %.3e | norm %.4f | %8.0f tok/s | "
+                   "%8.1f ms | peak %.1f MiB\n",
+                   (long long)s.step, (long long)t->steps, s.loss, (double)s.lr, s.grad_norm,
+                   s.tokens_per_s, s.step_ms, (double)total.peak / (1 << 20));
+            fflush(stdout);
+        }
+        if (t->metrics) TS_TRY(trainer_write_metrics(t, &s));
+        if (t->ckpt_dir[0] &&
+            ((t->ckpt_every > 0 && s.step % t->ckpt_every == 0) || s.step == t->steps)) {
+            char path[4096];
+            /* Data-parallel replicas hold the same state: rank 0 writes it. */
+            if (t->rank0) {
+                TS_TRY(ts_checkpoint_save(t->ckpt_dir, &t->state, path, sizeof path));
+                printf("checkpoint: %s\n", path);
+                fflush(stdout);
+            }
+        }
+    }
+    (void)c;
+    if (t->par && t->rank0) ts_parallel_report(t->par, stdout);
+    return TS_OK;
+}
+
+static void trainer_print_header(ts_trainer *t) {
     const ts_model_config *c = &t->mcfg;
     printf("model: gpt2 layers=%d d_model=%d heads=%d vocab=%d (padded %d) context=%d, "
            "%zu parameters, %s\n",
@@ -363,26 +471,8 @@ ts_status ts_trainer_run(ts_trainer *t) {
            "(%d micro-batches), %d threads\n",
            (long long)t->steps, t->T, t->B, t->global_batch, t->micro_batches,
            ts_cpu_get_threads());
+    if (t->par)
+        printf("parallel: %d ranks, mesh order %s, dp %d (%d micro-batches of %d per rank)\n",
+               t->par->size, ts_mesh_order(t->par->mesh), t->dp, t->micro_batches, t->B);
     fflush(stdout);
-    while (t->state.step < t->steps) {
-        ts_step_stats s;
-        TS_TRY(ts_trainer_step(t, &s));
-        ts_mem_counter total = ts_mem_stats(TS_MEM_NCAT);
-        if (s.step % t->log_every == 0 || s.step == t->steps) {
-            printf("step %5lld/%lld | loss %.6f | lr %.3e | norm %.4f | %8.0f tok/s | "
-                   "%8.1f ms | peak %.1f MiB\n",
-                   (long long)s.step, (long long)t->steps, s.loss, (double)s.lr, s.grad_norm,
-                   s.tokens_per_s, s.step_ms, (double)total.peak / (1 << 20));
-            fflush(stdout);
-        }
-        if (t->metrics) trainer_write_metrics(t, &s);
-        if (t->ckpt_dir[0] &&
-            ((t->ckpt_every > 0 && s.step % t->ckpt_every == 0) || s.step == t->steps)) {
-            char path[4096];
-            TS_TRY(ts_checkpoint_save(t->ckpt_dir, &t->state, path, sizeof path));
-            printf("checkpoint: %s\n", path);
-            fflush(stdout);
-        }
-    }
-    return TS_OK;
 }

@@ -7,6 +7,7 @@
 #define TESSERA_CORE_TRAIN_H
 
 #include "config.h"
+#include "parallel.h"
 #include "state.h"
 
 #ifdef __cplusplus
@@ -28,8 +29,10 @@ typedef struct ts_step_stats {
 /* Builds everything from cfg (already validated): the model shape (from
  * [model] or from an llm.c checkpoint named by [model] init), the data,
  * the optimizer, and resumes from the newest checkpoint with
- * [train] resume = auto. Cross-key errors name the file, line and key. */
-ts_status ts_trainer_create(const ts_config *cfg, ts_trainer **out);
+ * [train] resume = auto. Cross-key errors name the file, line and key.
+ * `par` (borrowed, may be NULL for one rank) gives the mesh: each dp rank
+ * reads its part of the global batch and the loss is normalised over all. */
+ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_trainer **out);
 void ts_trainer_destroy(ts_trainer *t);
 
 /* Runs until [train] steps are done. */

@@ -41,9 +41,9 @@
  * Axes apply in layout order: the first axis that shards dimension d cuts the
  * global extent, the next one cuts that rank's block again with the same rule,
  * and so on (DTensor's default, left-to-right). So with global shape [10] and
- * "a:S(0) b:S(0)", sizes a=2, b=3, the rank at (a=1, b=2) holds elements
- * 5 + [3, 5) = [8, 10) — b's split of a's block [5, 10). R and P never change
- * the shape. Partial on several axes means the sum over all of them.
+ * "a:S(0) b:S(0)", sizes a=2, b=3, a's part 1 is [5, 10), which b cuts into
+ * [5, 7) [7, 9) [9, 10): the rank at (a=1, b=2) holds [9, 10). R and P never
+ * change the shape. Partial on several axes means the sum over all of them.
  *
  * Redistribution: one axis at a time
  * ----------------------------------
@@ -272,11 +272,12 @@ ts_status ts_redistribute(const ts_layout *from, const ts_layout *to, int axis,
                           ts_comm *axis_comm, const int *coords,
                           const ts_tensor *in, ts_tensor *out);
 
-/* The collective ts_redistribute runs for a change from `from` to `to` on an
- * axis of more than one rank: TS_COMM_ALL_REDUCE, TS_COMM_REDUCE_SCATTER,
- * TS_COMM_ALL_GATHER or TS_COMM_ALL_TO_ALL (the `v` forms count under these,
- * as in comm.h), or -1 when it runs none (a copy, a slice, a zero-fill).
- * For `tessera plan` and tests. */
+/* The collective ts_redistribute runs for a change from `from` to `to`:
+ * TS_COMM_ALL_REDUCE, TS_COMM_REDUCE_SCATTER, TS_COMM_ALL_GATHER or
+ * TS_COMM_ALL_TO_ALL (the `v` forms count under these, as in comm.h), or -1
+ * when it runs none (a copy, a slice, a zero-fill). The collective runs on an
+ * axis of size 1 too (where it is a copy), so the counters are alike for
+ * every size. For `tessera plan` and tests. */
 int ts_redistribute_collective(ts_placement from, ts_placement to);
 
 /* ===========================================================================
@@ -319,7 +320,8 @@ ts_layout_plan_entry *ts_layout_plan_find(ts_layout_plan *p, const char *name);
  *     wte        stage 0  global [50257x768]  local [25129x768]  tp:S(0) dp:R
  * "stage -" for an unassigned stage; "local" is the block at coordinate 0 on
  * every axis, the largest any rank holds. Nothing for an empty plan.
- * Failure: TS_ERR_IO if writing to f fails. */
+ * Failure: TS_ERR_INVALID (naming the tensor) if a transform left an invalid
+ * layout, before anything is printed; TS_ERR_IO if writing to f fails. */
 ts_status ts_layout_plan_print(const ts_layout_plan *p, FILE *f);
 
 /* Releases the entries and leaves an empty plan. NULL is ignored. */

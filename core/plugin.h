@@ -1,0 +1,148 @@
+/*
+ * plugin.h (core) — the plugin loader and the registry of what plugins
+ * provide, as the rest of the core sees them. The plugin-facing side (the
+ * descriptor, the host table, the callback types) is include/tessera/plugin.h.
+ *
+ * Start-up, in order:
+ *     ts_config_create; ts_config_register(core keys); ts_config_load; --set
+ *     ts_plugins_create(&reg)
+ *     ts_plugins_load(reg, cfg)      opens [parallel] plugins, registers their
+ *                                    keys, validates the config, runs init
+ *     ts_plugins_mesh_sizes(...)     -> ts_mesh / ts_parallel
+ *     ts_plugins_set_comm_source     so host->comm can answer
+ *     ts_plugins_apply_transforms(reg, plan)
+ *     ... ts_plugins_run_hooks, ts_plugins_scheduler, ts_plugins_dispatcher
+ *     ts_plugins_destroy(reg)        fini in reverse order, dlclose
+ * ts_plugins_load replaces the caller's own ts_config_validate (it must run
+ * after the plugins' keys are in the schema).
+ *
+ * What it does not do: build the mesh or the communicators, or know any
+ * plugin by name.
+ */
+#ifndef TESSERA_CORE_PLUGIN_H
+#define TESSERA_CORE_PLUGIN_H
+
+#include <stdio.h>
+
+#include "config.h"
+#include "tessera/mesh.h"
+#include "tessera/plugin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ts_plugins ts_plugins;
+
+ts_status ts_plugins_create(ts_plugins **out);
+/* Calls fini of every initialised plugin (reverse load order), dlcloses every
+ * library and frees the registry. NULL is a no-op. */
+void ts_plugins_destroy(ts_plugins *reg);
+
+/* Where the log of host->log goes (default stderr, TS_LOG_INFO). */
+void ts_plugins_set_log(ts_plugins *reg, FILE *f, ts_plugin_log_level level);
+
+/* Step 1: opens and checks every plugin of `[parallel] plugins` (',' or blank
+ * separated) and registers its keys in cfg (section = its name). `cfg` is
+ * borrowed and must outlive the registry; its core keys must be registered.
+ * Failures (TS_ERR_PLUGIN, messages name the plugin, the file and the
+ * searched directories or versions): not found, not loadable, no entry
+ * symbol, ABI major mismatch, newer ABI minor, struct_size too small, name
+ * different from the file name, a name given twice or equal to a core
+ * section; TS_ERR_CONFIG for a bad key declaration. */
+ts_status ts_plugins_open(ts_plugins *reg, ts_config *cfg);
+/* Opens one plugin by name, searching `[parallel] plugin_path` of the
+ * registry's config (if any), TESSERA_PLUGIN_PATH and the built-in
+ * directory. Used by ts_plugins_open; exposed for tools. */
+ts_status ts_plugins_open_one(ts_plugins *reg, const char *name);
+/* Opens every tessera-*.so in the search path without a config (for
+ * `tessera plugins` without --config). Files that fail are reported on `err`
+ * (may be NULL) and skipped; returns TS_OK unless out of memory. */
+ts_status ts_plugins_discover(ts_plugins *reg, const char *plugin_path,
+                              FILE *err);
+
+/* Step 2: calls init of every opened plugin in load order and checks each
+ * registration against the earlier ones (axes, owned transform phases,
+ * transform, scheduler and dispatcher names). On failure the plugins already
+ * initialised stay initialised (destroy calls their fini). */
+ts_status ts_plugins_init(ts_plugins *reg);
+
+/* open + ts_config_validate + init. */
+ts_status ts_plugins_load(ts_plugins *reg, ts_config *cfg);
+
+/* --- the registry -------------------------------------------------------- */
+
+int ts_plugins_count(const ts_plugins *reg);
+const char *ts_plugins_name(const ts_plugins *reg, int i);
+const char *ts_plugins_path(const ts_plugins *reg, int i);
+const char *ts_plugins_version(const ts_plugins *reg, int i);
+
+typedef struct ts_plugin_axis_entry {
+    char name[8];       /* "tp", "ep", ...                       */
+    int size;           /* >= 1, or TS_PLUGIN_AXIS_AUTO          */
+    ts_mesh_kind mesh;
+    const char *plugin; /* the plugin that claimed it            */
+} ts_plugin_axis_entry;
+int ts_plugins_num_axes(const ts_plugins *reg);
+const ts_plugin_axis_entry *ts_plugins_axis(const ts_plugins *reg, int i);
+
+/* The mesh sizes for `world` ranks: claimed axes with their sizes, an auto
+ * axis derived as world / (the other axes of its mesh), unclaimed dense axes
+ * 1, unclaimed etp and edp 0 (ts_mesh_create's defaults: tp and derived).
+ * TS_ERR_CONFIG, naming the axes, for two auto axes in one mesh or a world
+ * the others do not divide. */
+ts_status ts_plugins_mesh_sizes(const ts_plugins *reg, int world,
+                                ts_mesh_sizes *out);
+
+/* host->comm resolves tokens through this function (e.g. a wrapper around
+ * ts_parallel_comm). Until it is set, host->comm answers NULL. */
+typedef ts_comm *(*ts_plugins_comm_fn)(void *source, const char *token);
+void ts_plugins_set_comm_source(ts_plugins *reg, ts_plugins_comm_fn fn,
+                                void *source);
+
+/* Applies every transform to `plan` in phase order, then registration order.
+ * Stops at the first failure: TS_ERR_PLUGIN (or the transform's code) with
+ * "plugin 'tp': transform 'shard' (phase SHARD_TENSOR): <message>". */
+ts_status ts_plugins_apply_transforms(ts_plugins *reg, ts_layout_plan *plan);
+/* "PIPELINE", "SHARD_TENSOR", ...; "?" out of range. */
+const char *ts_plugin_phase_name(ts_plugin_phase phase);
+
+/* Runs the hooks of event->kind in registration order (event->struct_size
+ * is filled in here). Stops at the first failure, prefixing the message with
+ * "plugin '<name>': hook <kind>: ". */
+ts_status ts_plugins_run_hooks(ts_plugins *reg, ts_plugin_hook_event *event);
+/* "grad_ready", "before_forward", ...; "?" out of range. */
+const char *ts_plugin_hook_name(ts_plugin_hook_kind kind);
+int ts_plugins_num_hooks(const ts_plugins *reg, ts_plugin_hook_kind kind);
+
+/* Runs the scheduler called `name` into `out` (emptied first). TS_ERR_CONFIG
+ * for an unknown name (listing the known ones). `args->struct_size` is filled
+ * in here. On failure `out` is left empty. */
+ts_status ts_plugins_schedule(ts_plugins *reg, const char *name,
+                              ts_plugin_schedule_args *args, ts_schedule *out);
+int ts_plugins_has_scheduler(const ts_plugins *reg, const char *name);
+
+/* A registered dispatcher: its ops (copied, absent optional slots NULL), user
+ * pointer and the context to pass to every call. */
+typedef struct ts_plugin_dispatcher_entry {
+    char name[TS_PLUGIN_NAME_MAX];
+    ts_plugin_dispatcher_ops ops;
+    void *user;
+    ts_plugin_ctx *ctx;
+    const char *plugin;
+} ts_plugin_dispatcher_entry;
+/* The dispatcher called `name`, or NULL with TS_ERR_CONFIG set as the last
+ * error (listing the known ones). */
+const ts_plugin_dispatcher_entry *ts_plugins_dispatcher(const ts_plugins *reg,
+                                                        const char *name);
+
+/* Lists every plugin (like ompi_info): name, version, ABI, file and
+ * description, each INI key with type, default, range or choices and help,
+ * then what it registered (axes, transforms by phase, hooks, schedulers,
+ * dispatchers) once initialised. TS_ERR_IO if writing fails. */
+ts_status ts_plugins_describe(const ts_plugins *reg, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TESSERA_CORE_PLUGIN_H */
