@@ -557,6 +557,20 @@ static ts_status model_build_modules(ts_model *m) {
     m->modules[L + 1] = module_new(m, &head_ops, "head", h);
     for (int i = 0; i < m->nmodules; i++)
         if (!m->modules[i]) return ts_error(TS_ERR_NOMEM, "model: out of memory");
+    /* Which parameters each module reads, for gradient-ready tracking. */
+    ts_module *emb = m->modules[0], *head = m->modules[L + 1];
+    emb->param_index[emb->nparams++] = (int)(e->wte - m->params);
+    emb->param_index[emb->nparams++] = (int)(e->wpe - m->params);
+    for (int l = 0; l < L; l++) {
+        ts_module *mod = m->modules[1 + l];
+        block_impl *b = mod->impl;
+        ts_param *list[12] = {b->ln1w, b->ln1b, b->qkvw, b->qkvb, b->projw, b->projb,
+                              b->ln2w, b->ln2b, b->fcw,  b->fcb,  b->fcprojw, b->fcprojb};
+        for (int i = 0; i < 12; i++) mod->param_index[mod->nparams++] = (int)(list[i] - m->params);
+    }
+    head->param_index[head->nparams++] = (int)(h->lnfw - m->params);
+    head->param_index[head->nparams++] = (int)(h->lnfb - m->params);
+    head->param_index[head->nparams++] = (int)(h->wte - m->params);
     return TS_OK;
 }
 
@@ -689,6 +703,7 @@ ts_status ts_model_backward(ts_model *m, ts_step_ctx *ctx) {
     for (int i = m->nmodules - 1; i >= 0 && !st; i--) {
         st = m->modules[i]->ops->backward(m->modules[i], ctx, &grads[cur],
                                           i > 0 ? &grads[1 - cur] : NULL);
+        if (!st && ctx->module_done) st = ctx->module_done(ctx->module_done_user, i);
         cur = 1 - cur;
     }
     ts_mem_free(buf);

@@ -39,6 +39,10 @@ typedef struct ts_step_ctx {
                                tokens in the global batch)                  */
     double loss_sum;        /* out: the head adds the sum of token losses   */
     int64_t valid_tokens;   /* out: the head adds the unmasked positions    */
+    /* Optional: called after each module's backward with the module's index
+     * in the model (gradient-ready hooks start reductions from here). */
+    ts_status (*module_done)(void *user, int module);
+    void *module_done_user;
 } ts_step_ctx;
 
 typedef struct ts_module ts_module;
@@ -65,6 +69,8 @@ struct ts_module {
     char name[TS_NAME_MAX];
     ts_model *model; /* parameters, workspace and precision live here */
     void *impl;
+    int nparams;     /* the parameters it reads: indices into model->params */
+    int param_index[16];
 };
 
 #ifdef __cplusplus
