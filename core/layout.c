@@ -9,7 +9,7 @@
  */
 #include <stdio.h>  /* snprintf, fprintf */
 #include <stdlib.h> /* realloc, free, calloc */
-#include <string.h> /* memcpy, memset, strcmp, strlen */
+#include <string.h> /* memcpy, memset, strcmp, strlen, strstr */
 
 #include "tessera/layout.h"
 
@@ -36,6 +36,17 @@ const char *ts_placement_str(ts_placement p, char *buf, size_t cap) {
 /* ---------------------------------------------------------------------------
  * Validation
  * ------------------------------------------------------------------------- */
+
+/* The last error without its "[rank r/w] " prefix, for wrapping in a new
+ * message (which gets the prefix again). */
+static const char *last_error_bare(void) {
+    const char *m = ts_last_error();
+    if (strncmp(m, "[rank ", 6) == 0) {
+        const char *end = strstr(m, "] ");
+        if (end) return end + 2;
+    }
+    return m;
+}
 
 static ts_status layout_check_name(const char *name) {
     if (!name || !name[0]) return ts_error(TS_ERR_INVALID, "layout: an axis name is required");
@@ -651,10 +662,12 @@ ts_layout_plan_entry *ts_layout_plan_find(ts_layout_plan *p, const char *name) {
 ts_status ts_layout_plan_add(ts_layout_plan *p, const char *name, const ts_layout *layout,
                              int stage) {
     if (!p) return ts_error(TS_ERR_INVALID, "layout plan: NULL plan");
-    if (!name || !name[0]) return ts_error(TS_ERR_INVALID, "layout plan: a tensor name is required");
+    if (!name || !name[0])
+        return ts_error(TS_ERR_INVALID, "layout plan: a tensor name is required");
     if (strlen(name) >= TS_NAME_MAX)
-        return ts_error(TS_ERR_INVALID, "layout plan: tensor name '%s' is longer than %d characters",
-                        name, TS_NAME_MAX - 1);
+        return ts_error(TS_ERR_INVALID,
+                        "layout plan: tensor name '%s' is longer than %d characters", name,
+                        TS_NAME_MAX - 1);
     if (ts_layout_plan_find(p, name))
         return ts_error(TS_ERR_INVALID, "layout plan: tensor '%s' is already in the plan", name);
     if (stage < -1)
@@ -662,7 +675,7 @@ ts_status ts_layout_plan_add(ts_layout_plan *p, const char *name, const ts_layou
                         stage);
     if (ts_layout_validate(layout) != TS_OK) {
         char why[512];
-        snprintf(why, sizeof why, "%s", ts_last_error());
+        snprintf(why, sizeof why, "%s", last_error_bare());
         return ts_error(TS_ERR_INVALID, "layout plan: tensor '%s': %s", name, why);
     }
     if (p->count == p->cap) {
@@ -689,7 +702,7 @@ ts_status ts_layout_plan_print(const ts_layout_plan *p, FILE *f) {
             const ts_layout_plan_entry *e = &p->entries[i];
             if (pass == 0 && ts_layout_validate(&e->layout) != TS_OK) {
                 char why[512];
-                snprintf(why, sizeof why, "%s", ts_last_error());
+                snprintf(why, sizeof why, "%s", last_error_bare());
                 return ts_error(TS_ERR_INVALID, "layout plan: tensor '%s': %s", e->name, why);
             }
             int64_t off[TS_MAX_DIMS], shp[TS_MAX_DIMS];

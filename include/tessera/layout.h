@@ -290,10 +290,19 @@ int ts_redistribute_collective(ts_placement from, ts_placement to);
  * `tessera plan` prints it. The entries array belongs to the plan.
  * ======================================================================== */
 
+/* What a plan entry describes: transforms pick their tensors by kind and
+ * name (a parameter's name is its model name: "wte", "h.3.attn.qkv.weight"). */
+typedef enum ts_plan_kind {
+    TS_PLAN_PARAM = 0,      /* a weight (its gradient has the same layout)   */
+    TS_PLAN_ACTIVATION = 1, /* a tensor passed between modules, (B, T, C)    */
+    TS_PLAN_DATA = 2,       /* the batch read from the data: tokens, targets */
+} ts_plan_kind;
+
 typedef struct ts_layout_plan_entry {
     char name[TS_NAME_MAX]; /* unique within the plan                      */
     ts_layout layout;       /* global shape and placement per axis         */
     int stage;              /* pipeline stage, >= 0; -1: not assigned yet  */
+    ts_plan_kind kind;      /* TS_PLAN_PARAM unless set after adding       */
 } ts_layout_plan_entry;
 
 typedef struct ts_layout_plan {
