@@ -58,8 +58,7 @@ ts_status ts_plugins_open_one(ts_plugins *reg, const char *name);
 /* Opens every tessera-*.so in the search path without a config (for
  * `tessera plugins` without --config). Files that fail are reported on `err`
  * (may be NULL) and skipped; returns TS_OK unless out of memory. */
-ts_status ts_plugins_discover(ts_plugins *reg, const char *plugin_path,
-                              FILE *err);
+ts_status ts_plugins_discover(ts_plugins *reg, const char *plugin_path, FILE *err);
 
 /* Step 2: calls init of every opened plugin in load order and checks each
  * registration against the earlier ones (axes, owned transform phases,
@@ -78,8 +77,8 @@ const char *ts_plugins_path(const ts_plugins *reg, int i);
 const char *ts_plugins_version(const ts_plugins *reg, int i);
 
 typedef struct ts_plugin_axis_entry {
-    char name[8];       /* "tp", "ep", ...                       */
-    int size;           /* >= 1, or TS_PLUGIN_AXIS_AUTO          */
+    char name[8]; /* "tp", "ep", ...                       */
+    int size;     /* >= 1, or TS_PLUGIN_AXIS_AUTO          */
     ts_mesh_kind mesh;
     const char *plugin; /* the plugin that claimed it            */
 } ts_plugin_axis_entry;
@@ -91,14 +90,12 @@ const ts_plugin_axis_entry *ts_plugins_axis(const ts_plugins *reg, int i);
  * 1, unclaimed etp and edp 0 (ts_mesh_create's defaults: tp and derived).
  * TS_ERR_CONFIG, naming the axes, for two auto axes in one mesh or a world
  * the others do not divide. */
-ts_status ts_plugins_mesh_sizes(const ts_plugins *reg, int world,
-                                ts_mesh_sizes *out);
+ts_status ts_plugins_mesh_sizes(const ts_plugins *reg, int world, ts_mesh_sizes *out);
 
 /* host->comm resolves tokens through this function (e.g. a wrapper around
  * ts_parallel_comm). Until it is set, host->comm answers NULL. */
 typedef ts_comm *(*ts_plugins_comm_fn)(void *source, const char *token);
-void ts_plugins_set_comm_source(ts_plugins *reg, ts_plugins_comm_fn fn,
-                                void *source);
+void ts_plugins_set_comm_source(ts_plugins *reg, ts_plugins_comm_fn fn, void *source);
 
 /* Applies every transform to `plan` in phase order, then registration order.
  * Stops at the first failure: TS_ERR_PLUGIN (or the transform's code) with
@@ -118,8 +115,8 @@ int ts_plugins_num_hooks(const ts_plugins *reg, ts_plugin_hook_kind kind);
 /* Runs the scheduler called `name` into `out` (emptied first). TS_ERR_CONFIG
  * for an unknown name (listing the known ones). `args->struct_size` is filled
  * in here. On failure `out` is left empty. */
-ts_status ts_plugins_schedule(ts_plugins *reg, const char *name,
-                              ts_plugin_schedule_args *args, ts_schedule *out);
+ts_status ts_plugins_schedule(ts_plugins *reg, const char *name, ts_plugin_schedule_args *args,
+                              ts_schedule *out);
 int ts_plugins_has_scheduler(const ts_plugins *reg, const char *name);
 
 /* A registered dispatcher: its ops (copied, absent optional slots NULL), user
@@ -133,14 +130,18 @@ typedef struct ts_plugin_dispatcher_entry {
 } ts_plugin_dispatcher_entry;
 /* The dispatcher called `name`, or NULL with TS_ERR_CONFIG set as the last
  * error (listing the known ones). */
-const ts_plugin_dispatcher_entry *ts_plugins_dispatcher(const ts_plugins *reg,
-                                                        const char *name);
+const ts_plugin_dispatcher_entry *ts_plugins_dispatcher(const ts_plugins *reg, const char *name);
 
 /* Lists every plugin (like ompi_info): name, version, ABI, file and
  * description, each INI key with type, default, range or choices and help,
  * then what it registered (axes, transforms by phase, hooks, schedulers,
  * dispatchers) once initialised. TS_ERR_IO if writing fails. */
 ts_status ts_plugins_describe(const ts_plugins *reg, FILE *f);
+
+/* Writes {"dp":{"buckets":3,...},...}: the values plugins reported with
+ * host->metric since the last call, which clears them. TS_ERR_INVALID if
+ * cap is too small. */
+ts_status ts_plugins_metrics_json(ts_plugins *reg, char *buf, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -115,10 +115,9 @@ extern "C" {
  * ======================================================================== */
 #define TS_PLUGIN_ABI_MAJOR 1
 #define TS_PLUGIN_ABI_MINOR 0
-#define TS_PLUGIN_ABI_MAKE(major, minor)                                       \
+#define TS_PLUGIN_ABI_MAKE(major, minor)                                                           \
     ((uint32_t)(((uint32_t)(major) << 16) | ((uint32_t)(minor)&0xffffu)))
-#define TS_PLUGIN_ABI_VERSION                                                  \
-    TS_PLUGIN_ABI_MAKE(TS_PLUGIN_ABI_MAJOR, TS_PLUGIN_ABI_MINOR)
+#define TS_PLUGIN_ABI_VERSION TS_PLUGIN_ABI_MAKE(TS_PLUGIN_ABI_MAJOR, TS_PLUGIN_ABI_MINOR)
 #define TS_PLUGIN_ABI_MAJOR_OF(v) ((unsigned)((uint32_t)(v) >> 16))
 #define TS_PLUGIN_ABI_MINOR_OF(v) ((unsigned)((uint32_t)(v)&0xffffu))
 
@@ -156,16 +155,19 @@ typedef enum ts_plugin_key_type {
 } ts_plugin_key_type;
 
 typedef struct ts_plugin_key {
-    const char *name;        /* the key, e.g. "size"                          */
+    /* The key, e.g. "size"; no blanks, '=', '[', ']', ';', '.' or '#'. */
+    const char *name;
     ts_plugin_key_type type;
-    const char *def;         /* default as text ("auto", "1", "gpipe");
-                                NULL: the key is required                     */
-    double min, max;         /* INT and FLOAT: inclusive range; min > max
-                                means no range                                */
-    const char *choices;     /* ENUM: "gpipe|1f1b"; INT: "auto" lets the key
-                                be given as auto (config_int then gives -1);
-                                NULL otherwise                                */
-    const char *help;        /* one line for `tessera plugins`, no newline    */
+    /* The default as text ("auto", "1", "gpipe"), checked against the type
+     * at load; NULL makes the key required. */
+    const char *def;
+    /* INT and FLOAT: the inclusive range; min > max means none. */
+    double min, max;
+    /* ENUM: the words, "gpipe|1f1b". INT: "auto" lets the key be given as
+     * auto (config_int then gives -1). NULL otherwise. */
+    const char *choices;
+    /* One line for `tessera plugins` and error messages; required. */
+    const char *help;
 } ts_plugin_key;
 
 /* ===========================================================================
@@ -208,8 +210,7 @@ typedef enum ts_plugin_phase {
  * Failure: return an error set with host->error; the core stops applying
  *          transforms and fails start-up with "plugin 'tp': transform
  *          'shard_qkv' (phase SHARD_TENSOR): <your message>". */
-typedef ts_status (*ts_plugin_transform_fn)(ts_plugin_ctx *ctx,
-                                            ts_layout_plan *plan, void *user);
+typedef ts_status (*ts_plugin_transform_fn)(ts_plugin_ctx *ctx, ts_layout_plan *plan, void *user);
 
 /* Hook kinds: points in a training step where the core calls plugins. */
 typedef enum ts_plugin_hook_kind {
@@ -228,17 +229,17 @@ typedef enum ts_plugin_hook_kind {
 /* What a hook is told. Fields are only appended; check struct_size before
  * reading a field added after ABI 1.0. */
 typedef struct ts_plugin_hook_event {
-    uint32_t struct_size;     /* sizeof(ts_plugin_hook_event) of the core  */
+    uint32_t struct_size; /* sizeof(ts_plugin_hook_event) of the core  */
     ts_plugin_hook_kind kind;
-    int64_t step;             /* optimizer step, from 0                    */
-    int micro_batch;          /* micro-batch in the step; -1 when none     */
-    int micro_batches;        /* micro-batches per step                    */
-    ts_tensor *param;         /* GRAD_READY: the parameter; else NULL      */
-    ts_tensor *grad;          /* GRAD_READY: its gradient, which the hook
-                                 may rewrite in place (e.g. all-reduce);
-                                 else NULL                                 */
-    void *state;              /* the core's training state (opaque), NULL
-                                 when run outside a trainer                */
+    int64_t step;      /* optimizer step, from 0                    */
+    int micro_batch;   /* micro-batch in the step; -1 when none     */
+    int micro_batches; /* micro-batches per step                    */
+    ts_tensor *param;  /* GRAD_READY: the parameter; else NULL      */
+    ts_tensor *grad;   /* GRAD_READY: its gradient, which the hook
+                          may rewrite in place (e.g. all-reduce);
+                          else NULL                                 */
+    void *state;       /* the core's training state (opaque), NULL
+                          when run outside a trainer                */
 } ts_plugin_hook_event;
 
 /* A hook.
@@ -247,8 +248,7 @@ typedef struct ts_plugin_hook_event {
  * Failure: return an error set with host->error. The core runs no further
  *          hook of this event, fails the step with "plugin 'dp': hook
  *          grad_ready: <message>" and, in a multi-rank run, ends the job. */
-typedef ts_status (*ts_plugin_hook_fn)(ts_plugin_ctx *ctx,
-                                       const ts_plugin_hook_event *event,
+typedef ts_status (*ts_plugin_hook_fn)(ts_plugin_ctx *ctx, const ts_plugin_hook_event *event,
                                        void *user);
 
 /* The question a scheduler answers: the actions of one rank for one step. */
@@ -280,8 +280,7 @@ typedef struct ts_schedule ts_schedule;
  *          host->schedule_append(ctx, out, kind, mb, chunk, peer).
  * Failure: return an error set with host->error; the core discards `out`
  *          and fails with "plugin 'pp': scheduler '1f1b': <message>". */
-typedef ts_status (*ts_plugin_scheduler_fn)(ts_plugin_ctx *ctx,
-                                            const ts_plugin_schedule_args *args,
+typedef ts_status (*ts_plugin_scheduler_fn)(ts_plugin_ctx *ctx, const ts_plugin_schedule_args *args,
                                             ts_schedule *out, void *user);
 
 /* A token dispatcher for mixture-of-experts layers (the ep plugin's default,
@@ -326,14 +325,14 @@ typedef struct ts_host {
 
     /* Prints "tessera: <name>: <message>" on stderr when `level` is at or
      * below the core's log level (INFO by default). Never fails. */
-    void (*log)(ts_plugin_ctx *ctx, ts_plugin_log_level level,
-                const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+    void (*log)(ts_plugin_ctx *ctx, ts_plugin_log_level level, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
     /* Sets the core's last-error message and returns `code`, for
      * `return host->error(ctx, TS_ERR_CONFIG, "...")`. Say what is wrong and
      * where; the core adds the plugin's name and what it was doing (init,
      * which transform, which hook) when it reports the failure. */
-    ts_status (*error)(ts_plugin_ctx *ctx, ts_status code, const char *fmt,
-                       ...) __attribute__((format(printf, 3, 4)));
+    ts_status (*error)(ts_plugin_ctx *ctx, ts_status code, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
 
     /* --- memory (the core's accounted allocator) ------------------------- */
 
@@ -352,14 +351,12 @@ typedef struct ts_host {
     ts_status (*config_int)(ts_plugin_ctx *ctx, const char *key, int64_t *out);
     ts_status (*config_float)(ts_plugin_ctx *ctx, const char *key, double *out);
     ts_status (*config_bool)(ts_plugin_ctx *ctx, const char *key, int *out);
-    ts_status (*config_str)(ts_plugin_ctx *ctx, const char *key,
-                            const char **out);
+    ts_status (*config_str)(ts_plugin_ctx *ctx, const char *key, const char **out);
     ts_status (*config_has)(ts_plugin_ctx *ctx, const char *key, int *out);
     /* Where the key was set, for messages: "run.ini:12 [tp] size",
      * "--set [tp] size" or "default [tp] size", written to buf (always
      * NUL-terminated when size > 0). Returns buf. */
-    const char *(*config_where)(ts_plugin_ctx *ctx, const char *key,
-                                char *buf, int size);
+    const char *(*config_where)(ts_plugin_ctx *ctx, const char *key, char *buf, int size);
 
     /* --- registration: only during init --------------------------------- */
     /* Each copies what it is given (the function and user pointers must stay
@@ -374,28 +371,25 @@ typedef struct ts_host {
      * `mesh` must be the axis's mesh (either for pp). Fails when
      * another plugin (or this one) already claimed the axis. An axis no
      * plugin claims has size 1 (etp: tp's size; edp: derived). */
-    ts_status (*register_axis)(ts_plugin_ctx *ctx, const char *name, int size,
-                               ts_mesh_kind mesh);
+    ts_status (*register_axis)(ts_plugin_ctx *ctx, const char *name, int size, ts_mesh_kind mesh);
     /* Adds a layout transform in `phase`. `name` (unique among all plugins'
      * transforms) appears in messages and `tessera plugins`. Fails for a
      * name taken, a phase out of range, or an owned phase that another
      * plugin holds. */
-    ts_status (*register_transform)(ts_plugin_ctx *ctx, const char *name,
-                                    ts_plugin_phase phase,
+    ts_status (*register_transform)(ts_plugin_ctx *ctx, const char *name, ts_plugin_phase phase,
                                     ts_plugin_transform_fn fn, void *user);
     /* Adds a hook; hooks of one kind run in registration order. */
-    ts_status (*register_hook)(ts_plugin_ctx *ctx, ts_plugin_hook_kind kind,
-                               ts_plugin_hook_fn fn, void *user);
+    ts_status (*register_hook)(ts_plugin_ctx *ctx, ts_plugin_hook_kind kind, ts_plugin_hook_fn fn,
+                               void *user);
     /* Adds a scheduler under `name` (e.g. "1f1b"), chosen by name by the
      * core's configuration. Fails for a name another scheduler has. */
-    ts_status (*register_scheduler)(ts_plugin_ctx *ctx, const char *name,
-                                    ts_plugin_scheduler_fn fn, void *user);
+    ts_status (*register_scheduler)(ts_plugin_ctx *ctx, const char *name, ts_plugin_scheduler_fn fn,
+                                    void *user);
     /* Adds a dispatcher under `name` (e.g. "all_to_all"); `ops` is copied
      * (as much of it as ops->struct_size and the core know). Fails for a
      * name taken, or dispatch/combine NULL. */
     ts_status (*register_dispatcher)(ts_plugin_ctx *ctx, const char *name,
-                                     const ts_plugin_dispatcher_ops *ops,
-                                     void *user);
+                                     const ts_plugin_dispatcher_ops *ops, void *user);
 
     /* --- schedules -------------------------------------------------------- */
 
@@ -403,8 +397,8 @@ typedef struct ts_host {
      * scheduler: micro-batch `mb` (-1 for the optimizer step), `chunk`, and
      * the pipeline rank `peer` of a send/recv (-1 otherwise). Fails with
      * TS_ERR_INVALID for a bad kind and TS_ERR_NOMEM. */
-    ts_status (*schedule_append)(ts_plugin_ctx *ctx, ts_schedule *out,
-                                 int kind, int mb, int chunk, int peer);
+    ts_status (*schedule_append)(ts_plugin_ctx *ctx, ts_schedule *out, int kind, int mb, int chunk,
+                                 int peer);
 
     /* --- communication ----------------------------------------------------- */
 
@@ -417,55 +411,75 @@ typedef struct ts_host {
      * there). A communication failure returned to the core ends the job. */
     int (*comm_rank)(const ts_comm *comm);
     int (*comm_size)(const ts_comm *comm);
-    ts_status (*all_reduce)(ts_comm *comm, const void *send, void *recv,
-                            size_t count, ts_dtype dtype, ts_reduce_op op);
-    ts_status (*all_reduce_start)(ts_comm *comm, const void *send, void *recv,
-                                  size_t count, ts_dtype dtype, ts_reduce_op op,
-                                  ts_comm_request **req);
-    ts_status (*all_gather)(ts_comm *comm, const void *send, void *recv,
-                            size_t count, ts_dtype dtype);
-    ts_status (*reduce_scatter)(ts_comm *comm, const void *send, void *recv,
-                                size_t count, ts_dtype dtype, ts_reduce_op op);
-    ts_status (*all_to_all)(ts_comm *comm, const void *send, void *recv,
-                            size_t count, ts_dtype dtype);
-    ts_status (*broadcast)(ts_comm *comm, void *buf, size_t count,
-                           ts_dtype dtype, int root);
-    ts_status (*send)(ts_comm *comm, const void *buf, size_t count,
-                      ts_dtype dtype, int peer, int tag);
-    ts_status (*recv)(ts_comm *comm, void *buf, size_t count, ts_dtype dtype,
-                      int peer, int tag);
+    ts_status (*all_reduce)(ts_comm *comm, const void *send, void *recv, size_t count,
+                            ts_dtype dtype, ts_reduce_op op);
+    ts_status (*all_reduce_start)(ts_comm *comm, const void *send, void *recv, size_t count,
+                                  ts_dtype dtype, ts_reduce_op op, ts_comm_request **req);
+    ts_status (*all_gather)(ts_comm *comm, const void *send, void *recv, size_t count,
+                            ts_dtype dtype);
+    ts_status (*reduce_scatter)(ts_comm *comm, const void *send, void *recv, size_t count,
+                                ts_dtype dtype, ts_reduce_op op);
+    ts_status (*all_to_all)(ts_comm *comm, const void *send, void *recv, size_t count,
+                            ts_dtype dtype);
+    ts_status (*broadcast)(ts_comm *comm, void *buf, size_t count, ts_dtype dtype, int root);
+    ts_status (*send)(ts_comm *comm, const void *buf, size_t count, ts_dtype dtype, int peer,
+                      int tag);
+    ts_status (*recv)(ts_comm *comm, void *buf, size_t count, ts_dtype dtype, int peer, int tag);
     ts_status (*barrier)(ts_comm *comm);
     ts_status (*wait)(ts_comm_request *req);
+    /* Non-blocking forms (comm.h's _start functions) and a test that lets a
+     * started operation progress: *done = 1 when it completed (the request
+     * is then released), 0 when it is still running. */
+    ts_status (*test)(ts_comm_request *req, int *done);
+    ts_status (*all_gather_start)(ts_comm *comm, const void *send, void *recv,
+                                  size_t count, ts_dtype dtype,
+                                  ts_comm_request **req);
+    ts_status (*reduce_scatter_start)(ts_comm *comm, const void *send,
+                                      void *recv, size_t count, ts_dtype dtype,
+                                      ts_reduce_op op, ts_comm_request **req);
+    ts_status (*send_start)(ts_comm *comm, const void *buf, size_t count,
+                            ts_dtype dtype, int peer, int tag,
+                            ts_comm_request **req);
+    ts_status (*recv_start)(ts_comm *comm, void *buf, size_t count,
+                            ts_dtype dtype, int peer, int tag,
+                            ts_comm_request **req);
+    /* --- metrics ------------------------------------------------------------ */
+    /* Reports a number for this step's metrics line: it appears as
+     * "plugins":{"<name>":{"<key>":value}} in the JSONL metrics (the last
+     * value given in the step wins; keys are cleared after every step).
+     * At most 16 keys per plugin, each under 32 characters. Fails with
+     * TS_ERR_INVALID beyond that. */
+    ts_status (*metric)(ts_plugin_ctx *ctx, const char *key, double value);
     /* ABI 1.1 and later append here. */
 } ts_host;
 
 /* 1 if the host table `h` has field `field` (a plugin built against a newer
  * minor than the core it runs in cannot load, but one built against an older
  * one may check for newer fields this way). */
-#define TS_HOST_HAS(h, field)                                                  \
-    ((h)->struct_size >= offsetof(ts_host, field) + sizeof((h)->field))
+#define TS_HOST_HAS(h, field) ((h)->struct_size >= offsetof(ts_host, field) + sizeof((h)->field))
 
 /* ===========================================================================
  * The descriptor
  * ======================================================================== */
 typedef struct ts_plugin_descriptor {
     /* --- ABI 1.0: abi_version and struct_size stay first forever ---------- */
-    uint32_t abi_version;       /* TS_PLUGIN_ABI_VERSION the plugin was built
-                                   against                                   */
-    uint32_t struct_size;       /* sizeof(ts_plugin_descriptor)              */
-    const char *name;           /* must equal <name> of tessera-<name>.so    */
-    const char *version;        /* the plugin's own version, "1.2.0"         */
-    const char *description;    /* one line for `tessera plugins`, or NULL   */
-    const ts_plugin_key *keys;  /* the keys of [<name>], static; NULL if none */
+    uint32_t abi_version;      /* TS_PLUGIN_ABI_VERSION the plugin was built
+                                  against                                   */
+    uint32_t struct_size;      /* sizeof(ts_plugin_descriptor)              */
+    const char *name;          /* must equal <name> of tessera-<name>.so    */
+    const char *version;       /* the plugin's own version, "1.2.0"         */
+    const char *description;   /* one line for `tessera plugins`, or NULL   */
+    const ts_plugin_key *keys; /* the keys of [<name>], static; NULL if none */
     int nkeys;
 
     /* Required. Reads the plugin's keys and registers what it provides.
      * Inputs:  host — the host table; ctx — this plugin's context; both live
      *          until fini returns.
      * Failure: return an error set with host->error. The core calls no
-     *          fini for this plugin (init must undo its own work), calls fini
-     *          of the plugins initialised before it, and fails start-up with
-     *          "plugin 'tp' (<path>): init failed: <message>". */
+     *          fini for this plugin (init must undo its own work) and drops
+     *          what it registered, fails start-up with "plugin 'tp'
+     *          (<path>): init failed: <message>", and at tear-down calls fini
+     *          of the plugins initialised before it. */
     ts_status (*init)(const ts_host *host, ts_plugin_ctx *ctx);
     /* Optional (NULL: nothing to do). Releases what init made. Called once,
      * in reverse load order, only after a successful init. Cannot fail. */
@@ -474,7 +488,7 @@ typedef struct ts_plugin_descriptor {
 } ts_plugin_descriptor;
 
 /* The smallest struct_size the core accepts for ABI 1.x: through `fini`. */
-#define TS_PLUGIN_DESCRIPTOR_SIZE_1_0                                          \
+#define TS_PLUGIN_DESCRIPTOR_SIZE_1_0                                                              \
     (offsetof(ts_plugin_descriptor, fini) + sizeof(void (*)(void)))
 
 /* The entry point's type. It must return the same pointer every call, to a

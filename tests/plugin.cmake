@@ -1,0 +1,60 @@
+# plugin.cmake — the plugin loader's tests: test plugins built as MODULE
+# libraries tessera-<name>.so (no "lib" prefix, linking nothing of ours) into
+# one directory, test_plugin's cases (one well-formed plugin, every
+# rejection), and the SDK install test (install, build examples/hello-plugin
+# against the installed prefix, load it by name from an INI file).
+set(TESSERA_TEST_PLUGIN_DIR ${CMAKE_BINARY_DIR}/tests/plugins)
+
+# source (tests/plugin/<source>.c) -> plugin file name. wrong_name.c becomes
+# tessera-misnamed.so while its descriptor says "renamed".
+set(TESSERA_TEST_PLUGINS
+  good:good wrong_major:wrong_major newer_minor:newer_minor wrong_name:misnamed
+  no_symbol:no_symbol small_struct:small_struct dup_axis:dup_axis conflict:conflict
+  fail_init:fail_init)
+set(TESSERA_TEST_PLUGIN_TARGETS)
+foreach(pair ${TESSERA_TEST_PLUGINS})
+  string(REPLACE ":" ";" pair ${pair})
+  list(GET pair 0 src)
+  list(GET pair 1 name)
+  add_library(test_plugin_${name} MODULE ${PROJECT_SOURCE_DIR}/tests/plugin/${src}.c)
+  target_include_directories(test_plugin_${name} PRIVATE ${PROJECT_SOURCE_DIR}/include)
+  # --no-undefined: a plugin that calls into libtessera directly fails to link.
+  target_link_options(test_plugin_${name} PRIVATE -Wl,--no-undefined)
+  set_target_properties(test_plugin_${name} PROPERTIES PREFIX "" SUFFIX ".so"
+    OUTPUT_NAME tessera-${name} LIBRARY_OUTPUT_DIRECTORY ${TESSERA_TEST_PLUGIN_DIR}
+    C_VISIBILITY_PRESET hidden)
+  list(APPEND TESSERA_TEST_PLUGIN_TARGETS test_plugin_${name})
+endforeach()
+
+add_executable(test_plugin ${PROJECT_SOURCE_DIR}/tests/test_plugin.c)
+target_link_libraries(test_plugin PRIVATE tessera)
+add_dependencies(test_plugin ${TESSERA_TEST_PLUGIN_TARGETS})
+
+foreach(case
+    good_plugin_registers_everything
+    auto_axis_takes_the_rest_of_the_world
+    missing_plugin_names_searched_paths
+    missing_symbol_is_rejected
+    abi_major_mismatch_is_rejected
+    newer_abi_minor_is_rejected
+    descriptor_name_must_match_file
+    small_descriptor_is_rejected
+    two_plugins_claiming_one_axis_conflict
+    undeclared_key_in_plugin_section_is_rejected
+    bad_value_in_plugin_section_is_rejected
+    conflicting_transforms_are_rejected
+    failed_init_is_reported
+    plugin_named_twice_is_rejected
+    discover_lists_good_and_skips_broken)
+  add_test(NAME plugin_${case} COMMAND test_plugin ${case} ${TESSERA_TEST_PLUGIN_DIR})
+  set_tests_properties(plugin_${case} PROPERTIES LABELS core TIMEOUT 30
+    ENVIRONMENT "${TESSERA_TEST_ENV}")
+endforeach()
+
+# Installs the build into a temporary prefix and builds the out-of-tree example
+# against it; needs cmake/tessera-install.cmake included by the top level.
+add_test(NAME sdk_install_builds_and_loads_hello_plugin
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/sdk_install.sh ${CMAKE_BINARY_DIR}
+    ${PROJECT_SOURCE_DIR} $<TARGET_FILE:test_plugin>)
+set_tests_properties(sdk_install_builds_and_loads_hello_plugin PROPERTIES
+  LABELS core TIMEOUT 180 ENVIRONMENT "${TESSERA_TEST_ENV}")

@@ -1,0 +1,443 @@
+/*
+ * test_plugin.c — the plugin loader and registry: the good test plugin's
+ * registrations (axes, transforms in phase order, hooks, scheduler,
+ * dispatcher, INI keys, describe) and every rejection, each checked for the
+ * message substrings that name the file, the plugin and the versions.
+ *
+ * usage: test_plugin CASE PLUGIN_DIR   one case (see `cases` below); the test
+ *                                      plugins are PLUGIN_DIR/tessera-*.so
+ *        test_plugin load CONFIG       loads CONFIG and its plugins, prints
+ *                                      the registry and runs a
+ *                                      before_forward hook (sdk_install.sh)
+ * Pure logic: no MPI, no model.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "plugin.h"
+#include "schedule.h"
+
+static const char *plugin_dir;
+static char tmp_dir[256];
+static int failures;
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);               \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+/* Writes `text` to <tmp_dir>/<name>; returns the path (static storage per call slot). */
+static const char *write_ini(const char *name, const char *fmt, ...) {
+    static char paths[4][512];
+    static int slot;
+    char *path = paths[slot++ % 4];
+    snprintf(path, 512, "%s/%s", tmp_dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        exit(2);
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fclose(f);
+    return path;
+}
+
+static ts_config *config_for(const char *path) {
+    ts_config *cfg;
+    int n;
+    const ts_key_spec *core = ts_config_core_keys(&n);
+    if (ts_config_create(&cfg) || ts_config_register(cfg, core, n) || ts_config_load(cfg, path)) {
+        fprintf(stderr, "cannot set up config %s: %s\n", path, ts_last_error());
+        exit(2);
+    }
+    return cfg;
+}
+
+/* Loading the INI must fail with a message holding every substring. */
+static void expect_load_fails(const char *ini_text, ...) {
+    const char *path = write_ini("case.ini", "%s", ini_text);
+    ts_config *cfg = config_for(path);
+    ts_plugins *reg;
+    CHECK(ts_plugins_create(&reg) == TS_OK);
+    ts_plugins_set_log(reg, NULL, TS_LOG_ERROR);
+    ts_status st = ts_plugins_load(reg, cfg);
+    const char *msg = ts_last_error();
+    printf("status %s: %s\n", ts_status_name(st), msg);
+    CHECK(st != TS_OK);
+    va_list ap;
+    va_start(ap, ini_text);
+    for (const char *want; (want = va_arg(ap, const char *));)
+        if (!strstr(msg, want)) {
+            fprintf(stderr, "message lacks \"%s\"\n", want);
+            failures++;
+        }
+    va_end(ap);
+    ts_plugins_destroy(reg);
+    ts_config_destroy(cfg);
+}
+
+static char *file_of(const char *name) {
+    static char buf[4][600];
+    static int slot;
+    char *b = buf[slot++ % 4];
+    snprintf(b, 600, "%s/tessera-%s.so", plugin_dir, name);
+    return b;
+}
+
+static const char *abi(int major, int minor) {
+    static char buf[4][32];
+    static int slot;
+    char *b = buf[slot++ % 4];
+    snprintf(b, 32, "ABI %d.%d", major, minor);
+    return b;
+}
+
+/* ------------------------------------------------------------------------- */
+
+static void good_plugin_registers_everything(void) {
+    const char *path = write_ini("good.ini",
+                                 "[parallel]\nplugins = good\nplugin_path = %s\n"
+                                 "[good]\nsize = 4\nmode = b\nlabel = hello there\n",
+                                 plugin_dir);
+    ts_config *cfg = config_for(path);
+    ts_plugins *reg;
+    CHECK(ts_plugins_create(&reg) == TS_OK);
+    char logbuf[4096] = "";
+    FILE *log = fmemopen(logbuf, sizeof logbuf, "w");
+    ts_plugins_set_log(reg, log, TS_LOG_INFO);
+    ts_status st = ts_plugins_load(reg, cfg);
+    if (st) printf("load: %s\n", ts_last_error());
+    CHECK(st == TS_OK);
+    CHECK(ts_plugins_count(reg) == 1);
+    CHECK(strcmp(ts_plugins_name(reg, 0), "good") == 0);
+    CHECK(strcmp(ts_plugins_version(reg, 0), "1.2.3") == 0);
+    CHECK(strcmp(ts_plugins_path(reg, 0), file_of("good")) == 0);
+
+    /* the axis, and mesh sizes derived from it */
+    CHECK(ts_plugins_num_axes(reg) == 1);
+    const ts_plugin_axis_entry *ax = ts_plugins_axis(reg, 0);
+    CHECK(ax && strcmp(ax->name, "tp") == 0 && ax->size == 4 && ax->mesh == TS_MESH_DENSE);
+    CHECK(strcmp(ax->plugin, "good") == 0);
+    ts_mesh_sizes ms;
+    CHECK(ts_plugins_mesh_sizes(reg, 4, &ms) == TS_OK);
+    CHECK(ms.world == 4 && ms.tp == 4 && ms.dp == 1 && ms.pp == 1 && ms.cp == 1 && ms.ep == 1);
+    CHECK(ms.etp == 0 && ms.edp == 0);
+
+    /* transforms: phase order, then registration order */
+    char plan[256] = "";
+    CHECK(ts_plugins_apply_transforms(reg, (ts_layout_plan *)plan) == TS_OK);
+    printf("transform order: %s\n", plan);
+    CHECK(strcmp(plan, "pipe,tensor,tensor2,annotate") == 0);
+
+    /* hooks */
+    int counter = 0;
+    ts_plugin_hook_event ev = {0};
+    ev.kind = TS_HOOK_BEFORE_FORWARD;
+    ev.state = &counter;
+    CHECK(ts_plugins_num_hooks(reg, TS_HOOK_BEFORE_FORWARD) == 1);
+    CHECK(ts_plugins_run_hooks(reg, &ev) == TS_OK && counter == 1);
+    ev.step = 99;
+    st = ts_plugins_run_hooks(reg, &ev);
+    printf("failing hook: %s\n", ts_last_error());
+    CHECK(st == TS_ERR_PLUGIN);
+    CHECK(strstr(ts_last_error(), "plugin 'good': hook before_forward: step 99 is refused"));
+    float g[3] = {1, 2, 3};
+    ts_tensor grad;
+    ts_tensor_view(&grad, "g", TS_F32, 1, (int64_t[]){3}, g, TS_MEM_GRADS);
+    ts_plugin_hook_event gev = {0};
+    gev.kind = TS_HOOK_GRAD_READY;
+    gev.grad = &grad;
+    CHECK(ts_plugins_run_hooks(reg, &gev) == TS_OK);
+    CHECK(g[0] == 2 && g[1] == 4 && g[2] == 6); /* scale default 2.0 */
+    ev.kind = TS_HOOK_AFTER_OPTIMIZER;
+    CHECK(ts_plugins_run_hooks(reg, &ev) == TS_OK); /* none registered: nothing runs */
+
+    /* scheduler */
+    ts_schedule sched = {0};
+    ts_plugin_schedule_args args = {0};
+    args.stages = 1;
+    args.micro_batches = 2;
+    args.chunks = 1;
+    CHECK(ts_plugins_has_scheduler(reg, "good_sched"));
+    CHECK(ts_plugins_schedule(reg, "good_sched", &args, &sched) == TS_OK);
+    CHECK(sched.nactions == 5);
+    if (sched.nactions == 5) {
+        CHECK(sched.actions[0].kind == TS_ACT_FORWARD && sched.actions[0].mb == 0);
+        CHECK(sched.actions[3].kind == TS_ACT_BACKWARD && sched.actions[3].mb == 1);
+        CHECK(sched.actions[4].kind == TS_ACT_OPTIMIZER_STEP);
+    }
+    args.micro_batches = 0;
+    st = ts_plugins_schedule(reg, "good_sched", &args, &sched);
+    CHECK(st == TS_ERR_INVALID && sched.nactions == 0);
+    CHECK(strstr(ts_last_error(), "plugin 'good': scheduler 'good_sched': needs micro_batches"));
+    st = ts_plugins_schedule(reg, "1f1b", &args, &sched);
+    CHECK(st == TS_ERR_CONFIG && strstr(ts_last_error(), "no scheduler '1f1b'") &&
+          strstr(ts_last_error(), "known: good_sched"));
+    ts_schedule_free(&sched);
+
+    /* dispatcher */
+    const ts_plugin_dispatcher_entry *d = ts_plugins_dispatcher(reg, "good_disp");
+    CHECK(d && d->ops.dispatch && d->ops.combine && !d->ops.create && !d->ops.destroy);
+    if (d) {
+        int acc = 0;
+        CHECK(d->ops.dispatch(d->ctx, NULL, &acc) == TS_OK);
+        CHECK(d->ops.combine(d->ctx, NULL, &acc) == TS_OK && acc == 11);
+    }
+    CHECK(ts_plugins_dispatcher(reg, "deepep") == NULL &&
+          strstr(ts_last_error(), "no dispatcher 'deepep'"));
+
+    /* describe, like ompi_info */
+    char desc[8192] = "";
+    FILE *df = fmemopen(desc, sizeof desc, "w");
+    CHECK(ts_plugins_describe(reg, df) == TS_OK);
+    fclose(df);
+    printf("%s", desc);
+    CHECK(strstr(desc, "plugin good 1.2.3 (plugin ABI 1.0)"));
+    CHECK(strstr(desc, file_of("good")));
+    CHECK(strstr(desc, "key good.size") && strstr(desc, "int in [1, 64] or auto"));
+    CHECK(strstr(desc, "default 2") && strstr(desc, "size of the tp axis"));
+    CHECK(strstr(desc, "key good.mode") && strstr(desc, "enum a|b"));
+    CHECK(strstr(desc, "axis tp size 4 (dense mesh)"));
+    CHECK(strstr(desc, "transform good_pipe (phase PIPELINE)"));
+    CHECK(strstr(desc, "hook grad_ready") && strstr(desc, "scheduler good_sched") &&
+          strstr(desc, "dispatcher good_disp"));
+
+    ts_plugins_destroy(reg); /* runs fini */
+    fclose(log);
+    printf("log:\n%s", logbuf);
+    CHECK(strstr(logbuf, "tessera: good: init: tp size 4 from "));
+    CHECK(strstr(logbuf, "good.ini:5 [good] size, label 'hello there', mode given 1"));
+    CHECK(strstr(logbuf, "tessera: good: fini"));
+    ts_config_destroy(cfg);
+}
+
+static void auto_axis_takes_the_rest_of_the_world(void) {
+    const char *path = write_ini("auto.ini",
+                                 "[parallel]\nplugins = good\nplugin_path = %s\n[good]\nsize = "
+                                 "auto\n",
+                                 plugin_dir);
+    ts_config *cfg = config_for(path);
+    ts_plugins *reg;
+    CHECK(ts_plugins_create(&reg) == TS_OK);
+    ts_plugins_set_log(reg, NULL, TS_LOG_ERROR);
+    CHECK(ts_plugins_load(reg, cfg) == TS_OK);
+    ts_mesh_sizes ms;
+    CHECK(ts_plugins_mesh_sizes(reg, 8, &ms) == TS_OK && ms.tp == 8 && ms.dp == 1);
+    ts_plugins_destroy(reg);
+    ts_config_destroy(cfg);
+}
+
+static void missing_plugin_names_searched_paths(void) {
+    char text[1024];
+    snprintf(text, sizeof text, "[parallel]\nplugins = nope\nplugin_path = %s:/no/such/dir\n",
+             plugin_dir);
+    char where[600];
+    snprintf(where, sizeof where, "%s/case.ini:2 [parallel] plugins", tmp_dir);
+    setenv("TESSERA_PLUGIN_PATH", "/env/dir1:/env/dir2", 1);
+    /* plugin_path, then the environment, then <dir of libtessera>/tessera */
+    expect_load_fails(text, "plugin 'nope'", where, "not found", "tessera-nope.so",
+                      "/no/such/dir, /env/dir1, /env/dir2, /", "/tessera (set", plugin_dir,
+                      "TESSERA_PLUGIN_PATH", NULL);
+    unsetenv("TESSERA_PLUGIN_PATH");
+}
+
+static void missing_symbol_is_rejected(void) {
+    char text[1024];
+    snprintf(text, sizeof text, "[parallel]\nplugins = no_symbol\nplugin_path = %s\n", plugin_dir);
+    expect_load_fails(text, "plugin 'no_symbol'", file_of("no_symbol"),
+                      "does not export the entry point tessera_plugin_descriptor", NULL);
+}
+
+static void abi_major_mismatch_is_rejected(void) {
+    char text[1024];
+    snprintf(text, sizeof text, "[parallel]\nplugins = wrong_major\nplugin_path = %s\n",
+             plugin_dir);
+    expect_load_fails(
+        text, "plugin 'wrong_major'", file_of("wrong_major"), abi(TS_PLUGIN_ABI_MAJOR + 1, 0),
+        abi(TS_PLUGIN_ABI_MAJOR, TS_PLUGIN_ABI_MINOR), "major versions must match", NULL);
+}
+
+static void newer_abi_minor_is_rejected(void) {
+    char text[1024];
+    snprintf(text, sizeof text, "[parallel]\nplugins = newer_minor\nplugin_path = %s\n",
+             plugin_dir);
+    expect_load_fails(text, "plugin 'newer_minor'", file_of("newer_minor"),
+                      abi(TS_PLUGIN_ABI_MAJOR, TS_PLUGIN_ABI_MINOR + 1),
+                      "newer than this tessera's", abi(TS_PLUGIN_ABI_MAJOR, TS_PLUGIN_ABI_MINOR),
+                      NULL);
+}
+
+static void descriptor_name_must_match_file(void) {
+    char text[1024];
+    snprintf(text, sizeof text, "[parallel]\nplugins = misnamed\nplugin_path = %s\n", plugin_dir);
+    expect_load_fails(text, file_of("misnamed"), "holds a plugin named 'renamed', not 'misnamed'",
+                      "tessera-<name>.so", NULL);
+}
+
+static void small_descriptor_is_rejected(void) {
+    char text[1024];
+    snprintf(text, sizeof text, "[parallel]\nplugins = small_struct\nplugin_path = %s\n",
+             plugin_dir);
+    expect_load_fails(text, "plugin 'small_struct'", file_of("small_struct"),
+                      "descriptor struct_size 8 is smaller than", NULL);
+}
+
+static void two_plugins_claiming_one_axis_conflict(void) {
+    char text[1024];
+    snprintf(text, sizeof text, "[parallel]\nplugins = good, dup_axis\nplugin_path = %s\n",
+             plugin_dir);
+    expect_load_fails(text, "plugin 'dup_axis'", file_of("dup_axis"), "init failed",
+                      "axis 'tp' is claimed by two plugins, 'good' and 'dup_axis'", NULL);
+}
+
+static void undeclared_key_in_plugin_section_is_rejected(void) {
+    char text[1024];
+    snprintf(text, sizeof text,
+             "[parallel]\nplugins = good\nplugin_path = %s\n[good]\nsize = 2\nbogus = 1\n",
+             plugin_dir);
+    char where[600];
+    snprintf(where, sizeof where, "%s/case.ini:6", tmp_dir);
+    expect_load_fails(text, where, "unknown key 'bogus' in [good]", "known: size, mode", NULL);
+}
+
+static void bad_value_in_plugin_section_is_rejected(void) {
+    char text[1024];
+    snprintf(text, sizeof text, "[parallel]\nplugins = good\nplugin_path = %s\n[good]\nsize = 0\n",
+             plugin_dir);
+    char where[600];
+    snprintf(where, sizeof where, "%s/case.ini:5", tmp_dir);
+    expect_load_fails(text, where, "[good] size", "out of range", NULL);
+}
+
+static void conflicting_transforms_are_rejected(void) {
+    char text[1024];
+    snprintf(text, sizeof text, "[parallel]\nplugins = good conflict\nplugin_path = %s\n",
+             plugin_dir);
+    expect_load_fails(text, "plugin 'conflict'", file_of("conflict"),
+                      "transforms conflict: plugin 'conflict' registers 'conflict_tensor' in "
+                      "phase SHARD_TENSOR, which plugin 'good' owns (transform 'good_tensor')",
+                      NULL);
+}
+
+static void failed_init_is_reported(void) {
+    char text[1024];
+    snprintf(text, sizeof text, "[parallel]\nplugins = fail_init\nplugin_path = %s\n", plugin_dir);
+    expect_load_fails(text, "plugin 'fail_init'", file_of("fail_init"),
+                      "init failed: refusing to start (default [fail_init] refuse)", NULL);
+    /* a registration failure that init ignores still fails the load */
+    snprintf(text, sizeof text,
+             "[parallel]\nplugins = fail_init\nplugin_path = %s\n[fail_init]\nrefuse = no\n",
+             plugin_dir);
+    expect_load_fails(text, "plugin 'fail_init'", "init failed",
+                      "registers axis 'zz', which is not a mesh axis", NULL);
+}
+
+static void plugin_named_twice_is_rejected(void) {
+    char text[1024];
+    snprintf(text, sizeof text, "[parallel]\nplugins = good,good\nplugin_path = %s\n", plugin_dir);
+    expect_load_fails(text, "plugin 'good'", "is named twice", NULL);
+    snprintf(text, sizeof text, "[parallel]\nplugins = train\nplugin_path = %s\n", plugin_dir);
+    expect_load_fails(text, "plugin 'train'", "core's section [train]", NULL);
+    snprintf(text, sizeof text, "[parallel]\nplugins = ../x\nplugin_path = %s\n", plugin_dir);
+    expect_load_fails(text, "plugin '../x'", "a-z, 0-9 and _", NULL);
+}
+
+static void discover_lists_good_and_skips_broken(void) {
+    ts_plugins *reg;
+    CHECK(ts_plugins_create(&reg) == TS_OK);
+    char errbuf[8192] = "";
+    FILE *err = fmemopen(errbuf, sizeof errbuf, "w");
+    CHECK(ts_plugins_discover(reg, plugin_dir, err) == TS_OK);
+    fclose(err);
+    printf("skipped:\n%s", errbuf);
+    int good = 0;
+    for (int i = 0; i < ts_plugins_count(reg); i++)
+        good += strcmp(ts_plugins_name(reg, i), "good") == 0;
+    CHECK(good == 1);
+    CHECK(strstr(errbuf, "wrong_major") && strstr(errbuf, "misnamed"));
+    ts_plugins_destroy(reg);
+}
+
+/* `test_plugin load CONFIG`: the driver of tests/sdk_install.sh. */
+static int load_and_print(const char *path) {
+    ts_config *cfg = config_for(path);
+    ts_plugins *reg;
+    if (ts_plugins_create(&reg) || ts_plugins_load(reg, cfg)) {
+        fprintf(stderr, "tessera: %s\n", ts_last_error());
+        return 1;
+    }
+    ts_plugins_describe(reg, stdout);
+    int counter = 0;
+    ts_plugin_hook_event ev = {0};
+    ev.kind = TS_HOOK_BEFORE_FORWARD;
+    ev.micro_batch = 0;
+    ev.micro_batches = 1;
+    ev.state = &counter;
+    fflush(stdout);
+    ts_status st = ts_plugins_run_hooks(reg, &ev);
+    if (st) fprintf(stderr, "tessera: %s\n", ts_last_error());
+    ts_plugins_destroy(reg);
+    ts_config_destroy(cfg);
+    return st != TS_OK;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "load") == 0) return load_and_print(argv[2]);
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s CASE PLUGIN_DIR | %s load CONFIG\n", argv[0], argv[0]);
+        return 2;
+    }
+    plugin_dir = argv[2];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/test_plugin.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(tmp_dir)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    static const struct {
+        const char *name;
+        void (*fn)(void);
+    } cases[] = {
+        {"good_plugin_registers_everything", good_plugin_registers_everything},
+        {"auto_axis_takes_the_rest_of_the_world", auto_axis_takes_the_rest_of_the_world},
+        {"missing_plugin_names_searched_paths", missing_plugin_names_searched_paths},
+        {"missing_symbol_is_rejected", missing_symbol_is_rejected},
+        {"abi_major_mismatch_is_rejected", abi_major_mismatch_is_rejected},
+        {"newer_abi_minor_is_rejected", newer_abi_minor_is_rejected},
+        {"descriptor_name_must_match_file", descriptor_name_must_match_file},
+        {"small_descriptor_is_rejected", small_descriptor_is_rejected},
+        {"two_plugins_claiming_one_axis_conflict", two_plugins_claiming_one_axis_conflict},
+        {"undeclared_key_in_plugin_section_is_rejected",
+         undeclared_key_in_plugin_section_is_rejected},
+        {"bad_value_in_plugin_section_is_rejected", bad_value_in_plugin_section_is_rejected},
+        {"conflicting_transforms_are_rejected", conflicting_transforms_are_rejected},
+        {"failed_init_is_reported", failed_init_is_reported},
+        {"plugin_named_twice_is_rejected", plugin_named_twice_is_rejected},
+        {"discover_lists_good_and_skips_broken", discover_lists_good_and_skips_broken},
+    };
+    int found = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (strcmp(argv[1], cases[i].name) == 0 || strcmp(argv[1], "all") == 0) {
+            cases[i].fn();
+            found = 1;
+        }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);
+    if (!found) {
+        fprintf(stderr, "unknown case %s\n", argv[1]);
+        return 2;
+    }
+    if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+    return failures ? 1 : 0;
+}
