@@ -3,10 +3,12 @@
  *
  *   tessera train CONFIG [--set section.key=value ...]
  *   tessera export CONFIG --out PATH [--checkpoint FILE] [--set ...]
+ *   tessera plan CONFIG --world N [--json] [--set ...]
+ *   tessera plugins [--config CONFIG] [--plugin-path DIRS]
  *
- * Every failure prints one message naming its place (file, line, key, rank)
- * and exits non-zero: 2 for a bad command line or configuration, 1 for a
- * failure while running.
+ * Every failure prints one message naming its place (file, line, key, rank,
+ * plugin) and exits non-zero: 2 for a bad command line, configuration or
+ * plugin, 1 for a failure while running.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 
 #include "config.h"
 #include "parallel.h"
+#include "plugin.h"
 #include "train.h"
 
 static const char *usage_main =
@@ -22,8 +25,11 @@ static const char *usage_main =
     "commands:\n"
     "  train CONFIG [--set section.key=value ...]   train a model as CONFIG says\n"
     "  export CONFIG --out PATH [--checkpoint FILE]  write weights as an llm.c checkpoint\n"
+    "  plan CONFIG --world N [--json]                the mesh and rank groups, no training\n"
+    "  plugins [--config CONFIG] [--plugin-path D]   list plugins with their INI keys\n"
     "\n"
-    "Run 'tessera <command> --help' for a command's options.\n";
+    "Run 'tessera <command> --help' for a command's options. Multi-rank runs are\n"
+    "launched with mpirun: 'mpirun -np 4 tessera train CONFIG'.\n";
 
 static const char *usage_train =
     "usage: tessera train CONFIG [--set section.key=value ...]\n"
@@ -32,6 +38,8 @@ static const char *usage_train =
     "lr, grad norm, tokens/s, step ms, peak memory). [train] metrics = PATH also\n"
     "writes one JSON object per step; [train] checkpoint_dir and checkpoint_every\n"
     "write checkpoints, and resume = auto continues from the newest one.\n"
+    "[parallel] plugins = dp, ... loads strategy plugins; launch N ranks with\n"
+    "mpirun -np N.\n"
     "\n"
     "  --set section.key=value   override one key (repeatable)\n";
 
@@ -46,15 +54,47 @@ static const char *usage_export =
     "  --checkpoint FILE  a tessera checkpoint to take the weights from\n"
     "  --set section.key=value   override one key (repeatable)\n";
 
+static const char *usage_plan =
+    "usage: tessera plan CONFIG --world N [--json] [--set ...]\n"
+    "\n"
+    "Loads CONFIG's plugins and prints, without starting MPI, the mesh they\n"
+    "make for N ranks: the size of every axis and every rank group of every\n"
+    "axis and product of axes, dense (tp cp dp pp) and expert (ep etp edp).\n"
+    "--json prints one object whose \"groups\" maps each axis name to its\n"
+    "groups, each a list of ranks ascending, groups ordered by their first rank.\n";
+
+static const char *usage_plugins =
+    "usage: tessera plugins [--config CONFIG [--set ...]] [--plugin-path DIRS]\n"
+    "\n"
+    "Lists plugins with their versions and INI keys (type, default, help). With\n"
+    "--config, the plugins CONFIG loads; otherwise every tessera-*.so found in\n"
+    "DIRS (':'-separated), $TESSERA_PLUGIN_PATH and the built-in directory.\n";
+
 static int fail(ts_status st) {
     fprintf(stderr, "tessera: %s\n", ts_last_error());
-    return st == TS_ERR_CONFIG || st == TS_ERR_INVALID ? 2 : 1;
+    return st == TS_ERR_CONFIG || st == TS_ERR_INVALID || st == TS_ERR_PLUGIN ? 2 : 1;
 }
 
-/* Loads CONFIG, applies --set overrides and validates. argv[0] is CONFIG. */
-static ts_status load_config(int argc, char **argv, const char **out_path,
-                             const char **checkpoint, ts_config **out) {
+static int wants_help(int argc, char **argv) {
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
+    return 0;
+}
+
+/* The options a command accepts beyond --set. */
+typedef struct cli_opts {
+    const char *out;        /* export --out            */
+    const char *checkpoint; /* export --checkpoint     */
+    int world;              /* plan --world            */
+    int json;               /* plan --json             */
+} cli_opts;
+
+/* Loads CONFIG (argv[0]), applies --set overrides, loads the plugins it
+ * names and validates every key (core and plugins'). */
+static ts_status load_config(int argc, char **argv, cli_opts *opts, ts_config **out_cfg,
+                             ts_plugins **out_reg) {
     ts_config *cfg = NULL;
+    ts_plugins *reg = NULL;
     TS_TRY(ts_config_create(&cfg));
     int n = 0;
     const ts_key_spec *core = ts_config_core_keys(&n);
@@ -65,48 +105,49 @@ static ts_status load_config(int argc, char **argv, const char **out_path,
             st = ts_config_set(cfg, argv[++i]);
         } else if (strncmp(argv[i], "--set=", 6) == 0) {
             st = ts_config_set(cfg, argv[i] + 6);
-        } else if (out_path && strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
-            *out_path = argv[++i];
-        } else if (checkpoint && strcmp(argv[i], "--checkpoint") == 0 && i + 1 < argc) {
-            *checkpoint = argv[++i];
+        } else if (opts && strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+            opts->out = argv[++i];
+        } else if (opts && strcmp(argv[i], "--checkpoint") == 0 && i + 1 < argc) {
+            opts->checkpoint = argv[++i];
+        } else if (opts && strcmp(argv[i], "--world") == 0 && i + 1 < argc) {
+            char *end = NULL;
+            long w = strtol(argv[++i], &end, 10);
+            if (!end || *end || w < 1 || w > 1 << 20)
+                st = ts_error(TS_ERR_CONFIG, "--world '%s': a number of ranks is required",
+                              argv[i]);
+            opts->world = (int)w;
+        } else if (opts && strcmp(argv[i], "--json") == 0) {
+            opts->json = 1;
         } else {
             st = ts_error(TS_ERR_CONFIG, "unexpected argument '%s' (see --help)", argv[i]);
         }
     }
-    if (!st) st = ts_config_validate(cfg);
+    if (!st) st = ts_plugins_create(&reg);
+    if (!st) st = ts_plugins_load(reg, cfg);
     if (st) {
+        ts_plugins_destroy(reg);
         ts_config_destroy(cfg);
         return st;
     }
-    *out = cfg;
+    *out_cfg = cfg;
+    *out_reg = reg;
     return TS_OK;
 }
 
-static int wants_help(int argc, char **argv) {
-    for (int i = 0; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
-    return 0;
+static ts_comm *parallel_comm_source(void *source, const char *token) {
+    return ts_parallel_comm(source, token);
 }
 
-/* Starts MPI (a singleton without mpirun) and builds the parallel context
- * from the configuration. */
-static ts_status start_parallel(int *argc, char ***argv, const ts_config *cfg,
+/* Starts MPI (a singleton without mpirun) and builds the mesh of the axes the
+ * plugins registered, with one communicator per group. */
+static ts_status start_parallel(int *argc, char ***argv, const ts_config *cfg, ts_plugins *reg,
                                 ts_comm **world, ts_parallel **par) {
     TS_TRY(ts_comm_world_init(argc, argv, ts_config_float(cfg, "comm", "timeout_s"), world));
-    int n = ts_comm_size(*world);
-    const char *plugins = ts_config_str(cfg, "parallel", "plugins");
-    if (plugins[0]) {
-        char where[512];
-        ts_config_where(cfg, "parallel", "plugins", where, sizeof where);
-        return ts_error(TS_ERR_CONFIG, "%s: '%s': plugins are not available in this build", where,
-                        plugins);
-    }
-    if (n > 1)
-        return ts_error(TS_ERR_CONFIG,
-                        "the job has %d ranks but no plugin registers an axis to use them "
-                        "([parallel] plugins is empty)", n);
-    ts_mesh_sizes sizes = {.world = n, .tp = 1, .cp = 1, .ep = 1, .dp = 0, .pp = 1};
-    return ts_parallel_create(*world, &sizes, ts_config_str(cfg, "parallel", "order"), par);
+    ts_mesh_sizes sizes;
+    TS_TRY(ts_plugins_mesh_sizes(reg, ts_comm_size(*world), &sizes));
+    TS_TRY(ts_parallel_create(*world, &sizes, ts_config_str(cfg, "parallel", "order"), par));
+    ts_plugins_set_comm_source(reg, parallel_comm_source, *par);
+    return TS_OK;
 }
 
 static int cmd_train(int argc, char **argv) {
@@ -119,20 +160,22 @@ static int cmd_train(int argc, char **argv) {
         return 2;
     }
     ts_config *cfg = NULL;
-    ts_status st = load_config(argc, argv, NULL, NULL, &cfg);
+    ts_plugins *reg = NULL;
+    ts_status st = load_config(argc, argv, NULL, &cfg, &reg);
     if (st) return fail(st);
     ts_comm *world = NULL;
     ts_parallel *par = NULL;
     ts_trainer *t = NULL;
-    st = start_parallel(&argc, &argv, cfg, &world, &par);
-    if (!st) st = ts_trainer_create(cfg, par, &t);
+    st = start_parallel(&argc, &argv, cfg, reg, &world, &par);
+    if (!st) st = ts_trainer_create(cfg, par, reg, &t);
     if (!st) st = ts_trainer_run(t);
     int rc = st ? fail(st) : 0;
-    ts_trainer_destroy(t);
-    ts_parallel_destroy(par);
-    ts_config_destroy(cfg);
     /* A failure on one rank must not leave its peers waiting. */
     if (rc && world && ts_comm_size(world) > 1) ts_comm_abort(world, rc);
+    ts_trainer_destroy(t);
+    ts_plugins_destroy(reg);
+    ts_parallel_destroy(par);
+    ts_config_destroy(cfg);
     ts_comm_world_finalize(world);
     return rc;
 }
@@ -146,11 +189,13 @@ static int cmd_export(int argc, char **argv) {
         fputs(usage_export, stderr);
         return 2;
     }
-    const char *out = NULL, *checkpoint = NULL;
+    cli_opts opts = {0};
     ts_config *cfg = NULL;
-    ts_status st = load_config(argc, argv, &out, &checkpoint, &cfg);
+    ts_plugins *reg = NULL;
+    ts_status st = load_config(argc, argv, &opts, &cfg, &reg);
     if (st) return fail(st);
-    if (!out) {
+    if (!opts.out) {
+        ts_plugins_destroy(reg);
         ts_config_destroy(cfg);
         fprintf(stderr, "tessera export: --out PATH is required\n");
         return 2;
@@ -158,8 +203,9 @@ static int cmd_export(int argc, char **argv) {
     /* Export what a checkpoint holds, not what resume would do. */
     st = ts_config_set(cfg, "train.resume=no");
     ts_trainer *t = NULL;
-    if (!st) st = ts_trainer_create(cfg, NULL, &t);
+    if (!st) st = ts_trainer_create(cfg, NULL, NULL, &t);
     char latest[4096];
+    const char *checkpoint = opts.checkpoint;
     if (!st && !checkpoint) {
         const char *dir = ts_config_str(cfg, "train", "checkpoint_dir");
         int found = 0;
@@ -167,12 +213,191 @@ static int cmd_export(int argc, char **argv) {
         if (found) checkpoint = latest;
     }
     if (!st && checkpoint) st = ts_trainer_load(t, checkpoint);
-    if (!st) st = ts_trainer_export(t, out);
+    if (!st) st = ts_trainer_export(t, opts.out);
     if (!st)
-        printf("exported %s (step %lld, from %s)\n", out,
+        printf("exported %s (step %lld, from %s)\n", opts.out,
                (long long)ts_trainer_state(t)->step, checkpoint ? checkpoint : "initialisation");
     int rc = st ? fail(st) : 0;
     ts_trainer_destroy(t);
+    ts_plugins_destroy(reg);
+    ts_config_destroy(cfg);
+    return rc;
+}
+
+static void print_groups(const ts_mesh *mesh, FILE *f) {
+    static const char *tokens[] = {TS_MESH_JSON_TOKENS};
+    for (size_t i = 0; i < sizeof tokens / sizeof tokens[0]; i++) {
+        ts_mesh_groups g;
+        if (ts_mesh_groups_init(&g, mesh, tokens[i]) != TS_OK) continue;
+        fprintf(f, "  %-10s %d group%s of %d:", tokens[i], g.count, g.count == 1 ? "" : "s",
+                g.size);
+        for (int k = 0; k < g.count; k++) {
+            fputs(k ? " [" : " [", f);
+            for (int r = 0; r < g.size; r++) fprintf(f, "%s%d", r ? "," : "", g.ranks[k * g.size + r]);
+            fputc(']', f);
+        }
+        fputc('\n', f);
+        ts_mesh_groups_free(&g);
+    }
+}
+
+/* What `plan` estimates for rank 0 (the largest shards under the uneven
+ * rule): bytes per memory category, and bytes per step per group and op. */
+typedef struct plan_estimate {
+    size_t params, grads, optim, acts, batch;
+    size_t grad_allreduce; /* over the batch group, when the batch is cut */
+    const char *batch_group;
+} plan_estimate;
+
+static ts_status plan_estimate_make(const ts_config *cfg, const ts_mesh *mesh,
+                                    const ts_layout_plan *plan, const ts_train_shape *sh,
+                                    plan_estimate *e) {
+    memset(e, 0, sizeof *e);
+    int bf16 = strcmp(ts_config_str(cfg, "train", "dtype"), "bf16") == 0;
+    size_t numel = 0;
+    int coords[TS_LAYOUT_MAX_AXES] = {0};
+    int batch_dp = 0, batch_cp = 0;
+    for (int i = 0; i < plan->count; i++) {
+        const ts_layout_plan_entry *en = &plan->entries[i];
+        if (strcmp(en->name, "data.tokens") == 0)
+            for (int a = 0; a < en->layout.naxes; a++) {
+                const ts_layout_axis *ax = &en->layout.axes[a];
+                if (ax->placement.kind != TS_PLACEMENT_SHARD || ax->size == 1) continue;
+                batch_dp |= strcmp(ax->name, "dp") == 0;
+                batch_cp |= strcmp(ax->name, "cp") == 0;
+            }
+        if (en->kind != TS_PLAN_PARAM) continue;
+        int64_t shape[TS_MAX_DIMS];
+        TS_TRY(ts_layout_local_shape(&en->layout, coords, shape));
+        size_t n = 1;
+        for (int d = 0; d < en->layout.ndim; d++) n *= (size_t)shape[d];
+        numel += n;
+    }
+    e->params = numel * (bf16 ? 2 : 4);
+    e->grads = numel * 4;
+    e->optim = numel * 4 * (bf16 ? 3 : 2);
+    size_t saved = 0, ws = 0;
+    ts_model_activation_bytes(&sh->model, sh->B, sh->T, &saved, &ws);
+    e->acts = saved + ws; /* the one-stage schedule holds one micro-batch */
+    e->batch = (size_t)sh->micro_batches * sh->B * sh->T * 2 * sizeof(int32_t);
+    e->batch_group = batch_dp && batch_cp ? "dp-cp" : batch_dp ? "dp" : batch_cp ? "cp" : NULL;
+    if (e->batch_group) e->grad_allreduce = numel * 4;
+    (void)mesh;
+    return TS_OK;
+}
+
+static int cmd_plan(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        fputs(usage_plan, stdout);
+        return 0;
+    }
+    if (argc < 1) {
+        fputs(usage_plan, stderr);
+        return 2;
+    }
+    cli_opts opts = {0};
+    ts_config *cfg = NULL;
+    ts_plugins *reg = NULL;
+    ts_status st = load_config(argc, argv, &opts, &cfg, &reg);
+    if (st) return fail(st);
+    ts_mesh *mesh = NULL;
+    if (opts.world < 1) {
+        st = ts_error(TS_ERR_CONFIG, "tessera plan: --world N is required");
+    } else {
+        ts_mesh_sizes sizes;
+        st = ts_plugins_mesh_sizes(reg, opts.world, &sizes);
+        if (!st) st = ts_mesh_create(&sizes, ts_config_str(cfg, "parallel", "order"), &mesh);
+    }
+    ts_train_shape shape;
+    ts_layout_plan plan;
+    ts_layout_plan_init(&plan);
+    plan_estimate est;
+    if (!st) st = ts_train_shape_resolve(cfg, ts_mesh_axis_size(mesh, TS_AXIS_DP), &shape);
+    if (!st) st = ts_model_layout_plan(&shape.model, shape.global_batch, shape.T, mesh, &plan);
+    if (!st) st = ts_plugins_apply_transforms(reg, &plan);
+    if (!st) st = plan_estimate_make(cfg, mesh, &plan, &shape, &est);
+    if (!st && opts.json) {
+        size_t len = ts_mesh_json_format(mesh, NULL, 0);
+        char *buf = malloc(len + 1);
+        if (!buf) {
+            st = ts_error(TS_ERR_NOMEM, "plan: out of memory");
+        } else {
+            ts_mesh_json_format(mesh, buf, len + 1);
+            buf[len - 1] = '\0'; /* reopen the object: drop its closing brace */
+            printf("%s,\"memory\":{\"params\":%zu,\"grads\":%zu,\"optimizer\":%zu,"
+                   "\"activations\":%zu,\"batch\":%zu},\"comm\":{",
+                   buf, est.params, est.grads, est.optim, est.acts, est.batch);
+            if (est.batch_group)
+                printf("\"%s\":{\"all_reduce\":%zu}", est.batch_group, est.grad_allreduce);
+            printf("},\"bubble\":0}\n");
+            free(buf);
+        }
+    } else if (!st) {
+        printf("mesh: %d ranks, order %s (fastest-varying first)\n", ts_mesh_world(mesh),
+               ts_mesh_order(mesh));
+        printf("  dense  tp %d x cp %d x dp %d x pp %d\n", ts_mesh_axis_size(mesh, TS_AXIS_TP),
+               ts_mesh_axis_size(mesh, TS_AXIS_CP), ts_mesh_axis_size(mesh, TS_AXIS_DP),
+               ts_mesh_axis_size(mesh, TS_AXIS_PP));
+        printf("  expert etp %d x ep %d x edp %d x pp %d\n", ts_mesh_axis_size(mesh, TS_AXIS_ETP),
+               ts_mesh_axis_size(mesh, TS_AXIS_EP), ts_mesh_axis_size(mesh, TS_AXIS_EDP),
+               ts_mesh_axis_size(mesh, TS_AXIS_PP));
+        printf("groups:\n");
+        print_groups(mesh, stdout);
+        printf("layout plan (rank 0's block in 'local'):\n");
+        st = ts_layout_plan_print(&plan, stdout);
+        printf("memory per rank (estimate for rank 0):\n"
+               "  params       %12zu bytes\n  grads        %12zu bytes\n"
+               "  optimizer    %12zu bytes\n  activations  %12zu bytes (one micro-batch of "
+               "%d x %d in flight, and backward workspace)\n  batch        %12zu bytes\n",
+               est.params, est.grads, est.optim, est.acts, shape.B, shape.T, est.batch);
+        printf("communication per step:\n");
+        if (est.batch_group)
+            printf("  %-6s all_reduce %zu bytes (gradients)\n", est.batch_group,
+                   est.grad_allreduce);
+        else
+            printf("  none\n");
+        printf("pipeline bubble: 0 (one stage)\n");
+    }
+    ts_layout_plan_free(&plan);
+    int rc = st ? fail(st) : 0;
+    ts_mesh_destroy(mesh);
+    ts_plugins_destroy(reg);
+    ts_config_destroy(cfg);
+    return rc;
+}
+
+static int cmd_plugins(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        fputs(usage_plugins, stdout);
+        return 0;
+    }
+    const char *config = NULL, *path = NULL;
+    int rest = argc;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+            config = argv[i + 1];
+            rest = i + 1; /* CONFIG and what follows are load_config's */
+            break;
+        } else if (strcmp(argv[i], "--plugin-path") == 0 && i + 1 < argc) {
+            path = argv[++i];
+        } else {
+            fprintf(stderr, "tessera plugins: unexpected argument '%s'\n\n%s", argv[i],
+                    usage_plugins);
+            return 2;
+        }
+    }
+    ts_config *cfg = NULL;
+    ts_plugins *reg = NULL;
+    ts_status st;
+    if (config) {
+        st = load_config(argc - rest, argv + rest, NULL, &cfg, &reg);
+    } else {
+        st = ts_plugins_create(&reg);
+        if (!st) st = ts_plugins_discover(reg, path, stderr);
+    }
+    if (!st) st = ts_plugins_describe(reg, stdout);
+    int rc = st ? fail(st) : 0;
+    ts_plugins_destroy(reg);
     ts_config_destroy(cfg);
     return rc;
 }
@@ -185,6 +410,8 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[1], "train") == 0) return cmd_train(argc - 2, argv + 2);
     if (strcmp(argv[1], "export") == 0) return cmd_export(argc - 2, argv + 2);
+    if (strcmp(argv[1], "plan") == 0) return cmd_plan(argc - 2, argv + 2);
+    if (strcmp(argv[1], "plugins") == 0) return cmd_plugins(argc - 2, argv + 2);
     fprintf(stderr, "tessera: unknown command '%s'\n\n%s", argv[1], usage_main);
     return 2;
 }

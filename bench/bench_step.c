@@ -76,7 +76,7 @@ int main(int argc, char **argv) {
     if (!st) st = ts_config_set(cfg, "train.steps=1000000");
     if (!st) st = ts_config_validate(cfg);
     ts_trainer *t = NULL;
-    if (!st) st = ts_trainer_create(cfg, NULL, &t);
+    if (!st) st = ts_trainer_create(cfg, NULL, NULL, &t);
     if (st) {
         fprintf(stderr, "bench_step: %s\n", ts_last_error());
         return 1;

@@ -725,6 +725,51 @@ ts_status ts_model_loss(ts_model *m, ts_step_ctx *ctx, double *mean_loss) {
     return TS_OK;
 }
 
+static ts_status plan_entry(ts_layout_plan *plan, const ts_mesh *mesh, const char *name,
+                            int ndim, const int64_t *shape, ts_plan_kind kind) {
+    ts_layout l;
+    TS_TRY(ts_layout_init(&l, ndim, shape));
+    static const ts_mesh_axis axes[] = {TS_AXIS_TP, TS_AXIS_CP, TS_AXIS_DP, TS_AXIS_PP,
+                                        TS_AXIS_EP, TS_AXIS_ETP, TS_AXIS_EDP};
+    for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++)
+        TS_TRY(ts_layout_add_axis(&l, ts_mesh_axis_name(axes[i]), ts_mesh_axis_size(mesh, axes[i]),
+                                  ts_placement_replicate()));
+    TS_TRY(ts_layout_plan_add(plan, name, &l, -1));
+    ts_layout_plan_find(plan, name)->kind = kind;
+    return TS_OK;
+}
+
+ts_status ts_model_layout_plan(const ts_model_config *cfg, int global_batch, int T,
+                               const ts_mesh *mesh, ts_layout_plan *plan) {
+    int64_t data[2] = {global_batch, T}, act[3] = {global_batch, T, cfg->d_model};
+    TS_TRY(plan_entry(plan, mesh, "data.tokens", 2, data, TS_PLAN_DATA));
+    TS_TRY(plan_entry(plan, mesh, "data.targets", 2, data, TS_PLAN_DATA));
+    TS_TRY(plan_entry(plan, mesh, "act.x", 3, act, TS_PLAN_ACTIVATION));
+    int n = model_declare(cfg, NULL);
+    param_decl *decl = calloc((size_t)n, sizeof *decl);
+    if (!decl) return ts_error(TS_ERR_NOMEM, "model: out of memory");
+    model_declare(cfg, decl);
+    ts_status st = TS_OK;
+    for (int i = 0; i < n && !st; i++)
+        st = plan_entry(plan, mesh, decl[i].name, decl[i].ndim, decl[i].shape, TS_PLAN_PARAM);
+    free(decl);
+    return st;
+}
+
+void ts_model_activation_bytes(const ts_model_config *c, int B, int T, size_t *saved,
+                               size_t *workspace) {
+    size_t N = (size_t)B * T, C = (size_t)c->d_model, Vp = (size_t)c->padded_vocab;
+    size_t block = block_carve(NULL, NULL, B, T, c->d_model, c->heads);
+    size_t head = head_carve(NULL, NULL, N, c->d_model, c->padded_vocab);
+    *saved = sizeof(float) * (N * C + (size_t)c->layers * block + head);
+    /* Backward: the block's workspace (or the head's dlnf, if larger) and
+     * the two dx buffers that alternate between modules. */
+    size_t ws_block = N * 4 * C * 2 + N * C * 3 + N * 3 * C + (size_t)B * c->heads * T * T;
+    size_t ws = ws_block > N * C ? ws_block : N * C;
+    (void)Vp;
+    *workspace = sizeof(float) * (ws + 2 * N * C);
+}
+
 double ts_model_flops_per_step(const ts_model_config *c, int B, int T) {
     double N = (double)B * T, C = c->d_model, L = c->layers, Vp = c->padded_vocab;
     /* Per token, forward: QKV 3C^2, proj C^2, fc 4C^2, fcproj 4C^2 multiply-adds

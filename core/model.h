@@ -22,6 +22,8 @@
 #include <stdint.h>
 
 #include "module.h"
+#include "tessera/layout.h"
+#include "tessera/mesh.h"
 #include "tessera/tessera.h"
 
 #ifdef __cplusplus
@@ -106,6 +108,22 @@ ts_status ts_model_loss(ts_model *m, ts_step_ctx *ctx, double *mean_loss);
 const float *ts_model_weight(ts_model *m, const ts_param *p, int slot);
 /* f32 view of the flat parameter values (fp32 mode only; NULL in bf16). */
 float *ts_model_param_f32(ts_model *m);
+
+/* The layout plan of a model of shape `cfg` on `mesh` (nothing allocated): every parameter (kind PARAM, its
+ * global shape), the hidden state passed between modules ("act.x", (G, T,
+ * C)) and the batch ("data.tokens", "data.targets", (G, T)), G the global
+ * batch in sequences. Every mesh axis appears on every entry, replicated;
+ * stage -1 (unassigned). Plugins' transforms then change placements. */
+ts_status ts_model_layout_plan(const ts_model_config *cfg, int global_batch, int T,
+                               const ts_mesh *mesh, ts_layout_plan *plan);
+
+/* The activation memory of micro-batches of B x T: `saved` bytes held from
+ * one micro-batch's forward until its backward (every module's saved state),
+ * and `workspace` bytes of backward scratch shared by all micro-batches.
+ * With k micro-batches in flight the activation peak is k * saved +
+ * workspace, exactly as the allocator counts it. */
+void ts_model_activation_bytes(const ts_model_config *cfg, int B, int T, size_t *saved,
+                               size_t *workspace);
 
 /* FLOPs of one forward+backward of B x T tokens, counted as 2 per
  * multiply-add for every GEMM (forward 1x, backward 2x) and for the two

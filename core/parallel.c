@@ -69,6 +69,12 @@ static ts_comm *parallel_nth(const ts_parallel *p, int i, const char **name) {
     return p->comms[i - 1];
 }
 
+static int parallel_active(const ts_comm *c) {
+    for (int op = 0; op < TS_COMM_NOPS; op++)
+        if (ts_comm_counter(c, (ts_comm_op)op).calls > 0) return 1;
+    return 0;
+}
+
 void ts_parallel_snapshot_take(const ts_parallel *p, ts_parallel_snapshot *s) {
     for (int i = 0; i <= p->ncomms; i++) {
         const char *name;
@@ -116,6 +122,12 @@ ts_status ts_parallel_counters_json(const ts_parallel *p, const ts_parallel_snap
 }
 
 void ts_parallel_report(const ts_parallel *p, FILE *f) {
+    int any = 0;
+    for (int i = 0; i <= p->ncomms; i++) {
+        const char *name;
+        any |= parallel_active(parallel_nth(p, i, &name));
+    }
+    if (!any) return;
     fprintf(f, "communication on rank %d (algbw and busbw as nccl-tests define them):\n", p->rank);
     fprintf(f, "  %-10s %-15s %8s %14s %10s %12s %12s\n", "group", "op", "calls", "bytes", "seconds",
             "algbw GB/s", "busbw GB/s");

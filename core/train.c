@@ -28,9 +28,15 @@
 struct ts_trainer {
     const ts_config *cfg;
     ts_parallel *par;       /* borrowed; NULL on one rank without MPI      */
+    ts_plugins *reg;        /* borrowed; NULL when no plugin is loaded     */
+    ts_layout_plan plan;    /* placements of every tensor after transforms */
     int rank0;              /* this rank prints, writes metrics/checkpoints */
-    int dp, dp_rank;        /* the data-parallel axis: batch sharding       */
-    ts_comm *batch_comm;    /* ranks that split one global batch (dp-cp)    */
+    int parts, part;        /* the global batch is cut in `parts` blocks of
+                               sequences (data.tokens S(0)); ours is `part` */
+    ts_comm *batch_comm;    /* ranks holding disjoint parts of the batch   */
+    int *ready_after;       /* per parameter: the module whose backward
+                               completes its gradient                      */
+    int hooks_on;           /* the current backward is the step's last     */
     ts_parallel_snapshot *snap;
     int64_t epochs;         /* [data] epochs; 0 = wrap around               */
     ts_model_config mcfg;
@@ -110,6 +116,26 @@ static ts_status trainer_model_config(const ts_config *cfg, ts_model_config *mc)
     return ts_model_config_check(mc);
 }
 
+ts_status ts_train_shape_resolve(const ts_config *cfg, int dp, ts_train_shape *out) {
+    memset(out, 0, sizeof *out);
+    TS_TRY(trainer_model_config(cfg, &out->model));
+    out->T = (int)ts_config_int(cfg, "train", "seq_len");
+    if (out->T == 0) out->T = out->model.context;
+    if (out->T > out->model.context)
+        return key_error(cfg, "train", "seq_len", "seq_len = %d exceeds the model's context = %d",
+                         out->T, out->model.context);
+    out->B = (int)ts_config_int(cfg, "train", "micro_batch");
+    out->global_batch = (int)ts_config_int(cfg, "train", "global_batch");
+    if (out->global_batch == 0) out->global_batch = out->B * dp;
+    if (out->global_batch % (out->B * dp) != 0)
+        return key_error(cfg, "train", "global_batch",
+                         "global_batch = %d is not a multiple of micro_batch x dp = %d x %d",
+                         out->global_batch, out->B, dp);
+    /* Megatron-LM's rule: m = global_batch / (micro_batch * dp). */
+    out->micro_batches = out->global_batch / (out->B * dp);
+    return TS_OK;
+}
+
 static int trainer_default_threads(void) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -120,16 +146,97 @@ static int trainer_default_threads(void) {
     return n < 1 ? 1 : (int)n;
 }
 
-ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_trainer **out) {
+/* Reads from the plan how the batch is cut: the axes on which data.tokens
+ * is S(0) split it into blocks of sequences (nested in layout order), and
+ * every axis on which it is sharded at all holds a disjoint part of it, so
+ * the loss is summed over those. */
+static ts_status trainer_batch_split(ts_trainer *t) {
+    t->parts = 1;
+    t->part = 0;
+    t->batch_comm = NULL;
+    if (!t->par) return TS_OK;
+    const ts_layout_plan_entry *e = ts_layout_plan_find(&t->plan, "data.tokens");
+    if (!e) return ts_error(TS_ERR_INTERNAL, "trainer: the plan has no data.tokens");
+    int shard_dp = 0, shard_cp = 0;
+    for (int i = 0; i < e->layout.naxes; i++) {
+        const ts_layout_axis *a = &e->layout.axes[i];
+        if (a->placement.kind != TS_PLACEMENT_SHARD || a->size == 1) continue;
+        ts_mesh_axis axis;
+        TS_TRY(ts_mesh_axis_from_name(a->name, &axis));
+        if (axis == TS_AXIS_DP) shard_dp = 1;
+        else if (axis == TS_AXIS_CP) shard_cp = 1;
+        else
+            return ts_error(TS_ERR_CONFIG, "data.tokens is sharded over '%s'; only dp and cp may "
+                            "split the batch", a->name);
+        if (a->placement.dim == 0) {
+            t->part = t->part * a->size + ts_parallel_coord(t->par, axis);
+            t->parts *= a->size;
+        }
+    }
+    int dp = ts_mesh_axis_size(t->par->mesh, TS_AXIS_DP);
+    if (dp > 1 && !shard_dp)
+        return ts_error(TS_ERR_CONFIG, "the dp axis has %d ranks but no plugin shards the batch "
+                        "over it", dp);
+    const char *token = shard_dp && shard_cp ? "dp-cp" : shard_dp ? "dp" : shard_cp ? "cp" : NULL;
+    t->batch_comm = token ? ts_parallel_comm(t->par, token) : NULL;
+    return TS_OK;
+}
+
+/* Which module's backward completes each parameter's gradient: the first
+ * module (in model order) that reads it, since backward runs in reverse. */
+static ts_status trainer_ready_after(ts_trainer *t) {
+    ts_model *m = t->model;
+    t->ready_after = malloc((size_t)m->nparams * sizeof *t->ready_after);
+    if (!t->ready_after) return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
+    for (int p = 0; p < m->nparams; p++) t->ready_after[p] = -1;
+    for (int i = m->nmodules - 1; i >= 0; i--)
+        for (int k = 0; k < m->modules[i]->nparams; k++)
+            t->ready_after[m->modules[i]->param_index[k]] = i;
+    return TS_OK;
+}
+
+static ts_status trainer_hook(ts_trainer *t, ts_plugin_hook_kind kind, int mb, ts_param *p) {
+    if (!t->reg || ts_plugins_num_hooks(t->reg, kind) == 0) return TS_OK;
+    ts_plugin_hook_event ev = {.struct_size = sizeof ev, .kind = kind, .step = t->state.step,
+                               .micro_batch = mb, .micro_batches = t->micro_batches,
+                               .param = p ? &p->value : NULL, .grad = p ? &p->grad : NULL,
+                               .state = &t->state};
+    return ts_plugins_run_hooks(t->reg, &ev);
+}
+
+/* After each module's backward of the step's last micro-batch: the gradients
+ * it completed are ready, announced in reverse order of their offsets. */
+static ts_status trainer_module_done(void *user, int module) {
+    ts_trainer *t = user;
+    if (!t->hooks_on) return TS_OK;
+    ts_module *mod = t->model->modules[module];
+    int idx[16], n = 0;
+    for (int k = 0; k < mod->nparams; k++)
+        if (t->ready_after[mod->param_index[k]] == module) idx[n++] = mod->param_index[k];
+    /* Sort by offset, descending. */
+    for (int a = 1; a < n; a++)
+        for (int b = a; b > 0 && t->model->params[idx[b]].offset > t->model->params[idx[b - 1]].offset;
+             b--) {
+            int tmp = idx[b];
+            idx[b] = idx[b - 1];
+            idx[b - 1] = tmp;
+        }
+    for (int k = 0; k < n; k++)
+        TS_TRY(trainer_hook(t, TS_HOOK_GRAD_READY, -1, &t->model->params[idx[k]]));
+    return TS_OK;
+}
+
+ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *reg,
+                            ts_trainer **out) {
     *out = NULL;
     ts_trainer *t = calloc(1, sizeof *t);
     if (!t) return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
     t->cfg = cfg;
     t->par = par;
+    t->reg = reg;
+    ts_layout_plan_init(&t->plan);
     t->rank0 = !par || par->rank == 0;
-    t->dp = par ? ts_mesh_axis_size(par->mesh, TS_AXIS_DP) : 1;
-    t->dp_rank = par ? ts_parallel_coord(par, TS_AXIS_DP) : 0;
-    t->batch_comm = par ? ts_parallel_comm(par, "dp-cp") : NULL;
+    int dp = par ? ts_mesh_axis_size(par->mesh, TS_AXIS_DP) : 1;
     if (par) {
         t->snap = calloc(1, sizeof *t->snap);
         if (!t->snap) {
@@ -143,7 +250,13 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_trainer *
         st = (expr);                                                           \
         if (st) goto fail;                                                     \
     } while (0)
-    CHECK(trainer_model_config(cfg, &t->mcfg));
+    ts_train_shape shape;
+    CHECK(ts_train_shape_resolve(cfg, dp, &shape));
+    t->mcfg = shape.model;
+    t->T = shape.T;
+    t->B = shape.B;
+    t->global_batch = shape.global_batch;
+    t->micro_batches = shape.micro_batches;
 
     int threads = (int)ts_config_int(cfg, "train", "threads");
     ts_cpu_set_threads(threads > 0 ? threads : trainer_default_threads());
@@ -153,20 +266,6 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_trainer *
                         "'%s' is not available in this build (only cpu)",
                         ts_config_str(cfg, "train", "device")));
 
-    t->T = (int)ts_config_int(cfg, "train", "seq_len");
-    if (t->T == 0) t->T = t->mcfg.context;
-    if (t->T > t->mcfg.context)
-        CHECK(key_error(cfg, "train", "seq_len", "seq_len = %d exceeds the model's context = %d",
-                        t->T, t->mcfg.context));
-    t->B = (int)ts_config_int(cfg, "train", "micro_batch");
-    t->global_batch = (int)ts_config_int(cfg, "train", "global_batch");
-    if (t->global_batch == 0) t->global_batch = t->B * t->dp;
-    if (t->global_batch % (t->B * t->dp) != 0)
-        CHECK(key_error(cfg, "train", "global_batch",
-                        "global_batch = %d is not a multiple of micro_batch x dp = %d x %d",
-                        t->global_batch, t->B, t->dp));
-    /* Megatron-LM's rule: m = global_batch / (micro_batch * dp). */
-    t->micro_batches = t->global_batch / (t->B * t->dp);
     t->epochs = ts_config_int(cfg, "data", "epochs");
     t->steps = ts_config_int(cfg, "train", "steps");
     t->log_every = (int)ts_config_int(cfg, "train", "log_every");
@@ -221,6 +320,15 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_trainer *
         CHECK(ts_llmc_load(init + 5, t->model, t->optim->master));
 
     t->state = (ts_train_state){t->model, t->optim, 0, 0, seed};
+    CHECK(trainer_ready_after(t));
+    if (par) {
+        CHECK(ts_model_layout_plan(&t->mcfg, t->global_batch, t->T, par->mesh, &t->plan));
+        if (reg) CHECK(ts_plugins_apply_transforms(reg, &t->plan));
+        CHECK(trainer_batch_split(t));
+        if (t->parts != dp)
+            CHECK(ts_error(TS_ERR_CONFIG, "the batch is cut in %d parts but dp has %d ranks",
+                           t->parts, dp));
+    }
     CHECK(ts_schedule_default(t->micro_batches, &t->schedule));
 
     size_t toks = (size_t)t->micro_batches * t->B * t->T;
@@ -262,6 +370,8 @@ void ts_trainer_destroy(ts_trainer *t) {
     if (!t) return;
     if (t->metrics) fclose(t->metrics);
     free(t->snap);
+    free(t->ready_after);
+    ts_layout_plan_free(&t->plan);
     ts_schedule_free(&t->schedule);
     ts_mem_free(t->tokens);
     ts_mem_free(t->targets);
@@ -288,12 +398,13 @@ ts_status ts_trainer_export(ts_trainer *t, const char *path) {
     return ts_llmc_save(path, t->model, t->optim->master);
 }
 
-/* The global window read by sequence b of micro-batch k on this rank. As in
- * Megatron-LM's pretraining sampler, micro-batch k of all dp ranks together
- * covers B * dp consecutive windows, rank r taking the r-th block of B, so
- * the union over ranks is exactly the global batch one rank would read. */
+/* The global window read by sequence b of micro-batch k on this rank. The
+ * step's global batch is the windows [cursor, cursor + G); data.tokens
+ * S(0) over dp gives part r the r-th contiguous block of G / parts of them,
+ * read as m micro-batches of B, so the union over ranks is exactly the
+ * global batch one rank would read. */
 static int64_t trainer_window(const ts_trainer *t, int k, int b) {
-    return t->state.data_cursor + ((int64_t)k * t->dp + t->dp_rank) * t->B + b;
+    return t->state.data_cursor + (int64_t)t->part * t->micro_batches * t->B + (int64_t)k * t->B + b;
 }
 
 /* Whether every window of this step lies within [data] epochs (always, when
@@ -342,6 +453,9 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
     ts_model_zero_grad(m);
     double loss_sum = 0.0, norm = 0.0;
     float lr = 0.0f;
+    int last_backward = -1;
+    for (int i = 0; i < t->schedule.nactions; i++)
+        if (t->schedule.actions[i].kind == TS_ACT_BACKWARD) last_backward = i;
     for (int i = 0; i < t->schedule.nactions; i++) {
         const ts_action *a = &t->schedule.actions[i];
         ts_step_ctx *c = a->mb >= 0 ? &t->ctx[a->mb] : NULL;
@@ -350,19 +464,26 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
             size_t off = (size_t)a->mb * t->B * t->T;
             *c = (ts_step_ctx){.mb = a->mb, .B = t->B, .T = t->T,
                                .tokens = t->tokens + off, .targets = t->targets + off,
-                               .dloss = valid > 0 ? 1.0f / (float)valid : 0.0f};
+                               .dloss = valid > 0 ? 1.0f / (float)valid : 0.0f,
+                               .module_done = trainer_module_done, .module_done_user = t};
+            TS_TRY(trainer_hook(t, TS_HOOK_BEFORE_FORWARD, a->mb, NULL));
             TS_TRY(ts_model_forward(m, c));
             loss_sum += c->loss_sum;
             break;
         }
         case TS_ACT_BACKWARD:
+            t->hooks_on = i == last_backward;
             TS_TRY(ts_model_backward(m, c));
+            t->hooks_on = 0;
+            TS_TRY(trainer_hook(t, TS_HOOK_AFTER_BACKWARD, a->mb, NULL));
             break;
         case TS_ACT_OPTIMIZER_STEP: {
+            TS_TRY(trainer_hook(t, TS_HOOK_BEFORE_OPTIMIZER, -1, NULL));
             norm = sqrt(ts_cpu_sumsq(m->grad_data, m->numel));
             float scale = ts_grad_clip_scale(&t->optim->cfg, norm);
             lr = ts_lr_at(&t->optim->cfg, t->state.step);
             ts_optimizer_step(t->optim, m, t->state.step, lr, scale);
+            TS_TRY(trainer_hook(t, TS_HOOK_AFTER_OPTIMIZER, -1, NULL));
             break;
         }
         default:
@@ -405,14 +526,15 @@ static ts_status trainer_write_metrics(ts_trainer *t, const ts_step_stats *s) {
                 ts_mem_category_name((ts_mem_category)c), k.allocated, k.reserved, k.peak);
     }
     fprintf(f, "},\"comm\":");
+    char buf[16384];
     if (t->par) {
-        char buf[16384];
         TS_TRY(ts_parallel_counters_json(t->par, t->snap, buf, sizeof buf));
         fputs(buf, f);
     } else {
         fputs("{}", f);
     }
-    fputs("}\n", f);
+    TS_TRY(ts_plugins_metrics_json(t->reg, buf, sizeof buf));
+    fprintf(f, ",\"plugins\":%s}\n", buf);
     fflush(f);
     return TS_OK;
 }
@@ -472,7 +594,8 @@ static void trainer_print_header(ts_trainer *t) {
            (long long)t->steps, t->T, t->B, t->global_batch, t->micro_batches,
            ts_cpu_get_threads());
     if (t->par)
-        printf("parallel: %d ranks, mesh order %s, dp %d (%d micro-batches of %d per rank)\n",
-               t->par->size, ts_mesh_order(t->par->mesh), t->dp, t->micro_batches, t->B);
+        printf("parallel: %d ranks, mesh order %s, batch in %d parts (%d micro-batches of %d per "
+               "rank)\n",
+               t->par->size, ts_mesh_order(t->par->mesh), t->parts, t->micro_batches, t->B);
     fflush(stdout);
 }

@@ -8,6 +8,7 @@
 
 #include "config.h"
 #include "parallel.h"
+#include "plugin.h"
 #include "state.h"
 
 #ifdef __cplusplus
@@ -15,6 +16,17 @@ extern "C" {
 #endif
 
 typedef struct ts_trainer ts_trainer;
+
+/* The shapes a configuration trains: the model (from [model] or the llm.c
+ * checkpoint of [model] init), seq_len T, micro_batch B, global_batch G and
+ * the micro-batches per rank m = G / (B * dp). */
+typedef struct ts_train_shape {
+    ts_model_config model;
+    int T, B, global_batch, micro_batches;
+} ts_train_shape;
+
+/* Resolves and checks them; errors name the file, line and key. */
+ts_status ts_train_shape_resolve(const ts_config *cfg, int dp, ts_train_shape *out);
 
 /* What one optimizer step measured. */
 typedef struct ts_step_stats {
@@ -30,9 +42,13 @@ typedef struct ts_step_stats {
  * [model] or from an llm.c checkpoint named by [model] init), the data,
  * the optimizer, and resumes from the newest checkpoint with
  * [train] resume = auto. Cross-key errors name the file, line and key.
- * `par` (borrowed, may be NULL for one rank) gives the mesh: each dp rank
- * reads its part of the global batch and the loss is normalised over all. */
-ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_trainer **out);
+ * `par` (borrowed, may be NULL for one rank) gives the mesh and `reg`
+ * (borrowed, may be NULL) the plugins: their transforms place the model's
+ * tensors (data.tokens S(0) over dp: each dp rank reads its part of the
+ * global batch; the loss is normalised over all of it) and their hooks run
+ * around forward, backward and the optimizer step. */
+ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *reg,
+                            ts_trainer **out);
 void ts_trainer_destroy(ts_trainer *t);
 
 /* Runs until [train] steps are done. */
