@@ -14,3 +14,10 @@ foreach(script train_loss_falls bf16_close resume_sigkill llmc_roundtrip bad_inp
   set_tests_properties(cli_${script} PROPERTIES LABELS core TIMEOUT 300
     ENVIRONMENT "${TESSERA_TEST_ENV}")
 endforeach()
+
+# tessera plan against Megatron-LM's rank groups (needs the test plugins).
+add_test(NAME cli_plan_groups
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/plan_groups.sh $<TARGET_FILE:tessera_cli>
+    ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/tests/plugins)
+set_tests_properties(cli_plan_groups PROPERTIES LABELS core TIMEOUT 120
+  ENVIRONMENT "${TESSERA_TEST_ENV}")

@@ -10,7 +10,7 @@ set(TESSERA_TEST_PLUGIN_DIR ${CMAKE_BINARY_DIR}/tests/plugins)
 set(TESSERA_TEST_PLUGINS
   good:good wrong_major:wrong_major newer_minor:newer_minor wrong_name:misnamed
   no_symbol:no_symbol small_struct:small_struct dup_axis:dup_axis conflict:conflict
-  fail_init:fail_init)
+  fail_init:fail_init meshaxes:meshaxes)
 set(TESSERA_TEST_PLUGIN_TARGETS)
 foreach(pair ${TESSERA_TEST_PLUGINS})
   string(REPLACE ":" ";" pair ${pair})
