@@ -283,6 +283,8 @@ static const ts_key_spec cfg_core_keys[] = {
      "length of the synthetic corpus"},
     {"data", "synthetic_branching", TS_KEY_INT, "4", 1, 64, NULL,
      "successors per state of the synthetic Markov chain"},
+    {"data", "ignore_token", TS_KEY_INT, "-1", -1, 65535, NULL,
+     "targets equal to this id are masked: no loss, no gradient (-1 = none)"},
     {"data", "epochs", TS_KEY_INT, "0", 0, CFG_ANY_MAX, NULL,
      "passes over the data before training stops cleanly (0 = wrap around forever)"},
 

@@ -48,6 +48,7 @@ struct ts_dataset {
     size_t map_len;
     double entropy_rate; /* nats/token; NaN when unknown            */
     uint64_t shuffle_key;
+    int ignore_token;
     int shuffle;
     char source[512];
     char desc[768];
@@ -312,6 +313,7 @@ ts_status ts_dataset_open(ts_dataset **out, const ts_data_opts *opts) {
     ds->entropy_rate = NAN;
     ds->shuffle = opts->shuffle != 0;
     ds->shuffle_key = ts_rng_key(opts->seed, "data.shuffle");
+    ds->ignore_token = opts->ignore_token;
     snprintf(ds->source, sizeof ds->source, "%s", src);
     ts_status st;
     if (strcmp(src, "synthetic") == 0)
@@ -393,7 +395,7 @@ ts_status ts_dataset_window(const ts_dataset *ds, int64_t w, int T, int32_t *inp
     const uint16_t *p = ds->tokens + slot * (int64_t)T;
     for (int t = 0; t < T; t++) {
         inputs[t] = p[t];
-        targets[t] = p[t + 1];
+        targets[t] = p[t + 1] == ds->ignore_token ? -1 : p[t + 1];
     }
     return TS_OK;
 }

@@ -17,7 +17,8 @@
  * w % num_windows, or with shuffling a permutation of it drawn from
  * (seed, epoch) by a counter-based generator. Because a window is a pure
  * function of its index, any rank can read any part of a global batch, and
- * the data cursor of a checkpoint is a single integer.
+ * the data cursor of a checkpoint is a single integer. A target equal to
+ * `ignore_token` is returned as -1: masked, it has no loss and no gradient.
  */
 #ifndef TESSERA_CORE_DATA_H
 #define TESSERA_CORE_DATA_H
@@ -37,6 +38,9 @@ typedef struct ts_data_opts {
     int shuffle;              /* permute window order per epoch             */
     int64_t synthetic_tokens; /* length of the synthetic corpus            */
     int synthetic_branching;  /* successors per state in the Markov chain   */
+    int ignore_token;         /* targets equal to it are masked (-1); -1 =
+                                 none (e.g. an end-of-document token, as
+                                 Megatron-LM's eod_mask_loss)              */
 } ts_data_opts;
 
 typedef struct ts_dataset ts_dataset;

@@ -4,6 +4,7 @@
  */
 #include "parallel.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,17 @@ ts_status ts_parallel_create(ts_comm *world, const ts_mesh_sizes *sizes,
         return st;
     }
     *out = p;
+    return TS_OK;
+}
+
+ts_status ts_batch_valid_total(ts_comm *batch_comm, int64_t local, int64_t *global) {
+    *global = local;
+    if (!batch_comm || ts_comm_size(batch_comm) == 1) return TS_OK;
+    if (local < 0 || local > INT32_MAX)
+        return ts_error(TS_ERR_INVALID, "valid-token count %lld out of range", (long long)local);
+    int32_t mine = (int32_t)local, sum = 0;
+    TS_TRY(ts_comm_all_reduce(batch_comm, &mine, &sum, 1, TS_I32, TS_REDUCE_SUM));
+    *global = sum;
     return TS_OK;
 }
 

@@ -43,6 +43,15 @@ ts_comm *ts_parallel_comm(const ts_parallel *p, const char *token);
 /* This rank's coordinate on an axis. */
 int ts_parallel_coord(const ts_parallel *p, ts_mesh_axis axis);
 
+/* The loss normalisation of data-parallel training: the valid target tokens
+ * of the whole global batch, summed over `batch_comm`, the ranks that hold
+ * disjoint parts of it (NULL or size 1: just `local`). Each rank scales its
+ * token losses by 1 / *global before backward, so the SUM of the ranks'
+ * gradients is the mean over every valid token of the batch: ranks with 2
+ * and 6 valid tokens whose mean gradients are 1 and 3 give (2·1 + 6·3) / 8
+ * = 2.5, not the mean of the means, 2. */
+ts_status ts_batch_valid_total(ts_comm *batch_comm, int64_t local, int64_t *global);
+
 /* The counters of every communicator at one moment, for per-step deltas. */
 typedef struct ts_parallel_snapshot {
     ts_comm_op_counter c[TS_PARALLEL_MAX_COMMS + 1][TS_COMM_NOPS];

@@ -286,6 +286,7 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
         .shuffle = ts_config_bool(cfg, "data", "shuffle"),
         .synthetic_tokens = ts_config_int(cfg, "data", "synthetic_tokens"),
         .synthetic_branching = (int)ts_config_int(cfg, "data", "synthetic_branching"),
+        .ignore_token = (int)ts_config_int(cfg, "data", "ignore_token"),
     };
     st = ts_dataset_open(&t->data, &dopts);
     if (st) {
@@ -434,15 +435,9 @@ static ts_status trainer_load_batch(ts_trainer *t, int64_t *valid) {
         for (int b = 0; b < t->B; b++, seq++)
             TS_TRY(ts_dataset_window(t->data, trainer_window(t, k, b), T, t->tokens + seq * T,
                                      t->targets + seq * T));
-    int32_t n = 0;
+    int64_t n = 0;
     for (size_t i = 0; i < seq * T; i++) n += t->targets[i] >= 0;
-    if (t->batch_comm && ts_comm_size(t->batch_comm) > 1) {
-        int32_t sum = 0;
-        TS_TRY(ts_comm_all_reduce(t->batch_comm, &n, &sum, 1, TS_I32, TS_REDUCE_SUM));
-        n = sum;
-    }
-    *valid = n;
-    return TS_OK;
+    return ts_batch_valid_total(t->batch_comm, n, valid);
 }
 
 ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {

@@ -29,6 +29,7 @@ foreach(case
     synthetic_is_deterministic_per_seed
     synthetic_entropy_rate_matches_corpus
     windows_are_stream_slices
+    ignore_token_masks_targets
     shuffle_is_a_permutation_per_epoch
     llmc_token_file_round_trip_and_errors
     text_source_reads_bytes)

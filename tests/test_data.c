@@ -36,7 +36,7 @@ static int failures;
 static char tmpdir[256];
 
 static ts_data_opts synthetic_opts(int vocab, int branching, int64_t n, uint64_t seed) {
-    ts_data_opts o = {"synthetic", vocab, seed, 0, n, branching};
+    ts_data_opts o = {"synthetic", vocab, seed, 0, n, branching, -1};
     return o;
 }
 
@@ -153,6 +153,30 @@ static void test_synthetic_entropy_rate_matches_corpus(void) {
     ts_dataset_close(ds);
 }
 
+/* [data] ignore_token: targets equal to it come back as -1 (masked); inputs
+ * keep the token. */
+static void test_ignore_token_masks_targets(void) {
+    ts_data_opts o = synthetic_opts(16, 4, 5000, 9);
+    ts_dataset *plain, *masked;
+    CHECK_OK(ts_dataset_open(&plain, &o));
+    o.ignore_token = 3;
+    CHECK_OK(ts_dataset_open(&masked, &o));
+    int32_t in0[32], tg0[32], in1[32], tg1[32];
+    int seen = 0;
+    for (int64_t w = 0; w < 50; w++) {
+        CHECK_OK(ts_dataset_window(plain, w, 32, in0, tg0));
+        CHECK_OK(ts_dataset_window(masked, w, 32, in1, tg1));
+        for (int t = 0; t < 32; t++) {
+            CHECK(in0[t] == in1[t]);
+            CHECK(tg1[t] == (tg0[t] == 3 ? -1 : tg0[t]));
+            seen += tg0[t] == 3;
+        }
+    }
+    CHECK(seen > 0);
+    ts_dataset_close(plain);
+    ts_dataset_close(masked);
+}
+
 static void test_windows_are_stream_slices(void) {
     ts_data_opts o = synthetic_opts(256, 4, 10000, 5);
     ts_dataset *ds;
@@ -209,7 +233,7 @@ static const char *write_tokens(const char *name, int32_t magic, int32_t version
 static ts_data_opts file_opts(const char *kind, const char *path, int vocab, char *buf,
                               size_t size) {
     snprintf(buf, size, "%s:%s", kind, path);
-    ts_data_opts o = {buf, vocab, 1337, 0, 0, 0};
+    ts_data_opts o = {buf, vocab, 1337, 0, 0, 0, -1};
     return o;
 }
 
@@ -408,6 +432,7 @@ int main(int argc, char **argv) {
         {"synthetic_is_deterministic_per_seed", test_synthetic_is_deterministic_per_seed},
         {"synthetic_entropy_rate_matches_corpus", test_synthetic_entropy_rate_matches_corpus},
         {"windows_are_stream_slices", test_windows_are_stream_slices},
+        {"ignore_token_masks_targets", test_ignore_token_masks_targets},
         {"shuffle_is_a_permutation_per_epoch", test_shuffle_is_a_permutation_per_epoch},
         {"llmc_token_file_round_trip_and_errors", test_llmc_token_file_round_trip_and_errors},
         {"text_source_reads_bytes", test_text_source_reads_bytes},

@@ -1,0 +1,40 @@
+# Bytes and buckets: per step, the all-reduce payload on the batch group
+# equals the gradient bytes of one rank (every parameter reduced once), and
+# the number of buckets is what [dp] bucket_mb implies: buckets fill in
+# reverse order of parameter use and close once they hold bucket_mb MiB.
+. "$(dirname "$0")/common.sh"
+write_config
+for mb in 25 0.1 0.03; do
+    run_mpi 2 "$TESSERA" train model.ini --set parallel.plugins=dp --set dp.bucket_mb=$mb \
+        --set train.micro_batch=8 --set train.steps=3 --set train.metrics=m.jsonl \
+        > run.txt 2>&1 || { cat run.txt; fail "run failed"; }
+    python3 - "$mb" <<'PY' || fail "bucket_mb=$mb"
+import json, sys
+C, L, V, maxT = 64, 2, 256, 64
+# Parameter sizes in memory order (llm.c's shapes), as the model lays them out.
+sizes = [V * C, maxT * C]
+for _ in range(L):
+    sizes += [C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C]
+sizes += [C, C]
+grad_bytes = 4 * sum(sizes)
+cap = float(sys.argv[1]) * 1024 * 1024
+buckets, fill = 0, 0
+for n in reversed(sizes):  # gradients become ready in reverse order
+    fill += 4 * n
+    if fill >= cap:
+        buckets, fill = buckets + 1, 0
+buckets += fill > 0
+for line in open("m.jsonl"):
+    m = json.loads(line)
+    # Gradients reduce over dp-cp (the batch-sharding group the mesh
+    # provides); the core sums the valid-token count and the loss over dp.
+    ar = m["comm"]["dp-cp"]["all_reduce"]
+    assert ar["calls"] == m["plugins"]["dp"]["buckets"], ar
+    assert ar["bytes"] == grad_bytes, (ar["bytes"], grad_bytes)
+    assert m["comm"]["dp"]["all_reduce"] == dict(m["comm"]["dp"]["all_reduce"], calls=2, bytes=8)
+    assert m["plugins"]["dp"]["allreduce_bytes"] == grad_bytes
+    assert m["plugins"]["dp"]["buckets"] == buckets, (m["plugins"]["dp"]["buckets"], buckets)
+print("bucket_mb %s: %d buckets, %d gradient bytes all-reduced per step" % (sys.argv[1], buckets, grad_bytes))
+PY
+done
+echo PASS

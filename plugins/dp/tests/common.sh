@@ -1,0 +1,87 @@
+# common.sh — shared by the dp plugin's test scripts: a scratch directory, the
+# tiny equivalence model, mpirun with the flags a small shared machine needs,
+# and a comparison of two runs (losses per step, final weights).
+# Scripts are run as: bash SCRIPT TESSERA SRC [args...]
+set -u
+TESSERA=$1
+SRC=$2
+shift 2
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/tessera-dp.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK" || exit 1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+run_mpi() { # NP args...
+    local np=$1
+    shift
+    timeout 240 mpirun --oversubscribe --bind-to none -np "$np" "$@"
+}
+
+# The model and data every equivalence run uses: 2 layers, width 64,
+# synthetic data, 20 steps of a global batch of 16 sequences of 32 tokens.
+write_config() {
+    cat > model.ini <<'INI'
+[model]
+layers = 2
+d_model = 64
+heads = 4
+vocab = 256
+context = 64
+[data]
+source = synthetic
+synthetic_tokens = 65536
+[train]
+steps = 20
+seq_len = 32
+global_batch = 16
+micro_batch = 16
+lr = 2e-3
+warmup = 3
+min_lr = 2e-4
+grad_clip = 1.0
+seed = 7
+INI
+}
+
+# compare REF_DIR RUN_DIR TOL: losses of every step and the final weights
+# (exported as llm.c files) agree within TOL, relative.
+compare_runs() {
+    local ref=$1 run=$2 tol=$3
+    "$TESSERA" export model.ini --set train.checkpoint_dir="$ref" --out "$ref.bin" "${EXTRA_SET[@]}" > /dev/null ||
+        fail "export of $ref failed"
+    "$TESSERA" export model.ini --set train.checkpoint_dir="$run" --out "$run.bin" "${EXTRA_SET[@]}" > /dev/null ||
+        fail "export of $run failed"
+    python3 - "$ref.jsonl" "$run.jsonl" "$ref.bin" "$run.bin" "$tol" <<'PY' || fail "runs differ"
+import json, math, sys
+from array import array
+ref = [json.loads(l) for l in open(sys.argv[1])]
+run = [json.loads(l) for l in open(sys.argv[2])]
+tol = float(sys.argv[5])
+assert len(ref) == len(run) == 20, (len(ref), len(run))
+worst = 0.0
+for a, b in zip(ref, run):
+    rel = abs(a["loss"] - b["loss"]) / abs(a["loss"])
+    worst = max(worst, rel)
+    if rel > tol:
+        sys.exit("step %d: loss %.9g vs %.9g (relative %.2e > %.0e)" % (a["step"], a["loss"], b["loss"], rel, tol))
+def weights(path):
+    w = array("f")
+    with open(path, "rb") as f:
+        f.seek(1024)
+        w.frombytes(f.read())
+    return w
+wa, wb = weights(sys.argv[3]), weights(sys.argv[4])
+assert len(wa) == len(wb)
+num = sum((x - y) ** 2 for x, y in zip(wa, wb))
+den = sum(x * x for x in wa)
+prel = math.sqrt(num / den)
+pmax = max(abs(x - y) for x, y in zip(wa, wb))
+print("losses: worst relative difference %.2e over 20 steps (first %.6f, last %.6f); "
+      "final weights: relative L2 difference %.2e, largest element difference %.2e"
+      % (worst, ref[0]["loss"], ref[-1]["loss"], prel, pmax))
+if prel > tol:
+    sys.exit("final weights differ: relative L2 %.2e > %.0e" % (prel, tol))
+PY
+}
