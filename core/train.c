@@ -36,6 +36,9 @@ struct ts_trainer {
     ts_comm *batch_comm;    /* ranks holding disjoint parts of the batch   */
     int *ready_after;       /* per parameter: the module whose backward
                                completes its gradient                      */
+    unsigned char *norm_owner; /* per parameter: this rank counts it in the
+                               global gradient norm (exactly one rank of
+                               every replica group does)                   */
     int hooks_on;           /* the current backward is the step's last     */
     ts_parallel_snapshot *snap;
     int64_t epochs;         /* [data] epochs; 0 = wrap around               */
@@ -195,6 +198,48 @@ static ts_status trainer_ready_after(ts_trainer *t) {
     return TS_OK;
 }
 
+/* Who counts each parameter in the global gradient norm: a rank holding a
+ * shard counts it; among ranks holding the same replica (placement R on an
+ * axis of size > 1) only coordinate 0 does. Summed over the world, every
+ * element of every parameter is then counted exactly once. */
+static ts_status trainer_norm_owners(ts_trainer *t) {
+    ts_model *m = t->model;
+    t->norm_owner = malloc((size_t)m->nparams);
+    if (!t->norm_owner) return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
+    for (int p = 0; p < m->nparams; p++) {
+        t->norm_owner[p] = 1;
+        if (!t->par) continue;
+        const ts_layout_plan_entry *e = ts_layout_plan_find(&t->plan, m->params[p].value.name);
+        if (!e) return ts_error(TS_ERR_INTERNAL, "trainer: %s is not in the layout plan",
+                                m->params[p].value.name);
+        for (int a = 0; a < e->layout.naxes; a++) {
+            const ts_layout_axis *ax = &e->layout.axes[a];
+            if (ax->size == 1 || ax->placement.kind == TS_PLACEMENT_SHARD) continue;
+            ts_mesh_axis axis;
+            TS_TRY(ts_mesh_axis_from_name(ax->name, &axis));
+            if (ts_parallel_coord(t->par, axis) != 0) t->norm_owner[p] = 0;
+        }
+    }
+    return TS_OK;
+}
+
+/* The global L2 norm of the gradients, each element counted once. */
+static ts_status trainer_grad_norm(ts_trainer *t, double *norm) {
+    ts_model *m = t->model;
+    double local = 0.0;
+    for (int p = 0; p < m->nparams; p++)
+        if (t->norm_owner[p])
+            local += ts_cpu_sumsq(m->params[p].grad.data, (size_t)ts_tensor_numel(&m->params[p].grad));
+    if (t->par && t->par->size > 1) {
+        /* Two f32 words carry the double exactly enough: hi + lo. */
+        float mine[2] = {(float)local, (float)(local - (double)(float)local)}, sum[2];
+        TS_TRY(ts_comm_all_reduce(t->par->world, mine, sum, 2, TS_F32, TS_REDUCE_SUM));
+        local = (double)sum[0] + (double)sum[1];
+    }
+    *norm = sqrt(local);
+    return TS_OK;
+}
+
 static ts_status trainer_hook(ts_trainer *t, ts_plugin_hook_kind kind, int mb, ts_param *p) {
     if (!t->reg || ts_plugins_num_hooks(t->reg, kind) == 0) return TS_OK;
     ts_plugin_hook_event ev = {.struct_size = sizeof ev, .kind = kind, .step = t->state.step,
@@ -330,6 +375,7 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
             CHECK(ts_error(TS_ERR_CONFIG, "the batch is cut in %d parts but dp has %d ranks",
                            t->parts, dp));
     }
+    CHECK(trainer_norm_owners(t));
     CHECK(ts_schedule_default(t->micro_batches, &t->schedule));
 
     size_t toks = (size_t)t->micro_batches * t->B * t->T;
@@ -372,6 +418,7 @@ void ts_trainer_destroy(ts_trainer *t) {
     if (t->metrics) fclose(t->metrics);
     free(t->snap);
     free(t->ready_after);
+    free(t->norm_owner);
     ts_layout_plan_free(&t->plan);
     ts_schedule_free(&t->schedule);
     ts_mem_free(t->tokens);
@@ -474,7 +521,7 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
             break;
         case TS_ACT_OPTIMIZER_STEP: {
             TS_TRY(trainer_hook(t, TS_HOOK_BEFORE_OPTIMIZER, -1, NULL));
-            norm = sqrt(ts_cpu_sumsq(m->grad_data, m->numel));
+            TS_TRY(trainer_grad_norm(t, &norm));
             float scale = ts_grad_clip_scale(&t->optim->cfg, norm);
             lr = ts_lr_at(&t->optim->cfg, t->state.step);
             ts_optimizer_step(t->optim, m, t->state.step, lr, scale);

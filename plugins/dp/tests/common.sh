@@ -66,6 +66,11 @@ for a, b in zip(ref, run):
     worst = max(worst, rel)
     if rel > tol:
         sys.exit("step %d: loss %.9g vs %.9g (relative %.2e > %.0e)" % (a["step"], a["loss"], b["loss"], rel, tol))
+    # The global gradient norm counts every parameter once, however many
+    # ranks hold a replica (a double count would show as a factor sqrt(dp)).
+    nrel = abs(a["grad_norm"] - b["grad_norm"]) / a["grad_norm"]
+    if nrel > 10 * tol:
+        sys.exit("step %d: grad_norm %.9g vs %.9g (relative %.2e)" % (a["step"], a["grad_norm"], b["grad_norm"], nrel))
 def weights(path):
     w = array("f")
     with open(path, "rb") as f:
