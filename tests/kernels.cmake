@@ -14,6 +14,7 @@ set(TESSERA_KERNEL_TESTS
   "kernels_attention_grad attention"
   "kernels_residual_grad residual"
   "kernels_crossentropy_grad crossentropy"
+  "kernels_crossentropy_vocab_shards_match_full crossentropy_shards"
   "kernels_adamw_matches_formula adamw"
   "kernels_sumsq_bf16_rounding reduce"
   "kernels_backward_deterministic determinism")

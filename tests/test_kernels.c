@@ -556,6 +556,53 @@ static void test_crossentropy(void) {
 
 /* --- adamw ----------------------------------------------------------------- */
 
+/* Vocabulary-parallel cross-entropy: the logits of N rows over Vp = 24
+ * padded columns (V = 19 real) cut into 3 shards of 8, reduced by hand as the
+ * model reduces them across tp (MAX, then SUM), give the losses and, shard by
+ * shard, the gradient of the full-vocabulary kernels. Tolerance 1e-6: only
+ * the order of the exp sums differs. */
+static void test_crossentropy_shards(void) {
+    enum { N = 5, V = 19, VP = 24, S = 3, VL = VP / S };
+    float *x = falloc(N * VP), *losses = falloc(N), *lse = falloc(N), *d = falloc(N * VP);
+    fill(x, N * VP, 3.0f);
+    int32_t tg[N] = {0, 18, 7, -1, 12};
+    ts_cpu_crossentropy_forward(losses, lse, x, tg, N, V, VP);
+    ts_cpu_crossentropy_backward(d, x, lse, tg, 0.25f, N, V, VP);
+    float shard[S][N * VL], mx[S][N], st[S][N * 2], gmax[N], glse[N];
+    for (int s = 0; s < S; s++) {
+        for (int n = 0; n < N; n++) memcpy(shard[s] + n * VL, x + n * VP + s * VL, VL * sizeof(float));
+        int vloc = V - s * VL < 0 ? 0 : (V - s * VL > VL ? VL : V - s * VL);
+        ts_cpu_ce_shard_max(mx[s], shard[s], N, vloc, VL);
+    }
+    for (int n = 0; n < N; n++) gmax[n] = fmaxf(fmaxf(mx[0][n], mx[1][n]), mx[2][n]);
+    for (int s = 0; s < S; s++) {
+        int vloc = V - s * VL > VL ? VL : V - s * VL;
+        ts_cpu_ce_shard_sumexp(st[s], shard[s], gmax, tg, s * VL, N, vloc, VL);
+    }
+    double worst = 0.0;
+    for (int n = 0; n < N; n++) {
+        float sum = st[0][2 * n] + st[1][2 * n] + st[2][2 * n];
+        float tl = st[0][2 * n + 1] + st[1][2 * n + 1] + st[2][2 * n + 1];
+        glse[n] = gmax[n] + logf(sum);
+        float loss = tg[n] < 0 ? 0.0f : glse[n] - tl;
+        worst = fmax(worst, fabs(loss - losses[n]));
+    }
+    expect(worst < 1e-6, "sharded loss vs full", worst, 1e-6);
+    worst = 0.0;
+    for (int s = 0; s < S; s++) {
+        int vloc = V - s * VL > VL ? VL : V - s * VL;
+        ts_cpu_ce_shard_backward(shard[s], shard[s], glse, tg, 0.25f, s * VL, N, vloc, VL);
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < VL; c++)
+                worst = fmax(worst, fabs(shard[s][n * VL + c] - d[n * VP + s * VL + c]));
+    }
+    expect(worst < 1e-6, "sharded dlogits vs full (padding 0, one-hot on the owner)", worst, 1e-6);
+    free(x);
+    free(losses);
+    free(lse);
+    free(d);
+}
+
 static void test_adamw(void) {
     enum { AN = 1003 };
     static float p[AN], m[AN], v[AN], g[AN];
@@ -771,6 +818,7 @@ static const struct {
     {"attention", test_attention},
     {"residual", test_residual},
     {"crossentropy", test_crossentropy},
+    {"crossentropy_shards", test_crossentropy_shards},
     {"adamw", test_adamw},
     {"reduce", test_reduce},
     {"determinism", test_determinism},

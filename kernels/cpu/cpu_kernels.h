@@ -106,6 +106,27 @@ void ts_cpu_crossentropy_backward(float *dlogits, const float *logits,
                                   const float *lse, const int32_t *targets,
                                   float dloss, int N, int V, int Vp);
 
+/* --- vocabulary-parallel cross-entropy -------------------------------------
+ * A rank holds columns [v0, v0 + Vp_loc) of the padded vocabulary; the real
+ * ones among them are the first V_loc = clamp(V - v0, 0, Vp_loc). The loss
+ * of row n is lse - x[target] with lse = gmax + log(sum over ALL ranks of
+ * exp(x - gmax)), assembled by the caller with two reductions:
+ *   1. ts_cpu_ce_shard_max     rowmax (N): max over local real columns
+ *                              (-inf if none)           -> all-reduce MAX
+ *   2. ts_cpu_ce_shard_sumexp  stats (N, 2): {sum exp(x - gmax), x[target]
+ *                              if the target is local, else 0} -> all-reduce SUM
+ *   3. lse = gmax + log(stats[0]); loss = lse - stats[1] (0 where masked)
+ *   4. ts_cpu_ce_shard_backward dlogits (=) as crossentropy_backward, with
+ *                              the one-hot only where the target is local.
+ * With one shard (v0 = 0, V_loc = V) they equal the full-vocabulary kernels.
+ * The full logits row never exists on one rank. dlogits may alias logits. */
+void ts_cpu_ce_shard_max(float *rowmax, const float *logits, int N, int V_loc, int Vp_loc);
+void ts_cpu_ce_shard_sumexp(float *stats, const float *logits, const float *rowmax,
+                            const int32_t *targets, int v0, int N, int V_loc, int Vp_loc);
+void ts_cpu_ce_shard_backward(float *dlogits, const float *logits, const float *lse,
+                              const int32_t *targets, float dloss, int v0, int N, int V_loc,
+                              int Vp_loc);
+
 /* --- AdamW (decoupled weight decay, Loshchilov & Hutter 2019) --------------
  * For each i:  g = grad[i] * grad_scale
  *   m = beta1 m + (1-beta1) g;  v = beta2 v + (1-beta2) g^2

@@ -85,3 +85,57 @@ void ts_cpu_crossentropy_backward(float *dlogits,         /* (N, Vp) */
         memset(d + V, 0, (size_t)(Vp - V) * sizeof *d);
     }
 }
+
+/* --- vocabulary-parallel pieces (see cpu_kernels.h) ------------------------ */
+void ts_cpu_ce_shard_max(float *rowmax,      /* (N) */
+                         const float *logits, /* (N, Vp_loc) */
+                         int N, int V_loc, int Vp_loc) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (size_t)n * Vp_loc;
+        float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int c = 0; c < V_loc; c++) mx = x[c] > mx ? x[c] : mx;
+        rowmax[n] = mx;
+    }
+}
+
+void ts_cpu_ce_shard_sumexp(float *stats,          /* (N, 2) */
+                            const float *logits,   /* (N, Vp_loc) */
+                            const float *rowmax,   /* (N) global */
+                            const int32_t *targets, /* (N) global ids */
+                            int v0, int N, int V_loc, int Vp_loc) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (size_t)n * Vp_loc;
+        float mx = rowmax[n], s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int c = 0; c < V_loc; c++) s += ce_expf(x[c] - mx);
+        int t = targets[n] - v0;
+        stats[2 * n] = s;
+        stats[2 * n + 1] = targets[n] >= 0 && t >= 0 && t < V_loc ? x[t] : 0.0f;
+    }
+}
+
+void ts_cpu_ce_shard_backward(float *dlogits,         /* (N, Vp_loc) */
+                              const float *logits,    /* (N, Vp_loc) */
+                              const float *lse,       /* (N) global */
+                              const int32_t *targets, /* (N) global ids */
+                              float dloss, int v0, int N, int V_loc, int Vp_loc) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *d = dlogits + (size_t)n * Vp_loc;
+        const float *x = logits + (size_t)n * Vp_loc;
+        if (targets[n] < 0) {
+            memset(d, 0, (size_t)Vp_loc * sizeof *d);
+            continue;
+        }
+        if (d == x)
+            ce_row_inplace(d, lse[n], dloss, V_loc);
+        else
+            ce_row(d, x, lse[n], dloss, V_loc);
+        int t = targets[n] - v0;
+        if (t >= 0 && t < V_loc) d[t] -= dloss;
+        memset(d + V_loc, 0, (size_t)(Vp_loc - V_loc) * sizeof *d);
+    }
+}
