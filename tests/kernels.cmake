@@ -15,6 +15,7 @@ set(TESSERA_KERNEL_TESTS
   "kernels_residual_grad residual"
   "kernels_crossentropy_grad crossentropy"
   "kernels_crossentropy_vocab_shards_match_full crossentropy_shards"
+  "kernels_embedding_vocab_shards_match_full embedding_shards"
   "kernels_adamw_matches_formula adamw"
   "kernels_sumsq_bf16_rounding reduce"
   "kernels_backward_deterministic determinism")

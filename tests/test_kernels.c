@@ -603,6 +603,45 @@ static void test_crossentropy_shards(void) {
     free(d);
 }
 
+/* The vocabulary-parallel embedding pieces: shards of wte looked up and
+ * summed, plus positions, equal the fused kernel bit for bit; the shard
+ * backward scatters into the right rows of each shard only. */
+static void test_embedding_shards(void) {
+    enum { B = 2, T = 5, C = 7, V = 10, S = 2, VL = V / S, MAXT = 8 };
+    float *wte = falloc(V * C), *wpe = falloc(MAXT * C), *ref = falloc(B * T * C);
+    float *sum = falloc(B * T * C), *part = falloc(B * T * C), *dout = falloc(B * T * C);
+    float *dwte = falloc(V * C), *dwte_ref = falloc(V * C), *dwpe = falloc(MAXT * C);
+    float *dwpe_ref = falloc(MAXT * C);
+    int32_t tok[B * T] = {0, 9, 4, 5, 5, 1, 2, 8, 3, 6};
+    fill(wte, V * C, 1.0f);
+    fill(wpe, MAXT * C, 1.0f);
+    fill(dout, B * T * C, 1.0f);
+    ts_cpu_embedding_forward(ref, tok, wte, wpe, B, T, C, 2);
+    memset(sum, 0, B * T * C * sizeof(float));
+    for (int s = 0; s < S; s++) {
+        ts_cpu_embedding_shard_forward(part, tok, wte + s * VL * C, s * VL, VL, B * T, C);
+        for (int i = 0; i < B * T * C; i++) sum[i] += part[i];
+    }
+    ts_cpu_position_forward(sum, wpe, B, T, C, 2);
+    double worst = 0.0;
+    for (int i = 0; i < B * T * C; i++) worst = fmax(worst, fabs(sum[i] - ref[i]));
+    expect(worst == 0.0, "shards + positions == fused forward (exact)", worst, 0.0);
+    memset(dwte_ref, 0, V * C * sizeof(float));
+    memset(dwpe_ref, 0, MAXT * C * sizeof(float));
+    memset(dwte, 0, V * C * sizeof(float));
+    memset(dwpe, 0, MAXT * C * sizeof(float));
+    ts_cpu_embedding_backward(dwte_ref, dwpe_ref, dout, tok, B, T, C, 2);
+    for (int s = 0; s < S; s++)
+        ts_cpu_embedding_shard_backward(dwte + s * VL * C, dout, tok, s * VL, VL, B * T, C);
+    ts_cpu_position_backward(dwpe, dout, B, T, C, 2);
+    worst = 0.0;
+    for (int i = 0; i < V * C; i++) worst = fmax(worst, fabs(dwte[i] - dwte_ref[i]));
+    for (int i = 0; i < MAXT * C; i++) worst = fmax(worst, fabs(dwpe[i] - dwpe_ref[i]));
+    expect(worst == 0.0, "shard backward == fused backward (exact)", worst, 0.0);
+    free(wte); free(wpe); free(ref); free(sum); free(part); free(dout);
+    free(dwte); free(dwte_ref); free(dwpe); free(dwpe_ref);
+}
+
 static void test_adamw(void) {
     enum { AN = 1003 };
     static float p[AN], m[AN], v[AN], g[AN];
@@ -819,6 +858,7 @@ static const struct {
     {"residual", test_residual},
     {"crossentropy", test_crossentropy},
     {"crossentropy_shards", test_crossentropy_shards},
+    {"embedding_shards", test_embedding_shards},
     {"adamw", test_adamw},
     {"reduce", test_reduce},
     {"determinism", test_determinism},

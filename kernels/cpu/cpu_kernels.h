@@ -55,6 +55,23 @@ void ts_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout,
                                const int32_t *tokens, int B, int T, int C,
                                int pos0);
 
+/* The same, cut for a vocabulary-parallel embedding (a rank holds rows
+ * [v0, v0 + V_loc) of wte) and with positions added separately, which lets
+ * a sequence-parallel rank add the positions of its own slice of T:
+ *   embedding_shard_forward   out (N, C) = wte[tok - v0], or 0 when the token
+ *                             is not in the shard (written, =)
+ *   embedding_shard_backward  dwte (V_loc, C) += scatter of dout (N, C)
+ *   position_forward          out (B, T, C) += wpe[pos0 + t]
+ *   position_backward         dwpe (maxT, C) += sum over b of dout (B, T, C)
+ * embedding_shard_forward(v0 = 0, V_loc = V) then position_forward equals
+ * ts_cpu_embedding_forward bit for bit. */
+void ts_cpu_embedding_shard_forward(float *out, const int32_t *tokens, const float *wte, int v0,
+                                    int V_loc, int N, int C);
+void ts_cpu_embedding_shard_backward(float *dwte, const float *dout, const int32_t *tokens,
+                                     int v0, int V_loc, int N, int C);
+void ts_cpu_position_forward(float *out, const float *wpe, int B, int T, int C, int pos0);
+void ts_cpu_position_backward(float *dwpe, const float *dout, int B, int T, int C, int pos0);
+
 /* --- LayerNorm (eps 1e-5) -------------------------------------------------
  * out (N, C) = (inp - mean) * rstd * weight + bias; mean, rstd (N) saved. */
 #define TS_LAYERNORM_EPS 1e-5f

@@ -59,3 +59,65 @@ void ts_cpu_embedding_backward(float *dwte,           /* (V, C) */
         }
     }
 }
+
+/* --- vocabulary-parallel pieces -------------------------------------------- */
+void ts_cpu_embedding_shard_forward(float *out,            /* (N, C) */
+                                    const int32_t *tokens, /* (N) global ids */
+                                    const float *wte,      /* (V_loc, C) rows v0.. */
+                                    int v0, int V_loc, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *o = out + (size_t)n * C;
+        int r = tokens[n] - v0;
+        if (r < 0 || r >= V_loc) {
+            for (int c = 0; c < C; c++) o[c] = 0.0f;
+            continue;
+        }
+        const float *e = wte + (size_t)r * C;
+        for (int c = 0; c < C; c++) o[c] = e[c];
+    }
+}
+
+void ts_cpu_embedding_shard_backward(float *dwte,           /* (V_loc, C) */
+                                     const float *dout,     /* (N, C) */
+                                     const int32_t *tokens, /* (N) global ids */
+                                     int v0, int V_loc, int N, int C) {
+    int nblocks = (C + EMB_COL_BLOCK - 1) / EMB_COL_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nblocks; blk++) {
+        int c0 = blk * EMB_COL_BLOCK;
+        int w = C - c0 < EMB_COL_BLOCK ? C - c0 : EMB_COL_BLOCK;
+        for (int n = 0; n < N; n++) {
+            int r = tokens[n] - v0;
+            if (r < 0 || r >= V_loc) continue;
+            float *de = dwte + (size_t)r * C + c0;
+            const float *d = dout + (size_t)n * C + c0;
+            for (int j = 0; j < w; j++) de[j] += d[j];
+        }
+    }
+}
+
+void ts_cpu_position_forward(float *out,       /* (B, T, C) */
+                             const float *wpe, /* (maxT, C) */
+                             int B, int T, int C, int pos0) {
+    int N = B * T;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *o = out + (size_t)n * C;
+        const float *p = wpe + (size_t)(pos0 + n % T) * C;
+        for (int c = 0; c < C; c++) o[c] += p[c];
+    }
+}
+
+void ts_cpu_position_backward(float *dwpe,       /* (maxT, C) */
+                              const float *dout, /* (B, T, C) */
+                              int B, int T, int C, int pos0) {
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        float *dp = dwpe + (size_t)(pos0 + t) * C;
+        for (int b = 0; b < B; b++) {
+            const float *d = dout + ((size_t)b * T + t) * C;
+            for (int c = 0; c < C; c++) dp[c] += d[c];
+        }
+    }
+}

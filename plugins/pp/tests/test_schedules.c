@@ -1,0 +1,504 @@
+/*
+ * test_schedules.c — properties of the pp plugin's schedules, checked on the
+ * action lists and under the unit-time simulator, without a model or MPI.
+ *
+ * Usage: test_schedules <property>  (one ctest each, see schedules.cmake),
+ *        test_schedules             (all of them).
+ * The sweep: p in {1,2,3,4,8}; m in {1..16, 32} for GPipe and 1F1B; v in
+ * {2,3} and m in {p, 2p, ..} up to 32 for interleaved.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "schedules.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            failures++;                                                                            \
+            fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, #cond);                             \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
+    } while (0)
+
+#define MAX_STAGES 8
+
+/* One pipeline: every stage's list for one (kind, p, m, v). */
+typedef struct pipeline {
+    pp_schedule_kind kind;
+    int p, m, v; /* v = 1 for GPipe and 1F1B */
+    ts_schedule s[MAX_STAGES];
+} pipeline;
+
+static const char *pipeline_name(const pipeline *pl) {
+    static char name[96];
+    snprintf(name, sizeof name, "%s p=%d m=%d v=%d", pp_schedule_kind_name(pl->kind), pl->p, pl->m,
+             pl->v);
+    return name;
+}
+
+static int pipeline_build(pipeline *pl, pp_schedule_kind kind, int p, int m, int v) {
+    *pl = (pipeline){.kind = kind, .p = p, .m = m, .v = kind == PP_SCHEDULE_INTERLEAVED ? v : 1};
+    for (int s = 0; s < p; s++) {
+        ts_status st = pp_schedule_build(kind, p, s, m, v, &pl->s[s]);
+        CHECK(st == TS_OK, "%s stage %d: %s", pipeline_name(pl), s, ts_last_error());
+        if (st) return 1;
+    }
+    return 0;
+}
+
+static void pipeline_free(pipeline *pl) {
+    for (int s = 0; s < pl->p; s++) ts_schedule_free(&pl->s[s]);
+}
+
+/* Calls check(pl) on every pipeline of the sweep. */
+static void sweep(void (*check)(const pipeline *pl)) {
+    static const int ps[] = {1, 2, 3, 4, 8};
+    for (int i = 0; i < 5; i++) {
+        int p = ps[i];
+        for (int m = 1; m <= 32; m++) {
+            pipeline pl;
+            if (m <= 16 || m == 32)
+                for (int k = PP_SCHEDULE_GPIPE; k <= PP_SCHEDULE_1F1B; k++) {
+                    if (pipeline_build(&pl, (pp_schedule_kind)k, p, m, 1) == 0) check(&pl);
+                    pipeline_free(&pl);
+                }
+            if (m % p == 0)
+                for (int v = 2; v <= 3; v++) {
+                    if (pipeline_build(&pl, PP_SCHEDULE_INTERLEAVED, p, m, v) == 0) check(&pl);
+                    pipeline_free(&pl);
+                }
+        }
+    }
+}
+
+static int is_compute(const ts_action *a) {
+    return a->kind == TS_ACT_FORWARD || a->kind == TS_ACT_BACKWARD;
+}
+
+/* --- every micro-batch's forward precedes its backward on each stage ------- */
+
+static void check_forward_precedes_backward(const pipeline *pl) {
+    for (int s = 0; s < pl->p; s++) {
+        int fwd_at[32 * 3], bwd_at[32 * 3], fwd_n[32 * 3] = {0}, bwd_n[32 * 3] = {0};
+        const ts_schedule *l = &pl->s[s];
+        for (int i = 0; i < l->nactions; i++) {
+            const ts_action *a = &l->actions[i];
+            if (!is_compute(a)) continue;
+            int k = a->chunk * pl->m + a->mb;
+            if (a->kind == TS_ACT_FORWARD) fwd_at[k] = i, fwd_n[k]++;
+            else bwd_at[k] = i, bwd_n[k]++;
+        }
+        for (int c = 0; c < pl->v; c++)
+            for (int mb = 0; mb < pl->m; mb++) {
+                int k = c * pl->m + mb;
+                CHECK(fwd_n[k] == 1 && bwd_n[k] == 1, "%s stage %d mb %d chunk %d: %d F, %d B",
+                      pipeline_name(pl), s, mb, c, fwd_n[k], bwd_n[k]);
+                if (fwd_n[k] == 1 && bwd_n[k] == 1)
+                    CHECK(fwd_at[k] < bwd_at[k], "%s stage %d mb %d chunk %d: B at %d, F at %d",
+                          pipeline_name(pl), s, mb, c, bwd_at[k], fwd_at[k]);
+            }
+    }
+}
+
+static void test_forward_precedes_backward(void) { sweep(check_forward_precedes_backward); }
+
+/* --- every send has exactly one receive and vice versa ---------------------- */
+
+/* A transfer as both sides see it: direction, micro-batch, the virtual stage
+ * it leaves and the one it reaches, source and destination ranks. */
+typedef struct transfer {
+    int grad, mb, from_vs, to_vs, src, dst;
+} transfer;
+
+static int transfer_collect(const pipeline *pl, int want_send, transfer *out) {
+    int n = 0;
+    for (int s = 0; s < pl->p; s++)
+        for (int i = 0; i < pl->s[s].nactions; i++) {
+            const ts_action *a = &pl->s[s].actions[i];
+            int vs = a->chunk * pl->p + s;
+            switch (a->kind) {
+            case TS_ACT_SEND_ACT:
+                if (want_send) out[n++] = (transfer){0, a->mb, vs, vs + 1, s, a->peer};
+                break;
+            case TS_ACT_SEND_GRAD:
+                if (want_send) out[n++] = (transfer){1, a->mb, vs, vs - 1, s, a->peer};
+                break;
+            case TS_ACT_RECV_ACT:
+                if (!want_send) out[n++] = (transfer){0, a->mb, vs - 1, vs, a->peer, s};
+                break;
+            case TS_ACT_RECV_GRAD:
+                if (!want_send) out[n++] = (transfer){1, a->mb, vs + 1, vs, a->peer, s};
+                break;
+            default: break;
+            }
+        }
+    return n;
+}
+
+static int transfer_count(const transfer *t, int n, const transfer *x) {
+    int c = 0;
+    for (int i = 0; i < n; i++) c += memcmp(&t[i], x, sizeof *x) == 0;
+    return c;
+}
+
+static void check_sends_match_receives(const pipeline *pl) {
+    static transfer sends[2 * MAX_STAGES * 3 * 32], recvs[2 * MAX_STAGES * 3 * 32];
+    int ns = transfer_collect(pl, 1, sends), nr = transfer_collect(pl, 0, recvs);
+    /* every boundary of every micro-batch is crossed once each way */
+    int want = 2 * pl->m * (pl->p * pl->v - 1);
+    CHECK(ns == want && nr == want, "%s: %d sends, %d receives, want %d", pipeline_name(pl), ns, nr,
+          want);
+    for (int i = 0; i < ns; i++)
+        CHECK(transfer_count(recvs, nr, &sends[i]) == 1 && transfer_count(sends, ns, &sends[i]) == 1,
+              "%s: send %s mb %d vs %d->%d rank %d->%d has %d receives", pipeline_name(pl),
+              sends[i].grad ? "grad" : "act", sends[i].mb, sends[i].from_vs, sends[i].to_vs,
+              sends[i].src, sends[i].dst, transfer_count(recvs, nr, &sends[i]));
+    for (int i = 0; i < nr; i++)
+        CHECK(transfer_count(sends, ns, &recvs[i]) == 1, "%s: receive mb %d vs %d->%d has %d sends",
+              pipeline_name(pl), recvs[i].mb, recvs[i].from_vs, recvs[i].to_vs,
+              transfer_count(sends, ns, &recvs[i]));
+}
+
+static void test_sends_match_receives(void) { sweep(check_sends_match_receives); }
+
+/* --- each compute sits between its receive and its send; peers wrap --------- */
+
+static void check_compute_wrapped(const pipeline *pl) {
+    int last = pl->p * pl->v - 1;
+    for (int s = 0; s < pl->p; s++) {
+        const ts_schedule *l = &pl->s[s];
+        int prev = (s + pl->p - 1) % pl->p, next = (s + 1) % pl->p, computes = 0;
+        CHECK(l->nactions > 0 && l->actions[l->nactions - 1].kind == TS_ACT_OPTIMIZER_STEP,
+              "%s stage %d: does not end with OPTIMIZER_STEP", pipeline_name(pl), s);
+        for (int i = 0; i < l->nactions; i++) {
+            const ts_action *a = &l->actions[i];
+            CHECK(a->kind != TS_ACT_OPTIMIZER_STEP || i == l->nactions - 1,
+                  "%s stage %d: OPTIMIZER_STEP at %d of %d", pipeline_name(pl), s, i, l->nactions);
+            if (!is_compute(a)) continue;
+            computes++;
+            int vs = a->chunk * pl->p + s, fwd = a->kind == TS_ACT_FORWARD;
+            int has_before = fwd ? vs > 0 : vs < last, has_after = fwd ? vs < last : vs > 0;
+            ts_action before = {fwd ? TS_ACT_RECV_ACT : TS_ACT_RECV_GRAD, a->mb, a->chunk,
+                                fwd ? prev : next};
+            ts_action after = {fwd ? TS_ACT_SEND_ACT : TS_ACT_SEND_GRAD, a->mb, a->chunk,
+                               fwd ? next : prev};
+            if (has_before)
+                CHECK(i > 0 && memcmp(&l->actions[i - 1], &before, sizeof before) == 0,
+                      "%s stage %d action %d (%c%d chunk %d): not preceded by its receive",
+                      pipeline_name(pl), s, i, fwd ? 'F' : 'B', a->mb, a->chunk);
+            if (has_after)
+                CHECK(i + 1 < l->nactions && memcmp(&l->actions[i + 1], &after, sizeof after) == 0,
+                      "%s stage %d action %d (%c%d chunk %d): not followed by its send",
+                      pipeline_name(pl), s, i, fwd ? 'F' : 'B', a->mb, a->chunk);
+        }
+        CHECK(computes == 2 * pl->m * pl->v, "%s stage %d: %d computes", pipeline_name(pl), s,
+              computes);
+    }
+}
+
+static void test_compute_wrapped_in_transfers(void) {
+    sweep(check_compute_wrapped);
+    /* the wrap itself: p=4, v=2, stage 3 chunk 0 feeds stage 0 chunk 1 */
+    pipeline pl;
+    if (pipeline_build(&pl, PP_SCHEDULE_INTERLEAVED, 4, 8, 2) == 0) {
+        int found = 0;
+        for (int i = 0; i < pl.s[0].nactions; i++) {
+            const ts_action *a = &pl.s[0].actions[i];
+            found += a->kind == TS_ACT_RECV_ACT && a->chunk == 1 && a->peer == 3;
+            CHECK(!(a->kind == TS_ACT_RECV_ACT && a->chunk == 0), "stage 0 chunk 0 receives");
+        }
+        CHECK(found == 8, "stage 0 chunk 1 receives %d activations from rank 3, want 8", found);
+    }
+    pipeline_free(&pl);
+}
+
+/* --- no schedule deadlocks --------------------------------------------------- */
+
+static void check_no_deadlock(const pipeline *pl) {
+    pp_sim_result r;
+    ts_status st = pp_simulate(pl->p, pl->s, pl->m, pl->v, &r);
+    CHECK(st == TS_OK, "%s: %s", pipeline_name(pl), ts_last_error());
+    if (st) return;
+    CHECK(r.busy == 2L * pl->p * pl->m * pl->v, "%s: busy %ld", pipeline_name(pl), r.busy);
+    pp_sim_result_free(&r);
+    /* a backward taking twice as long does not change the order of events */
+    st = pp_simulate_timed(pl->p, pl->s, pl->m, pl->v, 1, 2, &r);
+    CHECK(st == TS_OK, "%s, B = 2: %s", pipeline_name(pl), ts_last_error());
+    if (!st) pp_sim_result_free(&r);
+}
+
+static void test_no_deadlock(void) { sweep(check_no_deadlock); }
+
+/* --- bubble (p-1)/(m+p-1) for GPipe and 1F1B -------------------------------- */
+
+static long gcd(long a, long b) { return b ? gcd(b, a % b) : a; }
+
+static int simulated_bubble(const pipeline *pl, int b_units, long *num, long *den) {
+    pp_sim_result r;
+    ts_status st = pp_simulate_timed(pl->p, pl->s, pl->m, pl->v, 1, b_units, &r);
+    CHECK(st == TS_OK, "%s: %s", pipeline_name(pl), ts_last_error());
+    if (st) return 1;
+    *num = r.bubble_num, *den = r.bubble_den;
+    pp_sim_result_free(&r);
+    return 0;
+}
+
+static void check_bubble_gpipe_1f1b(const pipeline *pl) {
+    if (pl->kind == PP_SCHEDULE_INTERLEAVED) return;
+    long num, den, fnum, fden;
+    long want_num = pl->p - 1, want_den = pl->m + pl->p - 1, g = gcd(want_num, want_den);
+    want_num /= g, want_den /= g;
+    if (pp_bubble_formula(pl->kind, pl->p, pl->m, 1, &fnum, &fden) == TS_OK)
+        CHECK(fnum == want_num && fden == want_den, "%s: formula %ld/%ld, want %ld/%ld",
+              pipeline_name(pl), fnum, fden, want_num, want_den);
+    for (int b_units = 1; b_units <= 2; b_units++)
+        if (simulated_bubble(pl, b_units, &num, &den) == 0)
+            CHECK(num == want_num && den == want_den, "%s, B = %d: simulated %ld/%ld, want %ld/%ld",
+                  pipeline_name(pl), b_units, num, den, want_num, want_den);
+}
+
+static void test_bubble_gpipe_1f1b(void) {
+    sweep(check_bubble_gpipe_1f1b);
+    /* the examples */
+    static const struct {
+        int m;
+        long num, den;
+    } ex[] = {{8, 3, 11}, {32, 3, 35}};
+    for (int i = 0; i < 2; i++)
+        for (int k = PP_SCHEDULE_GPIPE; k <= PP_SCHEDULE_1F1B; k++) {
+            pipeline pl;
+            long num, den;
+            if (pipeline_build(&pl, (pp_schedule_kind)k, 4, ex[i].m, 1) == 0 &&
+                simulated_bubble(&pl, 1, &num, &den) == 0)
+                CHECK(num == ex[i].num && den == ex[i].den, "%s: %ld/%ld, want %ld/%ld",
+                      pipeline_name(&pl), num, den, ex[i].num, ex[i].den);
+            pipeline_free(&pl);
+        }
+}
+
+/* --- interleaved: smaller by the factor v ------------------------------------ */
+
+static void check_bubble_interleaved(const pipeline *pl) {
+    if (pl->kind != PP_SCHEDULE_INTERLEAVED) return;
+    long num, den, fnum, fden, onum, oden;
+    if (simulated_bubble(pl, 1, &num, &den)) return;
+    if (pp_bubble_formula(pl->kind, pl->p, pl->m, pl->v, &fnum, &fden) == TS_OK)
+        CHECK(num == fnum && den == fden, "%s: simulated %ld/%ld, formula (p-1)/(vm+p-1) %ld/%ld",
+              pipeline_name(pl), num, den, fnum, fden);
+    pipeline one;
+    if (pipeline_build(&one, PP_SCHEDULE_1F1B, pl->p, pl->m, 1) == 0 &&
+        simulated_bubble(&one, 1, &onum, &oden) == 0) {
+        if (pl->p > 1)
+            CHECK(num * oden < onum * den, "%s: %ld/%ld is not below 1f1b's %ld/%ld",
+                  pipeline_name(pl), num, den, onum, oden);
+        /* idle per unit of work is exactly v times smaller:
+         * num/(den-num) * v == onum/(oden-onum) */
+        CHECK(num * pl->v * (oden - onum) == onum * (den - num),
+              "%s: idle/work %ld/%ld is not 1f1b's %ld/%ld divided by v", pipeline_name(pl), num,
+              den - num, onum, oden - onum);
+    }
+    pipeline_free(&one);
+}
+
+static void test_bubble_interleaved(void) {
+    sweep(check_bubble_interleaved);
+    static const struct {
+        int m;
+        long num, den;
+    } ex[] = {{8, 3, 19}, {32, 3, 67}};
+    for (int i = 0; i < 2; i++) {
+        pipeline pl;
+        long num, den;
+        if (pipeline_build(&pl, PP_SCHEDULE_INTERLEAVED, 4, ex[i].m, 2) == 0 &&
+            simulated_bubble(&pl, 1, &num, &den) == 0)
+            CHECK(num == ex[i].num && den == ex[i].den, "%s: %ld/%ld, want %ld/%ld",
+                  pipeline_name(&pl), num, den, ex[i].num, ex[i].den);
+        pipeline_free(&pl);
+    }
+}
+
+/* --- micro-batches in flight: 1F1B <= p - stage, GPipe = m --------------------- */
+
+static void check_in_flight(const pipeline *pl) {
+    if (pl->kind == PP_SCHEDULE_INTERLEAVED) return;
+    pp_sim_result r;
+    if (pp_simulate(pl->p, pl->s, pl->m, pl->v, &r)) {
+        CHECK(0, "%s: %s", pipeline_name(pl), ts_last_error());
+        return;
+    }
+    for (int s = 0; s < pl->p; s++) {
+        int got = r.peak_in_flight[s];
+        int bound = pl->p - s < pl->m ? pl->p - s : pl->m;
+        if (pl->kind == PP_SCHEDULE_1F1B)
+            CHECK(got <= pl->p - s && got == bound, "%s stage %d: %d in flight, want min(p-s, m)=%d",
+                  pipeline_name(pl), s, got, bound);
+        else
+            CHECK(got == pl->m, "%s stage %d: %d in flight, want m", pipeline_name(pl), s, got);
+    }
+    pp_sim_result_free(&r);
+}
+
+static void test_in_flight(void) { sweep(check_in_flight); }
+
+/* --- invalid arguments ------------------------------------------------------- */
+
+static void expect_config_error(ts_status st, const ts_schedule *out, const char *want) {
+    CHECK(st == TS_ERR_CONFIG, "status %d, want TS_ERR_CONFIG (%s)", (int)st, want);
+    CHECK(strstr(ts_last_error(), want) != NULL, "message '%s' lacks '%s'", ts_last_error(), want);
+    if (out) CHECK(out->nactions == 0 && out->actions == NULL, "output not empty (%s)", want);
+}
+
+static void test_invalid_arguments(void) {
+    ts_schedule out;
+    expect_config_error(pp_schedule_gpipe(4, 0, 0, &out), &out, "micro_batches=0, need at least 1");
+    expect_config_error(pp_schedule_1f1b(0, 0, 8, &out), &out, "stages=0, need at least 1");
+    expect_config_error(pp_schedule_1f1b(4, 4, 8, &out), &out, "stage=4 is outside 0..3");
+    expect_config_error(pp_schedule_gpipe(4, -1, 8, &out), &out, "stage=-1 is outside 0..3");
+    expect_config_error(pp_schedule_interleaved(4, 0, 6, 2, &out), &out,
+                        "interleaved: micro_batches=6 is not divisible by stages=4");
+    expect_config_error(pp_schedule_interleaved(4, 0, 8, 1, &out), &out,
+                        "interleaved: chunks=1 (virtual stages per rank), need at least 2");
+    pp_schedule_kind kind;
+    expect_config_error(pp_schedule_kind_parse("zigzag", &kind), NULL,
+                        "schedule 'zigzag' is not one of gpipe, 1f1b, interleaved");
+    CHECK(pp_schedule_kind_parse("1f1b", &kind) == TS_OK && kind == PP_SCHEDULE_1F1B, "1f1b");
+    char why[128];
+    CHECK(pp_schedule_check(PP_SCHEDULE_1F1B, 2, 1, 3, 0, why, sizeof why) == 0, "valid: %s", why);
+}
+
+/* --- the simulator itself catches broken schedules ---------------------------- */
+
+#define A(k, mb, peer) ((ts_action){TS_ACT_##k, mb, 0, peer})
+
+static ts_status simulate_lists(ts_action *l0, int n0, ts_action *l1, int n1) {
+    ts_schedule s[2] = {{n0, l0}, {n1, l1}};
+    pp_sim_result r;
+    ts_status st = pp_simulate(2, s, 2, 1, &r);
+    if (!st) pp_sim_result_free(&r);
+    return st;
+}
+
+static void test_simulator_catches_broken_schedules(void) {
+    /* stage 0 waits for mb 0's gradient before sending mb 1; stage 1 sends
+     * that gradient only after the backward of mb 1: a cycle */
+    ts_action s0[] = {A(FORWARD, 0, -1),  A(SEND_ACT, 0, 1),  A(RECV_GRAD, 0, 1),
+                      A(BACKWARD, 0, -1), A(FORWARD, 1, -1),  A(SEND_ACT, 1, 1),
+                      A(RECV_GRAD, 1, 1), A(BACKWARD, 1, -1), A(OPTIMIZER_STEP, -1, -1)};
+    ts_action s1[] = {A(RECV_ACT, 0, 0),  A(FORWARD, 0, -1),  A(RECV_ACT, 1, 0),
+                      A(FORWARD, 1, -1),  A(BACKWARD, 1, -1), A(SEND_GRAD, 1, 0),
+                      A(BACKWARD, 0, -1), A(SEND_GRAD, 0, 0), A(OPTIMIZER_STEP, -1, -1)};
+    ts_status st = simulate_lists(s0, 9, s1, 9);
+    CHECK(st == TS_ERR_INVALID && strstr(ts_last_error(), "deadlocks"), "deadlock: %d %s", (int)st,
+          ts_last_error());
+    CHECK(strstr(ts_last_error(), "stage 0 waits at action 2 (RECV_GRAD mb 0"), "%s",
+          ts_last_error());
+
+    /* the same with stage 1 in 1F1B order runs */
+    ts_action ok1[] = {A(RECV_ACT, 0, 0),  A(FORWARD, 0, -1),  A(BACKWARD, 0, -1),
+                       A(SEND_GRAD, 0, 0), A(RECV_ACT, 1, 0),  A(FORWARD, 1, -1),
+                       A(BACKWARD, 1, -1), A(SEND_GRAD, 1, 0), A(OPTIMIZER_STEP, -1, -1)};
+    ts_action ok0[9];
+    memcpy(ok0, s0, sizeof ok0);
+    st = simulate_lists(ok0, 9, ok1, 9);
+    CHECK(st == TS_OK, "%s", ts_last_error());
+
+    /* a send twice */
+    ts_action dup0[10];
+    memcpy(dup0, s0, 2 * sizeof *dup0);
+    dup0[2] = A(SEND_ACT, 0, 1);
+    memcpy(dup0 + 3, s0 + 2, 7 * sizeof *dup0);
+    st = simulate_lists(dup0, 10, ok1, 9);
+    CHECK(st == TS_ERR_INVALID && strstr(ts_last_error(), "2 sends, 1 receives"), "%s",
+          ts_last_error());
+
+    /* a send to the wrong rank */
+    memcpy(ok0, s0, sizeof ok0);
+    ok0[1].peer = 0;
+    st = simulate_lists(ok0, 9, ok1, 9);
+    CHECK(st == TS_ERR_INVALID && strstr(ts_last_error(), "neighbouring virtual stage is on rank 1"),
+          "%s", ts_last_error());
+
+    /* a backward before its forward */
+    memcpy(ok0, s0, sizeof ok0);
+    ok0[0] = A(BACKWARD, 0, -1), ok0[3] = A(FORWARD, 0, -1);
+    st = simulate_lists(ok0, 9, ok1, 9);
+    CHECK(st == TS_ERR_INVALID && strstr(ts_last_error(), "backward before its forward"), "%s",
+          ts_last_error());
+
+    /* no optimizer step */
+    st = simulate_lists(s0, 8, ok1, 9);
+    CHECK(st == TS_ERR_INVALID && strstr(ts_last_error(), "does not end with OPTIMIZER_STEP"), "%s",
+          ts_last_error());
+}
+
+/* --- the printed timeline ---------------------------------------------------- */
+
+static void expect_timeline(pp_schedule_kind kind, int p, int m, int v, const char *want) {
+    pipeline pl;
+    pp_sim_result r;
+    char got[4096] = "";
+    if (pipeline_build(&pl, kind, p, m, v) == 0 && pp_simulate(p, pl.s, m, pl.v, &r) == TS_OK) {
+        FILE *f = tmpfile();
+        if (f) {
+            pp_timeline_print(&r, f);
+            rewind(f);
+            size_t n = fread(got, 1, sizeof got - 1, f);
+            got[n] = '\0';
+            fclose(f);
+        }
+        pp_sim_result_free(&r);
+    }
+    CHECK(strcmp(got, want) == 0, "%s:\n--- got\n%s--- want\n%s", pipeline_name(&pl), got, want);
+    pipeline_free(&pl);
+}
+
+static void test_timeline_print(void) {
+    expect_timeline(PP_SCHEDULE_1F1B, 3, 4, 1,
+                    "rank 0 | F0 F1 F2 .  .  B0 F3 B1 .  B2 .  B3\n"
+                    "rank 1 | .  F0 F1 .  B0 F2 B1 F3 B2 .  B3 .\n"
+                    "rank 2 | .  .  F0 B0 F1 B1 F2 B2 F3 B3 .  .\n"
+                    "bubble 1/3 = 0.333 (makespan 12 units; F = 1, B = 1)\n");
+    expect_timeline(PP_SCHEDULE_INTERLEAVED, 2, 2, 2,
+                    "rank 0 | F0a F1a F0b F1b .   B0b .   B1b B0a B1a\n"
+                    "rank 1 | .   F0a F1a F0b B0b F1b B1b B0a B1a .\n"
+                    "bubble 1/5 = 0.200 (makespan 10 units; F = 1, B = 1)\n");
+}
+
+/* --- driver ------------------------------------------------------------------ */
+
+static const struct {
+    const char *name;
+    void (*fn)(void);
+} tests[] = {
+    {"forward_precedes_backward", test_forward_precedes_backward},
+    {"sends_match_receives", test_sends_match_receives},
+    {"compute_wrapped_in_transfers", test_compute_wrapped_in_transfers},
+    {"no_deadlock", test_no_deadlock},
+    {"bubble_gpipe_1f1b", test_bubble_gpipe_1f1b},
+    {"bubble_interleaved", test_bubble_interleaved},
+    {"in_flight", test_in_flight},
+    {"invalid_arguments", test_invalid_arguments},
+    {"simulator_catches_broken_schedules", test_simulator_catches_broken_schedules},
+    {"timeline_print", test_timeline_print},
+};
+
+int main(int argc, char **argv) {
+    int ran = 0, ntests = (int)(sizeof tests / sizeof tests[0]);
+    for (int i = 0; i < ntests; i++) {
+        if (argc > 1 && strcmp(argv[1], tests[i].name) != 0) continue;
+        int before = failures;
+        tests[i].fn();
+        printf("%s: %s\n", tests[i].name, failures == before ? "ok" : "FAILED");
+        ran++;
+    }
+    if (!ran) {
+        fprintf(stderr, "test_schedules: no test named '%s'\n", argv[1]);
+        return 2;
+    }
+    return failures ? 1 : 0;
+}
