@@ -102,7 +102,9 @@ void ts_trace_set_epoch(ts_trace *trace, double t0) {
     if (trace) trace->epoch = t0;
 }
 
-double ts_trace_epoch(const ts_trace *trace) { return trace ? trace->epoch : 0.0; }
+double ts_trace_epoch(const ts_trace *trace) {
+    return trace ? trace->epoch : 0.0;
+}
 
 ts_status ts_trace_sync_epoch(ts_trace *trace, ts_comm *world) {
     if (!trace) return TS_OK;
@@ -118,10 +120,12 @@ void ts_trace_set_step(ts_trace *trace, int64_t step) {
 /* Copies at most cap-1 bytes of src, never cutting a UTF-8 character. */
 static void copy_name(char *dst, size_t cap, const char *src) {
     size_t n = 0;
-    while (n < cap && src[n]) n++;
+    while (n < cap && src[n])
+        n++;
     if (n == cap) { /* too long: cut before the character that straddles */
         n = cap - 1;
-        while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80) n--;
+        while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80)
+            n--;
     }
     memcpy(dst, src, n);
     dst[n] = '\0';
@@ -190,8 +194,12 @@ void ts_trace_counter(ts_trace *trace, const char *name, double t_s, double valu
     e->value = value;
 }
 
-size_t ts_trace_count(const ts_trace *trace) { return trace ? trace->n : 0; }
-uint64_t ts_trace_dropped(const ts_trace *trace) { return trace ? trace->dropped : 0; }
+size_t ts_trace_count(const ts_trace *trace) {
+    return trace ? trace->n : 0;
+}
+uint64_t ts_trace_dropped(const ts_trace *trace) {
+    return trace ? trace->dropped : 0;
+}
 
 /* --- the JSON writer (rank 0) --------------------------------------------------- */
 
@@ -216,7 +224,9 @@ typedef struct trace_writer {
     uint64_t written, open_spans;
 } trace_writer;
 
-static int64_t to_ns(double t, double epoch) { return (int64_t)llround((t - epoch) * 1e9); }
+static int64_t to_ns(double t, double epoch) {
+    return (int64_t)llround((t - epoch) * 1e9);
+}
 
 /* ns as microseconds with three decimals, exactly (no float rounding). */
 static void put_us(FILE *f, int64_t ns) {
@@ -243,11 +253,13 @@ static void put_str(FILE *f, const char *s) {
             fputc((int)c, f);
             p++;
         } else {
-            int len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
-                                                : c >= 0xF0 && c <= 0xF4 ? 4
-                                                                         : 0;
+            int len = c >= 0xC2 && c <= 0xDF   ? 2
+                      : c >= 0xE0 && c <= 0xEF ? 3
+                      : c >= 0xF0 && c <= 0xF4 ? 4
+                                               : 0;
             int ok = len > 0;
-            for (int k = 1; ok && k < len; k++) ok = (p[k] & 0xC0) == 0x80;
+            for (int k = 1; ok && k < len; k++)
+                ok = (p[k] & 0xC0) == 0x80;
             if (ok) {
                 fwrite(p, 1, (size_t)len, f);
                 p += len;
@@ -280,7 +292,9 @@ static int cat_index(trace_writer *w, const char *cat) {
     return w->ncats++;
 }
 
-static int tid_of(int cat, int lane) { return cat * TRACE_LANES + lane; }
+static int tid_of(int cat, int lane) {
+    return cat * TRACE_LANES + lane;
+}
 
 static int item_cmp(const void *pa, const void *pb) {
     const trace_item *a = pa, *b = pb;
@@ -293,12 +307,14 @@ static int item_cmp(const void *pa, const void *pb) {
 /* Places the spans of one category (sorted by start) on lanes so that the
  * spans of each lane nest or are disjoint. */
 static ts_status assign_lanes(trace_writer *w, trace_item *it, size_t n) {
-    for (int l = 0; l < TRACE_LANES; l++) w->lanes[l].n = 0;
+    for (int l = 0; l < TRACE_LANES; l++)
+        w->lanes[l].n = 0;
     for (size_t i = 0; i < n; i++) {
         int chosen = -1;
         for (int l = 0; l < TRACE_LANES && chosen < 0; l++) {
             trace_lane *ln = &w->lanes[l];
-            while (ln->n && ln->end[ln->n - 1] <= it[i].s) ln->n--;
+            while (ln->n && ln->end[ln->n - 1] <= it[i].s)
+                ln->n--;
             if (!ln->n || ln->end[ln->n - 1] >= it[i].e) chosen = l;
         }
         if (chosen < 0) { /* every lane taken: misnested on the last one */
@@ -338,12 +354,14 @@ static ts_status write_rank(trace_writer *w, const trace_header *h, trace_event 
     long long pid = (long long)h->rank;
     size_t n = (size_t)h->count;
     put_sep(w);
-    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":0,"
-               "\"args\":{\"name\":\"rank %lld\"}}",
+    fprintf(f,
+            "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":0,"
+            "\"args\":{\"name\":\"rank %lld\"}}",
             pid, pid);
     put_sep(w);
-    fprintf(f, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%lld,\"tid\":0,"
-               "\"args\":{\"sort_index\":%lld}}",
+    fprintf(f,
+            "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%lld,\"tid\":0,"
+            "\"args\":{\"sort_index\":%lld}}",
             pid, pid);
 
     int *cat = malloc((n ? n : 1) * sizeof *cat);
@@ -369,13 +387,14 @@ static ts_status write_rank(trace_writer *w, const trace_header *h, trace_event 
             w->open_spans++;
             continue;
         }
-        it[nit++] = (trace_item){to_ns(e->t0, h->epoch), to_ns(e->t1, h->epoch), cat[i],
-                                 (int32_t)i, 0, 0};
+        it[nit++] =
+            (trace_item){to_ns(e->t0, h->epoch), to_ns(e->t1, h->epoch), cat[i], (int32_t)i, 0, 0};
     }
     qsort(it, nit, sizeof *it, item_cmp);
     ts_status st = TS_OK;
     for (size_t a = 0, b; a < nit && !st; a = b) {
-        for (b = a; b < nit && it[b].cat == it[a].cat; b++) {}
+        for (b = a; b < nit && it[b].cat == it[a].cat; b++) {
+        }
         st = assign_lanes(w, it + a, b - a);
     }
     unsigned char *used = st ? NULL : calloc((size_t)w->ncats * TRACE_LANES, 1);
@@ -429,8 +448,9 @@ static ts_status write_rank(trace_writer *w, const trace_header *h, trace_event 
         for (int l = 0; l < TRACE_LANES; l++) {
             if (!used[c * TRACE_LANES + l]) continue;
             put_sep(w);
-            fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%d,\"args\":{"
-                       "\"name\":",
+            fprintf(f,
+                    "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%d,\"args\":{"
+                    "\"name\":",
                     pid, tid_of(c, l));
             if (l == 0) {
                 put_str(f, w->cats[c]);
@@ -441,8 +461,9 @@ static ts_status write_rank(trace_writer *w, const trace_header *h, trace_event 
             }
             fputs("}}", f);
             put_sep(w);
-            fprintf(f, "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%d,"
-                       "\"args\":{\"sort_index\":%d}}",
+            fprintf(f,
+                    "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%d,"
+                    "\"args\":{\"sort_index\":%d}}",
                     pid, tid_of(c, l), tid_of(c, l));
         }
     free(used);
@@ -456,11 +477,13 @@ static void write_tail(trace_writer *w, int nranks, const uint64_t *counts,
                        const uint64_t *dropped) {
     FILE *f = w->f;
     uint64_t total_dropped = 0;
-    for (int r = 0; r < nranks; r++) total_dropped += dropped[r];
-    fprintf(f, "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"producer\":\"tessera\","
-               "\"format_version\":1,\"time\":\"microseconds since each rank's epoch "
-               "(CLOCK_MONOTONIC, aligned at a barrier)\",\"ranks\":%d,\"events\":%llu,"
-               "\"dropped_events\":%llu,\"open_spans\":%llu,\"events_per_rank\":[",
+    for (int r = 0; r < nranks; r++)
+        total_dropped += dropped[r];
+    fprintf(f,
+            "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"producer\":\"tessera\","
+            "\"format_version\":1,\"time\":\"microseconds since each rank's epoch "
+            "(CLOCK_MONOTONIC, aligned at a barrier)\",\"ranks\":%d,\"events\":%llu,"
+            "\"dropped_events\":%llu,\"open_spans\":%llu,\"events_per_rank\":[",
             nranks, (unsigned long long)w->written, (unsigned long long)total_dropped,
             (unsigned long long)w->open_spans);
     for (int r = 0; r < nranks; r++)
@@ -508,8 +531,8 @@ static ts_status send_events(ts_trace *t, ts_comm *world) {
     TS_TRY(ts_comm_send(world, &h, sizeof h / 4, TS_I32, 0, TS_TRACE_TAG));
     for (size_t at = 0; at < t->n; at += TRACE_CHUNK) {
         size_t k = t->n - at < TRACE_CHUNK ? t->n - at : TRACE_CHUNK;
-        TS_TRY(ts_comm_send(world, t->ev + at, k * sizeof(trace_event) / 4, TS_I32, 0,
-                            TS_TRACE_TAG));
+        TS_TRY(
+            ts_comm_send(world, t->ev + at, k * sizeof(trace_event) / 4, TS_I32, 0, TS_TRACE_TAG));
     }
     return TS_OK;
 }
@@ -517,8 +540,8 @@ static ts_status send_events(ts_trace *t, ts_comm *world) {
 /* Receives rank r's header and events; on a local failure (memory) keeps
  * receiving into `scratch` so that the sender is not left hanging, and
  * reports the failure in *local. */
-static ts_status recv_events(ts_comm *world, int r, trace_header *h, trace_event **buf,
-                             size_t *cap, trace_event *scratch, ts_status *local) {
+static ts_status recv_events(ts_comm *world, int r, trace_header *h, trace_event **buf, size_t *cap,
+                             trace_event *scratch, ts_status *local) {
     TS_TRY(ts_comm_recv(world, h, sizeof *h / 4, TS_I32, r, TS_TRACE_TAG));
     if (h->count < 0 || (uint64_t)h->count > TS_TRACE_MAX_EVENTS)
         return ts_error(TS_ERR_COMM, "trace: rank %d announced %lld events", r,
@@ -647,6 +670,7 @@ ts_status ts_trace_write(ts_trace *trace, ts_comm *world, const char *path) {
     }
     free(tmp);
     free(w.cats);
-    for (int l = 0; l < TRACE_LANES; l++) free(w.lanes[l].end);
+    for (int l = 0; l < TRACE_LANES; l++)
+        free(w.lanes[l].end);
     return st;
 }

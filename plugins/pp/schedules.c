@@ -82,19 +82,23 @@ static ts_status pp_emit_backward(const pp_emitter *e, int mb, int chunk) {
 }
 
 static ts_status pp_gen_gpipe(const pp_emitter *e, int m) {
-    for (int mb = 0; mb < m; mb++) TS_TRY(pp_emit_forward(e, mb, 0));
-    for (int mb = 0; mb < m; mb++) TS_TRY(pp_emit_backward(e, mb, 0));
+    for (int mb = 0; mb < m; mb++)
+        TS_TRY(pp_emit_forward(e, mb, 0));
+    for (int mb = 0; mb < m; mb++)
+        TS_TRY(pp_emit_backward(e, mb, 0));
     return TS_OK;
 }
 
 static ts_status pp_gen_1f1b(const pp_emitter *e, int m) {
     int warmup = e->p - e->s - 1 < m ? e->p - e->s - 1 : m;
-    for (int i = 0; i < warmup; i++) TS_TRY(pp_emit_forward(e, i, 0));
+    for (int i = 0; i < warmup; i++)
+        TS_TRY(pp_emit_forward(e, i, 0));
     for (int i = 0; i < m - warmup; i++) {
         TS_TRY(pp_emit_forward(e, warmup + i, 0));
         TS_TRY(pp_emit_backward(e, i, 0));
     }
-    for (int i = m - warmup; i < m; i++) TS_TRY(pp_emit_backward(e, i, 0));
+    for (int i = m - warmup; i < m; i++)
+        TS_TRY(pp_emit_backward(e, i, 0));
     return TS_OK;
 }
 
@@ -158,8 +162,8 @@ static ts_status pp_schedule_push(void *user, ts_action_kind kind, int mb, int c
 ts_status pp_schedule_build(pp_schedule_kind kind, int stages, int stage, int micro_batches,
                             int chunks, ts_schedule *out) {
     *out = (ts_schedule){0, NULL};
-    ts_status st = pp_schedule_emit(kind, stages, stage, micro_batches, chunks, pp_schedule_push,
-                                    out);
+    ts_status st =
+        pp_schedule_emit(kind, stages, stage, micro_batches, chunks, pp_schedule_push, out);
     if (st) ts_schedule_free(out);
     return st;
 }
@@ -205,11 +209,11 @@ typedef struct pp_transfer {
 typedef struct pp_sim {
     int p, m, v, fu, bu;
     const ts_schedule *sch;
-    pp_transfer *tr;   /* [2][p*v][m]                                     */
-    char *recvd;       /* [2][p*v][m]: received so far in list order      */
-    char *computed;    /* [2][p*v][m]: forward / backward seen so far     */
-    int *start;        /* per stage, per action: start time (compute only) */
-    int *offset;       /* [p+1] index of each stage's first action        */
+    pp_transfer *tr; /* [2][p*v][m]                                     */
+    char *recvd;     /* [2][p*v][m]: received so far in list order      */
+    char *computed;  /* [2][p*v][m]: forward / backward seen so far     */
+    int *start;      /* per stage, per action: start time (compute only) */
+    int *offset;     /* [p+1] index of each stage's first action        */
 } pp_sim;
 
 static const char *pp_act_name(ts_action_kind k) {
@@ -224,7 +228,6 @@ static long pp_gcd(long a, long b) {
     }
     return a;
 }
-
 
 static size_t pp_sim_index(const pp_sim *S, int dir, int b, int mb) {
     return ((size_t)dir * (size_t)(S->p * S->v) + (size_t)b) * (size_t)S->m + (size_t)mb;
@@ -320,7 +323,8 @@ static ts_status pp_sim_check_all(const pp_sim *S) {
                                     vs % S->p, vs / S->p, vs, dir ? "backward" : "forward", mb);
                 const pp_transfer *t = &S->tr[k];
                 if (vs == pv - 1 || (t->sends == 1 && t->recvs == 1)) continue;
-                int from = dir ? (vs + 1) % S->p : vs % S->p, to = dir ? vs % S->p : (vs + 1) % S->p;
+                int from = dir ? (vs + 1) % S->p : vs % S->p,
+                    to = dir ? vs % S->p : (vs + 1) % S->p;
                 return ts_error(TS_ERR_INVALID,
                                 "pp: %s of micro-batch %d from virtual stage %d (rank %d) to %d "
                                 "(rank %d): %d sends, %d receives, want one of each",
@@ -349,9 +353,13 @@ static ts_status pp_sim_run(pp_sim *S) {
                 pp_transfer *t = NULL;
                 switch (a->kind) {
                 case TS_ACT_SEND_ACT:
-                case TS_ACT_RECV_GRAD: t = &S->tr[pp_sim_index(S, a->kind == TS_ACT_RECV_GRAD, vs, a->mb)]; break;
+                case TS_ACT_RECV_GRAD:
+                    t = &S->tr[pp_sim_index(S, a->kind == TS_ACT_RECV_GRAD, vs, a->mb)];
+                    break;
                 case TS_ACT_RECV_ACT:
-                case TS_ACT_SEND_GRAD: t = &S->tr[pp_sim_index(S, a->kind == TS_ACT_SEND_GRAD, vs - 1, a->mb)]; break;
+                case TS_ACT_SEND_GRAD:
+                    t = &S->tr[pp_sim_index(S, a->kind == TS_ACT_SEND_GRAD, vs - 1, a->mb)];
+                    break;
                 default: break;
                 }
                 if (a->kind == TS_ACT_FORWARD || a->kind == TS_ACT_BACKWARD) {
@@ -403,8 +411,10 @@ static ts_status pp_sim_fill(const pp_sim *S, pp_sim_result *r) {
         }
     r->slots = malloc(sizeof *r->slots * (size_t)S->p * (size_t)r->makespan);
     r->peak_in_flight = malloc(sizeof *r->peak_in_flight * (size_t)S->p);
-    if (!r->slots || !r->peak_in_flight) return ts_error(TS_ERR_NOMEM, "pp: simulate: out of memory");
-    for (long k = 0; k < (long)S->p * r->makespan; k++) r->slots[k] = (pp_sim_slot){'.', -1, -1};
+    if (!r->slots || !r->peak_in_flight)
+        return ts_error(TS_ERR_NOMEM, "pp: simulate: out of memory");
+    for (long k = 0; k < (long)S->p * r->makespan; k++)
+        r->slots[k] = (pp_sim_slot){'.', -1, -1};
     for (int s = 0; s < S->p; s++) {
         r->peak_in_flight[s] = pp_schedule_peak_in_flight(&S->sch[s]);
         for (int i = 0; i < S->sch[s].nactions; i++) {
@@ -423,8 +433,8 @@ static ts_status pp_sim_fill(const pp_sim *S, pp_sim_result *r) {
     return TS_OK;
 }
 
-ts_status pp_simulate_timed(int stages, const ts_schedule *schedules, int micro_batches,
-                            int chunks, int f_units, int b_units, pp_sim_result *out) {
+ts_status pp_simulate_timed(int stages, const ts_schedule *schedules, int micro_batches, int chunks,
+                            int f_units, int b_units, pp_sim_result *out) {
     memset(out, 0, sizeof *out);
     if (stages < 1 || micro_batches < 1 || chunks < 1 || f_units < 1 || b_units < 1)
         return ts_error(TS_ERR_INVALID,
@@ -434,7 +444,8 @@ ts_status pp_simulate_timed(int stages, const ts_schedule *schedules, int micro_
     pp_sim S = {stages, micro_batches, chunks, f_units, b_units, schedules, 0, 0, 0, 0, 0};
     size_t cells = 2 * (size_t)stages * (size_t)chunks * (size_t)micro_batches;
     int nall = 0;
-    for (int s = 0; s < stages; s++) nall += schedules[s].nactions;
+    for (int s = 0; s < stages; s++)
+        nall += schedules[s].nactions;
     S.tr = calloc(cells, sizeof *S.tr);
     S.recvd = calloc(cells, 1);
     S.computed = calloc(cells, 1);
@@ -443,13 +454,15 @@ ts_status pp_simulate_timed(int stages, const ts_schedule *schedules, int micro_
     ts_status st = TS_OK;
     if (!S.tr || !S.recvd || !S.computed || !S.start || !S.offset)
         st = ts_error(TS_ERR_NOMEM, "pp: simulate: out of memory");
-    for (int s = 0; !st && s < stages; s++) S.offset[s + 1] = S.offset[s] + schedules[s].nactions;
-    for (int s = 0; !st && s < stages; s++) st = pp_sim_check_stage(&S, s);
+    for (int s = 0; !st && s < stages; s++)
+        S.offset[s + 1] = S.offset[s] + schedules[s].nactions;
+    for (int s = 0; !st && s < stages; s++)
+        st = pp_sim_check_stage(&S, s);
     if (!st) st = pp_sim_check_all(&S);
     if (!st) st = pp_sim_run(&S);
     if (!st) {
-        *out = (pp_sim_result){stages, micro_batches, chunks, f_units, b_units, 0, NULL, NULL, 0,
-                               0, 1};
+        *out = (pp_sim_result){stages, micro_batches, chunks, f_units, b_units, 0,
+                               NULL,   NULL,          0,      0,       1};
         st = pp_sim_fill(&S, out);
     }
     if (st) pp_sim_result_free(out);
@@ -474,7 +487,8 @@ void pp_sim_result_free(pp_sim_result *r) {
 
 static int pp_digits(int x) {
     int d = 1;
-    while (x >= 10) x /= 10, d++;
+    while (x >= 10)
+        x /= 10, d++;
     return d;
 }
 

@@ -30,12 +30,15 @@
  *
  * The simulator's unit-time model: FORWARD and BACKWARD of one chunk take a
  * whole number of time units (1 and 1 unless told otherwise), transfers and
- * the optimizer step take none, a RECV completes at the time its matching
- * SEND was issued (or at once, if that was earlier), and every stage runs its
- * list in order, starting as soon as it can. Under F = B = 1 the bubble of
- * GPipe and 1F1B is exactly (p-1)/(m+p-1), and interleaved 1F1B's is
- * (p-1)/(v*m+p-1) — the pipeline fill and drain shrink by the factor v
- * (tests/test_schedules.c checks both as exact fractions).
+ * the optimizer step take none, a RECV completes at the later of the time
+ * its stage reaches it and the time its matching SEND was issued, and every
+ * stage runs its list in order, each action as soon as it can. With interleaving a unit is one
+ * chunk's forward, 1/v of a stage's layers. Under F = B = 1 the bubble
+ * (idle units over stages x makespan) of GPipe and 1F1B is exactly
+ * (p-1)/(m+p-1), and interleaved 1F1B's is (p-1)/(v*m+p-1): idle time per
+ * unit of work, (p-1)/m, shrinks by the factor v to (p-1)/(v*m), as in
+ * Narayanan et al. The fractions stay the same with B = 2 units.
+ * tests/test_schedules.c checks all of this as exact fractions.
  *
  * Not here: running a schedule (core/train.c's executor), and choosing m
  * from the batch sizes (the plugin's configuration).
@@ -45,7 +48,7 @@
 
 #include <stdio.h>
 
-#include "schedule.h" /* ts_schedule, ts_action, ts_action_kind */
+#include "schedule.h"        /* ts_schedule, ts_action, ts_action_kind */
 #include "tessera/tessera.h" /* ts_status */
 
 #ifdef __cplusplus
@@ -150,23 +153,24 @@ typedef struct pp_sim_result {
 ts_status pp_simulate(int stages, const ts_schedule *schedules, int micro_batches, int chunks,
                       pp_sim_result *out);
 /* The same with a FORWARD taking f_units and a BACKWARD b_units (>= 1). */
-ts_status pp_simulate_timed(int stages, const ts_schedule *schedules, int micro_batches,
-                            int chunks, int f_units, int b_units, pp_sim_result *out);
+ts_status pp_simulate_timed(int stages, const ts_schedule *schedules, int micro_batches, int chunks,
+                            int f_units, int b_units, pp_sim_result *out);
 void pp_sim_result_free(pp_sim_result *r);
 
 /* The per-rank timeline, one line per rank and one fixed-width cell per time
  * unit, cells separated by one space:
  *
- *   rank 0 | F0 F1 F2 F3 .  .  .  B0 B1 B2 B3
- *   ...
- *   bubble 3/11 = 0.273 (makespan 14 units; F = 1, B = 1)
+ *   rank 0 | F0 F1 F2 .  .  B0 F3 B1 .  B2 .  B3      (1F1B, p = 3, m = 4)
+ *   rank 1 | .  F0 F1 .  B0 F2 B1 F3 B2 .  B3 .
+ *   rank 2 | .  .  F0 B0 F1 B1 F2 B2 F3 B3 .  .
+ *   bubble 1/3 = 0.333 (makespan 12 units; F = 1, B = 1)
  *
  * A cell is 'F' or 'B', the micro-batch, and with chunks > 1 the chunk as a
  * letter (a = chunk 0, b = chunk 1, ...: "F3b"), left-aligned and padded to
  * the widest cell; an idle unit is '.'. */
 void pp_timeline_print(const pp_sim_result *r, FILE *f);
 
-/* The closed form of the unit-time bubble (F = B = 1) as a reduced fraction:
+/* The closed form of the unit-time bubble (F = 1, B = 1 or 2) as a reduced fraction:
  * (p-1)/(m+p-1) for GPipe and 1F1B, (p-1)/(v*m+p-1) for interleaved (the
  * fill and drain of p-1 chunk-units against v*m chunk-units of work per
  * stage). Fails with TS_ERR_CONFIG for p < 1, m < 1 or (interleaved) v < 1. */

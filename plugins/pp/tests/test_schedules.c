@@ -52,7 +52,8 @@ static int pipeline_build(pipeline *pl, pp_schedule_kind kind, int p, int m, int
 }
 
 static void pipeline_free(pipeline *pl) {
-    for (int s = 0; s < pl->p; s++) ts_schedule_free(&pl->s[s]);
+    for (int s = 0; s < pl->p; s++)
+        ts_schedule_free(&pl->s[s]);
 }
 
 /* Calls check(pl) on every pipeline of the sweep. */
@@ -90,8 +91,10 @@ static void check_forward_precedes_backward(const pipeline *pl) {
             const ts_action *a = &l->actions[i];
             if (!is_compute(a)) continue;
             int k = a->chunk * pl->m + a->mb;
-            if (a->kind == TS_ACT_FORWARD) fwd_at[k] = i, fwd_n[k]++;
-            else bwd_at[k] = i, bwd_n[k]++;
+            if (a->kind == TS_ACT_FORWARD)
+                fwd_at[k] = i, fwd_n[k]++;
+            else
+                bwd_at[k] = i, bwd_n[k]++;
         }
         for (int c = 0; c < pl->v; c++)
             for (int mb = 0; mb < pl->m; mb++) {
@@ -105,7 +108,9 @@ static void check_forward_precedes_backward(const pipeline *pl) {
     }
 }
 
-static void test_forward_precedes_backward(void) { sweep(check_forward_precedes_backward); }
+static void test_forward_precedes_backward(void) {
+    sweep(check_forward_precedes_backward);
+}
 
 /* --- every send has exactly one receive and vice versa ---------------------- */
 
@@ -142,7 +147,8 @@ static int transfer_collect(const pipeline *pl, int want_send, transfer *out) {
 
 static int transfer_count(const transfer *t, int n, const transfer *x) {
     int c = 0;
-    for (int i = 0; i < n; i++) c += memcmp(&t[i], x, sizeof *x) == 0;
+    for (int i = 0; i < n; i++)
+        c += memcmp(&t[i], x, sizeof *x) == 0;
     return c;
 }
 
@@ -154,7 +160,8 @@ static void check_sends_match_receives(const pipeline *pl) {
     CHECK(ns == want && nr == want, "%s: %d sends, %d receives, want %d", pipeline_name(pl), ns, nr,
           want);
     for (int i = 0; i < ns; i++)
-        CHECK(transfer_count(recvs, nr, &sends[i]) == 1 && transfer_count(sends, ns, &sends[i]) == 1,
+        CHECK(transfer_count(recvs, nr, &sends[i]) == 1 &&
+                  transfer_count(sends, ns, &sends[i]) == 1,
               "%s: send %s mb %d vs %d->%d rank %d->%d has %d receives", pipeline_name(pl),
               sends[i].grad ? "grad" : "act", sends[i].mb, sends[i].from_vs, sends[i].to_vs,
               sends[i].src, sends[i].dst, transfer_count(recvs, nr, &sends[i]));
@@ -164,7 +171,9 @@ static void check_sends_match_receives(const pipeline *pl) {
               transfer_count(sends, ns, &recvs[i]));
 }
 
-static void test_sends_match_receives(void) { sweep(check_sends_match_receives); }
+static void test_sends_match_receives(void) {
+    sweep(check_sends_match_receives);
+}
 
 /* --- each compute sits between its receive and its send; peers wrap --------- */
 
@@ -232,11 +241,15 @@ static void check_no_deadlock(const pipeline *pl) {
     if (!st) pp_sim_result_free(&r);
 }
 
-static void test_no_deadlock(void) { sweep(check_no_deadlock); }
+static void test_no_deadlock(void) {
+    sweep(check_no_deadlock);
+}
 
 /* --- bubble (p-1)/(m+p-1) for GPipe and 1F1B -------------------------------- */
 
-static long gcd(long a, long b) { return b ? gcd(b, a % b) : a; }
+static long gcd(long a, long b) {
+    return b ? gcd(b, a % b) : a;
+}
 
 static int simulated_bubble(const pipeline *pl, int b_units, long *num, long *den) {
     pp_sim_result r;
@@ -286,10 +299,12 @@ static void test_bubble_gpipe_1f1b(void) {
 static void check_bubble_interleaved(const pipeline *pl) {
     if (pl->kind != PP_SCHEDULE_INTERLEAVED) return;
     long num, den, fnum, fden, onum, oden;
-    if (simulated_bubble(pl, 1, &num, &den)) return;
-    if (pp_bubble_formula(pl->kind, pl->p, pl->m, pl->v, &fnum, &fden) == TS_OK)
-        CHECK(num == fnum && den == fden, "%s: simulated %ld/%ld, formula (p-1)/(vm+p-1) %ld/%ld",
-              pipeline_name(pl), num, den, fnum, fden);
+    if (pp_bubble_formula(pl->kind, pl->p, pl->m, pl->v, &fnum, &fden) != TS_OK) return;
+    for (int b_units = 2; b_units >= 1; b_units--) /* ends with B = 1 in num, den */
+        if (simulated_bubble(pl, b_units, &num, &den) == 0)
+            CHECK(num == fnum && den == fden,
+                  "%s, B = %d: simulated %ld/%ld, formula (p-1)/(vm+p-1) %ld/%ld",
+                  pipeline_name(pl), b_units, num, den, fnum, fden);
     pipeline one;
     if (pipeline_build(&one, PP_SCHEDULE_1F1B, pl->p, pl->m, 1) == 0 &&
         simulated_bubble(&one, 1, &onum, &oden) == 0) {
@@ -335,15 +350,38 @@ static void check_in_flight(const pipeline *pl) {
         int got = r.peak_in_flight[s];
         int bound = pl->p - s < pl->m ? pl->p - s : pl->m;
         if (pl->kind == PP_SCHEDULE_1F1B)
-            CHECK(got <= pl->p - s && got == bound, "%s stage %d: %d in flight, want min(p-s, m)=%d",
-                  pipeline_name(pl), s, got, bound);
+            CHECK(got <= pl->p - s && got == bound,
+                  "%s stage %d: %d in flight, want min(p-s, m)=%d", pipeline_name(pl), s, got,
+                  bound);
         else
             CHECK(got == pl->m, "%s stage %d: %d in flight, want m", pipeline_name(pl), s, got);
     }
     pp_sim_result_free(&r);
 }
 
-static void test_in_flight(void) { sweep(check_in_flight); }
+static void test_in_flight(void) {
+    sweep(check_in_flight);
+}
+
+/* --- interleaved warmup as Megatron-LM computes it ------------------------------ */
+
+/* Stage s runs w = (p-s-1)*2 + (v-1)*p warmup forwards (at most m*v), then
+ * one more forward before its first backward: w+1 (mb, chunk) pairs in
+ * flight, capped at m*v. A shorter warmup gives the same unit-time bubble
+ * (transfers cost nothing here), so this is what pins Megatron's count. */
+static void check_interleaved_warmup(const pipeline *pl) {
+    if (pl->kind != PP_SCHEDULE_INTERLEAVED) return;
+    for (int s = 0; s < pl->p; s++) {
+        int want = (pl->p - s - 1) * 2 + (pl->v - 1) * pl->p + 1;
+        if (want > pl->m * pl->v) want = pl->m * pl->v;
+        int got = pp_schedule_peak_in_flight(&pl->s[s]);
+        CHECK(got == want, "%s stage %d: %d in flight, want %d", pipeline_name(pl), s, got, want);
+    }
+}
+
+static void test_interleaved_warmup(void) {
+    sweep(check_interleaved_warmup);
+}
 
 /* --- invalid arguments ------------------------------------------------------- */
 
@@ -420,7 +458,8 @@ static void test_simulator_catches_broken_schedules(void) {
     memcpy(ok0, s0, sizeof ok0);
     ok0[1].peer = 0;
     st = simulate_lists(ok0, 9, ok1, 9);
-    CHECK(st == TS_ERR_INVALID && strstr(ts_last_error(), "neighbouring virtual stage is on rank 1"),
+    CHECK(st == TS_ERR_INVALID &&
+              strstr(ts_last_error(), "neighbouring virtual stage is on rank 1"),
           "%s", ts_last_error());
 
     /* a backward before its forward */
@@ -476,15 +515,16 @@ static const struct {
     void (*fn)(void);
 } tests[] = {
     {"forward_precedes_backward", test_forward_precedes_backward},
-    {"sends_match_receives", test_sends_match_receives},
-    {"compute_wrapped_in_transfers", test_compute_wrapped_in_transfers},
+    {"each_send_has_one_receive", test_sends_match_receives},
+    {"compute_between_its_receive_and_send", test_compute_wrapped_in_transfers},
     {"no_deadlock", test_no_deadlock},
-    {"bubble_gpipe_1f1b", test_bubble_gpipe_1f1b},
-    {"bubble_interleaved", test_bubble_interleaved},
-    {"in_flight", test_in_flight},
-    {"invalid_arguments", test_invalid_arguments},
+    {"bubble_gpipe_1f1b_is_p_minus_1_over_m_plus_p_minus_1", test_bubble_gpipe_1f1b},
+    {"bubble_interleaved_smaller_by_factor_v", test_bubble_interleaved},
+    {"in_flight_1f1b_at_most_p_gpipe_all_m", test_in_flight},
+    {"interleaved_warmup_as_megatron", test_interleaved_warmup},
+    {"invalid_arguments_give_config_errors", test_invalid_arguments},
     {"simulator_catches_broken_schedules", test_simulator_catches_broken_schedules},
-    {"timeline_print", test_timeline_print},
+    {"timeline_print_format", test_timeline_print},
 };
 
 int main(int argc, char **argv) {
