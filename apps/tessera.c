@@ -276,13 +276,17 @@ static ts_status plan_estimate_make(const ts_config *cfg, const ts_mesh *mesh,
     e->params = numel * (bf16 ? 2 : 4);
     e->grads = numel * 4;
     e->optim = numel * 4 * (bf16 ? 3 : 2);
+    /* The tp cut and sequence parallelism, as the trainer reads them. */
+    ts_model_shard shard = {ts_mesh_axis_size(mesh, TS_AXIS_TP), 0, 0, NULL};
+    const ts_layout_plan_entry *act = ts_layout_plan_find((ts_layout_plan *)plan, "act.x");
+    int a = act ? ts_layout_axis_index(&act->layout, "tp") : -1;
+    if (a >= 0 && act->layout.axes[a].placement.kind == TS_PLACEMENT_SHARD) shard.sp = 1;
     size_t saved = 0, ws = 0;
-    ts_model_activation_bytes(&sh->model, sh->B, sh->T, &saved, &ws);
+    ts_model_activation_bytes(&sh->model, &shard, sh->B, sh->T, &saved, &ws);
     e->acts = saved + ws; /* the one-stage schedule holds one micro-batch */
     e->batch = (size_t)sh->micro_batches * sh->B * sh->T * 2 * sizeof(int32_t);
     e->batch_group = batch_dp && batch_cp ? "dp-cp" : batch_dp ? "dp" : batch_cp ? "cp" : NULL;
     if (e->batch_group) e->grad_allreduce = numel * 4;
-    (void)mesh;
     return TS_OK;
 }
 

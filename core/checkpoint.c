@@ -13,7 +13,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cpu_kernels.h"
 #include "state.h"
 
 /* --- CRC-32, slicing by 8 ------------------------------------------------- */
@@ -133,32 +132,35 @@ static void ckpt_fill_table(ckpt_entry *tab, const ts_model *m) {
     for (int i = 0; i < m->nparams; i++) {
         const ts_param *p = &m->params[i];
         snprintf(tab[i].name, sizeof tab[i].name, "%s", p->value.name);
-        tab[i].ndim = p->value.ndim;
-        for (int d = 0; d < p->value.ndim; d++) tab[i].shape[d] = p->value.shape[d];
-        tab[i].offset = (int64_t)p->offset;
-        tab[i].numel = ts_tensor_numel(&p->value);
+        tab[i].ndim = p->global_ndim;
+        int64_t n = 1;
+        for (int d = 0; d < p->global_ndim; d++) {
+            tab[i].shape[d] = p->global_shape[d];
+            n *= p->global_shape[d];
+        }
+        tab[i].offset = (int64_t)p->global_offset;
+        tab[i].numel = n;
     }
 }
 
-ts_status ts_checkpoint_save(const char *dir, const ts_train_state *st,
+ts_status ts_checkpoint_save(const char *dir, const ts_model *m, const ts_ckpt_meta *meta,
+                             const float *master, const float *mom1, const float *mom2,
                              char *path_out, size_t path_size) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return ts_error(TS_ERR_IO, "checkpoint_dir %s: cannot create: %s", dir, strerror(errno));
-    const ts_model *m = st->model;
-    const ts_optimizer *o = st->optim;
     size_t tab_bytes = sizeof(ckpt_entry) * (size_t)m->nparams;
     ckpt_entry *tab = malloc(tab_bytes);
     if (!tab) return ts_error(TS_ERR_NOMEM, "checkpoint: out of memory");
     ckpt_fill_table(tab, m);
-    size_t arr = m->numel * sizeof(float);
+    size_t arr = m->global_numel * sizeof(float);
     ckpt_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, CKPT_MAGIC, 8);
     h.version = CKPT_VERSION;
     h.header_bytes = CKPT_HEADER_BYTES;
-    h.step = st->step;
-    h.data_cursor = st->data_cursor;
-    h.seed = st->seed;
+    h.step = meta->step;
+    h.data_cursor = meta->data_cursor;
+    h.seed = meta->seed;
     h.layers = m->cfg.layers;
     h.d_model = m->cfg.d_model;
     h.heads = m->cfg.heads;
@@ -167,18 +169,18 @@ ts_status ts_checkpoint_save(const char *dir, const ts_train_state *st,
     h.context = m->cfg.context;
     h.param_dtype = (int32_t)m->dtype;
     h.ntensors = m->nparams;
-    h.numel = m->numel;
+    h.numel = m->global_numel;
     h.payload_bytes = tab_bytes + 3 * arr;
     uint32_t crc = ts_crc32(0, tab, tab_bytes);
-    crc = ts_crc32(crc, o->master, arr);
-    crc = ts_crc32(crc, o->m, arr);
-    crc = ts_crc32(crc, o->v, arr);
+    crc = ts_crc32(crc, master, arr);
+    crc = ts_crc32(crc, mom1, arr);
+    crc = ts_crc32(crc, mom2, arr);
     h.payload_crc = crc;
     h.header_crc = ts_crc32(0, &h, sizeof h);
 
     char path[4096];
-    snprintf(path, sizeof path, "%s/ckpt-%08lld.tsck", dir, (long long)st->step);
-    const void *bufs[5] = {&h, tab, o->master, o->m, o->v};
+    snprintf(path, sizeof path, "%s/ckpt-%08lld.tsck", dir, (long long)meta->step);
+    const void *bufs[5] = {&h, tab, master, mom1, mom2};
     size_t sizes[5] = {sizeof h, tab_bytes, arr, arr, arr};
     ts_status s = ts_write_atomic(path, 5, bufs, sizes);
     free(tab);
@@ -216,9 +218,8 @@ static ts_status read_exact(FILE *f, void *buf, size_t n, const char *path,
     return TS_OK;
 }
 
-ts_status ts_checkpoint_load(const char *path, ts_train_state *st) {
-    ts_model *m = st->model;
-    ts_optimizer *o = st->optim;
+ts_status ts_checkpoint_load(const char *path, const ts_model *m, ts_ckpt_meta *meta,
+                             float *master, float *mom1, float *mom2) {
     FILE *f = fopen(path, "rb");
     if (!f) return ts_error(TS_ERR_IO, "checkpoint %s: cannot open: %s", path, strerror(errno));
     ckpt_header h;
@@ -245,7 +246,7 @@ ts_status ts_checkpoint_load(const char *path, ts_train_state *st) {
     const ts_model_config *c = &m->cfg;
     if (h.layers != c->layers || h.d_model != c->d_model || h.heads != c->heads ||
         h.vocab != c->vocab || h.padded_vocab != c->padded_vocab || h.context != c->context ||
-        h.numel != m->numel || h.ntensors != m->nparams) {
+        h.numel != m->global_numel || h.ntensors != m->nparams) {
         fclose(f);
         return ts_error(TS_ERR_FORMAT,
                         "checkpoint %s: model shape layers=%d d_model=%d heads=%d vocab=%d "
@@ -261,7 +262,7 @@ ts_status ts_checkpoint_load(const char *path, ts_train_state *st) {
                         path, ts_dtype_name((ts_dtype)h.param_dtype), ts_dtype_name(m->dtype));
     }
     size_t tab_bytes = sizeof(ckpt_entry) * (size_t)m->nparams;
-    size_t arr = m->numel * sizeof(float);
+    size_t arr = m->global_numel * sizeof(float);
     if (h.payload_bytes != tab_bytes + 3 * arr) {
         fclose(f);
         return ts_error(TS_ERR_FORMAT, "checkpoint %s: payload size %llu, expected %zu",
@@ -275,7 +276,7 @@ ts_status ts_checkpoint_load(const char *path, ts_train_state *st) {
                         path, (long long)sb.st_size,
                         (unsigned long long)(sizeof h + h.payload_bytes));
     }
-    /* Read everything into scratch, verify, and only then overwrite st. */
+    /* Read everything into scratch, verify, and only then write the outputs. */
     ckpt_entry *tab = malloc(tab_bytes);
     ckpt_entry *expect = malloc(tab_bytes);
     float *buf = ts_mem_alloc(TS_MEM_OTHER, 3 * arr);
@@ -303,13 +304,12 @@ ts_status ts_checkpoint_load(const char *path, ts_train_state *st) {
                              "with the same shape and offset", path, i, tab[i].name, expect[i].name);
     }
     if (!s) {
-        memcpy(o->master, buf, arr);
-        memcpy(o->m, buf + m->numel, arr);
-        memcpy(o->v, buf + 2 * m->numel, arr);
-        if (m->dtype == TS_BF16) ts_cpu_f32_to_bf16(m->param_data, o->master, m->numel);
-        st->step = h.step;
-        st->data_cursor = h.data_cursor;
-        st->seed = h.seed;
+        memcpy(master, buf, arr);
+        memcpy(mom1, buf + m->global_numel, arr);
+        memcpy(mom2, buf + 2 * m->global_numel, arr);
+        meta->step = h.step;
+        meta->data_cursor = h.data_cursor;
+        meta->seed = h.seed;
     }
     free(tab);
     free(expect);

@@ -31,8 +31,8 @@ static const char *llmc_groups[16] = {
 static int llmc_per_layer(int g) { return g >= 2 && g <= 13; }
 
 /* Calls fn for each of our parameters in llm.c's file order. */
-static ts_status llmc_each(const ts_model *m,
-                           ts_status (*fn)(const ts_param *p, void *arg), void *arg) {
+static ts_status llmc_each(const ts_model *m, ts_status (*fn)(const ts_param *p, void *arg),
+                           void *arg) {
     for (int g = 0; g < 16; g++) {
         int reps = llmc_per_layer(g) ? m->cfg.layers : 1;
         for (int l = 0; l < reps; l++) {
@@ -87,17 +87,24 @@ ts_status ts_llmc_read_config(const char *path, ts_model_config *cfg) {
     return TS_OK;
 }
 
+/* The unsharded element count of a parameter. */
+static size_t llmc_numel(const ts_param *p) {
+    size_t n = 1;
+    for (int d = 0; d < p->global_ndim; d++) n *= (size_t)p->global_shape[d];
+    return n;
+}
+
 typedef struct llmc_reader {
     FILE *f;
     const char *path;
     int bf16;
-    float *values; /* f32 destination indexed by parameter offset */
+    float *values; /* f32 destination indexed by global offset */
 } llmc_reader;
 
 static ts_status llmc_read_param(const ts_param *p, void *arg) {
     llmc_reader *r = arg;
-    size_t n = (size_t)ts_tensor_numel(&p->value);
-    float *dst = r->values + p->offset;
+    size_t n = llmc_numel(p);
+    float *dst = r->values + p->global_offset;
     if (!r->bf16) {
         if (fread(dst, sizeof(float), n, r->f) != n)
             return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: truncated in %s", r->path, p->value.name);
@@ -113,7 +120,7 @@ static ts_status llmc_read_param(const ts_param *p, void *arg) {
     return TS_OK;
 }
 
-ts_status ts_llmc_load(const char *path, ts_model *m, float *master) {
+ts_status ts_llmc_load(const char *path, const ts_model *m, float *full) {
     int32_t h[LLMC_HEADER_INTS];
     FILE *f = NULL;
     TS_TRY(llmc_header(path, h, &f));
@@ -126,47 +133,33 @@ ts_status ts_llmc_load(const char *path, ts_model *m, float *master) {
     }
     size_t esz = h[1] == 5 ? 2 : 4;
     struct stat sb;
-    size_t want = LLMC_HEADER_INTS * 4 + m->numel * esz;
+    size_t want = LLMC_HEADER_INTS * 4 + m->global_numel * esz;
     if (fstat(fileno(f), &sb) == 0 && (size_t)sb.st_size != want) {
         fclose(f);
         return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: %lld bytes, expected %zu for this shape",
                         path, (long long)sb.st_size, want);
     }
-    float *values = ts_mem_alloc(TS_MEM_OTHER, m->numel * sizeof(float));
-    if (!values) {
-        fclose(f);
-        return TS_ERR_NOMEM;
-    }
-    llmc_reader r = {f, path, h[1] == 5, values};
+    llmc_reader r = {f, path, h[1] == 5, full};
     ts_status s = llmc_each(m, llmc_read_param, &r);
     fclose(f);
-    if (!s) {
-        if (m->dtype == TS_F32)
-            memcpy(m->param_data, values, m->numel * sizeof(float));
-        else
-            ts_cpu_f32_to_bf16(m->param_data, values, m->numel);
-        if (master && master != m->param_data)
-            memcpy(master, values, m->numel * sizeof(float));
-    }
-    ts_mem_free(values);
     return s;
 }
 
 typedef struct llmc_writer {
-    float *out;        /* the file's parameter area, in file order */
+    float *out;       /* the file's parameter area, in file order */
     size_t pos;
-    const float *src;  /* f32 values indexed by parameter offset     */
+    const float *src; /* f32 values indexed by global offset        */
 } llmc_writer;
 
 static ts_status llmc_write_param(const ts_param *p, void *arg) {
     llmc_writer *w = arg;
-    size_t n = (size_t)ts_tensor_numel(&p->value);
-    memcpy(w->out + w->pos, w->src + p->offset, n * sizeof(float));
+    size_t n = llmc_numel(p);
+    memcpy(w->out + w->pos, w->src + p->global_offset, n * sizeof(float));
     w->pos += n;
     return TS_OK;
 }
 
-ts_status ts_llmc_save(const char *path, const ts_model *m, const float *master) {
+ts_status ts_llmc_save(const char *path, const ts_model *m, const float *full) {
     int32_t h[LLMC_HEADER_INTS];
     memset(h, 0, sizeof h);
     h[0] = LLMC_MAGIC;
@@ -177,31 +170,15 @@ ts_status ts_llmc_save(const char *path, const ts_model *m, const float *master)
     h[5] = m->cfg.heads;
     h[6] = m->cfg.d_model;
     h[7] = m->cfg.padded_vocab;
-    float *src = (float *)master;
-    float *tmp = NULL;
-    if (!src) {
-        if (m->dtype == TS_F32) {
-            src = m->param_data;
-        } else {
-            tmp = ts_mem_alloc(TS_MEM_OTHER, m->numel * sizeof(float));
-            if (!tmp) return TS_ERR_NOMEM;
-            ts_cpu_bf16_to_f32(tmp, m->param_data, m->numel);
-            src = tmp;
-        }
-    }
-    float *out = ts_mem_alloc(TS_MEM_OTHER, m->numel * sizeof(float));
-    if (!out) {
-        ts_mem_free(tmp);
-        return TS_ERR_NOMEM;
-    }
-    llmc_writer w = {out, 0, src};
+    float *out = ts_mem_alloc(TS_MEM_OTHER, m->global_numel * sizeof(float));
+    if (!out) return TS_ERR_NOMEM;
+    llmc_writer w = {out, 0, full};
     ts_status s = llmc_each(m, llmc_write_param, &w);
     if (!s) {
         const void *bufs[2] = {h, out};
-        size_t sizes[2] = {sizeof h, m->numel * sizeof(float)};
+        size_t sizes[2] = {sizeof h, m->global_numel * sizeof(float)};
         s = ts_write_atomic(path, 2, bufs, sizes);
     }
     ts_mem_free(out);
-    ts_mem_free(tmp);
     return s;
 }

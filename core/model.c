@@ -105,38 +105,163 @@ float *ts_model_param_f32(ts_model *m) {
 
 static float *grad_of(const ts_param *p) { return p->grad.data; }
 
+/* Rows of the hidden state on this rank: all B*T, or B*T/tp with sequence
+ * parallelism (each sequence's slice [tp_rank*T/tp, (tp_rank+1)*T/tp)). */
+static int local_T(const ts_model *m, int T) { return m->shard.sp ? T / m->shard.tp : T; }
+
+/* out[n, c] += bias[c] over N rows. */
+static void add_bias(float *out, const float *bias, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *o = out + (size_t)n * C;
+        for (int c = 0; c < C; c++) o[c] += bias[c];
+    }
+}
+
+/* dbias[c] += sum over N rows of dout[n, c] (columns split over threads, rows
+ * in order: deterministic). */
+static void bias_grad(float *dbias, const float *dout, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++) {
+        float s = 0.0f;
+        for (int n = 0; n < N; n++) s += dout[(size_t)n * C + c];
+        dbias[c] += s;
+    }
+}
+
+/* --- the tensor-parallel collectives, derived from the shard description.
+ * Hidden states are (B, T, C) row-major; under sequence parallelism a rank
+ * holds (B, T/tp, C), a slice of every sequence, so a gather or scatter along
+ * T goes through a (tp, B, T/tp, C) staging buffer that is contiguous per
+ * rank. With tp == 1 each is a copy (or nothing). */
+static float *tp_stage(ts_model *m, size_t floats) {
+    if (floats > m->tp_stage_floats) {
+        ts_mem_free(m->tp_stage);
+        m->tp_stage = ts_mem_alloc(TS_MEM_COMM, floats * sizeof(float));
+        m->tp_stage_floats = m->tp_stage ? floats : 0;
+    }
+    return m->tp_stage;
+}
+
+/* full (B, T, C) = the all-reduce of partial sums x (B, T, C), in place. */
+static ts_status tp_all_reduce(ts_model *m, float *x, size_t n) {
+    if (m->shard.tp == 1) return TS_OK;
+    return ts_comm_all_reduce(m->shard.tp_comm, x, x, n, TS_F32, TS_REDUCE_SUM);
+}
+
+/* full (B, T, C) = the sequence slices (B, T/tp, C) of every rank. */
+static ts_status sp_gather(ts_model *m, float *full, const float *local, int B, int T, int C) {
+    int tp = m->shard.tp, Tl = T / tp;
+    size_t blk = (size_t)B * Tl * C;
+    float *stage = tp_stage(m, blk * tp);
+    if (!stage) return TS_ERR_NOMEM;
+    TS_TRY(ts_comm_all_gather(m->shard.tp_comm, local, stage, blk, TS_F32));
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int r = 0; r < tp; r++)
+        for (int b = 0; b < B; b++)
+            memcpy(full + ((size_t)b * T + (size_t)r * Tl) * C,
+                   stage + r * blk + (size_t)b * Tl * C, (size_t)Tl * C * sizeof(float));
+    return TS_OK;
+}
+
+/* local (B, T/tp, C) = this rank's sequence slice of the sum over ranks of
+ * the partial sums full (B, T, C). */
+static ts_status sp_reduce_scatter(ts_model *m, float *local, const float *full, int B, int T,
+                                   int C) {
+    int tp = m->shard.tp, Tl = T / tp;
+    size_t blk = (size_t)B * Tl * C;
+    float *stage = tp_stage(m, blk * tp);
+    if (!stage) return TS_ERR_NOMEM;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int r = 0; r < tp; r++)
+        for (int b = 0; b < B; b++)
+            memcpy(stage + r * blk + (size_t)b * Tl * C,
+                   full + ((size_t)b * T + (size_t)r * Tl) * C, (size_t)Tl * C * sizeof(float));
+    return ts_comm_reduce_scatter(m->shard.tp_comm, stage, local, blk, TS_F32, TS_REDUCE_SUM);
+}
+
+/* Entering a tensor-parallel region (the "f" of Megatron's f/g pair): the
+ * replicated input the column-parallel products need. Without sequence
+ * parallelism the hidden state already is that (returns it); with it, the
+ * slices are all-gathered into `buf`. */
+static ts_status tp_enter(ts_model *m, const float *x, float *buf, int B, int T, int C,
+                          const float **full) {
+    if (!m->shard.sp) {
+        *full = x;
+        return TS_OK;
+    }
+    TS_TRY(sp_gather(m, buf, x, B, T, C));
+    *full = buf;
+    return TS_OK;
+}
+
+/* Leaving one (the "g"): the row-parallel product's partial sums p (B, T, C)
+ * become the hidden state: all-reduced in place (returned in p), or with
+ * sequence parallelism reduce-scattered into `out` (B, T/tp, C). */
+static ts_status tp_leave(ts_model *m, float *p, float *out, int B, int T, int C,
+                          const float **result) {
+    if (!m->shard.sp) {
+        TS_TRY(tp_all_reduce(m, p, (size_t)B * T * C));
+        *result = p;
+        return TS_OK;
+    }
+    TS_TRY(sp_reduce_scatter(m, out, p, B, T, C));
+    *result = out;
+    return TS_OK;
+}
+
 /* ---------------------------------------------------------------------------
- * Embedding: out = wte[tokens] + wpe[t].
+ * Embedding: out = wte[tokens] + wpe[t], wte cut by vocabulary over tp.
  * ------------------------------------------------------------------------- */
 typedef struct embedding_impl {
     ts_param *wte, *wpe;
     saved_table saved;
 } embedding_impl;
 
-static ts_status embedding_forward(ts_module *mod, ts_step_ctx *ctx,
-                                   const ts_tensor *x, ts_tensor *y) {
+static ts_status embedding_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor *x,
+                                   ts_tensor *y) {
     (void)x;
     embedding_impl *e = mod->impl;
     ts_model *m = mod->model;
-    int B = ctx->B, T = ctx->T, C = m->cfg.d_model;
-    float *out = saved_alloc(&e->saved, ctx->mb, (size_t)B * T * C, NULL);
+    int B = ctx->B, T = ctx->T, C = m->cfg.d_model, Tl = local_T(m, T);
+    size_t N = (size_t)B * T, Nl = (size_t)B * Tl;
+    /* Saved: only the output (B, Tl, C); the lookup's partial sums live in
+     * the workspace until reduced. */
+    float *out = saved_alloc(&e->saved, ctx->mb, Nl * C, NULL);
     if (!out) return TS_ERR_NOMEM;
-    const float *wte = ts_model_weight(m, e->wte, 0);
-    const float *wpe = ts_model_weight(m, e->wpe, 1);
-    ts_cpu_embedding_forward(out, ctx->tokens, wte, wpe, B, T, C, 0);
-    round_if_bf16(m, out, (size_t)B * T * C);
-    int64_t shape[3] = {B, T, C};
+    int Vl = (int)e->wte->value.shape[0], v0 = (int)e->wte->block_offset[0];
+    float *partial = m->shard.sp ? model_work(m, N * C) : out;
+    if (!partial) return TS_ERR_NOMEM;
+    ts_cpu_embedding_shard_forward(partial, ctx->tokens, ts_model_weight(m, e->wte, 0), v0, Vl,
+                                   (int)N, C);
+    const float *h;
+    if (m->shard.tp > 1) TS_TRY(tp_leave(m, partial, out, B, T, C, &h));
+    ts_cpu_position_forward(out, ts_model_weight(m, e->wpe, 1), B, Tl, C,
+                            m->shard.sp ? m->shard.tp_rank * Tl : 0);
+    round_if_bf16(m, out, Nl * C);
+    int64_t shape[3] = {B, Tl, C};
     ts_tensor_view(y, "embedding.out", TS_F32, 3, shape, out, TS_MEM_ACTS);
     return TS_OK;
 }
 
-static ts_status embedding_backward(ts_module *mod, ts_step_ctx *ctx,
-                                    const ts_tensor *dy, ts_tensor *dx) {
+static ts_status embedding_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor *dy,
+                                    ts_tensor *dx) {
     (void)dx;
     embedding_impl *e = mod->impl;
-    int B = ctx->B, T = ctx->T, C = mod->model->cfg.d_model;
-    ts_cpu_embedding_backward(grad_of(e->wte), grad_of(e->wpe), dy->data,
-                              ctx->tokens, B, T, C, 0);
+    ts_model *m = mod->model;
+    int B = ctx->B, T = ctx->T, C = m->cfg.d_model, Tl = local_T(m, T);
+    ts_cpu_position_backward(grad_of(e->wpe), dy->data, B, Tl, C,
+                             m->shard.sp ? m->shard.tp_rank * Tl : 0);
+    /* The lookup needs the gradient of every position: gather the slices. */
+    const float *dfull = dy->data;
+    if (m->shard.sp) {
+        float *buf = model_work(m, (size_t)B * T * C);
+        if (!buf) return TS_ERR_NOMEM;
+        TS_TRY(sp_gather(m, buf, dy->data, B, T, C));
+        dfull = buf;
+    }
+    int Vl = (int)e->wte->value.shape[0], v0 = (int)e->wte->block_offset[0];
+    ts_cpu_embedding_shard_backward(grad_of(e->wte), dfull, ctx->tokens, v0, Vl, B * T, C);
     saved_release(&e->saved, ctx->mb);
     return TS_OK;
 }
@@ -152,12 +277,13 @@ static void embedding_release(ts_module *mod, int mb) {
     saved_release(&((embedding_impl *)mod->impl)->saved, mb);
 }
 
-static const ts_module_ops embedding_ops = {"embedding", embedding_forward,
-                                            embedding_backward, embedding_release,
-                                            embedding_destroy};
+static const ts_module_ops embedding_ops = {"embedding", embedding_forward, embedding_backward,
+                                            embedding_release, embedding_destroy};
 
 /* ---------------------------------------------------------------------------
- * Transformer block (pre-LN).
+ * Transformer block (pre-LN). With tp > 1, QKV and fc are column parallel
+ * (this rank's heads, this rank's 4C/tp columns), proj and fcproj row
+ * parallel; Cl = C/tp channels of attention output and heads NH/tp.
  * ------------------------------------------------------------------------- */
 typedef struct block_impl {
     ts_param *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb;
@@ -165,132 +291,168 @@ typedef struct block_impl {
     saved_table saved;
 } block_impl;
 
-/* The saved activations of one micro-batch, carved from one allocation. */
+/* The saved activations of one micro-batch, carved from one allocation.
+ * Rows: Nl = B*T/tp under sequence parallelism, else N = B*T; the inputs of
+ * the column-parallel products are saved as slices and gathered again in
+ * backward (Megatron-LM's choice: it is what makes sequence parallelism save
+ * memory). */
 typedef struct block_acts {
-    float *ln1, *ln1_mean, *ln1_rstd; /* (N, C), (N), (N)           */
-    float *qkv;               /* (N, 3C)                             */
-    float *att;               /* (B, NH, T, T)                       */
-    float *atty;              /* (N, C)                              */
-    float *res2;              /* (N, C) x + attention branch          */
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu;    /* (N, 4C)                             */
-    float *out;               /* (N, C) res2 + MLP branch             */
+    float *ln1, *ln1_mean, *ln1_rstd; /* (Nl, C), (Nl), (Nl)           */
+    float *qkv;                       /* (N, 3Cl)                       */
+    float *att;                       /* (B, NHl, T, T)                 */
+    float *atty;                      /* (N, Cl)                        */
+    float *res2;                      /* (Nl, C) x + attention branch   */
+    float *ln2, *ln2_mean, *ln2_rstd; /* (Nl, C), (Nl), (Nl)           */
+    float *fch, *fch_gelu;            /* (N, 4Cl)                       */
+    float *out;                       /* (Nl, C) res2 + MLP branch      */
 } block_acts;
 
-static size_t block_carve(block_acts *a, float *base, int B, int T, int C, int NH) {
-    size_t N = (size_t)B * T, off = 0;
+static size_t block_carve(block_acts *a, float *base, int B, int T, int C, int NH, int tp,
+                          int sp) {
+    size_t N = (size_t)B * T, Nl = sp ? N / tp : N, Cl = (size_t)C / tp, off = 0;
+    size_t NHl = (size_t)NH / tp;
 #define CARVE(field, count)                                                    \
     do {                                                                       \
         if (a) a->field = base + off;                                          \
         off += (count);                                                        \
     } while (0)
-    CARVE(ln1, N * C);
-    CARVE(ln1_mean, N);
-    CARVE(ln1_rstd, N);
-    CARVE(qkv, N * 3 * C);
-    CARVE(att, (size_t)B * NH * T * T);
-    CARVE(atty, N * C);
-    CARVE(res2, N * C);
-    CARVE(ln2, N * C);
-    CARVE(ln2_mean, N);
-    CARVE(ln2_rstd, N);
-    CARVE(fch, N * 4 * C);
-    CARVE(fch_gelu, N * 4 * C);
-    CARVE(out, N * C);
+    CARVE(ln1, Nl * C);
+    CARVE(ln1_mean, Nl);
+    CARVE(ln1_rstd, Nl);
+    CARVE(qkv, N * 3 * Cl);
+    CARVE(att, (size_t)B * NHl * T * T);
+    CARVE(atty, N * Cl);
+    CARVE(res2, Nl * C);
+    CARVE(ln2, Nl * C);
+    CARVE(ln2_mean, Nl);
+    CARVE(ln2_rstd, Nl);
+    CARVE(fch, N * 4 * Cl);
+    CARVE(fch_gelu, N * 4 * Cl);
+    CARVE(out, Nl * C);
 #undef CARVE
     return off;
 }
 
-static ts_status block_forward(ts_module *mod, ts_step_ctx *ctx,
-                               const ts_tensor *x, ts_tensor *y) {
+/* Forward workspace: a gathered (N, C) input and an (N, C) partial sum. */
+static size_t block_fwd_work(int B, int T, int C) { return 2 * (size_t)B * T * C; }
+
+/* Backward workspace, in floats (see block_backward). */
+static size_t block_bwd_work(int B, int T, int C, int NH, int tp) {
+    size_t N = (size_t)B * T, Cl = (size_t)C / tp, NHl = (size_t)NH / tp;
+    return N * 4 * Cl * 2 + N * C * 4 + N * Cl + N * 3 * Cl + (size_t)B * NHl * T * T;
+}
+
+static ts_status block_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor *x,
+                               ts_tensor *y) {
     block_impl *b = mod->impl;
     ts_model *m = mod->model;
+    int tp = m->shard.tp, sp = m->shard.sp;
     int B = ctx->B, T = ctx->T, C = m->cfg.d_model, NH = m->cfg.heads;
-    int N = B * T;
-    size_t floats = block_carve(NULL, NULL, B, T, C, NH);
+    int Cl = C / tp, NHl = NH / tp, Tl = local_T(m, T);
+    int N = B * T, Nl = B * Tl;
+    size_t floats = block_carve(NULL, NULL, B, T, C, NH, tp, sp);
     float *base = saved_alloc(&b->saved, ctx->mb, floats, x->data);
     if (!base) return TS_ERR_NOMEM;
     block_acts a;
-    block_carve(&a, base, B, T, C, NH);
-    const float *xin = x->data;
+    block_carve(&a, base, B, T, C, NH, tp, sp);
+    float *work = model_work(m, block_fwd_work(B, T, C));
+    if (!work) return TS_ERR_NOMEM;
+    float *gathered = work, *partial = work + (size_t)N * C;
+    const float *xin = x->data, *full, *h;
 
-    ts_cpu_layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, xin,
-                             ts_model_weight(m, b->ln1w, 1),
-                             ts_model_weight(m, b->ln1b, 2), N, C);
-    round_if_bf16(m, a.ln1, (size_t)N * C);
-    ts_cpu_matmul_forward(a.qkv, a.ln1, ts_model_weight(m, b->qkvw, 0),
-                          ts_model_weight(m, b->qkvb, 1), N, C, 3 * C);
-    round_if_bf16(m, a.qkv, (size_t)N * 3 * C);
-    ts_cpu_attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
-    round_if_bf16(m, a.atty, (size_t)N * C);
-    ts_cpu_matmul_forward(a.res2, a.atty, ts_model_weight(m, b->projw, 0),
-                          ts_model_weight(m, b->projb, 1), N, C, C);
-    ts_cpu_residual_forward(a.res2, a.res2, xin, (size_t)N * C);
-    round_if_bf16(m, a.res2, (size_t)N * C);
+    /* Attention branch. */
+    ts_cpu_layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, xin, ts_model_weight(m, b->ln1w, 1),
+                             ts_model_weight(m, b->ln1b, 2), Nl, C);
+    round_if_bf16(m, a.ln1, (size_t)Nl * C);
+    TS_TRY(tp_enter(m, a.ln1, gathered, B, T, C, &full));
+    ts_cpu_matmul_forward(a.qkv, full, ts_model_weight(m, b->qkvw, 0),
+                          ts_model_weight(m, b->qkvb, 1), N, C, 3 * Cl);
+    round_if_bf16(m, a.qkv, (size_t)N * 3 * Cl);
+    ts_cpu_attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
+    round_if_bf16(m, a.atty, (size_t)N * Cl);
+    ts_cpu_matmul_forward(partial, a.atty, ts_model_weight(m, b->projw, 0), NULL, N, Cl, C);
+    TS_TRY(tp_leave(m, partial, a.res2, B, T, C, &h));
+    ts_cpu_residual_forward(a.res2, h, xin, (size_t)Nl * C);
+    add_bias(a.res2, ts_model_weight(m, b->projb, 1), Nl, C);
+    round_if_bf16(m, a.res2, (size_t)Nl * C);
 
-    ts_cpu_layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2,
-                             ts_model_weight(m, b->ln2w, 1),
-                             ts_model_weight(m, b->ln2b, 2), N, C);
-    round_if_bf16(m, a.ln2, (size_t)N * C);
-    ts_cpu_matmul_forward(a.fch, a.ln2, ts_model_weight(m, b->fcw, 0),
-                          ts_model_weight(m, b->fcb, 1), N, C, 4 * C);
-    round_if_bf16(m, a.fch, (size_t)N * 4 * C);
-    ts_cpu_gelu_forward(a.fch_gelu, a.fch, (size_t)N * 4 * C);
-    round_if_bf16(m, a.fch_gelu, (size_t)N * 4 * C);
-    ts_cpu_matmul_forward(a.out, a.fch_gelu, ts_model_weight(m, b->fcprojw, 0),
-                          ts_model_weight(m, b->fcprojb, 1), N, 4 * C, C);
-    ts_cpu_residual_forward(a.out, a.out, a.res2, (size_t)N * C);
-    round_if_bf16(m, a.out, (size_t)N * C);
+    /* MLP branch. */
+    ts_cpu_layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, ts_model_weight(m, b->ln2w, 1),
+                             ts_model_weight(m, b->ln2b, 2), Nl, C);
+    round_if_bf16(m, a.ln2, (size_t)Nl * C);
+    TS_TRY(tp_enter(m, a.ln2, gathered, B, T, C, &full));
+    ts_cpu_matmul_forward(a.fch, full, ts_model_weight(m, b->fcw, 0), ts_model_weight(m, b->fcb, 1),
+                          N, C, 4 * Cl);
+    round_if_bf16(m, a.fch, (size_t)N * 4 * Cl);
+    ts_cpu_gelu_forward(a.fch_gelu, a.fch, (size_t)N * 4 * Cl);
+    round_if_bf16(m, a.fch_gelu, (size_t)N * 4 * Cl);
+    ts_cpu_matmul_forward(partial, a.fch_gelu, ts_model_weight(m, b->fcprojw, 0), NULL, N, 4 * Cl,
+                          C);
+    TS_TRY(tp_leave(m, partial, a.out, B, T, C, &h));
+    ts_cpu_residual_forward(a.out, h, a.res2, (size_t)Nl * C);
+    add_bias(a.out, ts_model_weight(m, b->fcprojb, 1), Nl, C);
+    round_if_bf16(m, a.out, (size_t)Nl * C);
 
-    int64_t shape[3] = {B, T, C};
+    int64_t shape[3] = {B, Tl, C};
     ts_tensor_view(y, mod->name, TS_F32, 3, shape, a.out, TS_MEM_ACTS);
     return TS_OK;
 }
 
-static ts_status block_backward(ts_module *mod, ts_step_ctx *ctx,
-                                const ts_tensor *dy, ts_tensor *dx) {
+static ts_status block_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor *dy,
+                                ts_tensor *dx) {
     block_impl *b = mod->impl;
     ts_model *m = mod->model;
+    int tp = m->shard.tp, sp = m->shard.sp;
     int B = ctx->B, T = ctx->T, C = m->cfg.d_model, NH = m->cfg.heads;
-    size_t N = (size_t)B * T;
+    int Cl = C / tp, NHl = NH / tp, Tl = local_T(m, T);
+    size_t N = (size_t)B * T, Nl = (size_t)B * Tl;
     block_acts a;
-    block_carve(&a, saved_get(&b->saved, ctx->mb), B, T, C, NH);
+    block_carve(&a, saved_get(&b->saved, ctx->mb), B, T, C, NH, tp, sp);
 
-    /* Workspace: dfch_gelu, dfch (N, 4C); dln, dres2, datty (N, C);
-     * dqkv (N, 3C); datt (B, NH, T, T). */
-    size_t need = N * 4 * C * 2 + N * C * 3 + N * 3 * C + (size_t)B * NH * T * T;
-    float *w = model_work(m, need);
+    /* Workspace: dfch_gelu, dfch (N, 4Cl); dfull, dln, dres2, gathered
+     * (N, C); datty (N, Cl); dqkv (N, 3Cl); datt (B, NHl, T, T). */
+    float *w = model_work(m, block_bwd_work(B, T, C, NH, tp));
     if (!w) return TS_ERR_NOMEM;
-    float *dfch_gelu = w, *dfch = dfch_gelu + N * 4 * C;
-    float *dln = dfch + N * 4 * C, *dres2 = dln + N * C, *datty = dres2 + N * C;
-    float *dqkv = datty + N * C, *datt = dqkv + N * 3 * C;
-    memset(w, 0, (N * 4 * C * 2 + N * C * 3 + N * 3 * C) * sizeof(float));
-    const float *dout = dy->data;
-    float *dxin = dx->data;
-
-    /* MLP branch. */
-    ts_cpu_matmul_backward(dfch_gelu, grad_of(b->fcprojw), grad_of(b->fcprojb),
-                           dout, a.fch_gelu, ts_model_weight(m, b->fcprojw, 0),
-                           (int)N, 4 * C, C);
-    ts_cpu_gelu_backward(dfch, a.fch, dfch_gelu, N * 4 * C);
-    ts_cpu_matmul_backward(dln, grad_of(b->fcw), grad_of(b->fcb), dfch, a.ln2,
-                           ts_model_weight(m, b->fcw, 0), (int)N, C, 4 * C);
-    memcpy(dres2, dout, N * C * sizeof(float));
-    ts_cpu_layernorm_backward(dres2, grad_of(b->ln2w), grad_of(b->ln2b), dln,
-                              a.res2, ts_model_weight(m, b->ln2w, 1), a.ln2_mean,
-                              a.ln2_rstd, (int)N, C);
-    /* Attention branch. */
-    ts_cpu_matmul_backward(datty, grad_of(b->projw), grad_of(b->projb), dres2,
-                           a.atty, ts_model_weight(m, b->projw, 0), (int)N, C, C);
-    ts_cpu_attention_backward(dqkv, datt, datty, a.qkv, a.att, B, T, C, NH);
+    float *dfch_gelu = w, *dfch = dfch_gelu + N * 4 * Cl;
+    float *dfull = dfch + N * 4 * Cl, *dln = dfull + N * C, *dres2 = dln + N * C;
+    float *gathered = dres2 + N * C, *datty = gathered + N * C;
+    float *dqkv = datty + N * Cl, *datt = dqkv + N * 3 * Cl;
+    memset(dfch_gelu, 0, N * 4 * Cl * 2 * sizeof(float));
     memset(dln, 0, N * C * sizeof(float));
-    ts_cpu_matmul_backward(dln, grad_of(b->qkvw), grad_of(b->qkvb), dqkv, a.ln1,
-                           ts_model_weight(m, b->qkvw, 0), (int)N, C, 3 * C);
-    memcpy(dxin, dres2, N * C * sizeof(float));
+    memset(datty, 0, (N * Cl + N * 3 * Cl) * sizeof(float));
+    const float *dout = dy->data, *din, *full, *dh;
+
+    /* MLP branch: the row-parallel fcproj needs the gradient of every row. */
+    bias_grad(grad_of(b->fcprojb), dout, (int)Nl, C);
+    TS_TRY(tp_enter(m, dout, dfull, B, T, C, &din));
+    ts_cpu_matmul_backward(dfch_gelu, grad_of(b->fcprojw), NULL, din, a.fch_gelu,
+                           ts_model_weight(m, b->fcprojw, 0), (int)N, 4 * Cl, C);
+    ts_cpu_gelu_backward(dfch, a.fch, dfch_gelu, N * 4 * Cl);
+    TS_TRY(tp_enter(m, a.ln2, gathered, B, T, C, &full));
+    ts_cpu_matmul_backward(dln, grad_of(b->fcw), grad_of(b->fcb), dfch, full,
+                           ts_model_weight(m, b->fcw, 0), (int)N, C, 4 * Cl);
+    /* dln holds partial sums over tp (column-parallel input gradient). */
+    TS_TRY(tp_leave(m, dln, dfull, B, T, C, &dh));
+    memcpy(dres2, dout, Nl * C * sizeof(float));
+    ts_cpu_layernorm_backward(dres2, grad_of(b->ln2w), grad_of(b->ln2b), dh, a.res2,
+                              ts_model_weight(m, b->ln2w, 1), a.ln2_mean, a.ln2_rstd, (int)Nl, C);
+    /* Attention branch. */
+    bias_grad(grad_of(b->projb), dres2, (int)Nl, C);
+    TS_TRY(tp_enter(m, dres2, dfull, B, T, C, &din));
+    ts_cpu_matmul_backward(datty, grad_of(b->projw), NULL, din, a.atty,
+                           ts_model_weight(m, b->projw, 0), (int)N, Cl, C);
+    ts_cpu_attention_backward(dqkv, datt, datty, a.qkv, a.att, B, T, Cl, NHl);
+    memset(dln, 0, N * C * sizeof(float));
+    TS_TRY(tp_enter(m, a.ln1, gathered, B, T, C, &full));
+    ts_cpu_matmul_backward(dln, grad_of(b->qkvw), grad_of(b->qkvb), dqkv, full,
+                           ts_model_weight(m, b->qkvw, 0), (int)N, C, 3 * Cl);
+    TS_TRY(tp_leave(m, dln, dfull, B, T, C, &dh));
+    float *dxin = dx->data;
+    memcpy(dxin, dres2, Nl * C * sizeof(float));
     /* The block's input is the previous module's output, kept alive by it. */
-    ts_cpu_layernorm_backward(dxin, grad_of(b->ln1w), grad_of(b->ln1b), dln,
-                              saved_input(&b->saved, ctx->mb), ts_model_weight(m, b->ln1w, 1), a.ln1_mean,
-                              a.ln1_rstd, (int)N, C);
+    ts_cpu_layernorm_backward(dxin, grad_of(b->ln1w), grad_of(b->ln1b), dh,
+                              saved_input(&b->saved, ctx->mb), ts_model_weight(m, b->ln1w, 1),
+                              a.ln1_mean, a.ln1_rstd, (int)Nl, C);
     saved_release(&b->saved, ctx->mb);
     return TS_OK;
 }
@@ -306,11 +468,12 @@ static void block_release(ts_module *mod, int mb) {
     saved_release(&((block_impl *)mod->impl)->saved, mb);
 }
 
-static const ts_module_ops block_ops = {"block", block_forward, block_backward,
-                                        block_release, block_destroy};
+static const ts_module_ops block_ops = {"block", block_forward, block_backward, block_release,
+                                        block_destroy};
 
 /* ---------------------------------------------------------------------------
- * Head: final LayerNorm, logits = lnf @ wte^T (tied), cross-entropy.
+ * Head: final LayerNorm, logits = lnf @ wte^T (tied, this rank's vocabulary
+ * shard), cross-entropy over the shards.
  * ------------------------------------------------------------------------- */
 typedef struct head_impl {
     ts_param *lnfw, *lnfb, *wte;
@@ -318,50 +481,69 @@ typedef struct head_impl {
 } head_impl;
 
 typedef struct head_acts {
-    float *lnf, *mean, *rstd; /* (N, C), (N), (N) */
-    float *logits;            /* (N, Vp)          */
-    float *losses, *lse;      /* (N), (N)         */
+    float *lnf, *mean, *rstd; /* (Nl, C), (Nl), (Nl)         */
+    float *logits;            /* (N, Vpl): this rank's shard */
+    float *losses, *lse;      /* (N), (N)                    */
 } head_acts;
 
-static size_t head_carve(head_acts *a, float *base, size_t N, int C, int Vp) {
+static size_t head_carve(head_acts *a, float *base, size_t N, size_t Nl, int C, int Vpl) {
     size_t off = 0;
 #define CARVE(field, count)                                                    \
     do {                                                                       \
         if (a) a->field = base + off;                                          \
         off += (count);                                                        \
     } while (0)
-    CARVE(lnf, N * C);
-    CARVE(mean, N);
-    CARVE(rstd, N);
-    CARVE(logits, N * (size_t)Vp);
+    CARVE(lnf, Nl * C);
+    CARVE(mean, Nl);
+    CARVE(rstd, Nl);
+    CARVE(logits, N * (size_t)Vpl);
     CARVE(losses, N);
     CARVE(lse, N);
 #undef CARVE
     return off;
 }
 
-static ts_status head_forward(ts_module *mod, ts_step_ctx *ctx,
-                              const ts_tensor *x, ts_tensor *y) {
+/* This rank's columns of the vocabulary: [v0, v0 + Vpl), the first Vl real. */
+static void head_vocab(const head_impl *h, const ts_model *m, int *v0, int *Vl, int *Vpl) {
+    *Vpl = (int)h->wte->value.shape[0];
+    *v0 = (int)h->wte->block_offset[0];
+    int real = m->cfg.vocab - *v0;
+    *Vl = real < 0 ? 0 : real > *Vpl ? *Vpl : real;
+}
+
+static ts_status head_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor *x, ts_tensor *y) {
     head_impl *h = mod->impl;
     ts_model *m = mod->model;
-    int C = m->cfg.d_model, V = m->cfg.vocab, Vp = m->cfg.padded_vocab;
-    size_t N = (size_t)ctx->B * ctx->T;
-    float *base = saved_alloc(&h->saved, ctx->mb, head_carve(NULL, NULL, N, C, Vp), x->data);
+    int B = ctx->B, T = ctx->T, C = m->cfg.d_model, Tl = local_T(m, T);
+    size_t N = (size_t)B * T, Nl = (size_t)B * Tl;
+    int v0, Vl, Vpl;
+    head_vocab(h, m, &v0, &Vl, &Vpl);
+    float *base = saved_alloc(&h->saved, ctx->mb, head_carve(NULL, NULL, N, Nl, C, Vpl), x->data);
     if (!base) return TS_ERR_NOMEM;
     head_acts a;
-    head_carve(&a, base, N, C, Vp);
-    ts_cpu_layernorm_forward(a.lnf, a.mean, a.rstd, x->data,
-                             ts_model_weight(m, h->lnfw, 1),
-                             ts_model_weight(m, h->lnfb, 2), (int)N, C);
-    round_if_bf16(m, a.lnf, N * C);
-    ts_cpu_matmul_forward(a.logits, a.lnf, ts_model_weight(m, h->wte, 0), NULL,
-                          (int)N, C, Vp);
-    round_if_bf16(m, a.logits, N * (size_t)Vp);
-    ts_cpu_crossentropy_forward(a.losses, a.lse, a.logits, ctx->targets, (int)N,
-                                V, Vp);
+    head_carve(&a, base, N, Nl, C, Vpl);
+    ts_cpu_layernorm_forward(a.lnf, a.mean, a.rstd, x->data, ts_model_weight(m, h->lnfw, 1),
+                             ts_model_weight(m, h->lnfb, 2), (int)Nl, C);
+    round_if_bf16(m, a.lnf, Nl * C);
+    float *work = model_work(m, N * C + 3 * N);
+    if (!work) return TS_ERR_NOMEM;
+    float *stats = work + N * C, *rowmax = stats + 2 * N;
+    const float *full;
+    TS_TRY(tp_enter(m, a.lnf, work, B, T, C, &full));
+    ts_cpu_matmul_forward(a.logits, full, ts_model_weight(m, h->wte, 0), NULL, (int)N, C, Vpl);
+    round_if_bf16(m, a.logits, N * (size_t)Vpl);
+    /* Cross-entropy over the vocabulary shards: max, then sum-exp and the
+     * target's logit, each reduced over tp. */
+    ts_cpu_ce_shard_max(rowmax, a.logits, (int)N, Vl, Vpl);
+    if (m->shard.tp > 1)
+        TS_TRY(ts_comm_all_reduce(m->shard.tp_comm, rowmax, rowmax, N, TS_F32, TS_REDUCE_MAX));
+    ts_cpu_ce_shard_sumexp(stats, a.logits, rowmax, ctx->targets, v0, (int)N, Vl, Vpl);
+    TS_TRY(tp_all_reduce(m, stats, 2 * N));
     double sum = 0.0;
     int64_t valid = 0;
     for (size_t i = 0; i < N; i++) {
+        a.lse[i] = rowmax[i] + logf(stats[2 * i]);
+        a.losses[i] = ctx->targets[i] < 0 ? 0.0f : a.lse[i] - stats[2 * i + 1];
         if (ctx->targets[i] < 0) continue;
         sum += a.losses[i];
         valid++;
@@ -372,28 +554,33 @@ static ts_status head_forward(ts_module *mod, ts_step_ctx *ctx,
     return TS_OK;
 }
 
-static ts_status head_backward(ts_module *mod, ts_step_ctx *ctx,
-                               const ts_tensor *dy, ts_tensor *dx) {
+static ts_status head_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor *dy,
+                               ts_tensor *dx) {
     (void)dy;
     head_impl *h = mod->impl;
     ts_model *m = mod->model;
-    int C = m->cfg.d_model, V = m->cfg.vocab, Vp = m->cfg.padded_vocab;
-    size_t N = (size_t)ctx->B * ctx->T;
+    int B = ctx->B, T = ctx->T, C = m->cfg.d_model, Tl = local_T(m, T);
+    size_t N = (size_t)B * T, Nl = (size_t)B * Tl;
+    int v0, Vl, Vpl;
+    head_vocab(h, m, &v0, &Vl, &Vpl);
     head_acts a;
-    head_carve(&a, saved_get(&h->saved, ctx->mb), N, C, Vp);
+    head_carve(&a, saved_get(&h->saved, ctx->mb), N, Nl, C, Vpl);
     /* In place: the logits become their gradient. */
-    ts_cpu_crossentropy_backward(a.logits, a.logits, a.lse, ctx->targets,
-                                 ctx->dloss, (int)N, V, Vp);
-    float *dlnf = model_work(m, N * C);
-    if (!dlnf) return TS_ERR_NOMEM;
+    ts_cpu_ce_shard_backward(a.logits, a.logits, a.lse, ctx->targets, ctx->dloss, v0, (int)N, Vl,
+                             Vpl);
+    float *work = model_work(m, 3 * N * C);
+    if (!work) return TS_ERR_NOMEM;
+    float *dlnf = work, *gathered = work + N * C, *reduced = gathered + N * C;
     memset(dlnf, 0, N * C * sizeof(float));
-    ts_cpu_matmul_backward(dlnf, grad_of(h->wte), NULL, a.logits, a.lnf,
-                           ts_model_weight(m, h->wte, 0), (int)N, C, Vp);
-    memset(dx->data, 0, N * C * sizeof(float));
-    ts_cpu_layernorm_backward(dx->data, grad_of(h->lnfw), grad_of(h->lnfb), dlnf,
-                              saved_input(&h->saved, ctx->mb),
-                              ts_model_weight(m, h->lnfw, 1), a.mean, a.rstd,
-                              (int)N, C);
+    const float *full, *dh;
+    TS_TRY(tp_enter(m, a.lnf, gathered, B, T, C, &full));
+    ts_cpu_matmul_backward(dlnf, grad_of(h->wte), NULL, a.logits, full,
+                           ts_model_weight(m, h->wte, 0), (int)N, C, Vpl);
+    TS_TRY(tp_leave(m, dlnf, reduced, B, T, C, &dh));
+    memset(dx->data, 0, Nl * C * sizeof(float));
+    ts_cpu_layernorm_backward(dx->data, grad_of(h->lnfw), grad_of(h->lnfb), dh,
+                              saved_input(&h->saved, ctx->mb), ts_model_weight(m, h->lnfw, 1),
+                              a.mean, a.rstd, (int)Nl, C);
     saved_release(&h->saved, ctx->mb);
     return TS_OK;
 }
@@ -409,8 +596,8 @@ static void head_release(ts_module *mod, int mb) {
     saved_release(&((head_impl *)mod->impl)->saved, mb);
 }
 
-static const ts_module_ops head_ops = {"head", head_forward, head_backward,
-                                       head_release, head_destroy};
+static const ts_module_ops head_ops = {"head", head_forward, head_backward, head_release,
+                                       head_destroy};
 
 /* ---------------------------------------------------------------------------
  * Parameters: the registry, one allocation each for values and gradients.
@@ -433,24 +620,27 @@ ts_status ts_model_config_check(const ts_model_config *c) {
 typedef struct param_decl {
     char name[TS_NAME_MAX];
     int ndim;
-    int64_t shape[2];
+    int64_t shape[3];
     int decay;
     ts_init_kind init;
     float std;
-    int64_t rows;
+    int64_t rows; /* NORMAL: leading-dimension rows initialised (wte: V) */
 } param_decl;
 
-/* Lists the parameters in module order: wte, wpe, h.0.*, ..., lnf.*. */
+/* Lists the parameters in module order: wte, wpe, h.0.*, ..., lnf.*. The
+ * QKV weight is (3, C, C) and its bias (3, C): q, k and v blocks with the
+ * heads contiguous in each, so that cutting dimension 1 cuts by heads. */
 static int model_declare(const ts_model_config *c, param_decl *d) {
     int n = 0, C = c->d_model;
     float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * (float)c->layers);
-#define DECL(nm, nd, s0, s1, dec, ini, sd, rw)                                 \
+#define DECL(nm, nd, s0, s1, s2, dec, ini, sd, rw)                             \
     do {                                                                       \
         if (d) {                                                               \
             snprintf(d[n].name, TS_NAME_MAX, "%s", nm);                        \
             d[n].ndim = nd;                                                    \
             d[n].shape[0] = s0;                                                \
             d[n].shape[1] = s1;                                                \
+            d[n].shape[2] = s2;                                                \
             d[n].decay = dec;                                                  \
             d[n].init = ini;                                                   \
             d[n].std = sd;                                                     \
@@ -458,36 +648,71 @@ static int model_declare(const ts_model_config *c, param_decl *d) {
         }                                                                      \
         n++;                                                                   \
     } while (0)
-    DECL("wte", 2, c->padded_vocab, C, 1, TS_INIT_NORMAL, std, c->vocab);
-    DECL("wpe", 2, c->context, C, 1, TS_INIT_NORMAL, std, c->context);
+    DECL("wte", 2, c->padded_vocab, C, 1, 1, TS_INIT_NORMAL, std, c->vocab);
+    DECL("wpe", 2, c->context, C, 1, 1, TS_INIT_NORMAL, std, c->context);
     for (int l = 0; l < c->layers; l++) {
         char nm[TS_NAME_MAX];
-#define LAYER(suffix, nd, s0, s1, dec, ini, sd)                                \
+#define LAYER(suffix, nd, s0, s1, s2, dec, ini, sd)                            \
     do {                                                                       \
         snprintf(nm, sizeof nm, "h.%d.%s", l, suffix);                         \
-        DECL(nm, nd, s0, s1, dec, ini, sd, s0);                                \
+        DECL(nm, nd, s0, s1, s2, dec, ini, sd, s0);                            \
     } while (0)
-        LAYER("ln1.weight", 1, C, 1, 0, TS_INIT_ONES, 0);
-        LAYER("ln1.bias", 1, C, 1, 0, TS_INIT_ZEROS, 0);
-        LAYER("attn.qkv.weight", 2, 3 * C, C, 1, TS_INIT_NORMAL, std);
-        LAYER("attn.qkv.bias", 1, 3 * C, 1, 0, TS_INIT_ZEROS, 0);
-        LAYER("attn.proj.weight", 2, C, C, 1, TS_INIT_NORMAL, resid_std);
-        LAYER("attn.proj.bias", 1, C, 1, 0, TS_INIT_ZEROS, 0);
-        LAYER("ln2.weight", 1, C, 1, 0, TS_INIT_ONES, 0);
-        LAYER("ln2.bias", 1, C, 1, 0, TS_INIT_ZEROS, 0);
-        LAYER("mlp.fc.weight", 2, 4 * C, C, 1, TS_INIT_NORMAL, std);
-        LAYER("mlp.fc.bias", 1, 4 * C, 1, 0, TS_INIT_ZEROS, 0);
-        LAYER("mlp.proj.weight", 2, C, 4 * C, 1, TS_INIT_NORMAL, resid_std);
-        LAYER("mlp.proj.bias", 1, C, 1, 0, TS_INIT_ZEROS, 0);
+        LAYER("ln1.weight", 1, C, 1, 1, 0, TS_INIT_ONES, 0);
+        LAYER("ln1.bias", 1, C, 1, 1, 0, TS_INIT_ZEROS, 0);
+        LAYER("attn.qkv.weight", 3, 3, C, C, 1, TS_INIT_NORMAL, std);
+        LAYER("attn.qkv.bias", 2, 3, C, 1, 0, TS_INIT_ZEROS, 0);
+        LAYER("attn.proj.weight", 2, C, C, 1, 1, TS_INIT_NORMAL, resid_std);
+        LAYER("attn.proj.bias", 1, C, 1, 1, 0, TS_INIT_ZEROS, 0);
+        LAYER("ln2.weight", 1, C, 1, 1, 0, TS_INIT_ONES, 0);
+        LAYER("ln2.bias", 1, C, 1, 1, 0, TS_INIT_ZEROS, 0);
+        LAYER("mlp.fc.weight", 2, 4 * C, C, 1, 1, TS_INIT_NORMAL, std);
+        LAYER("mlp.fc.bias", 1, 4 * C, 1, 1, 0, TS_INIT_ZEROS, 0);
+        LAYER("mlp.proj.weight", 2, C, 4 * C, 1, 1, TS_INIT_NORMAL, resid_std);
+        LAYER("mlp.proj.bias", 1, C, 1, 1, 0, TS_INIT_ZEROS, 0);
 #undef LAYER
     }
-    DECL("lnf.weight", 1, C, 1, 0, TS_INIT_ONES, 0, C);
-    DECL("lnf.bias", 1, C, 1, 0, TS_INIT_ZEROS, 0, C);
+    DECL("lnf.weight", 1, C, 1, 1, 0, TS_INIT_ONES, 0, C);
+    DECL("lnf.bias", 1, C, 1, 1, 0, TS_INIT_ZEROS, 0, C);
 #undef DECL
     return n;
 }
 
-/* Writes the initial value of every element of p (as f32) into dst. */
+int ts_model_tp_shard_dim(const char *name) {
+    static const struct {
+        const char *suffix;
+        int dim;
+    } cuts[] = {{"attn.qkv.weight", 1}, {"attn.qkv.bias", 1}, {"attn.proj.weight", 1},
+                {"mlp.fc.weight", 0},   {"mlp.fc.bias", 0},   {"mlp.proj.weight", 1}};
+    if (strcmp(name, "wte") == 0) return 0;
+    size_t len = strlen(name);
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        size_t k = strlen(cuts[i].suffix);
+        if (len > k && strcmp(name + len - k, cuts[i].suffix) == 0 && name[len - k - 1] == '.')
+            return cuts[i].dim;
+    }
+    return -1;
+}
+
+int ts_model_param_table(const ts_model_config *cfg, char (*names)[TS_NAME_MAX],
+                         int64_t (*shapes)[3], int *ndim) {
+    int n = model_declare(cfg, NULL);
+    if (!names && !shapes && !ndim) return n;
+    param_decl *d = calloc((size_t)n, sizeof *d);
+    if (!d) return -1;
+    model_declare(cfg, d);
+    for (int i = 0; i < n; i++) {
+        if (names) snprintf(names[i], TS_NAME_MAX, "%s", d[i].name);
+        if (shapes)
+            for (int k = 0; k < 3; k++) shapes[i][k] = k < d[i].ndim ? d[i].shape[k] : 1;
+        if (ndim) ndim[i] = d[i].ndim;
+    }
+    free(d);
+    return n;
+}
+
+/* Writes the initial value of every element of p's block (as f32) into dst:
+ * element (i, j, k) of the block is element (i, j, k) + block_offset of the
+ * whole tensor, drawn from (seed, name, its global row-major index). */
 static void param_init_values(float *dst, const ts_param *p, uint64_t seed) {
     int64_t n = ts_tensor_numel(&p->value);
     switch (p->init) {
@@ -499,18 +724,25 @@ static void param_init_values(float *dst, const ts_param *p, uint64_t seed) {
         break;
     case TS_INIT_NORMAL: {
         uint64_t key = ts_rng_key(seed, p->value.name);
-        int64_t cols = p->value.ndim == 2 ? p->value.shape[1] : 1;
-        int64_t limit = p->init_rows * cols;
+        int64_t ls[3] = {1, 1, 1}, gs[3] = {1, 1, 1};
+        for (int d = 0; d < p->global_ndim; d++) {
+            ls[d] = p->value.shape[d];
+            gs[d] = p->global_shape[d];
+        }
+        const int64_t *off = p->block_offset;
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = i < limit ? p->init_std * ts_rng_normal(key, (uint64_t)i) : 0.0f;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t i2 = i % ls[2], i1 = (i / ls[2]) % ls[1], i0 = i / (ls[1] * ls[2]);
+            int64_t g0 = i0 + off[0], g1 = i1 + off[1], g2 = i2 + off[2];
+            uint64_t g = (uint64_t)((g0 * gs[1] + g1) * gs[2] + g2);
+            dst[i] = g0 < p->init_rows ? p->init_std * ts_rng_normal(key, g) : 0.0f;
+        }
         break;
     }
     }
 }
 
-static ts_module *module_new(ts_model *m, const ts_module_ops *ops, const char *name,
-                             void *impl) {
+static ts_module *module_new(ts_model *m, const ts_module_ops *ops, const char *name, void *impl) {
     ts_module *mod = calloc(1, sizeof *mod);
     if (!mod) return NULL;
     mod->ops = ops;
@@ -534,9 +766,8 @@ static ts_status model_build_modules(ts_model *m) {
         block_impl *b = calloc(1, sizeof *b);
         if (!b) return ts_error(TS_ERR_NOMEM, "model: out of memory");
         char nm[TS_NAME_MAX];
-        ts_param **slots[12] = {&b->ln1w, &b->ln1b, &b->qkvw, &b->qkvb,
-                                &b->projw, &b->projb, &b->ln2w, &b->ln2b,
-                                &b->fcw, &b->fcb, &b->fcprojw, &b->fcprojb};
+        ts_param **slots[12] = {&b->ln1w, &b->ln1b, &b->qkvw, &b->qkvb, &b->projw, &b->projb,
+                                &b->ln2w, &b->ln2b, &b->fcw,  &b->fcb,  &b->fcprojw, &b->fcprojb};
         static const char *suffix[12] = {
             "ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias",
             "attn.proj.weight", "attn.proj.bias", "ln2.weight", "ln2.bias",
@@ -574,16 +805,41 @@ static ts_status model_build_modules(ts_model *m) {
     return TS_OK;
 }
 
-ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype,
-                          uint64_t seed, ts_model **out) {
+/* Checks that the tp size divides what it cuts; messages name the key. */
+static ts_status model_check_shard(const ts_model_config *c, const ts_model_shard *s) {
+    int tp = s->tp;
+    if (tp < 1 || s->tp_rank < 0 || s->tp_rank >= tp)
+        return ts_error(TS_ERR_INVALID, "model: tp rank %d of %d", s->tp_rank, tp);
+    if (tp == 1) return TS_OK;
+    if (!s->tp_comm) return ts_error(TS_ERR_INVALID, "model: tp = %d without a communicator", tp);
+    if (c->heads % tp != 0)
+        return ts_error(TS_ERR_CONFIG, "[model] heads = %d is not divisible by tp = %d "
+                        "(attention is cut by heads)", c->heads, tp);
+    if ((4 * c->d_model) % tp != 0)
+        return ts_error(TS_ERR_CONFIG, "the MLP width 4 x [model] d_model = %d is not divisible "
+                        "by tp = %d", 4 * c->d_model, tp);
+    if (c->padded_vocab % tp != 0)
+        return ts_error(TS_ERR_CONFIG, "[model] padded_vocab = %d is not divisible by tp = %d "
+                        "(the embedding is cut by vocabulary; set padded_vocab to a multiple)",
+                        c->padded_vocab, tp);
+    return TS_OK;
+}
+
+ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype, uint64_t seed,
+                          const ts_model_shard *shard, ts_model **out) {
     *out = NULL;
     TS_TRY(ts_model_config_check(cfg));
+    ts_model_shard one = {1, 0, 0, NULL};
+    if (!shard) shard = &one;
+    TS_TRY(model_check_shard(cfg, shard));
     if (dtype != TS_F32 && dtype != TS_BF16)
         return ts_error(TS_ERR_INVALID, "model: parameters must be f32 or bf16, not %s",
                         ts_dtype_name(dtype));
     ts_model *m = calloc(1, sizeof *m);
     if (!m) return ts_error(TS_ERR_NOMEM, "model: out of memory");
     m->cfg = *cfg;
+    m->shard = *shard;
+    if (m->shard.tp == 1) m->shard.sp = 0; /* nothing to cut along T */
     m->dtype = dtype;
     int n = model_declare(cfg, NULL);
     param_decl *decl = calloc((size_t)n, sizeof *decl);
@@ -595,9 +851,23 @@ ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype,
     }
     model_declare(cfg, decl);
     m->nparams = n;
-    size_t total = 0;
-    for (int i = 0; i < n; i++) total += (size_t)(decl[i].shape[0] * (decl[i].ndim == 2 ? decl[i].shape[1] : 1));
+    /* Local blocks: the tp-cut dimension divided, offset by the rank. */
+    int64_t local[n][3];
+    size_t total = 0, global = 0;
+    for (int i = 0; i < n; i++) {
+        int dim = m->shard.tp > 1 ? ts_model_tp_shard_dim(decl[i].name) : -1;
+        size_t cnt = 1, gcnt = 1;
+        for (int d = 0; d < 3; d++) {
+            local[i][d] = d < decl[i].ndim ? decl[i].shape[d] : 1;
+            if (d == dim) local[i][d] /= m->shard.tp;
+            cnt *= (size_t)local[i][d];
+            gcnt *= (size_t)(d < decl[i].ndim ? decl[i].shape[d] : 1);
+        }
+        total += cnt;
+        global += gcnt;
+    }
     m->numel = total;
+    m->global_numel = global;
     size_t esz = ts_dtype_size(dtype);
     m->param_data = ts_mem_alloc(TS_MEM_PARAMS, total * esz);
     m->grad_data = ts_mem_alloc(TS_MEM_GRADS, total * sizeof(float));
@@ -606,19 +876,31 @@ ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype,
         ts_model_destroy(m);
         return TS_ERR_NOMEM;
     }
-    size_t off = 0;
+    size_t off = 0, goff = 0;
     for (int i = 0; i < n; i++) {
         ts_param *p = &m->params[i];
-        ts_tensor_view(&p->value, decl[i].name, dtype, decl[i].ndim, decl[i].shape,
+        int dim = m->shard.tp > 1 ? ts_model_tp_shard_dim(decl[i].name) : -1;
+        ts_tensor_view(&p->value, decl[i].name, dtype, decl[i].ndim, local[i],
                        (char *)m->param_data + off * esz, TS_MEM_PARAMS);
-        ts_tensor_view(&p->grad, decl[i].name, TS_F32, decl[i].ndim, decl[i].shape,
-                       m->grad_data + off, TS_MEM_GRADS);
+        ts_tensor_view(&p->grad, decl[i].name, TS_F32, decl[i].ndim, local[i], m->grad_data + off,
+                       TS_MEM_GRADS);
         p->offset = off;
+        p->global_offset = goff;
+        p->global_ndim = decl[i].ndim;
+        for (int d = 0; d < 3; d++) {
+            p->global_shape[d] = d < decl[i].ndim ? decl[i].shape[d] : 1;
+            p->block_offset[d] = d == dim ? local[i][d] * m->shard.tp_rank : 0;
+        }
+        p->shard_dim = dim;
+        p->grad_partial = m->shard.sp && dim < 0 && strcmp(decl[i].name, "wte") != 0;
         p->decay = decl[i].decay;
         p->init = decl[i].init;
         p->init_std = decl[i].std;
         p->init_rows = decl[i].rows;
         off += (size_t)ts_tensor_numel(&p->value);
+        size_t g = 1;
+        for (int d = 0; d < 3; d++) g *= (size_t)p->global_shape[d];
+        goff += g;
     }
     free(decl);
     /* Initialise: f32 directly, or through a staging copy rounded to bf16. */
@@ -655,6 +937,7 @@ void ts_model_destroy(ts_model *m) {
     ts_mem_free(m->param_data);
     ts_mem_free(m->grad_data);
     ts_mem_free(m->work);
+    ts_mem_free(m->tp_stage);
     for (int i = 0; i < 4; i++) ts_mem_free(m->stage[i]);
     free(m->params);
     free(m);
@@ -671,6 +954,64 @@ void ts_model_zero_grad(ts_model *m) {
     size_t n = m->numel;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) g[i] = 0.0f;
+}
+
+/* Copies the block of p between its place in the whole tensor (`whole`, the
+ * global layout) and a contiguous block (`block`), in the given direction. */
+static void param_block_copy(const ts_param *p, float *whole, float *block, int to_block) {
+    int64_t ls[3] = {1, 1, 1}, gs[3] = {1, 1, 1};
+    for (int d = 0; d < p->global_ndim; d++) {
+        ls[d] = p->value.shape[d];
+        gs[d] = p->global_shape[d];
+    }
+    for (int64_t i0 = 0; i0 < ls[0]; i0++)
+        for (int64_t i1 = 0; i1 < ls[1]; i1++) {
+            float *g = whole + ((i0 + p->block_offset[0]) * gs[1] + i1 + p->block_offset[1]) * gs[2] +
+                       p->block_offset[2];
+            float *b = block + (i0 * ls[1] + i1) * ls[2];
+            if (to_block)
+                memcpy(b, g, (size_t)ls[2] * sizeof(float));
+            else
+                memcpy(g, b, (size_t)ls[2] * sizeof(float));
+        }
+}
+
+ts_status ts_model_gather(ts_model *m, const float *local, float *full) {
+    int tp = m->shard.tp;
+    float *buf = NULL;
+    size_t cap = 0;
+    ts_status st = TS_OK;
+    for (int i = 0; i < m->nparams && !st; i++) {
+        ts_param *p = &m->params[i];
+        size_t n = (size_t)ts_tensor_numel(&p->value);
+        float *whole = full + p->global_offset;
+        if (p->shard_dim < 0) {
+            memcpy(whole, local + p->offset, n * sizeof(float));
+            continue;
+        }
+        if (n * tp > cap) {
+            ts_mem_free(buf);
+            cap = n * tp;
+            buf = ts_mem_alloc(TS_MEM_COMM, cap * sizeof(float));
+            if (!buf) return TS_ERR_NOMEM;
+        }
+        st = ts_comm_all_gather(m->shard.tp_comm, local + p->offset, buf, n, TS_F32);
+        /* Rank r's block sits at offset r * (its extent) along shard_dim. */
+        ts_param q = *p;
+        for (int r = 0; r < tp && !st; r++) {
+            q.block_offset[p->shard_dim] = p->value.shape[p->shard_dim] * r;
+            param_block_copy(&q, whole, buf + n * r, 0);
+        }
+    }
+    ts_mem_free(buf);
+    return st;
+}
+
+void ts_model_scatter(const ts_model *m, const float *full, float *local) {
+    for (int i = 0; i < m->nparams; i++) {
+        const ts_param *p = &m->params[i];
+        param_block_copy(p, (float *)full + p->global_offset, local + p->offset, 1);
+    }
 }
 
 /* ---------------------------------------------------------------------------
@@ -691,10 +1032,11 @@ ts_status ts_model_forward(ts_model *m, ts_step_ctx *ctx) {
 }
 
 ts_status ts_model_backward(ts_model *m, ts_step_ctx *ctx) {
-    size_t n = (size_t)ctx->B * ctx->T * m->cfg.d_model;
+    int Tl = local_T(m, ctx->T);
+    size_t n = (size_t)ctx->B * Tl * m->cfg.d_model;
     float *buf = ts_mem_alloc(TS_MEM_ACTS, 2 * n * sizeof(float));
     if (!buf) return TS_ERR_NOMEM;
-    int64_t shape[3] = {ctx->B, ctx->T, m->cfg.d_model};
+    int64_t shape[3] = {ctx->B, Tl, m->cfg.d_model};
     ts_tensor grads[2];
     ts_tensor_view(&grads[0], "dx0", TS_F32, 3, shape, buf, TS_MEM_ACTS);
     ts_tensor_view(&grads[1], "dx1", TS_F32, 3, shape, buf + n, TS_MEM_ACTS);
@@ -756,18 +1098,20 @@ ts_status ts_model_layout_plan(const ts_model_config *cfg, int global_batch, int
     return st;
 }
 
-void ts_model_activation_bytes(const ts_model_config *c, int B, int T, size_t *saved,
-                               size_t *workspace) {
-    size_t N = (size_t)B * T, C = (size_t)c->d_model, Vp = (size_t)c->padded_vocab;
-    size_t block = block_carve(NULL, NULL, B, T, c->d_model, c->heads);
-    size_t head = head_carve(NULL, NULL, N, c->d_model, c->padded_vocab);
-    *saved = sizeof(float) * (N * C + (size_t)c->layers * block + head);
-    /* Backward: the block's workspace (or the head's dlnf, if larger) and
-     * the two dx buffers that alternate between modules. */
-    size_t ws_block = N * 4 * C * 2 + N * C * 3 + N * 3 * C + (size_t)B * c->heads * T * T;
-    size_t ws = ws_block > N * C ? ws_block : N * C;
-    (void)Vp;
-    *workspace = sizeof(float) * (ws + 2 * N * C);
+void ts_model_activation_bytes(const ts_model_config *c, const ts_model_shard *shard, int B,
+                               int T, size_t *saved, size_t *workspace) {
+    int tp = shard ? shard->tp : 1, sp = shard && tp > 1 ? shard->sp : 0;
+    size_t N = (size_t)B * T, Nl = sp ? N / tp : N, C = (size_t)c->d_model;
+    size_t block = block_carve(NULL, NULL, B, T, c->d_model, c->heads, tp, sp);
+    size_t head = head_carve(NULL, NULL, N, Nl, c->d_model, c->padded_vocab / tp);
+    *saved = sizeof(float) * (Nl * C + (size_t)c->layers * block + head);
+    /* The shared workspace grows to the largest request of any module, forward
+     * or backward; the two dx buffers alternate between modules in backward. */
+    size_t ws = block_fwd_work(B, T, c->d_model);
+    size_t need[] = {block_bwd_work(B, T, c->d_model, c->heads, tp), N * C + 3 * N, 3 * N * C};
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        if (need[i] > ws) ws = need[i];
+    *workspace = sizeof(float) * (ws + 2 * Nl * C);
 }
 
 double ts_model_flops_per_step(const ts_model_config *c, int B, int T) {

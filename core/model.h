@@ -10,6 +10,20 @@
  * carved into named tensors at the same element offsets, so the optimizer runs
  * over flat arrays and a checkpoint is a few large writes.
  *
+ * Tensor parallelism (Megatron-LM, Shoeybi et al. 2019): with a tp group of
+ * size t > 1 every rank holds 1/t of the sharded tensors — QKV by heads and
+ * the MLP's first layer by columns (column parallel), the attention and MLP
+ * output projections by input rows (row parallel, partial sums all-reduced
+ * once and their biases added after), the tied embedding / LM head by
+ * vocabulary (lookup partial sums all-reduced; cross-entropy over the
+ * vocabulary shards with max and sum-exp reduced, never the full logits).
+ * With sequence parallelism (Korthikanti et al. 2022) the hidden states
+ * between those regions are cut along T instead of replicated: all-gather
+ * before the column-parallel products, reduce-scatter after the row-parallel
+ * ones, and the gradients of weights used on sequence slices (LayerNorms,
+ * row-parallel biases, positions) come out partial over tp (grad_partial).
+ * The modules derive every collective from that one description.
+ *
  * Precision: with dtype fp32 the parameters are f32 and are the master
  * weights. With bf16 the parameters are stored in bf16 (the compute copy),
  * the optimizer keeps f32 master weights, gradients accumulate in f32, and
@@ -22,6 +36,7 @@
 #include <stdint.h>
 
 #include "module.h"
+#include "tessera/comm.h"
 #include "tessera/layout.h"
 #include "tessera/mesh.h"
 #include "tessera/tessera.h"
@@ -45,10 +60,25 @@ typedef enum ts_init_kind {
     TS_INIT_ONES = 2,
 } ts_init_kind;
 
+/* How the model is cut over the tensor-parallel group. */
+typedef struct ts_model_shard {
+    int tp;          /* ranks in the tp group; 1 = not cut            */
+    int tp_rank;     /* this rank's coordinate on tp                  */
+    int sp;          /* sequence parallel: hidden states cut along T  */
+    ts_comm *tp_comm; /* borrowed; NULL when tp == 1              */
+} ts_model_shard;
+
 typedef struct ts_param {
-    ts_tensor value;  /* the compute copy (f32 or bf16 storage)          */
+    ts_tensor value;  /* this rank's block (f32 or bf16 storage)         */
     ts_tensor grad;   /* f32, same shape                                 */
     size_t offset;    /* element offset in the flat parameter arrays     */
+    int global_ndim;  /* the whole tensor: shape and where our block is  */
+    int64_t global_shape[3];
+    int64_t block_offset[3];
+    size_t global_offset; /* element offset in the unsharded flat arrays  */
+    int shard_dim;    /* dimension cut over tp, -1 when replicated      */
+    int grad_partial; /* the gradient is partial over tp (sequence
+                         parallel): sum it over tp before use            */
     int decay;        /* weight decay applies (2-D weights)              */
     ts_init_kind init;
     float init_std;
@@ -57,10 +87,12 @@ typedef struct ts_param {
 
 struct ts_model {
     ts_model_config cfg;
+    ts_model_shard shard;
     ts_dtype dtype;  /* TS_F32 or TS_BF16: storage of parameters      */
     int nparams;
     ts_param *params;
-    size_t numel;    /* elements in all parameters                     */
+    size_t numel;    /* elements in this rank's blocks                 */
+    size_t global_numel; /* elements in all parameters, unsharded      */
     void *param_data; /* numel elements of dtype                       */
     float *grad_data; /* numel f32                                     */
 
@@ -70,6 +102,9 @@ struct ts_model {
     /* Backward workspace shared by all modules (one backward at a time). */
     float *work;
     size_t work_floats;
+    /* Tensor parallelism: staging for gathers and scatters along T. */
+    float *tp_stage;
+    size_t tp_stage_floats;
     /* bf16 mode: f32 staging for the weights of the op being run. */
     float *stage[4];
     size_t stage_floats[4];
@@ -80,9 +115,26 @@ ts_status ts_model_config_check(const ts_model_config *cfg);
 
 /* Builds the model with parameters initialised from `seed`: weights
  * N(0, 0.02), residual output projections N(0, 0.02/sqrt(2L)), biases 0,
- * LayerNorm weights 1, padded wte rows 0. */
-ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype,
-                          uint64_t seed, ts_model **out);
+ * LayerNorm weights 1, padded wte rows 0. Element i of a tensor is drawn
+ * from (seed, name, GLOBAL index i), so every rank's block of a sharded
+ * tensor holds exactly the values of the unsharded one. `shard` may be NULL
+ * (one rank); it is copied. Shapes that the tp size does not divide are
+ * errors naming the [model] key. */
+ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype, uint64_t seed,
+                          const ts_model_shard *shard, ts_model **out);
+
+/* The dimension each parameter is cut along under tensor parallelism
+ * (-1: replicated): the placement S(d) on the tp axis that the modules
+ * implement. Names as in the model ("wte", "h.0.attn.qkv.weight", ...). */
+int ts_model_tp_shard_dim(const char *name);
+
+/* Every rank's f32 values of every parameter (`local`, numel elements in
+ * this rank's layout) assembled into the unsharded flat layout (`full`,
+ * global_numel elements, on every rank of the tp group). Collective over tp.
+ * With tp == 1 it is a copy. */
+ts_status ts_model_gather(ts_model *m, const float *local, float *full);
+/* The reverse: this rank's blocks cut out of the unsharded flat `full`. */
+void ts_model_scatter(const ts_model *m, const float *full, float *local);
 void ts_model_destroy(ts_model *m);
 
 /* The parameter called `name`, or NULL. */
@@ -117,13 +169,20 @@ float *ts_model_param_f32(ts_model *m);
 ts_status ts_model_layout_plan(const ts_model_config *cfg, int global_batch, int T,
                                const ts_mesh *mesh, ts_layout_plan *plan);
 
-/* The activation memory of micro-batches of B x T: `saved` bytes held from
+/* Parameter names and global shapes in model order (for checkpoints, which
+ * store the unsharded model): returns the count; fills names/shapes when
+ * not NULL (shape[i] has 3 entries, ndim[i] how many are used). */
+int ts_model_param_table(const ts_model_config *cfg, char (*names)[TS_NAME_MAX],
+                         int64_t (*shapes)[3], int *ndim);
+
+/* The activation memory of micro-batches of B x T (on one rank of the tp
+ * group `shard`, which may be NULL): `saved` bytes held from
  * one micro-batch's forward until its backward (every module's saved state),
  * and `workspace` bytes of backward scratch shared by all micro-batches.
  * With k micro-batches in flight the activation peak is k * saved +
  * workspace, exactly as the allocator counts it. */
-void ts_model_activation_bytes(const ts_model_config *cfg, int B, int T, size_t *saved,
-                               size_t *workspace);
+void ts_model_activation_bytes(const ts_model_config *cfg, const ts_model_shard *shard, int B,
+                               int T, size_t *saved, size_t *workspace);
 
 /* FLOPs of one forward+backward of B x T tokens, counted as 2 per
  * multiply-add for every GEMM (forward 1x, backward 2x) and for the two

@@ -37,28 +37,43 @@ typedef struct ts_train_state {
     uint64_t seed;       /* the RNG state together with `step`              */
 } ts_train_state;
 
-/* Writes DIR/ckpt-<step>.tsck atomically (creating DIR if needed); the final
+/* What a checkpoint records besides the arrays. */
+typedef struct ts_ckpt_meta {
+    int64_t step;
+    int64_t data_cursor;
+    uint64_t seed;
+} ts_ckpt_meta;
+
+/* Checkpoints hold the UNSHARDED model: master weights and both moments in
+ * the global flat layout (m->global_numel elements each, every tensor whole
+ * at its global offset), so a run can resume on any topology; a sharded run
+ * gathers before saving and cuts its blocks out after loading
+ * (ts_model_gather / ts_model_scatter). The model supplies the shape and the
+ * tensor table (names, global shapes and offsets).
+ *
+ * Writes DIR/ckpt-<step>.tsck atomically (creating DIR if needed); the final
  * path is copied to path_out when it is not NULL. */
-ts_status ts_checkpoint_save(const char *dir, const ts_train_state *st,
+ts_status ts_checkpoint_save(const char *dir, const ts_model *m, const ts_ckpt_meta *meta,
+                             const float *master, const float *mom1, const float *mom2,
                              char *path_out, size_t path_size);
 /* Finds the checkpoint with the highest step in DIR. *found = 0 (and TS_OK)
  * when DIR is missing or holds none; temporary files are ignored. */
 ts_status ts_checkpoint_latest(const char *dir, char *path, size_t path_size,
                                int *found);
-/* Loads a checkpoint into st (whose model and optimizer must exist with the
- * same shape and dtype). The file is verified completely (sizes, shape,
- * both checksums) before anything in st is changed. */
-ts_status ts_checkpoint_load(const char *path, ts_train_state *st);
+/* Loads a checkpoint into the unsharded arrays (global_numel each). The file
+ * is verified completely (sizes, shape, dtype, tensor table, both
+ * checksums) before anything is written to the outputs. */
+ts_status ts_checkpoint_load(const char *path, const ts_model *m, ts_ckpt_meta *meta,
+                             float *master, float *mom1, float *mom2);
 
 /* Reads the model shape from an llm.c checkpoint's header. */
 ts_status ts_llmc_read_config(const char *path, ts_model_config *cfg);
-/* Loads the weights of an llm.c checkpoint into the model (and into the f32
- * master weights when `master` is not NULL). The shape must match. */
-ts_status ts_llmc_load(const char *path, ts_model *model, float *master);
-/* Writes the weights as an llm.c version-3 (f32) checkpoint, atomically.
- * Values come from `master` when it is not NULL, else from the model. */
-ts_status ts_llmc_save(const char *path, const ts_model *model,
-                       const float *master);
+/* Reads the weights of an llm.c checkpoint (whose shape must be the
+ * model's) into `full`, the unsharded flat f32 layout. */
+ts_status ts_llmc_load(const char *path, const ts_model *m, float *full);
+/* Writes `full` (unsharded flat f32) as an llm.c version-3 checkpoint,
+ * atomically. */
+ts_status ts_llmc_save(const char *path, const ts_model *m, const float *full);
 
 /* CRC-32 (IEEE 802.3, reflected, as zlib computes it), chainable from 0. */
 uint32_t ts_crc32(uint32_t crc, const void *data, size_t n);

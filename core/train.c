@@ -185,6 +185,48 @@ static ts_status trainer_batch_split(ts_trainer *t) {
     return TS_OK;
 }
 
+/* Reads from the plan how the tensors are cut over tp: every parameter must
+ * be placed as the GPT-2 modules implement it (Megatron-LM's column and row
+ * parallel layers, vocabulary-parallel embedding; ts_model_tp_shard_dim),
+ * the batch replicated over tp, and the hidden state act.x either
+ * replicated or, for sequence parallelism, cut along T (S(1)). */
+static ts_status trainer_tensor_split(ts_trainer *t, ts_model_shard *shard) {
+    int tp = ts_mesh_axis_size(t->par->mesh, TS_AXIS_TP);
+    *shard = (ts_model_shard){tp, ts_parallel_coord(t->par, TS_AXIS_TP), 0, NULL};
+    if (tp == 1) return TS_OK;
+    shard->tp_comm = ts_parallel_comm(t->par, "tp");
+    for (int i = 0; i < t->plan.count; i++) {
+        const ts_layout_plan_entry *e = &t->plan.entries[i];
+        int a = ts_layout_axis_index(&e->layout, "tp");
+        if (a < 0) continue;
+        ts_placement p = e->layout.axes[a].placement;
+        char have[16], want[16];
+        ts_placement_str(p, have, sizeof have);
+        if (e->kind == TS_PLAN_PARAM) {
+            int dim = ts_model_tp_shard_dim(e->name);
+            ts_placement ok = dim < 0 ? ts_placement_replicate() : ts_placement_shard(dim);
+            if (p.kind != ok.kind || (p.kind == TS_PLACEMENT_SHARD && p.dim != ok.dim)) {
+                ts_placement_str(ok, want, sizeof want);
+                return ts_error(TS_ERR_CONFIG, "%s is placed %s over tp; the GPT-2 modules "
+                                "implement it as %s", e->name, have, want);
+            }
+        } else if (strcmp(e->name, "act.x") == 0) {
+            if (p.kind == TS_PLACEMENT_SHARD && p.dim == 1)
+                shard->sp = 1;
+            else if (p.kind != TS_PLACEMENT_REPLICATE)
+                return ts_error(TS_ERR_CONFIG, "act.x is placed %s over tp; R or S(1) (sequence "
+                                "parallel) are implemented", have);
+        } else if (p.kind != TS_PLACEMENT_REPLICATE) {
+            return ts_error(TS_ERR_CONFIG, "%s is placed %s over tp; every tp rank reads the "
+                            "whole batch (R)", e->name, have);
+        }
+    }
+    if (shard->sp && t->T % tp != 0)
+        return key_error(t->cfg, "train", "seq_len", "seq_len = %d is not divisible by tp = %d "
+                         "(sequence parallelism cuts it)", t->T, tp);
+    return TS_OK;
+}
+
 /* Which module's backward completes each parameter's gradient: the first
  * module (in model order) that reads it, since backward runs in reverse. */
 static ts_status trainer_ready_after(ts_trainer *t) {
@@ -266,10 +308,19 @@ static ts_status trainer_module_done(void *user, int module) {
             idx[b] = idx[b - 1];
             idx[b - 1] = tmp;
         }
-    for (int k = 0; k < n; k++)
-        TS_TRY(trainer_hook(t, TS_HOOK_GRAD_READY, -1, &t->model->params[idx[k]]));
+    for (int k = 0; k < n; k++) {
+        ts_param *p = &t->model->params[idx[k]];
+        /* Under sequence parallelism a weight used on sequence slices has a
+         * partial gradient per tp rank: sum it before anyone reads it. */
+        if (p->grad_partial)
+            TS_TRY(ts_comm_all_reduce(t->model->shard.tp_comm, p->grad.data, p->grad.data,
+                                      (size_t)ts_tensor_numel(&p->grad), TS_F32, TS_REDUCE_SUM));
+        TS_TRY(trainer_hook(t, TS_HOOK_GRAD_READY, -1, p));
+    }
     return TS_OK;
 }
+
+static void trainer_set_master(ts_trainer *t, const float *full);
 
 ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *reg,
                             ts_trainer **out) {
@@ -347,7 +398,20 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
                         ts_dataset_describe(t->data), (long long)ts_dataset_num_tokens(t->data),
                         t->T + 1));
 
-    CHECK(ts_model_create(&t->mcfg, dtype, seed, &t->model));
+    /* The layout plan, after the plugins' transforms, says how the model is
+     * cut: the batch over dp, the tensors over tp (and, with act.x cut along
+     * T, sequence parallelism). */
+    ts_model_shard shard = {1, 0, 0, NULL};
+    if (par) {
+        CHECK(ts_model_layout_plan(&t->mcfg, t->global_batch, t->T, par->mesh, &t->plan));
+        if (reg) CHECK(ts_plugins_apply_transforms(reg, &t->plan));
+        CHECK(trainer_batch_split(t));
+        if (t->parts != dp)
+            CHECK(ts_error(TS_ERR_CONFIG, "the batch is cut in %d parts but dp has %d ranks",
+                           t->parts, dp));
+        CHECK(trainer_tensor_split(t, &shard));
+    }
+    CHECK(ts_model_create(&t->mcfg, dtype, seed, &shard, &t->model));
     ts_optim_config oc = {
         .lr = (float)ts_config_float(cfg, "train", "lr"),
         .min_lr = (float)ts_config_float(cfg, "train", "min_lr"),
@@ -362,19 +426,17 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
     if (oc.decay_steps == 0) oc.decay_steps = t->steps;
     CHECK(ts_optimizer_create(&oc, t->model, &t->optim));
     const char *init = ts_config_str(cfg, "model", "init");
-    if (strncmp(init, "llmc:", 5) == 0)
-        CHECK(ts_llmc_load(init + 5, t->model, t->optim->master));
+    if (strncmp(init, "llmc:", 5) == 0) {
+        float *full = ts_mem_alloc(TS_MEM_OTHER, t->model->global_numel * sizeof(float));
+        if (!full) CHECK(TS_ERR_NOMEM);
+        st = ts_llmc_load(init + 5, t->model, full);
+        if (!st) trainer_set_master(t, full);
+        ts_mem_free(full);
+        if (st) goto fail;
+    }
 
     t->state = (ts_train_state){t->model, t->optim, 0, 0, seed};
     CHECK(trainer_ready_after(t));
-    if (par) {
-        CHECK(ts_model_layout_plan(&t->mcfg, t->global_batch, t->T, par->mesh, &t->plan));
-        if (reg) CHECK(ts_plugins_apply_transforms(reg, &t->plan));
-        CHECK(trainer_batch_split(t));
-        if (t->parts != dp)
-            CHECK(ts_error(TS_ERR_CONFIG, "the batch is cut in %d parts but dp has %d ranks",
-                           t->parts, dp));
-    }
     CHECK(trainer_norm_owners(t));
     CHECK(ts_schedule_default(t->micro_batches, &t->schedule));
 
@@ -432,18 +494,76 @@ void ts_trainer_destroy(ts_trainer *t) {
 
 ts_train_state *ts_trainer_state(ts_trainer *t) { return &t->state; }
 
-ts_status ts_trainer_load(ts_trainer *t, const char *path) {
-    uint64_t seed = t->state.seed;
-    TS_TRY(ts_checkpoint_load(path, &t->state));
-    if (t->state.seed != seed)
-        return key_error(t->cfg, "train", "seed",
-                         "seed = %llu, but checkpoint %s was trained with seed %llu",
-                         (unsigned long long)seed, path, (unsigned long long)t->state.seed);
+/* Sets the master weights (and, in bf16, the parameters) from the
+ * unsharded flat array: this rank's blocks are cut out of it. */
+static void trainer_set_master(ts_trainer *t, const float *full) {
+    ts_model_scatter(t->model, full, t->optim->master);
+    if (t->model->dtype == TS_BF16)
+        ts_cpu_f32_to_bf16(t->model->param_data, t->optim->master, t->model->numel);
+}
+
+/* The unsharded copy of a local f32 array (numel) — the array itself when
+ * nothing is cut, else a gather over tp into `scratch` (global_numel). */
+static ts_status trainer_full(ts_trainer *t, const float *local, float *scratch,
+                              const float **full) {
+    if (t->model->shard.tp == 1) {
+        *full = local;
+        return TS_OK;
+    }
+    TS_TRY(ts_model_gather(t->model, local, scratch));
+    *full = scratch;
     return TS_OK;
 }
 
+ts_status ts_trainer_load(ts_trainer *t, const char *path) {
+    ts_model *m = t->model;
+    size_t n = m->global_numel;
+    float *buf = ts_mem_alloc(TS_MEM_OTHER, 3 * n * sizeof(float));
+    if (!buf) return TS_ERR_NOMEM;
+    ts_ckpt_meta meta;
+    ts_status st = ts_checkpoint_load(path, m, &meta, buf, buf + n, buf + 2 * n);
+    if (!st && meta.seed != t->state.seed)
+        st = key_error(t->cfg, "train", "seed",
+                       "seed = %llu, but checkpoint %s was trained with seed %llu",
+                       (unsigned long long)t->state.seed, path, (unsigned long long)meta.seed);
+    if (!st) {
+        trainer_set_master(t, buf);
+        ts_model_scatter(m, buf + n, t->optim->m);
+        ts_model_scatter(m, buf + 2 * n, t->optim->v);
+        t->state.step = meta.step;
+        t->state.data_cursor = meta.data_cursor;
+    }
+    ts_mem_free(buf);
+    return st;
+}
+
+/* Saves the training state: gathered over tp when the model is cut (every
+ * rank takes part), written by world rank 0. */
+static ts_status trainer_save(ts_trainer *t, char *path, size_t size) {
+    ts_model *m = t->model;
+    int cut = m->shard.tp > 1;
+    size_t n = m->global_numel;
+    float *buf = cut ? ts_mem_alloc(TS_MEM_OTHER, 3 * n * sizeof(float)) : NULL;
+    if (cut && !buf) return TS_ERR_NOMEM;
+    const float *a, *b, *c;
+    ts_status st = trainer_full(t, t->optim->master, buf, &a);
+    if (!st) st = trainer_full(t, t->optim->m, buf ? buf + n : NULL, &b);
+    if (!st) st = trainer_full(t, t->optim->v, buf ? buf + 2 * n : NULL, &c);
+    ts_ckpt_meta meta = {t->state.step, t->state.data_cursor, t->state.seed};
+    if (!st && t->rank0) st = ts_checkpoint_save(t->ckpt_dir, m, &meta, a, b, c, path, size);
+    ts_mem_free(buf);
+    return st;
+}
+
 ts_status ts_trainer_export(ts_trainer *t, const char *path) {
-    return ts_llmc_save(path, t->model, t->optim->master);
+    ts_model *m = t->model;
+    float *buf = m->shard.tp > 1 ? ts_mem_alloc(TS_MEM_OTHER, m->global_numel * sizeof(float)) : NULL;
+    if (m->shard.tp > 1 && !buf) return TS_ERR_NOMEM;
+    const float *full;
+    ts_status st = trainer_full(t, t->optim->master, buf, &full);
+    if (!st && t->rank0) st = ts_llmc_save(path, m, full);
+    ts_mem_free(buf);
+    return st;
 }
 
 /* The global window read by sequence b of micro-batch k on this rank. The
@@ -609,8 +729,8 @@ ts_status ts_trainer_run(ts_trainer *t) {
             ((t->ckpt_every > 0 && s.step % t->ckpt_every == 0) || s.step == t->steps)) {
             char path[4096];
             /* Data-parallel replicas hold the same state: rank 0 writes it. */
+            TS_TRY(trainer_save(t, path, sizeof path));
             if (t->rank0) {
-                TS_TRY(ts_checkpoint_save(t->ckpt_dir, &t->state, path, sizeof path));
                 printf("checkpoint: %s\n", path);
                 fflush(stdout);
             }
