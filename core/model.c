@@ -1071,8 +1071,9 @@ static ts_status plan_entry(ts_layout_plan *plan, const ts_mesh *mesh, const cha
                             int ndim, const int64_t *shape, ts_plan_kind kind) {
     ts_layout l;
     TS_TRY(ts_layout_init(&l, ndim, shape));
-    static const ts_mesh_axis axes[] = {TS_AXIS_TP, TS_AXIS_CP, TS_AXIS_DP, TS_AXIS_PP,
-                                        TS_AXIS_EP, TS_AXIS_ETP, TS_AXIS_EDP};
+    /* The dense mesh: GPT-2's tensors live there. Expert tensors (MoE) will
+     * carry the expert mesh's axes (etp, ep, edp, pp) instead. */
+    static const ts_mesh_axis axes[] = {TS_AXIS_TP, TS_AXIS_CP, TS_AXIS_DP, TS_AXIS_PP};
     for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++)
         TS_TRY(ts_layout_add_axis(&l, ts_mesh_axis_name(axes[i]), ts_mesh_axis_size(mesh, axes[i]),
                                   ts_placement_replicate()));

@@ -164,7 +164,8 @@ float *ts_model_param_f32(ts_model *m);
 /* The layout plan of a model of shape `cfg` on `mesh` (nothing allocated): every parameter (kind PARAM, its
  * global shape), the hidden state passed between modules ("act.x", (G, T,
  * C)) and the batch ("data.tokens", "data.targets", (G, T)), G the global
- * batch in sequences. Every mesh axis appears on every entry, replicated;
+ * batch in sequences. Every dense-mesh axis (tp, cp, dp, pp) appears on
+ * every entry, replicated;
  * stage -1 (unassigned). Plugins' transforms then change placements. */
 ts_status ts_model_layout_plan(const ts_model_config *cfg, int global_batch, int T,
                                const ts_mesh *mesh, ts_layout_plan *plan);

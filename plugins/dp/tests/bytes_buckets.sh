@@ -2,7 +2,7 @@
 # equals the gradient bytes of one rank (every parameter reduced once), and
 # the number of buckets is what [dp] bucket_mb implies: buckets fill in
 # reverse order of parameter use and close once they hold bucket_mb MiB.
-. "$(dirname "$0")/common.sh"
+. "$2/tests/cli/multirank.sh"
 write_config
 for mb in 25 0.1 0.03; do
     run_mpi 2 "$TESSERA" train model.ini --set parallel.plugins=dp --set dp.bucket_mb=$mb \

@@ -3,7 +3,7 @@
 # ranks. The last global batch would leave some ranks without data; every
 # rank stops together, cleanly, before it (exit status 0, no hang: the
 # whole run is bounded by a 60 s timeout, far below CI's).
-. "$(dirname "$0")/common.sh"
+. "$2/tests/cli/multirank.sh"
 write_config
 # 1000 + 1 tokens = 31 windows of 32; a global batch of 6 windows takes 5
 # whole steps (30 windows), and step 6 would need windows 30..35.

@@ -1,12 +1,13 @@
-# common.sh — shared by the dp plugin's test scripts: a scratch directory, the
-# tiny equivalence model, mpirun with the flags a small shared machine needs,
-# and a comparison of two runs (losses per step, final weights).
+# multirank.sh — shared by the multi-rank test scripts of the core and of
+# every plugin's suite: a scratch directory, the small equivalence model,
+# mpirun with the flags a small shared machine needs, and a comparison of two
+# runs (losses and gradient norms per step, final weights).
 # Scripts are run as: bash SCRIPT TESSERA SRC [args...]
 set -u
 TESSERA=$1
 SRC=$2
 shift 2
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/tessera-dp.XXXXXX")
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/tessera-mr.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK" || exit 1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -19,7 +20,7 @@ run_mpi() { # NP args...
     timeout 240 mpirun --oversubscribe --bind-to none -np "$np" "$@"
 }
 
-# The model and data every equivalence run uses: 2 layers, width 64,
+# The model and data every equivalence run uses: 2 layers, width 64, 4 heads,
 # synthetic data, 20 steps of a global batch of 16 sequences of 32 tokens.
 write_config() {
     cat > model.ini <<'INI'
