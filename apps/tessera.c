@@ -277,7 +277,7 @@ static ts_status plan_estimate_make(const ts_config *cfg, const ts_mesh *mesh,
     e->grads = numel * 4;
     e->optim = numel * 4 * (bf16 ? 3 : 2);
     /* The tp cut and sequence parallelism, as the trainer reads them. */
-    ts_model_shard shard = {ts_mesh_axis_size(mesh, TS_AXIS_TP), 0, 0, NULL};
+    ts_model_shard shard = {.tp = ts_mesh_axis_size(mesh, TS_AXIS_TP)};
     const ts_layout_plan_entry *act = ts_layout_plan_find((ts_layout_plan *)plan, "act.x");
     int a = act ? ts_layout_axis_index(&act->layout, "tp") : -1;
     if (a >= 0 && act->layout.axes[a].placement.kind == TS_PLACEMENT_SHARD) shard.sp = 1;

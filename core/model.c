@@ -752,17 +752,25 @@ static ts_module *module_new(ts_model *m, const ts_module_ops *ops, const char *
     return mod;
 }
 
+static int module_local(const ts_model *m, int i) { return m->shard.module_chunk[i] >= 0; }
+
 static ts_status model_build_modules(ts_model *m) {
     int L = m->cfg.layers;
     m->nmodules = L + 2;
     m->modules = calloc((size_t)m->nmodules, sizeof *m->modules);
     if (!m->modules) return ts_error(TS_ERR_NOMEM, "model: out of memory");
-    embedding_impl *e = calloc(1, sizeof *e);
-    if (!e) return ts_error(TS_ERR_NOMEM, "model: out of memory");
-    e->wte = ts_model_param(m, "wte");
-    e->wpe = ts_model_param(m, "wpe");
-    m->modules[0] = module_new(m, &embedding_ops, "embedding", e);
+    if (module_local(m, 0)) {
+        embedding_impl *e = calloc(1, sizeof *e);
+        if (!e) return ts_error(TS_ERR_NOMEM, "model: out of memory");
+        e->wte = ts_model_param(m, "wte");
+        e->wpe = ts_model_param(m, "wpe");
+        ts_module *mod = m->modules[0] = module_new(m, &embedding_ops, "embedding", e);
+        if (!mod) return ts_error(TS_ERR_NOMEM, "model: out of memory");
+        mod->param_index[mod->nparams++] = (int)(e->wte - m->params);
+        mod->param_index[mod->nparams++] = (int)(e->wpe - m->params);
+    }
     for (int l = 0; l < L; l++) {
+        if (!module_local(m, 1 + l)) continue;
         block_impl *b = calloc(1, sizeof *b);
         if (!b) return ts_error(TS_ERR_NOMEM, "model: out of memory");
         char nm[TS_NAME_MAX];
@@ -772,37 +780,49 @@ static ts_status model_build_modules(ts_model *m) {
             "ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias",
             "attn.proj.weight", "attn.proj.bias", "ln2.weight", "ln2.bias",
             "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias"};
+        snprintf(nm, sizeof nm, "h.%d", l);
+        ts_module *mod = m->modules[1 + l] = module_new(m, &block_ops, nm, b);
+        if (!mod) return ts_error(TS_ERR_NOMEM, "model: out of memory");
         for (int i = 0; i < 12; i++) {
             snprintf(nm, sizeof nm, "h.%d.%s", l, suffix[i]);
             *slots[i] = ts_model_param(m, nm);
             TS_ASSERT(*slots[i] != NULL);
+            mod->param_index[mod->nparams++] = (int)(*slots[i] - m->params);
         }
-        snprintf(nm, sizeof nm, "h.%d", l);
-        m->modules[1 + l] = module_new(m, &block_ops, nm, b);
     }
-    head_impl *h = calloc(1, sizeof *h);
-    if (!h) return ts_error(TS_ERR_NOMEM, "model: out of memory");
-    h->lnfw = ts_model_param(m, "lnf.weight");
-    h->lnfb = ts_model_param(m, "lnf.bias");
-    h->wte = ts_model_param(m, "wte");
-    m->modules[L + 1] = module_new(m, &head_ops, "head", h);
-    for (int i = 0; i < m->nmodules; i++)
-        if (!m->modules[i]) return ts_error(TS_ERR_NOMEM, "model: out of memory");
-    /* Which parameters each module reads, for gradient-ready tracking. */
-    ts_module *emb = m->modules[0], *head = m->modules[L + 1];
-    emb->param_index[emb->nparams++] = (int)(e->wte - m->params);
-    emb->param_index[emb->nparams++] = (int)(e->wpe - m->params);
-    for (int l = 0; l < L; l++) {
-        ts_module *mod = m->modules[1 + l];
-        block_impl *b = mod->impl;
-        ts_param *list[12] = {b->ln1w, b->ln1b, b->qkvw, b->qkvb, b->projw, b->projb,
-                              b->ln2w, b->ln2b, b->fcw,  b->fcb,  b->fcprojw, b->fcprojb};
-        for (int i = 0; i < 12; i++) mod->param_index[mod->nparams++] = (int)(list[i] - m->params);
+    if (module_local(m, L + 1)) {
+        head_impl *h = calloc(1, sizeof *h);
+        if (!h) return ts_error(TS_ERR_NOMEM, "model: out of memory");
+        h->lnfw = ts_model_param(m, "lnf.weight");
+        h->lnfb = ts_model_param(m, "lnf.bias");
+        h->wte = ts_model_param(m, "wte");
+        ts_module *mod = m->modules[L + 1] = module_new(m, &head_ops, "head", h);
+        if (!mod) return ts_error(TS_ERR_NOMEM, "model: out of memory");
+        mod->param_index[mod->nparams++] = (int)(h->lnfw - m->params);
+        mod->param_index[mod->nparams++] = (int)(h->lnfb - m->params);
+        mod->param_index[mod->nparams++] = (int)(h->wte - m->params);
     }
-    head->param_index[head->nparams++] = (int)(h->lnfw - m->params);
-    head->param_index[head->nparams++] = (int)(h->lnfb - m->params);
-    head->param_index[head->nparams++] = (int)(h->wte - m->params);
     return TS_OK;
+}
+
+/* The modules that read declared parameter `name`: 1 or 2 of them. */
+static int decl_users(const char *name, int L, int users[2]) {
+    if (strcmp(name, "wte") == 0) {
+        users[0] = 0;
+        users[1] = L + 1;
+        return 2;
+    }
+    if (strcmp(name, "wpe") == 0) {
+        users[0] = 0;
+        return 1;
+    }
+    int l;
+    if (sscanf(name, "h.%d.", &l) == 1) {
+        users[0] = 1 + l;
+        return 1;
+    }
+    users[0] = L + 1; /* lnf */
+    return 1;
 }
 
 /* Checks that the tp size divides what it cuts; messages name the key. */
@@ -829,42 +849,72 @@ ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype, uint64_t s
                           const ts_model_shard *shard, ts_model **out) {
     *out = NULL;
     TS_TRY(ts_model_config_check(cfg));
-    ts_model_shard one = {1, 0, 0, NULL};
+    ts_model_shard one = {.tp = 1};
     if (!shard) shard = &one;
     TS_TRY(model_check_shard(cfg, shard));
     if (dtype != TS_F32 && dtype != TS_BF16)
         return ts_error(TS_ERR_INVALID, "model: parameters must be f32 or bf16, not %s",
                         ts_dtype_name(dtype));
+    if (cfg->layers + 2 > TS_MODEL_MAX_MODULES)
+        return ts_error(TS_ERR_CONFIG, "[model] layers = %d: at most %d", cfg->layers,
+                        TS_MODEL_MAX_MODULES - 2);
     ts_model *m = calloc(1, sizeof *m);
     if (!m) return ts_error(TS_ERR_NOMEM, "model: out of memory");
     m->cfg = *cfg;
     m->shard = *shard;
     if (m->shard.tp == 1) m->shard.sp = 0; /* nothing to cut along T */
+    if (m->shard.pp < 1) { /* the whole model here, one chunk */
+        m->shard.pp = 1;
+        m->shard.chunks = 1;
+        for (int i = 0; i < cfg->layers + 2; i++) m->shard.module_chunk[i] = 0;
+    }
     m->dtype = dtype;
-    int n = model_declare(cfg, NULL);
-    param_decl *decl = calloc((size_t)n, sizeof *decl);
-    m->params = calloc((size_t)n, sizeof *m->params);
-    if (!decl || !m->params) {
+    int L = cfg->layers;
+    int ndecl = model_declare(cfg, NULL);
+    param_decl *all = calloc((size_t)ndecl, sizeof *all);
+    param_decl *decl = calloc((size_t)ndecl, sizeof *decl);
+    size_t *goffs = calloc((size_t)ndecl, sizeof *goffs);
+    m->params = calloc((size_t)ndecl, sizeof *m->params);
+    if (!all || !decl || !goffs || !m->params) {
+        free(all);
         free(decl);
+        free(goffs);
         ts_model_destroy(m);
         return ts_error(TS_ERR_NOMEM, "model: out of memory");
     }
-    model_declare(cfg, decl);
+    model_declare(cfg, all);
+    /* This rank's parameters: those its modules read. The global offsets
+     * count every parameter, local or not. */
+    int n = 0, tied_copy[ndecl];
+    size_t global = 0;
+    for (int i = 0; i < ndecl; i++) {
+        size_t gcnt = 1;
+        for (int d = 0; d < all[i].ndim; d++) gcnt *= (size_t)all[i].shape[d];
+        int users[2], nu = decl_users(all[i].name, L, users), here = 0;
+        for (int u = 0; u < nu; u++) here |= m->shard.module_chunk[users[u]] >= 0;
+        if (here) {
+            goffs[n] = global;
+            tied_copy[n] = nu == 2 && m->shard.module_chunk[0] < 0;
+            if (nu == 2 && (m->shard.module_chunk[0] < 0) != (m->shard.module_chunk[L + 1] < 0))
+                m->tied_split = 1;
+            decl[n++] = all[i];
+        }
+        global += gcnt;
+    }
+    free(all);
     m->nparams = n;
     /* Local blocks: the tp-cut dimension divided, offset by the rank. */
-    int64_t local[n][3];
-    size_t total = 0, global = 0;
+    int64_t local[n > 0 ? n : 1][3];
+    size_t total = 0;
     for (int i = 0; i < n; i++) {
         int dim = m->shard.tp > 1 ? ts_model_tp_shard_dim(decl[i].name) : -1;
-        size_t cnt = 1, gcnt = 1;
+        size_t cnt = 1;
         for (int d = 0; d < 3; d++) {
             local[i][d] = d < decl[i].ndim ? decl[i].shape[d] : 1;
             if (d == dim) local[i][d] /= m->shard.tp;
             cnt *= (size_t)local[i][d];
-            gcnt *= (size_t)(d < decl[i].ndim ? decl[i].shape[d] : 1);
         }
         total += cnt;
-        global += gcnt;
     }
     m->numel = total;
     m->global_numel = global;
@@ -876,7 +926,7 @@ ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype, uint64_t s
         ts_model_destroy(m);
         return TS_ERR_NOMEM;
     }
-    size_t off = 0, goff = 0;
+    size_t off = 0;
     for (int i = 0; i < n; i++) {
         ts_param *p = &m->params[i];
         int dim = m->shard.tp > 1 ? ts_model_tp_shard_dim(decl[i].name) : -1;
@@ -885,7 +935,8 @@ ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype, uint64_t s
         ts_tensor_view(&p->grad, decl[i].name, TS_F32, decl[i].ndim, local[i], m->grad_data + off,
                        TS_MEM_GRADS);
         p->offset = off;
-        p->global_offset = goff;
+        p->global_offset = goffs[i];
+        p->tied_copy = tied_copy[i];
         p->global_ndim = decl[i].ndim;
         for (int d = 0; d < 3; d++) {
             p->global_shape[d] = d < decl[i].ndim ? decl[i].shape[d] : 1;
@@ -898,11 +949,9 @@ ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype, uint64_t s
         p->init_std = decl[i].std;
         p->init_rows = decl[i].rows;
         off += (size_t)ts_tensor_numel(&p->value);
-        size_t g = 1;
-        for (int d = 0; d < 3; d++) g *= (size_t)p->global_shape[d];
-        goff += g;
     }
     free(decl);
+    free(goffs);
     /* Initialise: f32 directly, or through a staging copy rounded to bf16. */
     for (int i = 0; i < n; i++) {
         ts_param *p = &m->params[i];
@@ -985,6 +1034,7 @@ ts_status ts_model_gather(ts_model *m, const float *local, float *full) {
         ts_param *p = &m->params[i];
         size_t n = (size_t)ts_tensor_numel(&p->value);
         float *whole = full + p->global_offset;
+        if (p->tied_copy) continue; /* the embedding's rank writes wte */
         if (p->shard_dim < 0) {
             memcpy(whole, local + p->offset, n * sizeof(float));
             continue;
@@ -1017,39 +1067,75 @@ void ts_model_scatter(const ts_model *m, const float *full, float *local) {
 /* ---------------------------------------------------------------------------
  * Running the modules.
  * ------------------------------------------------------------------------- */
-ts_status ts_model_forward(ts_model *m, ts_step_ctx *ctx) {
-    ts_tensor x, y;
-    memset(&x, 0, sizeof x);
+int ts_model_chunk_first(const ts_model *m, int chunk) {
+    return m->shard.module_chunk[0] == chunk;
+}
+
+int ts_model_chunk_last(const ts_model *m, int chunk) {
+    return m->shard.module_chunk[m->nmodules - 1] == chunk;
+}
+
+ts_status ts_model_forward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const ts_tensor *x,
+                                 ts_tensor *y) {
+    ts_tensor cur, next;
+    if (x)
+        cur = *x;
+    else
+        memset(&cur, 0, sizeof cur);
+    memset(y, 0, sizeof *y);
+    int ran[TS_MODEL_MAX_MODULES], nran = 0;
     for (int i = 0; i < m->nmodules; i++) {
-        ts_status st = m->modules[i]->ops->forward(m->modules[i], ctx, &x, &y);
+        if (m->shard.module_chunk[i] != chunk) continue;
+        ts_status st = m->modules[i]->ops->forward(m->modules[i], ctx, &cur, &next);
         if (st) {
-            for (int k = 0; k < i; k++) m->modules[k]->ops->release(m->modules[k], ctx->mb);
+            for (int k = 0; k < nran; k++) m->modules[ran[k]]->ops->release(m->modules[ran[k]], ctx->mb);
             return st;
         }
-        x = y;
+        ran[nran++] = i;
+        cur = next;
     }
+    if (nran == 0) return ts_error(TS_ERR_INTERNAL, "model: chunk %d has no module here", chunk);
+    *y = cur;
     return TS_OK;
 }
 
-ts_status ts_model_backward(ts_model *m, ts_step_ctx *ctx) {
+ts_status ts_model_backward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const ts_tensor *dy,
+                                  ts_tensor *dx) {
     int Tl = local_T(m, ctx->T);
     size_t n = (size_t)ctx->B * Tl * m->cfg.d_model;
-    float *buf = ts_mem_alloc(TS_MEM_ACTS, 2 * n * sizeof(float));
-    if (!buf) return TS_ERR_NOMEM;
+    int idx[TS_MODEL_MAX_MODULES], cnt = 0;
+    for (int i = 0; i < m->nmodules; i++)
+        if (m->shard.module_chunk[i] == chunk) idx[cnt++] = i;
+    if (cnt == 0) return ts_error(TS_ERR_INTERNAL, "model: chunk %d has no module here", chunk);
+    /* Between the modules of the chunk, two buffers alternate. */
+    float *buf = cnt > 1 ? ts_mem_alloc(TS_MEM_ACTS, 2 * n * sizeof(float)) : NULL;
+    if (cnt > 1 && !buf) return TS_ERR_NOMEM;
     int64_t shape[3] = {ctx->B, Tl, m->cfg.d_model};
     ts_tensor grads[2];
     ts_tensor_view(&grads[0], "dx0", TS_F32, 3, shape, buf, TS_MEM_ACTS);
-    ts_tensor_view(&grads[1], "dx1", TS_F32, 3, shape, buf + n, TS_MEM_ACTS);
+    ts_tensor_view(&grads[1], "dx1", TS_F32, 3, shape, buf ? buf + n : NULL, TS_MEM_ACTS);
     ts_status st = TS_OK;
-    int cur = 0; /* grads[cur] holds dy of the module being run */
-    for (int i = m->nmodules - 1; i >= 0 && !st; i--) {
-        st = m->modules[i]->ops->backward(m->modules[i], ctx, &grads[cur],
-                                          i > 0 ? &grads[1 - cur] : NULL);
+    const ts_tensor *in = dy;
+    for (int k = cnt - 1; k >= 0 && !st; k--) {
+        int i = idx[k];
+        ts_tensor *out = k == 0 ? dx : &grads[k % 2];
+        st = m->modules[i]->ops->backward(m->modules[i], ctx, in, out);
         if (!st && ctx->module_done) st = ctx->module_done(ctx->module_done_user, i);
-        cur = 1 - cur;
+        in = out;
     }
     ts_mem_free(buf);
     return st;
+}
+
+ts_status ts_model_forward(ts_model *m, ts_step_ctx *ctx) {
+    if (m->shard.pp > 1 || m->shard.chunks > 1)
+        return ts_error(TS_ERR_INTERNAL, "model: whole-model forward on a pipeline stage");
+    ts_tensor y;
+    return ts_model_forward_chunk(m, ctx, 0, NULL, &y);
+}
+
+ts_status ts_model_backward(ts_model *m, ts_step_ctx *ctx) {
+    return ts_model_backward_chunk(m, ctx, 0, NULL, NULL);
 }
 
 ts_status ts_model_forward_backward(ts_model *m, ts_step_ctx *ctx) {
@@ -1061,7 +1147,8 @@ ts_status ts_model_loss(ts_model *m, ts_step_ctx *ctx, double *mean_loss) {
     double before = ctx->loss_sum;
     int64_t valid_before = ctx->valid_tokens;
     TS_TRY(ts_model_forward(m, ctx));
-    for (int i = 0; i < m->nmodules; i++) m->modules[i]->ops->release(m->modules[i], ctx->mb);
+    for (int i = 0; i < m->nmodules; i++)
+        if (m->modules[i]) m->modules[i]->ops->release(m->modules[i], ctx->mb);
     int64_t valid = ctx->valid_tokens - valid_before;
     *mean_loss = valid > 0 ? (ctx->loss_sum - before) / (double)valid : 0.0;
     return TS_OK;
@@ -1099,13 +1186,34 @@ ts_status ts_model_layout_plan(const ts_model_config *cfg, int global_batch, int
     return st;
 }
 
+/* Saved floats of module i for one micro-batch. */
+static size_t module_saved_floats(const ts_model_config *c, int tp, int sp, int B, int T, int i) {
+    size_t N = (size_t)B * T, Nl = sp ? N / tp : N, C = (size_t)c->d_model;
+    if (i == 0) return Nl * C;
+    if (i == c->layers + 1) return head_carve(NULL, NULL, N, Nl, c->d_model, c->padded_vocab / tp);
+    return block_carve(NULL, NULL, B, T, c->d_model, c->heads, tp, sp);
+}
+
+static int shard_module_chunk(const ts_model_shard *s, int i) {
+    return !s || s->pp < 1 ? 0 : s->module_chunk[i];
+}
+
+size_t ts_model_chunk_saved_bytes(const ts_model_config *c, const ts_model_shard *shard, int B,
+                                  int T, int chunk) {
+    int tp = shard ? shard->tp : 1, sp = shard && tp > 1 ? shard->sp : 0;
+    size_t floats = 0;
+    for (int i = 0; i < c->layers + 2; i++)
+        if (shard_module_chunk(shard, i) == chunk) floats += module_saved_floats(c, tp, sp, B, T, i);
+    return sizeof(float) * floats;
+}
+
 void ts_model_activation_bytes(const ts_model_config *c, const ts_model_shard *shard, int B,
                                int T, size_t *saved, size_t *workspace) {
     int tp = shard ? shard->tp : 1, sp = shard && tp > 1 ? shard->sp : 0;
     size_t N = (size_t)B * T, Nl = sp ? N / tp : N, C = (size_t)c->d_model;
-    size_t block = block_carve(NULL, NULL, B, T, c->d_model, c->heads, tp, sp);
-    size_t head = head_carve(NULL, NULL, N, Nl, c->d_model, c->padded_vocab / tp);
-    *saved = sizeof(float) * (Nl * C + (size_t)c->layers * block + head);
+    *saved = 0;
+    int chunks = shard && shard->pp >= 1 ? shard->chunks : 1;
+    for (int k = 0; k < chunks; k++) *saved += ts_model_chunk_saved_bytes(c, shard, B, T, k);
     /* The shared workspace grows to the largest request of any module, forward
      * or backward; the two dx buffers alternate between modules in backward. */
     size_t ws = block_fwd_work(B, T, c->d_model);

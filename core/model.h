@@ -61,11 +61,19 @@ typedef enum ts_init_kind {
 } ts_init_kind;
 
 /* How the model is cut over the tensor-parallel group. */
+/* How the model is cut over the tensor-parallel group and the pipeline. */
+#define TS_MODEL_MAX_MODULES 1026 /* embedding, up to 1024 blocks, head */
 typedef struct ts_model_shard {
     int tp;          /* ranks in the tp group; 1 = not cut            */
     int tp_rank;     /* this rank's coordinate on tp                  */
     int sp;          /* sequence parallel: hidden states cut along T  */
     ts_comm *tp_comm; /* borrowed; NULL when tp == 1              */
+    /* Pipeline: which modules (embedding 0, blocks 1..L, head L+1) this
+     * rank runs, as its model chunk c (a virtual stage), or -1 for a module
+     * another rank runs. pp == 0 means the whole model is here as chunk 0. */
+    int pp;
+    int chunks;      /* model chunks on this rank                     */
+    int module_chunk[TS_MODEL_MAX_MODULES];
 } ts_model_shard;
 
 typedef struct ts_param {
@@ -79,6 +87,9 @@ typedef struct ts_param {
     int shard_dim;    /* dimension cut over tp, -1 when replicated      */
     int grad_partial; /* the gradient is partial over tp (sequence
                          parallel): sum it over tp before use            */
+    int tied_copy;    /* the LM head's copy of wte on a pipeline rank
+                         without the embedding: the embedding's copy is
+                         the one checkpoints and the gradient norm count */
     int decay;        /* weight decay applies (2-D weights)              */
     ts_init_kind init;
     float init_std;
@@ -97,7 +108,9 @@ struct ts_model {
     float *grad_data; /* numel f32                                     */
 
     int nmodules;    /* embedding, L blocks, head                      */
-    ts_module **modules;
+    ts_module **modules; /* NULL for a module another pipeline rank runs */
+    int tied_split;  /* wte lives here, and on another pipeline rank too:
+                        its gradient is summed across the two each step */
 
     /* Backward workspace shared by all modules (one backward at a time). */
     float *work;
@@ -142,6 +155,22 @@ ts_param *ts_model_param(ts_model *m, const char *name);
 /* Sets every gradient to zero. */
 void ts_model_zero_grad(ts_model *m);
 
+/* Forward of model chunk `chunk` (its modules, in order) for micro-batch
+ * ctx->mb: x is the hidden state entering it (ignored when the chunk starts
+ * with the embedding); y receives the state leaving it, owned by the last
+ * module's saved state (y->data NULL when the chunk ends with the head). */
+ts_status ts_model_forward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const ts_tensor *x,
+                                 ts_tensor *y);
+/* Backward of model chunk `chunk`: dy is the gradient of its output (NULL
+ * when it ends with the head), dx a caller buffer (B, T_local, C) that
+ * receives the gradient of its input (NULL when it starts with the
+ * embedding). */
+ts_status ts_model_backward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const ts_tensor *dy,
+                                  ts_tensor *dx);
+/* Whether chunk `chunk` starts with the embedding / ends with the head. */
+int ts_model_chunk_first(const ts_model *m, int chunk);
+int ts_model_chunk_last(const ts_model *m, int chunk);
+
 /* Forward over all modules for micro-batch ctx->mb, keeping the saved state
  * its backward needs; adds the loss sum and valid-token count into ctx. */
 ts_status ts_model_forward(ts_model *m, ts_step_ctx *ctx);
@@ -184,6 +213,9 @@ int ts_model_param_table(const ts_model_config *cfg, char (*names)[TS_NAME_MAX],
  * workspace, exactly as the allocator counts it. */
 void ts_model_activation_bytes(const ts_model_config *cfg, const ts_model_shard *shard, int B,
                                int T, size_t *saved, size_t *workspace);
+/* The same for the modules of one chunk only (the chunk's `saved` bytes). */
+size_t ts_model_chunk_saved_bytes(const ts_model_config *cfg, const ts_model_shard *shard, int B,
+                                  int T, int chunk);
 
 /* FLOPs of one forward+backward of B x T tokens, counted as 2 per
  * multiply-add for every GEMM (forward 1x, backward 2x) and for the two

@@ -192,7 +192,7 @@ static ts_status trainer_batch_split(ts_trainer *t) {
  * replicated or, for sequence parallelism, cut along T (S(1)). */
 static ts_status trainer_tensor_split(ts_trainer *t, ts_model_shard *shard) {
     int tp = ts_mesh_axis_size(t->par->mesh, TS_AXIS_TP);
-    *shard = (ts_model_shard){tp, ts_parallel_coord(t->par, TS_AXIS_TP), 0, NULL};
+    *shard = (ts_model_shard){.tp = tp, .tp_rank = ts_parallel_coord(t->par, TS_AXIS_TP)};
     if (tp == 1) return TS_OK;
     shard->tp_comm = ts_parallel_comm(t->par, "tp");
     for (int i = 0; i < t->plan.count; i++) {
@@ -401,7 +401,7 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
     /* The layout plan, after the plugins' transforms, says how the model is
      * cut: the batch over dp, the tensors over tp (and, with act.x cut along
      * T, sequence parallelism). */
-    ts_model_shard shard = {1, 0, 0, NULL};
+    ts_model_shard shard = {.tp = 1};
     if (par) {
         CHECK(ts_model_layout_plan(&t->mcfg, t->global_batch, t->T, par->mesh, &t->plan));
         if (reg) CHECK(ts_plugins_apply_transforms(reg, &t->plan));
