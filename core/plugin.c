@@ -583,6 +583,12 @@ static ts_status host_metric(ts_plugin_ctx *ctx, const char *key, double value) 
     return TS_OK;
 }
 
+int ts_plugins_num_schedulers(const ts_plugins *reg) { return reg ? reg->nschedulers : 0; }
+
+const char *ts_plugins_scheduler_name(const ts_plugins *reg, int i) {
+    return reg && i >= 0 && i < reg->nschedulers ? reg->schedulers[i].name : NULL;
+}
+
 ts_status ts_plugins_metrics_json(ts_plugins *reg, char *buf, size_t cap) {
     size_t used = 0;
     int first = 1;

@@ -118,6 +118,9 @@ int ts_plugins_num_hooks(const ts_plugins *reg, ts_plugin_hook_kind kind);
 ts_status ts_plugins_schedule(ts_plugins *reg, const char *name, ts_plugin_schedule_args *args,
                               ts_schedule *out);
 int ts_plugins_has_scheduler(const ts_plugins *reg, const char *name);
+/* The registered schedulers, in registration order (reg may be NULL). */
+int ts_plugins_num_schedulers(const ts_plugins *reg);
+const char *ts_plugins_scheduler_name(const ts_plugins *reg, int i);
 
 /* A registered dispatcher: its ops (copied, absent optional slots NULL), user
  * pointer and the context to pass to every call. */

@@ -24,6 +24,7 @@
 #include "data.h"
 #include "parallel.h"
 #include "schedule.h"
+#include "trace.h"
 
 struct ts_trainer {
     const ts_config *cfg;
@@ -39,7 +40,20 @@ struct ts_trainer {
     unsigned char *norm_owner; /* per parameter: this rank counts it in the
                                global gradient norm (exactly one rank of
                                every replica group does)                   */
-    int hooks_on;           /* the current backward is the step's last     */
+    int hooks_on;           /* the current backward is its chunk's last    */
+    /* Pipeline: this rank's stage of pp, running `chunks` model chunks
+     * (virtual stages chunk * pp + pp_rank). */
+    int pp, pp_rank, chunks;
+    ts_comm *pp_comm;       /* the pipeline group: comm rank = stage       */
+    ts_comm *tie_comm;      /* first and last stage (tied wte), or NULL    */
+    /* Per (micro-batch, chunk): received activations and gradients, the
+     * chunk's output, the gradient sent upstream, and pending sends. */
+    float **act_in, **grad_in, **grad_out;
+    ts_tensor *chunk_out;
+    ts_comm_request **act_req, **grad_req;
+    double compute_s;       /* this step's forward + backward time         */
+    ts_trace *trace;        /* NULL unless [train] trace is set            */
+    const char *trace_path;
     ts_parallel_snapshot *snap;
     int64_t epochs;         /* [data] epochs; 0 = wrap around               */
     ts_model_config mcfg;
@@ -227,6 +241,71 @@ static ts_status trainer_tensor_split(ts_trainer *t, ts_model_shard *shard) {
     return TS_OK;
 }
 
+/* Reads from the plan which virtual stage runs each module (the stage field
+ * the pipeline plugin's transform sets on the parameters), and keeps this
+ * rank's: virtual stage k runs on pipeline rank k % pp as its chunk k / pp
+ * (Megatron-LM's interleaving). */
+static ts_status trainer_pipeline_split(ts_trainer *t, ts_model_shard *shard) {
+    int pp = ts_mesh_axis_size(t->par->mesh, TS_AXIS_PP);
+    int L = t->mcfg.layers, vstage[TS_MODEL_MAX_MODULES], top = -1;
+    if (L + 2 > TS_MODEL_MAX_MODULES)
+        return ts_error(TS_ERR_CONFIG, "[model] layers = %d: at most %d", L, TS_MODEL_MAX_MODULES - 2);
+    for (int i = 0; i < L + 2; i++) {
+        char name[TS_NAME_MAX];
+        if (i == 0)
+            snprintf(name, sizeof name, "wpe");
+        else if (i == L + 1)
+            snprintf(name, sizeof name, "lnf.weight");
+        else
+            snprintf(name, sizeof name, "h.%d.ln1.weight", i - 1);
+        const ts_layout_plan_entry *e = ts_layout_plan_find(&t->plan, name);
+        if (!e) return ts_error(TS_ERR_INTERNAL, "trainer: %s is not in the layout plan", name);
+        vstage[i] = e->stage;
+        if (vstage[i] > top) top = vstage[i];
+    }
+    t->pp = pp;
+    t->pp_rank = ts_parallel_coord(t->par, TS_AXIS_PP);
+    t->chunks = 1;
+    if (top < 0) { /* no stage assigned: one stage */
+        if (pp > 1)
+            return ts_error(TS_ERR_CONFIG, "the pp axis has %d ranks but no plugin assigns the "
+                            "layers to stages", pp);
+        return TS_OK;
+    }
+    int vstages = top + 1;
+    if (vstages % pp != 0)
+        return ts_error(TS_ERR_CONFIG, "%d virtual stages do not divide over pp = %d", vstages, pp);
+    for (int i = 0; i < L + 2; i++)
+        if (vstage[i] < 0 || (i > 0 && vstage[i] < vstage[i - 1]))
+            return ts_error(TS_ERR_CONFIG, "module %d is assigned to stage %d: stages must cover "
+                            "the modules in order", i, vstage[i]);
+    int seen[vstages];
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < L + 2; i++) seen[vstage[i]] = 1;
+    for (int k = 0; k < vstages; k++)
+        if (!seen[k]) return ts_error(TS_ERR_CONFIG, "virtual stage %d has no layer", k);
+    t->chunks = vstages / pp;
+    shard->pp = pp;
+    shard->chunks = t->chunks;
+    for (int i = 0; i < L + 2; i++)
+        shard->module_chunk[i] = vstage[i] % pp == t->pp_rank ? vstage[i] / pp : -1;
+    t->pp_comm = ts_parallel_comm(t->par, "pp");
+    return TS_OK;
+}
+
+/* The embedding group: the first and the last pipeline stage of each
+ * pipeline, which both hold wte (Megatron-LM ties them by summing the two
+ * copies' gradients every step). Collective over the world. */
+static ts_status trainer_tie_comm(ts_trainer *t) {
+    if (t->pp <= 1) return TS_OK;
+    ts_mesh_group g;
+    TS_TRY(ts_mesh_group_of(t->par->mesh, "pp", t->par->rank, &g, NULL, 0));
+    int end = t->pp_rank == 0 || t->pp_rank == t->pp - 1;
+    int color = end ? g.index : g.count + t->par->rank; /* singletons otherwise */
+    TS_TRY(ts_comm_split(t->par->world, color, t->pp_rank, "embedding", &t->tie_comm));
+    return TS_OK;
+}
+
 /* Which module's backward completes each parameter's gradient: the first
  * module (in model order) that reads it, since backward runs in reverse. */
 static ts_status trainer_ready_after(ts_trainer *t) {
@@ -332,6 +411,8 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
     t->reg = reg;
     ts_layout_plan_init(&t->plan);
     t->rank0 = !par || par->rank == 0;
+    t->pp = 1;
+    t->chunks = 1;
     int dp = par ? ts_mesh_axis_size(par->mesh, TS_AXIS_DP) : 1;
     if (par) {
         t->snap = calloc(1, sizeof *t->snap);
@@ -410,6 +491,7 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
             CHECK(ts_error(TS_ERR_CONFIG, "the batch is cut in %d parts but dp has %d ranks",
                            t->parts, dp));
         CHECK(trainer_tensor_split(t, &shard));
+        CHECK(trainer_pipeline_split(t, &shard));
     }
     CHECK(ts_model_create(&t->mcfg, dtype, seed, &shard, &t->model));
     ts_optim_config oc = {
@@ -438,7 +520,36 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
     t->state = (ts_train_state){t->model, t->optim, 0, 0, seed};
     CHECK(trainer_ready_after(t));
     CHECK(trainer_norm_owners(t));
-    CHECK(ts_schedule_default(t->micro_batches, &t->schedule));
+    CHECK(trainer_tie_comm(t));
+    if (ts_plugins_num_schedulers(reg) > 1)
+        CHECK(ts_error(TS_ERR_CONFIG, "%d schedulers are registered; one is expected",
+                       ts_plugins_num_schedulers(reg)));
+    if (ts_plugins_num_schedulers(reg) == 1) {
+        ts_plugin_schedule_args args = {.struct_size = sizeof args, .stages = t->pp ? t->pp : 1,
+                                        .stage = t->pp_rank, .micro_batches = t->micro_batches,
+                                        .chunks = t->chunks};
+        CHECK(ts_plugins_schedule(reg, ts_plugins_scheduler_name(reg, 0), &args, &t->schedule));
+    } else if (t->pp > 1) {
+        CHECK(ts_error(TS_ERR_CONFIG, "pp = %d needs a pipeline schedule; no plugin registers one",
+                       t->pp));
+    } else {
+        CHECK(ts_schedule_default(t->micro_batches, &t->schedule));
+    }
+    size_t slots = (size_t)t->micro_batches * t->chunks;
+    t->act_in = calloc(slots, sizeof *t->act_in);
+    t->grad_in = calloc(slots, sizeof *t->grad_in);
+    t->grad_out = calloc(slots, sizeof *t->grad_out);
+    t->chunk_out = calloc(slots, sizeof *t->chunk_out);
+    t->act_req = calloc(slots, sizeof *t->act_req);
+    t->grad_req = calloc(slots, sizeof *t->grad_req);
+    if (!t->act_in || !t->grad_in || !t->grad_out || !t->chunk_out || !t->act_req || !t->grad_req)
+        CHECK(ts_error(TS_ERR_NOMEM, "trainer: out of memory"));
+    t->trace_path = ts_config_str(cfg, "train", "trace");
+    if (t->trace_path[0]) {
+        CHECK(ts_trace_create(par ? par->rank : 0, 0, &t->trace));
+        if (par) CHECK(ts_trace_sync_epoch(t->trace, par->world));
+        else ts_trace_set_epoch(t->trace, ts_trace_now());
+    }
 
     size_t toks = (size_t)t->micro_batches * t->B * t->T;
     t->tokens = ts_mem_alloc(TS_MEM_OTHER, toks * sizeof(int32_t));
@@ -479,6 +590,20 @@ void ts_trainer_destroy(ts_trainer *t) {
     if (!t) return;
     if (t->metrics) fclose(t->metrics);
     free(t->snap);
+    size_t slots = (size_t)t->micro_batches * (t->chunks > 0 ? t->chunks : 1);
+    for (size_t i = 0; t->act_in && i < slots; i++) {
+        ts_mem_free(t->act_in[i]);
+        ts_mem_free(t->grad_in[i]);
+        ts_mem_free(t->grad_out[i]);
+    }
+    free(t->act_in);
+    free(t->grad_in);
+    free(t->grad_out);
+    free(t->chunk_out);
+    free(t->act_req);
+    free(t->grad_req);
+    ts_comm_free(t->tie_comm);
+    ts_trace_destroy(t->trace);
     free(t->ready_after);
     free(t->norm_owner);
     ts_layout_plan_free(&t->plan);
@@ -607,51 +732,176 @@ static ts_status trainer_load_batch(ts_trainer *t, int64_t *valid) {
     return ts_batch_valid_total(t->batch_comm, n, valid);
 }
 
-ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
-    double t0 = now_seconds();
-    int64_t valid = 0;
-    TS_TRY(trainer_load_batch(t, &valid));
+/* Message tags between pipeline stages: direction (activation or gradient),
+ * the boundary crossed (the lower virtual stage) and the micro-batch. MPI
+ * keeps messages of one tag in order, so the wrap-around is harmless. */
+static int trainer_tag(int grad, int boundary, int mb) {
+    return ((grad * 64 + boundary % 64) * 256) + mb % 256;
+}
+
+/* Completes a pending send (if any). */
+static ts_status trainer_wait(ts_comm_request **req) {
+    if (!*req) return TS_OK;
+    ts_status st = ts_comm_wait(*req);
+    *req = NULL;
+    return st;
+}
+
+/* Runs one action of the schedule. */
+static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, int64_t valid,
+                                const int *last_backward, double *loss_sum) {
     ts_model *m = t->model;
-    ts_model_zero_grad(m);
-    double loss_sum = 0.0, norm = 0.0;
-    float lr = 0.0f;
-    int last_backward = -1;
-    for (int i = 0; i < t->schedule.nactions; i++)
-        if (t->schedule.actions[i].kind == TS_ACT_BACKWARD) last_backward = i;
-    for (int i = 0; i < t->schedule.nactions; i++) {
-        const ts_action *a = &t->schedule.actions[i];
-        ts_step_ctx *c = a->mb >= 0 ? &t->ctx[a->mb] : NULL;
-        switch (a->kind) {
-        case TS_ACT_FORWARD: {
-            size_t off = (size_t)a->mb * t->B * t->T;
-            *c = (ts_step_ctx){.mb = a->mb, .B = t->B, .T = t->T,
-                               .tokens = t->tokens + off, .targets = t->targets + off,
+    int chunk = a->chunk, mb = a->mb;
+    size_t slot = mb >= 0 ? (size_t)mb * t->chunks + chunk : 0;
+    int vstage = chunk * t->pp + t->pp_rank;
+    size_t n = (size_t)t->B * (m->shard.sp ? t->T / m->shard.tp : t->T) * t->mcfg.d_model;
+    int64_t shape[3] = {t->B, m->shard.sp ? t->T / m->shard.tp : t->T, t->mcfg.d_model};
+    ts_step_ctx *c = mb >= 0 ? &t->ctx[mb] : NULL;
+    double t0 = now_seconds();
+    const char *span = NULL, *cat = TS_TRACE_CAT_COMPUTE;
+    ts_status st = TS_OK;
+    switch (a->kind) {
+    case TS_ACT_RECV_ACT:
+        t->act_in[slot] = ts_mem_alloc(TS_MEM_ACTS, n * sizeof(float));
+        if (!t->act_in[slot]) return TS_ERR_NOMEM;
+        st = ts_comm_recv(t->pp_comm, t->act_in[slot], n, TS_F32, a->peer,
+                          trainer_tag(0, vstage - 1, mb));
+        span = "recv";
+        cat = TS_TRACE_CAT_P2P;
+        break;
+    case TS_ACT_FORWARD: {
+        if (c->B == 0) { /* the micro-batch's first forward on this rank */
+            size_t off = (size_t)mb * t->B * t->T;
+            *c = (ts_step_ctx){.mb = mb, .B = t->B, .T = t->T, .tokens = t->tokens + off,
+                               .targets = t->targets + off,
                                .dloss = valid > 0 ? 1.0f / (float)valid : 0.0f,
                                .module_done = trainer_module_done, .module_done_user = t};
-            TS_TRY(trainer_hook(t, TS_HOOK_BEFORE_FORWARD, a->mb, NULL));
-            TS_TRY(ts_model_forward(m, c));
-            loss_sum += c->loss_sum;
-            break;
+            st = trainer_hook(t, TS_HOOK_BEFORE_FORWARD, mb, NULL);
         }
-        case TS_ACT_BACKWARD:
-            t->hooks_on = i == last_backward;
-            TS_TRY(ts_model_backward(m, c));
-            t->hooks_on = 0;
-            TS_TRY(trainer_hook(t, TS_HOOK_AFTER_BACKWARD, a->mb, NULL));
-            break;
-        case TS_ACT_OPTIMIZER_STEP: {
-            TS_TRY(trainer_hook(t, TS_HOOK_BEFORE_OPTIMIZER, -1, NULL));
-            TS_TRY(trainer_grad_norm(t, &norm));
-            float scale = ts_grad_clip_scale(&t->optim->cfg, norm);
-            lr = ts_lr_at(&t->optim->cfg, t->state.step);
-            ts_optimizer_step(t->optim, m, t->state.step, lr, scale);
-            TS_TRY(trainer_hook(t, TS_HOOK_AFTER_OPTIMIZER, -1, NULL));
-            break;
+        ts_tensor x;
+        ts_tensor_view(&x, "act.in", TS_F32, 3, shape, t->act_in[slot], TS_MEM_ACTS);
+        double before = c->loss_sum;
+        if (!st)
+            st = ts_model_forward_chunk(m, c, chunk, ts_model_chunk_first(m, chunk) ? NULL : &x,
+                                        &t->chunk_out[slot]);
+        *loss_sum += c->loss_sum - before;
+        t->compute_s += now_seconds() - t0;
+        span = "forward";
+        break;
+    }
+    case TS_ACT_SEND_ACT:
+        st = ts_comm_send_start(t->pp_comm, t->chunk_out[slot].data, n, TS_F32, a->peer,
+                                trainer_tag(0, vstage, mb), &t->act_req[slot]);
+        span = "send";
+        cat = TS_TRACE_CAT_P2P;
+        break;
+    case TS_ACT_RECV_GRAD:
+        t->grad_in[slot] = ts_mem_alloc(TS_MEM_ACTS, n * sizeof(float));
+        if (!t->grad_in[slot]) return TS_ERR_NOMEM;
+        st = ts_comm_recv(t->pp_comm, t->grad_in[slot], n, TS_F32, a->peer,
+                          trainer_tag(1, vstage, mb));
+        span = "recv";
+        cat = TS_TRACE_CAT_P2P;
+        break;
+    case TS_ACT_BACKWARD: {
+        /* The chunk's output is freed by its backward: its send must be done. */
+        TS_TRY(trainer_wait(&t->act_req[slot]));
+        ts_tensor dy, dx;
+        ts_tensor_view(&dy, "grad.in", TS_F32, 3, shape, t->grad_in[slot], TS_MEM_ACTS);
+        int first = ts_model_chunk_first(m, chunk);
+        if (!first) {
+            t->grad_out[slot] = ts_mem_alloc(TS_MEM_ACTS, n * sizeof(float));
+            if (!t->grad_out[slot]) return TS_ERR_NOMEM;
         }
-        default:
-            return ts_error(TS_ERR_INTERNAL, "trainer: action %d needs a pipeline plugin",
-                            (int)a->kind);
+        ts_tensor_view(&dx, "grad.out", TS_F32, 3, shape, t->grad_out[slot], TS_MEM_ACTS);
+        t->hooks_on = index == last_backward[chunk];
+        st = ts_model_backward_chunk(m, c, chunk, ts_model_chunk_last(m, chunk) ? NULL : &dy,
+                                     first ? NULL : &dx);
+        t->hooks_on = 0;
+        ts_mem_free(t->grad_in[slot]);
+        ts_mem_free(t->act_in[slot]);
+        t->grad_in[slot] = t->act_in[slot] = NULL;
+        if (!st) st = trainer_hook(t, TS_HOOK_AFTER_BACKWARD, mb, NULL);
+        t->compute_s += now_seconds() - t0;
+        span = "backward";
+        break;
+    }
+    case TS_ACT_SEND_GRAD:
+        st = ts_comm_send_start(t->pp_comm, t->grad_out[slot], n, TS_F32, a->peer,
+                                trainer_tag(1, vstage - 1, mb), &t->grad_req[slot]);
+        span = "send";
+        cat = TS_TRACE_CAT_P2P;
+        break;
+    case TS_ACT_OPTIMIZER_STEP:
+        return TS_OK; /* run by the caller */
+    }
+    if (span) {
+        double t1 = now_seconds();
+        ts_trace_span(t->trace, span, cat, t0, t1, mb, t->pp_rank, chunk);
+    }
+    return st;
+}
+
+/* The optimizer step: finishes the plugins' gradient reductions, ties the
+ * two copies of wte across the first and last pipeline stage, clips by the
+ * global norm and updates. */
+static ts_status trainer_optimizer_step(ts_trainer *t, double *norm, float *lr) {
+    ts_model *m = t->model;
+    double t0 = now_seconds();
+    TS_TRY(trainer_hook(t, TS_HOOK_BEFORE_OPTIMIZER, -1, NULL));
+    if (m->tied_split) {
+        ts_param *wte = ts_model_param(m, "wte");
+        TS_TRY(ts_comm_all_reduce(t->tie_comm, wte->grad.data, wte->grad.data,
+                                  (size_t)ts_tensor_numel(&wte->grad), TS_F32, TS_REDUCE_SUM));
+    }
+    double t1 = now_seconds();
+    ts_trace_span(t->trace, "grad_sync", TS_TRACE_CAT_COLLECTIVE, t0, t1, -1, t->pp_rank, -1);
+    TS_TRY(trainer_grad_norm(t, norm));
+    float scale = ts_grad_clip_scale(&t->optim->cfg, *norm);
+    *lr = ts_lr_at(&t->optim->cfg, t->state.step);
+    ts_optimizer_step(t->optim, m, t->state.step, *lr, scale);
+    TS_TRY(trainer_hook(t, TS_HOOK_AFTER_OPTIMIZER, -1, NULL));
+    ts_trace_span(t->trace, "optimizer_step", TS_TRACE_CAT_COMPUTE, t1, now_seconds(), -1,
+                  t->pp_rank, -1);
+    return TS_OK;
+}
+
+ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
+    double t0 = now_seconds();
+    ts_trace_set_step(t->trace, t->state.step + 1);
+    int64_t valid = 0;
+    TS_TRY(trainer_load_batch(t, &valid));
+    ts_model_zero_grad(t->model);
+    memset(t->ctx, 0, (size_t)t->micro_batches * sizeof *t->ctx);
+    t->compute_s = 0.0;
+    double loss_sum = 0.0, norm = 0.0;
+    float lr = 0.0f;
+    /* A chunk's gradients are complete after its last backward. */
+    int last_backward[t->chunks];
+    for (int k = 0; k < t->chunks; k++) last_backward[k] = -1;
+    for (int i = 0; i < t->schedule.nactions; i++)
+        if (t->schedule.actions[i].kind == TS_ACT_BACKWARD)
+            last_backward[t->schedule.actions[i].chunk] = i;
+    for (int i = 0; i < t->schedule.nactions; i++) {
+        const ts_action *a = &t->schedule.actions[i];
+        if (a->kind == TS_ACT_OPTIMIZER_STEP) {
+            /* Every gradient sent upstream has left before its buffer goes. */
+            size_t slots = (size_t)t->micro_batches * t->chunks;
+            for (size_t k = 0; k < slots; k++) {
+                TS_TRY(trainer_wait(&t->grad_req[k]));
+                ts_mem_free(t->grad_out[k]);
+                t->grad_out[k] = NULL;
+            }
+            TS_TRY(trainer_optimizer_step(t, &norm, &lr));
+        } else {
+            TS_TRY(trainer_action(t, a, i, valid, last_backward, &loss_sum));
         }
+    }
+    /* The loss lives on the last stage and on every part of the batch. */
+    if (t->pp_comm && ts_comm_size(t->pp_comm) > 1) {
+        float local = (float)loss_sum, sum = 0.0f;
+        TS_TRY(ts_comm_all_reduce(t->pp_comm, &local, &sum, 1, TS_F32, TS_REDUCE_SUM));
+        loss_sum = sum;
     }
     if (t->batch_comm && ts_comm_size(t->batch_comm) > 1) {
         float local = (float)loss_sum, sum = 0.0f;
@@ -661,12 +911,14 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
     t->state.step++;
     t->state.data_cursor += t->global_batch;
     double dt = now_seconds() - t0;
+    ts_trace_span(t->trace, "step", TS_TRACE_CAT_STEP, t0, t0 + dt, -1, t->pp_rank, -1);
     stats->step = t->state.step;
     stats->loss = valid > 0 ? loss_sum / (double)valid : 0.0;
     stats->lr = lr;
     stats->grad_norm = norm;
     stats->step_ms = 1e3 * dt;
     stats->tokens_per_s = (double)t->global_batch * t->T / dt;
+    stats->bubble = dt > 0 ? 1.0 - t->compute_s / dt : 0.0;
     if (!isfinite(stats->loss))
         return ts_error(TS_ERR_INVALID, "step %lld: the loss is %g; stopping",
                         (long long)stats->step, stats->loss);
@@ -675,7 +927,23 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
 
 static void trainer_print_header(ts_trainer *t);
 
-static ts_status trainer_write_metrics(ts_trainer *t, const ts_step_stats *s) {
+/* Per pipeline stage: the measured bubble of the step and the activation
+ * peak so far (KiB), gathered over the pipeline group (collective). */
+static ts_status trainer_stage_stats(ts_trainer *t, const ts_step_stats *s, float *bubble,
+                                     int32_t *peak_kib) {
+    float b = (float)s->bubble;
+    int32_t k = (int32_t)(ts_mem_stats(TS_MEM_ACTS).peak / 1024);
+    if (!t->pp_comm || t->pp == 1) {
+        bubble[0] = b;
+        peak_kib[0] = k;
+        return TS_OK;
+    }
+    TS_TRY(ts_comm_all_gather(t->pp_comm, &b, bubble, 1, TS_F32));
+    return ts_comm_all_gather(t->pp_comm, &k, peak_kib, 1, TS_I32);
+}
+
+static ts_status trainer_write_metrics(ts_trainer *t, const ts_step_stats *s, const float *bubble,
+                                       const int32_t *peak_kib) {
     FILE *f = t->metrics;
     ts_mem_counter total = ts_mem_stats(TS_MEM_NCAT);
     fprintf(f, "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.9g,\"grad_norm\":%.9g,"
@@ -696,7 +964,11 @@ static ts_status trainer_write_metrics(ts_trainer *t, const ts_step_stats *s) {
         fputs("{}", f);
     }
     TS_TRY(ts_plugins_metrics_json(t->reg, buf, sizeof buf));
-    fprintf(f, ",\"plugins\":%s}\n", buf);
+    fprintf(f, ",\"plugins\":%s,\"pipeline\":{\"stages\":%d,\"bubble\":[", buf, t->pp);
+    for (int k = 0; k < t->pp; k++) fprintf(f, "%s%.4f", k ? "," : "", (double)bubble[k]);
+    fprintf(f, "],\"activation_peak_bytes\":[");
+    for (int k = 0; k < t->pp; k++) fprintf(f, "%s%lld", k ? "," : "", 1024LL * peak_kib[k]);
+    fprintf(f, "]}}\n");
     fflush(f);
     return TS_OK;
 }
@@ -724,7 +996,10 @@ ts_status ts_trainer_run(ts_trainer *t) {
                    s.tokens_per_s, s.step_ms, (double)total.peak / (1 << 20));
             fflush(stdout);
         }
-        if (t->metrics) TS_TRY(trainer_write_metrics(t, &s));
+        float bubble[t->pp];
+        int32_t peak_kib[t->pp];
+        TS_TRY(trainer_stage_stats(t, &s, bubble, peak_kib));
+        if (t->metrics) TS_TRY(trainer_write_metrics(t, &s, bubble, peak_kib));
         if (t->ckpt_dir[0] &&
             ((t->ckpt_every > 0 && s.step % t->ckpt_every == 0) || s.step == t->steps)) {
             char path[4096];
@@ -738,6 +1013,10 @@ ts_status ts_trainer_run(ts_trainer *t) {
     }
     (void)c;
     if (t->par && t->rank0) ts_parallel_report(t->par, stdout);
+    if (t->trace) {
+        TS_TRY(ts_trace_write(t->trace, t->par ? t->par->world : NULL, t->trace_path));
+        if (t->rank0) printf("trace: %s\n", t->trace_path);
+    }
     return TS_OK;
 }
 

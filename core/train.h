@@ -36,6 +36,7 @@ typedef struct ts_step_stats {
     double grad_norm; /* before clipping                                */
     double step_ms;
     double tokens_per_s;
+    double bubble;    /* this rank's idle fraction: 1 - compute / step    */
 } ts_step_stats;
 
 /* Builds everything from cfg (already validated): the model shape (from
