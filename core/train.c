@@ -328,14 +328,19 @@ static ts_status trainer_norm_owners(ts_trainer *t) {
     t->norm_owner = malloc((size_t)m->nparams);
     if (!t->norm_owner) return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
     for (int p = 0; p < m->nparams; p++) {
-        t->norm_owner[p] = 1;
+        /* The LM head's copy of wte equals the embedding's: count one. */
+        t->norm_owner[p] = !m->params[p].tied_copy;
         if (!t->par) continue;
         const ts_layout_plan_entry *e = ts_layout_plan_find(&t->plan, m->params[p].value.name);
         if (!e) return ts_error(TS_ERR_INTERNAL, "trainer: %s is not in the layout plan",
                                 m->params[p].value.name);
         for (int a = 0; a < e->layout.naxes; a++) {
             const ts_layout_axis *ax = &e->layout.axes[a];
-            if (ax->size == 1 || ax->placement.kind == TS_PLACEMENT_SHARD) continue;
+            /* Pipeline ranks hold different parameters (their stage's), not
+             * replicas of the same ones. */
+            if (ax->size == 1 || ax->placement.kind == TS_PLACEMENT_SHARD ||
+                strcmp(ax->name, "pp") == 0)
+                continue;
             ts_mesh_axis axis;
             TS_TRY(ts_mesh_axis_from_name(ax->name, &axis));
             if (ts_parallel_coord(t->par, axis) != 0) t->norm_owner[p] = 0;
@@ -629,13 +634,21 @@ static void trainer_set_master(ts_trainer *t, const float *full) {
 
 /* The unsharded copy of a local f32 array (numel) — the array itself when
  * nothing is cut, else a gather over tp into `scratch` (global_numel). */
+static int trainer_cut(const ts_trainer *t) { return t->model->shard.tp > 1 || t->pp > 1; }
+
 static ts_status trainer_full(ts_trainer *t, const float *local, float *scratch,
                               const float **full) {
-    if (t->model->shard.tp == 1) {
+    if (!trainer_cut(t)) {
         *full = local;
         return TS_OK;
     }
+    /* Each pipeline stage fills its own parameters (gathered over tp) and
+     * zeros elsewhere; a sum over the pipeline group assembles the model. */
+    if (t->pp > 1) memset(scratch, 0, t->model->global_numel * sizeof(float));
     TS_TRY(ts_model_gather(t->model, local, scratch));
+    if (t->pp > 1)
+        TS_TRY(ts_comm_all_reduce(t->pp_comm, scratch, scratch, t->model->global_numel, TS_F32,
+                                  TS_REDUCE_SUM));
     *full = scratch;
     return TS_OK;
 }
@@ -666,7 +679,7 @@ ts_status ts_trainer_load(ts_trainer *t, const char *path) {
  * rank takes part), written by world rank 0. */
 static ts_status trainer_save(ts_trainer *t, char *path, size_t size) {
     ts_model *m = t->model;
-    int cut = m->shard.tp > 1;
+    int cut = trainer_cut(t);
     size_t n = m->global_numel;
     float *buf = cut ? ts_mem_alloc(TS_MEM_OTHER, 3 * n * sizeof(float)) : NULL;
     if (cut && !buf) return TS_ERR_NOMEM;
@@ -682,8 +695,8 @@ static ts_status trainer_save(ts_trainer *t, char *path, size_t size) {
 
 ts_status ts_trainer_export(ts_trainer *t, const char *path) {
     ts_model *m = t->model;
-    float *buf = m->shard.tp > 1 ? ts_mem_alloc(TS_MEM_OTHER, m->global_numel * sizeof(float)) : NULL;
-    if (m->shard.tp > 1 && !buf) return TS_ERR_NOMEM;
+    float *buf = trainer_cut(t) ? ts_mem_alloc(TS_MEM_OTHER, m->global_numel * sizeof(float)) : NULL;
+    if (trainer_cut(t) && !buf) return TS_ERR_NOMEM;
     const float *full;
     ts_status st = trainer_full(t, t->optim->master, buf, &full);
     if (!st && t->rank0) st = ts_llmc_save(path, m, full);
