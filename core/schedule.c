@@ -1,23 +1,45 @@
 /*
- * schedule.c — the default one-stage schedule and schedule printing.
+ * schedule.c — the default one-stage schedule, building and printing
+ * schedules, and the unit-time simulator that checks a pipeline's schedules
+ * and times them (see schedule.h for the model and the conventions).
+ *
+ * The simulator knows no schedule by name: it takes any per-rank lists and
+ * either finds them consistent and deadlock-free, with a timeline and a
+ * bubble, or says which action of which rank is wrong.
  */
 #include "schedule.h"
 
 #include <stdlib.h>
+#include <string.h>
+
+/* --- building and printing --------------------------------------------------- */
+
+ts_status ts_schedule_append(ts_schedule *s, ts_action_kind kind, int mb, int chunk, int peer) {
+    if ((unsigned)kind > TS_ACT_OPTIMIZER_STEP)
+        return ts_error(TS_ERR_INVALID, "schedule: bad action kind %d", (int)kind);
+    int n = s->nactions;
+    if (n == 0 || (n & (n - 1)) == 0) { /* capacity is the next power of two */
+        ts_action *grown = realloc(s->actions, sizeof *grown * (size_t)(n ? 2 * n : 1));
+        if (!grown) return ts_error(TS_ERR_NOMEM, "schedule: out of memory");
+        s->actions = grown;
+    }
+    s->actions[n] = (ts_action){kind, mb, chunk, peer};
+    s->nactions = n + 1;
+    return TS_OK;
+}
 
 ts_status ts_schedule_default(int micro_batches, ts_schedule *out) {
+    *out = (ts_schedule){0, NULL};
     if (micro_batches < 1)
         return ts_error(TS_ERR_INVALID, "schedule: %d micro-batches", micro_batches);
-    out->nactions = 2 * micro_batches + 1;
-    out->actions = calloc((size_t)out->nactions, sizeof *out->actions);
-    if (!out->actions) return ts_error(TS_ERR_NOMEM, "schedule: out of memory");
-    int k = 0;
-    for (int mb = 0; mb < micro_batches; mb++) {
-        out->actions[k++] = (ts_action){TS_ACT_FORWARD, mb, 0, -1};
-        out->actions[k++] = (ts_action){TS_ACT_BACKWARD, mb, 0, -1};
+    ts_status st = TS_OK;
+    for (int mb = 0; mb < micro_batches && !st; mb++) {
+        st = ts_schedule_append(out, TS_ACT_FORWARD, mb, 0, -1);
+        if (!st) st = ts_schedule_append(out, TS_ACT_BACKWARD, mb, 0, -1);
     }
-    out->actions[k] = (ts_action){TS_ACT_OPTIMIZER_STEP, -1, 0, -1};
-    return TS_OK;
+    if (!st) st = ts_schedule_append(out, TS_ACT_OPTIMIZER_STEP, -1, 0, -1);
+    if (st) ts_schedule_free(out);
+    return st;
 }
 
 void ts_schedule_free(ts_schedule *s) {
@@ -36,4 +58,335 @@ void ts_schedule_print(const ts_schedule *s, FILE *f) {
             fprintf(f, "%s%s%d", i ? " " : "", tag[a->kind], a->mb);
     }
     fputc('\n', f);
+}
+
+int ts_schedule_peak_in_flight(const ts_schedule *s) {
+    int now = 0, peak = 0;
+    for (int i = 0; i < s->nactions; i++) {
+        if (s->actions[i].kind == TS_ACT_FORWARD && ++now > peak) peak = now;
+        if (s->actions[i].kind == TS_ACT_BACKWARD) now--;
+    }
+    return peak;
+}
+
+/* --- simulation ---------------------------------------------------------------- */
+
+static const char *sched_act_names[] = {"FORWARD",   "BACKWARD",  "SEND_ACT",      "RECV_ACT",
+                                        "SEND_GRAD", "RECV_GRAD", "OPTIMIZER_STEP"};
+
+/* One transfer: a direction (0 activations, 1 gradients), a virtual-stage
+ * boundary b and a micro-batch. The activation boundary b carries virtual
+ * stage b's output to b+1; the gradient boundary b carries the gradient of
+ * virtual stage b+1's input back to b. */
+typedef struct sched_transfer {
+    int sends, recvs; /* how many list entries name it              */
+    int issued;       /* the send has run in the simulation          */
+    int sent_at;      /* the time it ran                             */
+} sched_transfer;
+
+/* The shape being simulated and its bookkeeping, freed together. */
+typedef struct sched_sim {
+    int p, m, v, fu, bu;
+    const ts_schedule *sch;
+    sched_transfer *tr; /* [2][p*v][m]                                     */
+    char *recvd;        /* [2][p*v][m]: received so far in list order      */
+    char *computed;     /* [2][p*v][m]: forward / backward seen so far     */
+    int *start;         /* per rank, per action: start time (compute only) */
+    int *offset;        /* [p+1] index of each rank's first action         */
+} sched_sim;
+
+static const char *sched_act_name(ts_action_kind k) {
+    return (unsigned)k <= TS_ACT_OPTIMIZER_STEP ? sched_act_names[k] : "?";
+}
+
+static long sched_gcd(long a, long b) {
+    while (b) {
+        long t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static size_t sched_index(const sched_sim *S, int dir, int b, int mb) {
+    return ((size_t)dir * (size_t)(S->p * S->v) + (size_t)b) * (size_t)S->m + (size_t)mb;
+}
+
+/* Error for action i of rank s, with the action spelled out. */
+static ts_status sched_bad_action(int s, int i, const ts_action *a, const char *what) {
+    return ts_error(TS_ERR_INVALID, "schedule: stage %d action %d (%s mb %d chunk %d peer %d): %s",
+                    s, i, sched_act_name(a->kind), a->mb, a->chunk, a->peer, what);
+}
+
+/* The static checks of one rank's list, in list order: fields in range,
+ * peers on the neighbouring virtual stage, each compute once and after the
+ * receive it needs, each send after the compute it carries. */
+static ts_status sched_check_stage(sched_sim *S, int s) {
+    const ts_schedule *l = &S->sch[s];
+    int last = S->p * S->v - 1;
+    char msg[160];
+    for (int i = 0; i < l->nactions; i++) {
+        const ts_action *a = &l->actions[i];
+        if ((unsigned)a->kind > TS_ACT_OPTIMIZER_STEP)
+            return sched_bad_action(s, i, a, "unknown action kind");
+        if (a->kind == TS_ACT_OPTIMIZER_STEP) {
+            if (i != l->nactions - 1)
+                return sched_bad_action(s, i, a, "OPTIMIZER_STEP is not the last action");
+            continue;
+        }
+        if (a->mb < 0 || a->mb >= S->m || a->chunk < 0 || a->chunk >= S->v) {
+            snprintf(msg, sizeof msg, "micro-batch or chunk outside 0..%d, 0..%d", S->m - 1,
+                     S->v - 1);
+            return sched_bad_action(s, i, a, msg);
+        }
+        int vs = a->chunk * S->p + s, dir = 0, b = 0, peer = -1;
+        size_t fwd = sched_index(S, 0, vs, a->mb), bwd = sched_index(S, 1, vs, a->mb);
+        switch (a->kind) {
+        case TS_ACT_FORWARD:
+            if (S->computed[fwd]) return sched_bad_action(s, i, a, "forward computed twice");
+            if (vs > 0 && !S->recvd[sched_index(S, 0, vs - 1, a->mb)])
+                return sched_bad_action(s, i, a, "forward before its RECV_ACT");
+            S->computed[fwd] = 1;
+            continue;
+        case TS_ACT_BACKWARD:
+            if (S->computed[bwd]) return sched_bad_action(s, i, a, "backward computed twice");
+            if (!S->computed[fwd]) return sched_bad_action(s, i, a, "backward before its forward");
+            if (vs < last && !S->recvd[sched_index(S, 1, vs, a->mb)])
+                return sched_bad_action(s, i, a, "backward before its RECV_GRAD");
+            S->computed[bwd] = 1;
+            continue;
+        case TS_ACT_SEND_ACT:
+            if (!S->computed[fwd]) return sched_bad_action(s, i, a, "SEND_ACT before its forward");
+            dir = 0, b = vs, peer = (vs + 1) % S->p;
+            break;
+        case TS_ACT_RECV_ACT: dir = 0, b = vs - 1, peer = (vs - 1 + S->p) % S->p; break;
+        case TS_ACT_SEND_GRAD:
+            if (!S->computed[bwd])
+                return sched_bad_action(s, i, a, "SEND_GRAD before its backward");
+            dir = 1, b = vs - 1, peer = (vs - 1 + S->p) % S->p;
+            break;
+        case TS_ACT_RECV_GRAD: dir = 1, b = vs, peer = (vs + 1) % S->p; break;
+        default: break;
+        }
+        if (b < 0 || b >= last)
+            return sched_bad_action(s, i, a, "no neighbouring virtual stage on that side");
+        if (a->peer != peer) {
+            snprintf(msg, sizeof msg, "the neighbouring virtual stage is on rank %d", peer);
+            return sched_bad_action(s, i, a, msg);
+        }
+        sched_transfer *t = &S->tr[sched_index(S, dir, b, a->mb)];
+        if (a->kind == TS_ACT_RECV_ACT || a->kind == TS_ACT_RECV_GRAD) {
+            t->recvs++;
+            S->recvd[sched_index(S, dir, b, a->mb)] = 1;
+        } else {
+            t->sends++;
+        }
+    }
+    if (l->nactions == 0 || l->actions[l->nactions - 1].kind != TS_ACT_OPTIMIZER_STEP)
+        return ts_error(TS_ERR_INVALID,
+                        "schedule: stage %d: the list does not end with OPTIMIZER_STEP", s);
+    return TS_OK;
+}
+
+/* After all ranks' static checks: everything computed once, and each send
+ * paired with exactly one receive. */
+static ts_status sched_check_all(const sched_sim *S) {
+    int pv = S->p * S->v;
+    for (int dir = 0; dir < 2; dir++)
+        for (int vs = 0; vs < pv; vs++)
+            for (int mb = 0; mb < S->m; mb++) {
+                size_t k = sched_index(S, dir, vs, mb);
+                if (!S->computed[k])
+                    return ts_error(TS_ERR_INVALID,
+                                    "schedule: stage %d chunk %d (virtual stage %d) never "
+                                    "computes the %s of micro-batch %d",
+                                    vs % S->p, vs / S->p, vs, dir ? "backward" : "forward", mb);
+                const sched_transfer *t = &S->tr[k];
+                if (vs == pv - 1 || (t->sends == 1 && t->recvs == 1)) continue;
+                int from = dir ? (vs + 1) % S->p : vs % S->p,
+                    to = dir ? vs % S->p : (vs + 1) % S->p;
+                return ts_error(TS_ERR_INVALID,
+                                "schedule: %s of micro-batch %d from virtual stage %d (rank %d) "
+                                "to %d (rank %d): %d sends, %d receives, want one of each",
+                                dir ? "gradient" : "activation", mb, dir ? vs + 1 : vs, from,
+                                dir ? vs : vs + 1, to, t->sends, t->recvs);
+            }
+    return TS_OK;
+}
+
+/* Runs every rank as far as it can until all are done; fails on a deadlock. */
+static ts_status sched_run(sched_sim *S) {
+    int *pc = calloc((size_t)S->p, sizeof *pc), *clock = calloc((size_t)S->p, sizeof *clock);
+    ts_status st = TS_OK;
+    if (!pc || !clock) {
+        st = ts_error(TS_ERR_NOMEM, "schedule: simulate: out of memory");
+        goto out;
+    }
+    for (;;) {
+        int progress = 0, done = 0;
+        for (int s = 0; s < S->p; s++) {
+            const ts_schedule *l = &S->sch[s];
+            for (; pc[s] < l->nactions; pc[s]++, progress = 1) {
+                const ts_action *a = &l->actions[pc[s]];
+                if (a->kind == TS_ACT_OPTIMIZER_STEP) continue;
+                int vs = a->chunk * S->p + s;
+                sched_transfer *t = NULL;
+                switch (a->kind) {
+                case TS_ACT_SEND_ACT:
+                case TS_ACT_RECV_GRAD:
+                    t = &S->tr[sched_index(S, a->kind == TS_ACT_RECV_GRAD, vs, a->mb)];
+                    break;
+                case TS_ACT_RECV_ACT:
+                case TS_ACT_SEND_GRAD:
+                    t = &S->tr[sched_index(S, a->kind == TS_ACT_SEND_GRAD, vs - 1, a->mb)];
+                    break;
+                default: break;
+                }
+                if (a->kind == TS_ACT_FORWARD || a->kind == TS_ACT_BACKWARD) {
+                    S->start[S->offset[s] + pc[s]] = clock[s];
+                    clock[s] += a->kind == TS_ACT_FORWARD ? S->fu : S->bu;
+                } else if (a->kind == TS_ACT_SEND_ACT || a->kind == TS_ACT_SEND_GRAD) {
+                    t->issued = 1;
+                    t->sent_at = clock[s];
+                } else if (!t->issued) {
+                    break; /* a receive whose send has not run yet */
+                } else if (t->sent_at > clock[s]) {
+                    clock[s] = t->sent_at;
+                }
+            }
+            done += pc[s] == l->nactions;
+        }
+        if (done == S->p) break;
+        if (progress) continue;
+        char msg[1024];
+        int n = snprintf(msg, sizeof msg, "schedule: the schedule deadlocks:");
+        for (int s = 0; s < S->p && n < (int)sizeof msg; s++) {
+            if (pc[s] == S->sch[s].nactions) continue;
+            const ts_action *a = &S->sch[s].actions[pc[s]];
+            n += snprintf(msg + n, sizeof msg - (size_t)n,
+                          " stage %d waits at action %d (%s mb %d chunk %d from rank %d, t=%d);", s,
+                          pc[s], sched_act_name(a->kind), a->mb, a->chunk, a->peer, clock[s]);
+        }
+        st = ts_error(TS_ERR_INVALID, "%s", msg);
+        break;
+    }
+out:
+    free(pc);
+    free(clock);
+    return st;
+}
+
+/* Fills the result's timeline, in-flight peaks and bubble from S->start. */
+static ts_status sched_fill(const sched_sim *S, ts_schedule_sim *r) {
+    r->makespan = 0;
+    r->busy = 0;
+    for (int s = 0; s < S->p; s++)
+        for (int i = 0; i < S->sch[s].nactions; i++) {
+            const ts_action *a = &S->sch[s].actions[i];
+            if (a->kind != TS_ACT_FORWARD && a->kind != TS_ACT_BACKWARD) continue;
+            int dur = a->kind == TS_ACT_FORWARD ? S->fu : S->bu;
+            int end = S->start[S->offset[s] + i] + dur;
+            if (end > r->makespan) r->makespan = end;
+            r->busy += dur;
+        }
+    r->slots = malloc(sizeof *r->slots * ((size_t)S->p * (size_t)r->makespan + 1));
+    r->peak_in_flight = malloc(sizeof *r->peak_in_flight * (size_t)S->p);
+    if (!r->slots || !r->peak_in_flight)
+        return ts_error(TS_ERR_NOMEM, "schedule: simulate: out of memory");
+    for (long k = 0; k < (long)S->p * r->makespan; k++)
+        r->slots[k] = (ts_schedule_slot){'.', -1, -1};
+    for (int s = 0; s < S->p; s++) {
+        r->peak_in_flight[s] = ts_schedule_peak_in_flight(&S->sch[s]);
+        for (int i = 0; i < S->sch[s].nactions; i++) {
+            const ts_action *a = &S->sch[s].actions[i];
+            if (a->kind != TS_ACT_FORWARD && a->kind != TS_ACT_BACKWARD) continue;
+            int t0 = S->start[S->offset[s] + i], dur = a->kind == TS_ACT_FORWARD ? S->fu : S->bu;
+            for (int t = t0; t < t0 + dur; t++)
+                r->slots[(size_t)s * (size_t)r->makespan + (size_t)t] =
+                    (ts_schedule_slot){a->kind == TS_ACT_FORWARD ? 'F' : 'B', a->mb, a->chunk};
+        }
+    }
+    r->bubble_den = (long)S->p * r->makespan;
+    r->bubble_num = r->bubble_den - r->busy;
+    long g = sched_gcd(r->bubble_num, r->bubble_den);
+    if (g > 1) r->bubble_num /= g, r->bubble_den /= g;
+    return TS_OK;
+}
+
+ts_status ts_schedule_simulate(int stages, const ts_schedule *per_stage, int micro_batches,
+                               int chunks, int f_units, int b_units, ts_schedule_sim *out) {
+    memset(out, 0, sizeof *out);
+    if (stages < 1 || micro_batches < 1 || chunks < 1 || f_units < 1 || b_units < 1 || !per_stage)
+        return ts_error(TS_ERR_INVALID,
+                        "schedule: simulate: stages=%d micro_batches=%d chunks=%d f_units=%d "
+                        "b_units=%d, all must be at least 1",
+                        stages, micro_batches, chunks, f_units, b_units);
+    sched_sim S = {stages, micro_batches, chunks, f_units, b_units, per_stage, 0, 0, 0, 0, 0};
+    size_t cells = 2 * (size_t)stages * (size_t)chunks * (size_t)micro_batches;
+    size_t nall = 0;
+    for (int s = 0; s < stages; s++)
+        nall += (size_t)per_stage[s].nactions;
+    S.tr = calloc(cells, sizeof *S.tr);
+    S.recvd = calloc(cells, 1);
+    S.computed = calloc(cells, 1);
+    S.start = calloc(nall + 1, sizeof *S.start);
+    S.offset = calloc((size_t)stages + 1, sizeof *S.offset);
+    ts_status st = TS_OK;
+    if (!S.tr || !S.recvd || !S.computed || !S.start || !S.offset)
+        st = ts_error(TS_ERR_NOMEM, "schedule: simulate: out of memory");
+    for (int s = 0; !st && s < stages; s++)
+        S.offset[s + 1] = S.offset[s] + per_stage[s].nactions;
+    for (int s = 0; !st && s < stages; s++)
+        st = sched_check_stage(&S, s);
+    if (!st) st = sched_check_all(&S);
+    if (!st) st = sched_run(&S);
+    if (!st) {
+        *out = (ts_schedule_sim){stages, micro_batches, chunks, f_units, b_units, 0,
+                                 NULL,   NULL,          0,      0,       1};
+        st = sched_fill(&S, out);
+    }
+    if (st) ts_schedule_sim_free(out);
+    free(S.tr);
+    free(S.recvd);
+    free(S.computed);
+    free(S.start);
+    free(S.offset);
+    return st;
+}
+
+void ts_schedule_sim_free(ts_schedule_sim *sim) {
+    free(sim->slots);
+    free(sim->peak_in_flight);
+    memset(sim, 0, sizeof *sim);
+}
+
+static int sched_digits(int x) {
+    int d = 1;
+    while (x >= 10)
+        x /= 10, d++;
+    return d;
+}
+
+void ts_schedule_timeline_print(const ts_schedule_sim *r, FILE *f) {
+    int width = 1 + sched_digits(r->micro_batches - 1) + (r->chunks > 1);
+    int rank_width = sched_digits(r->stages - 1);
+    for (int s = 0; s < r->stages; s++) {
+        fprintf(f, "rank %*d |", rank_width, s);
+        for (int t = 0; t < r->makespan; t++) {
+            const ts_schedule_slot *c = &r->slots[(size_t)s * (size_t)r->makespan + (size_t)t];
+            char cell[32];
+            if (c->op == '.')
+                snprintf(cell, sizeof cell, ".");
+            else if (r->chunks > 1)
+                snprintf(cell, sizeof cell, "%c%d%c", c->op, c->mb,
+                         c->chunk < 26 ? 'a' + c->chunk : '+');
+            else
+                snprintf(cell, sizeof cell, "%c%d", c->op, c->mb);
+            fprintf(f, " %-*s", t + 1 < r->makespan ? width : 0, cell);
+        }
+        fputc('\n', f);
+    }
+    fprintf(f, "bubble %ld/%ld = %.3f (makespan %d units; F = %d, B = %d)\n", r->bubble_num,
+            r->bubble_den, r->bubble_den ? (double)r->bubble_num / (double)r->bubble_den : 0.0,
+            r->makespan, r->f_units, r->b_units);
 }

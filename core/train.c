@@ -314,7 +314,7 @@ static ts_status trainer_ready_after(ts_trainer *t) {
     if (!t->ready_after) return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
     for (int p = 0; p < m->nparams; p++) t->ready_after[p] = -1;
     for (int i = m->nmodules - 1; i >= 0; i--)
-        for (int k = 0; k < m->modules[i]->nparams; k++)
+        for (int k = 0; m->modules[i] && k < m->modules[i]->nparams; k++)
             t->ready_after[m->modules[i]->param_index[k]] = i;
     return TS_OK;
 }

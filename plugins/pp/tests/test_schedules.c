@@ -1,8 +1,9 @@
 /*
- * test_schedules.c — properties of the pp plugin's schedules, checked on the
- * action lists and under the unit-time simulator, without a model or MPI.
+ * test_schedules.c — properties of the pp plugin's schedules (the generators
+ * of plugins/pp/schedules.c), checked on the action lists and under the
+ * core's unit-time simulator (core/schedule.c), without a model or MPI.
  *
- * Usage: test_schedules <property>  (one ctest each, see schedules.cmake),
+ * Usage: test_schedules <property>  (one ctest each, see pp_tests.cmake),
  *        test_schedules             (all of them).
  * The sweep: p in {1,2,3,4,8}; m in {1..16, 32} for GPipe and 1F1B; v in
  * {2,3} and m in {p, 2p, ..} up to 32 for interleaved.
@@ -11,7 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "schedules.h"
+#include "schedule.h"  /* ts_schedule, ts_schedule_simulate: the core's */
+#include "schedules.h" /* the generators under test                   */
+
+_Static_assert(TS_PLUGIN_ACT_FORWARD == TS_ACT_FORWARD &&
+                   TS_PLUGIN_ACT_SEND_ACT == TS_ACT_SEND_ACT &&
+                   TS_PLUGIN_ACT_RECV_GRAD == TS_ACT_RECV_GRAD &&
+                   TS_PLUGIN_ACT_OPTIMIZER_STEP == TS_ACT_OPTIMIZER_STEP,
+               "the generators emit the core's action kinds");
 
 static int failures;
 
@@ -41,11 +49,31 @@ static const char *pipeline_name(const pipeline *pl) {
     return name;
 }
 
+/* The generators' callback, appending to a ts_schedule. */
+static ts_status append_to_schedule(void *user, int kind, int mb, int chunk, int peer) {
+    return ts_schedule_append(user, (ts_action_kind)kind, mb, chunk, peer);
+}
+
+/* One rank's list; on failure `out` is empty and the reason in `why`. */
+static ts_status schedule_build(pp_schedule_kind kind, int p, int s, int m, int v, ts_schedule *out,
+                                char *why, size_t why_size) {
+    *out = (ts_schedule){0, NULL};
+    snprintf(why, why_size, "%s", "");
+    if (pp_schedule_check(kind, p, s, m, v, why, why_size)) return TS_ERR_CONFIG;
+    ts_status st = pp_schedule_emit(kind, p, s, m, v, append_to_schedule, out);
+    if (st) {
+        snprintf(why, why_size, "%s", ts_last_error());
+        ts_schedule_free(out);
+    }
+    return st;
+}
+
 static int pipeline_build(pipeline *pl, pp_schedule_kind kind, int p, int m, int v) {
     *pl = (pipeline){.kind = kind, .p = p, .m = m, .v = kind == PP_SCHEDULE_INTERLEAVED ? v : 1};
     for (int s = 0; s < p; s++) {
-        ts_status st = pp_schedule_build(kind, p, s, m, v, &pl->s[s]);
-        CHECK(st == TS_OK, "%s stage %d: %s", pipeline_name(pl), s, ts_last_error());
+        char why[256];
+        ts_status st = schedule_build(kind, p, s, m, v, &pl->s[s], why, sizeof why);
+        CHECK(st == TS_OK, "%s stage %d: %s", pipeline_name(pl), s, why);
         if (st) return 1;
     }
     return 0;
@@ -229,16 +257,16 @@ static void test_compute_wrapped_in_transfers(void) {
 /* --- no schedule deadlocks --------------------------------------------------- */
 
 static void check_no_deadlock(const pipeline *pl) {
-    pp_sim_result r;
-    ts_status st = pp_simulate(pl->p, pl->s, pl->m, pl->v, &r);
+    ts_schedule_sim r;
+    ts_status st = ts_schedule_simulate(pl->p, pl->s, pl->m, pl->v, 1, 1, &r);
     CHECK(st == TS_OK, "%s: %s", pipeline_name(pl), ts_last_error());
     if (st) return;
     CHECK(r.busy == 2L * pl->p * pl->m * pl->v, "%s: busy %ld", pipeline_name(pl), r.busy);
-    pp_sim_result_free(&r);
+    ts_schedule_sim_free(&r);
     /* a backward taking twice as long does not change the order of events */
-    st = pp_simulate_timed(pl->p, pl->s, pl->m, pl->v, 1, 2, &r);
+    st = ts_schedule_simulate(pl->p, pl->s, pl->m, pl->v, 1, 2, &r);
     CHECK(st == TS_OK, "%s, B = 2: %s", pipeline_name(pl), ts_last_error());
-    if (!st) pp_sim_result_free(&r);
+    if (!st) ts_schedule_sim_free(&r);
 }
 
 static void test_no_deadlock(void) {
@@ -252,12 +280,12 @@ static long gcd(long a, long b) {
 }
 
 static int simulated_bubble(const pipeline *pl, int b_units, long *num, long *den) {
-    pp_sim_result r;
-    ts_status st = pp_simulate_timed(pl->p, pl->s, pl->m, pl->v, 1, b_units, &r);
+    ts_schedule_sim r;
+    ts_status st = ts_schedule_simulate(pl->p, pl->s, pl->m, pl->v, 1, b_units, &r);
     CHECK(st == TS_OK, "%s: %s", pipeline_name(pl), ts_last_error());
     if (st) return 1;
     *num = r.bubble_num, *den = r.bubble_den;
-    pp_sim_result_free(&r);
+    ts_schedule_sim_free(&r);
     return 0;
 }
 
@@ -341,8 +369,8 @@ static void test_bubble_interleaved(void) {
 
 static void check_in_flight(const pipeline *pl) {
     if (pl->kind == PP_SCHEDULE_INTERLEAVED) return;
-    pp_sim_result r;
-    if (pp_simulate(pl->p, pl->s, pl->m, pl->v, &r)) {
+    ts_schedule_sim r;
+    if (ts_schedule_simulate(pl->p, pl->s, pl->m, pl->v, 1, 1, &r)) {
         CHECK(0, "%s: %s", pipeline_name(pl), ts_last_error());
         return;
     }
@@ -356,7 +384,7 @@ static void check_in_flight(const pipeline *pl) {
         else
             CHECK(got == pl->m, "%s stage %d: %d in flight, want m", pipeline_name(pl), s, got);
     }
-    pp_sim_result_free(&r);
+    ts_schedule_sim_free(&r);
 }
 
 static void test_in_flight(void) {
@@ -374,7 +402,7 @@ static void check_interleaved_warmup(const pipeline *pl) {
     for (int s = 0; s < pl->p; s++) {
         int want = (pl->p - s - 1) * 2 + (pl->v - 1) * pl->p + 1;
         if (want > pl->m * pl->v) want = pl->m * pl->v;
-        int got = pp_schedule_peak_in_flight(&pl->s[s]);
+        int got = ts_schedule_peak_in_flight(&pl->s[s]);
         CHECK(got == want, "%s stage %d: %d in flight, want %d", pipeline_name(pl), s, got, want);
     }
 }
@@ -385,28 +413,56 @@ static void test_interleaved_warmup(void) {
 
 /* --- invalid arguments ------------------------------------------------------- */
 
-static void expect_config_error(ts_status st, const ts_schedule *out, const char *want) {
-    CHECK(st == TS_ERR_CONFIG, "status %d, want TS_ERR_CONFIG (%s)", (int)st, want);
-    CHECK(strstr(ts_last_error(), want) != NULL, "message '%s' lacks '%s'", ts_last_error(), want);
-    if (out) CHECK(out->nactions == 0 && out->actions == NULL, "output not empty (%s)", want);
+/* Refused by pp_schedule_check with `want` in the reason, and by
+ * pp_schedule_emit with TS_ERR_CONFIG before anything is emitted. */
+static void expect_refused(pp_schedule_kind kind, int p, int s, int m, int v, const char *want) {
+    char why[256] = "";
+    CHECK(pp_schedule_check(kind, p, s, m, v, why, sizeof why) != 0, "accepted (%s)", want);
+    CHECK(strstr(why, want) != NULL, "reason '%s' lacks '%s'", why, want);
+    ts_schedule out = {0, NULL};
+    ts_status st = pp_schedule_emit(kind, p, s, m, v, append_to_schedule, &out);
+    CHECK(st == TS_ERR_CONFIG, "emit: status %d, want TS_ERR_CONFIG (%s)", (int)st, want);
+    CHECK(out.nactions == 0, "emit: %d actions emitted (%s)", out.nactions, want);
+    ts_schedule_free(&out);
+}
+
+/* An append that fails at its third call. */
+static ts_status append_fails_third(void *user, int kind, int mb, int chunk, int peer) {
+    (void)kind, (void)mb, (void)chunk, (void)peer;
+    return ++*(int *)user == 3 ? TS_ERR_NOMEM : TS_OK;
 }
 
 static void test_invalid_arguments(void) {
-    ts_schedule out;
-    expect_config_error(pp_schedule_gpipe(4, 0, 0, &out), &out, "micro_batches=0, need at least 1");
-    expect_config_error(pp_schedule_1f1b(0, 0, 8, &out), &out, "stages=0, need at least 1");
-    expect_config_error(pp_schedule_1f1b(4, 4, 8, &out), &out, "stage=4 is outside 0..3");
-    expect_config_error(pp_schedule_gpipe(4, -1, 8, &out), &out, "stage=-1 is outside 0..3");
-    expect_config_error(pp_schedule_interleaved(4, 0, 6, 2, &out), &out,
-                        "interleaved: micro_batches=6 is not divisible by stages=4");
-    expect_config_error(pp_schedule_interleaved(4, 0, 8, 1, &out), &out,
-                        "interleaved: chunks=1 (virtual stages per rank), need at least 2");
-    pp_schedule_kind kind;
-    expect_config_error(pp_schedule_kind_parse("zigzag", &kind), NULL,
-                        "schedule 'zigzag' is not one of gpipe, 1f1b, interleaved");
-    CHECK(pp_schedule_kind_parse("1f1b", &kind) == TS_OK && kind == PP_SCHEDULE_1F1B, "1f1b");
-    char why[128];
+    expect_refused(PP_SCHEDULE_GPIPE, 4, 0, 0, 1, "gpipe: micro_batches=0, need at least 1");
+    expect_refused(PP_SCHEDULE_1F1B, 0, 0, 8, 1, "1f1b: stages=0, need at least 1");
+    expect_refused(PP_SCHEDULE_1F1B, 4, 4, 8, 1, "stage=4 is outside 0..3");
+    expect_refused(PP_SCHEDULE_GPIPE, 4, -1, 8, 1, "stage=-1 is outside 0..3");
+    expect_refused(PP_SCHEDULE_INTERLEAVED, 4, 0, 6, 2,
+                   "interleaved: micro_batches=6 is not divisible by stages=4");
+    expect_refused(PP_SCHEDULE_INTERLEAVED, 4, 0, 8, 1,
+                   "interleaved: chunks=1 (virtual stages per rank), need at least 2");
+    expect_refused((pp_schedule_kind)7, 4, 0, 8, 1, "schedule kind 7 is not gpipe");
+    pp_schedule_kind kind = PP_SCHEDULE_GPIPE;
+    CHECK(pp_schedule_kind_parse("zigzag", &kind) == TS_ERR_CONFIG && kind == PP_SCHEDULE_GPIPE,
+          "zigzag parsed");
+    CHECK(pp_schedule_kind_parse(NULL, &kind) == TS_ERR_CONFIG, "NULL parsed");
+    for (int k = PP_SCHEDULE_GPIPE; k <= PP_SCHEDULE_INTERLEAVED; k++)
+        CHECK(pp_schedule_kind_parse(pp_schedule_kind_name((pp_schedule_kind)k), &kind) == TS_OK &&
+                  kind == (pp_schedule_kind)k,
+              "%s does not parse back", pp_schedule_kind_name((pp_schedule_kind)k));
+    char why[128] = "";
     CHECK(pp_schedule_check(PP_SCHEDULE_1F1B, 2, 1, 3, 0, why, sizeof why) == 0, "valid: %s", why);
+    long num = -1, den = -1;
+    CHECK(pp_bubble_formula(PP_SCHEDULE_INTERLEAVED, 4, 8, 0, &num, &den) == TS_ERR_CONFIG &&
+              num == -1,
+          "bubble with v=0");
+    CHECK(pp_bubble_formula(PP_SCHEDULE_1F1B, 0, 8, 1, &num, &den) == TS_ERR_CONFIG, "p=0");
+    /* a failing append stops the generator with its status */
+    int calls = 0;
+    CHECK(pp_schedule_emit(PP_SCHEDULE_1F1B, 2, 0, 4, 1, append_fails_third, &calls) ==
+                  TS_ERR_NOMEM &&
+              calls == 3,
+          "append failure: %d calls", calls);
 }
 
 /* --- the simulator itself catches broken schedules ---------------------------- */
@@ -415,9 +471,9 @@ static void test_invalid_arguments(void) {
 
 static ts_status simulate_lists(ts_action *l0, int n0, ts_action *l1, int n1) {
     ts_schedule s[2] = {{n0, l0}, {n1, l1}};
-    pp_sim_result r;
-    ts_status st = pp_simulate(2, s, 2, 1, &r);
-    if (!st) pp_sim_result_free(&r);
+    ts_schedule_sim r;
+    ts_status st = ts_schedule_simulate(2, s, 2, 1, 1, 1, &r);
+    if (!st) ts_schedule_sim_free(&r);
     return st;
 }
 
@@ -479,18 +535,19 @@ static void test_simulator_catches_broken_schedules(void) {
 
 static void expect_timeline(pp_schedule_kind kind, int p, int m, int v, const char *want) {
     pipeline pl;
-    pp_sim_result r;
+    ts_schedule_sim r;
     char got[4096] = "";
-    if (pipeline_build(&pl, kind, p, m, v) == 0 && pp_simulate(p, pl.s, m, pl.v, &r) == TS_OK) {
+    if (pipeline_build(&pl, kind, p, m, v) == 0 &&
+        ts_schedule_simulate(p, pl.s, m, pl.v, 1, 1, &r) == TS_OK) {
         FILE *f = tmpfile();
         if (f) {
-            pp_timeline_print(&r, f);
+            ts_schedule_timeline_print(&r, f);
             rewind(f);
             size_t n = fread(got, 1, sizeof got - 1, f);
             got[n] = '\0';
             fclose(f);
         }
-        pp_sim_result_free(&r);
+        ts_schedule_sim_free(&r);
     }
     CHECK(strcmp(got, want) == 0, "%s:\n--- got\n%s--- want\n%s", pipeline_name(&pl), got, want);
     pipeline_free(&pl);
