@@ -17,6 +17,7 @@
 #include "config.h"
 #include "parallel.h"
 #include "plugin.h"
+#include "schedule.h"
 #include "train.h"
 
 static const char *usage_main =
@@ -290,6 +291,29 @@ static ts_status plan_estimate_make(const ts_config *cfg, const ts_mesh *mesh,
     return TS_OK;
 }
 
+/* The pipeline schedule every stage would run, simulated under the
+ * unit-time model: *sim is empty (stages 0) without a registered scheduler. */
+static ts_status plan_pipeline(ts_plugins *reg, const ts_mesh *mesh, const ts_layout_plan *plan,
+                               const ts_train_shape *sh, ts_schedule_sim *sim) {
+    memset(sim, 0, sizeof *sim);
+    if (ts_plugins_num_schedulers(reg) != 1) return TS_OK;
+    int pp = ts_mesh_axis_size(mesh, TS_AXIS_PP), top = -1;
+    for (int i = 0; i < plan->count; i++)
+        if (plan->entries[i].stage > top) top = plan->entries[i].stage;
+    int chunks = top >= 0 ? (top + 1) / pp : 1;
+    ts_schedule per_stage[pp];
+    memset(per_stage, 0, sizeof per_stage);
+    ts_status st = TS_OK;
+    for (int s = 0; s < pp && !st; s++) {
+        ts_plugin_schedule_args args = {.struct_size = sizeof args, .stages = pp, .stage = s,
+                                        .micro_batches = sh->micro_batches, .chunks = chunks};
+        st = ts_plugins_schedule(reg, ts_plugins_scheduler_name(reg, 0), &args, &per_stage[s]);
+    }
+    if (!st) st = ts_schedule_simulate(pp, per_stage, sh->micro_batches, chunks, 1, 1, sim);
+    for (int s = 0; s < pp; s++) ts_schedule_free(&per_stage[s]);
+    return st;
+}
+
 static int cmd_plan(int argc, char **argv) {
     if (wants_help(argc, argv)) {
         fputs(usage_plan, stdout);
@@ -320,6 +344,10 @@ static int cmd_plan(int argc, char **argv) {
     if (!st) st = ts_model_layout_plan(&shape.model, shape.global_batch, shape.T, mesh, &plan);
     if (!st) st = ts_plugins_apply_transforms(reg, &plan);
     if (!st) st = plan_estimate_make(cfg, mesh, &plan, &shape, &est);
+    ts_schedule_sim sim;
+    memset(&sim, 0, sizeof sim);
+    if (!st) st = plan_pipeline(reg, mesh, &plan, &shape, &sim);
+    double bubble = sim.bubble_den ? (double)sim.bubble_num / (double)sim.bubble_den : 0.0;
     if (!st && opts.json) {
         size_t len = ts_mesh_json_format(mesh, NULL, 0);
         char *buf = malloc(len + 1);
@@ -333,7 +361,8 @@ static int cmd_plan(int argc, char **argv) {
                    buf, est.params, est.grads, est.optim, est.acts, est.batch);
             if (est.batch_group)
                 printf("\"%s\":{\"all_reduce\":%zu}", est.batch_group, est.grad_allreduce);
-            printf("},\"bubble\":0}\n");
+            printf("},\"schedule\":\"%s\",\"bubble\":%.6f}\n",
+                   sim.stages ? ts_plugins_scheduler_name(reg, 0) : "default", bubble);
             free(buf);
         }
     } else if (!st) {
@@ -360,9 +389,17 @@ static int cmd_plan(int argc, char **argv) {
                    est.grad_allreduce);
         else
             printf("  none\n");
-        printf("pipeline bubble: 0 (one stage)\n");
+        if (sim.stages) {
+            printf("pipeline schedule %s, %d micro-batches (unit-time model: every forward and "
+                   "backward takes one slot):\n",
+                   ts_plugins_scheduler_name(reg, 0), shape.micro_batches);
+            ts_schedule_timeline_print(&sim, stdout);
+        } else {
+            printf("pipeline bubble: 0 (one stage)\n");
+        }
     }
     ts_layout_plan_free(&plan);
+    ts_schedule_sim_free(&sim);
     int rc = st ? fail(st) : 0;
     ts_mesh_destroy(mesh);
     ts_plugins_destroy(reg);
