@@ -127,20 +127,39 @@ typedef struct ckpt_entry {
 } ckpt_entry;
 _Static_assert(sizeof(ckpt_entry) == 128, "table entries are 128 bytes");
 
-static void ckpt_fill_table(ckpt_entry *tab, const ts_model *m) {
-    memset(tab, 0, sizeof *tab * (size_t)m->nparams);
-    for (int i = 0; i < m->nparams; i++) {
-        const ts_param *p = &m->params[i];
-        snprintf(tab[i].name, sizeof tab[i].name, "%s", p->value.name);
-        tab[i].ndim = p->global_ndim;
-        int64_t n = 1;
-        for (int d = 0; d < p->global_ndim; d++) {
-            tab[i].shape[d] = p->global_shape[d];
-            n *= p->global_shape[d];
-        }
-        tab[i].offset = (int64_t)p->global_offset;
-        tab[i].numel = n;
+/* The table of the unsharded model: every parameter (whichever ranks hold
+ * it), in model order, at its global offset. Returns the count, -1 when out
+ * of memory; with tab NULL only counts. */
+static int ckpt_fill_table(ckpt_entry *tab, const ts_model *m) {
+    int n = ts_model_param_table(&m->cfg, NULL, NULL, NULL);
+    if (!tab) return n;
+    char(*names)[TS_NAME_MAX] = malloc((size_t)n * sizeof *names);
+    int64_t(*shapes)[3] = malloc((size_t)n * sizeof *shapes);
+    int *ndim = malloc((size_t)n * sizeof *ndim);
+    if (!names || !shapes || !ndim || ts_model_param_table(&m->cfg, names, shapes, ndim) != n) {
+        free(names);
+        free(shapes);
+        free(ndim);
+        return -1;
     }
+    memset(tab, 0, sizeof *tab * (size_t)n);
+    int64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(tab[i].name, sizeof tab[i].name, "%s", names[i]);
+        tab[i].ndim = ndim[i];
+        int64_t cnt = 1;
+        for (int d = 0; d < ndim[i]; d++) {
+            tab[i].shape[d] = shapes[i][d];
+            cnt *= shapes[i][d];
+        }
+        tab[i].offset = off;
+        tab[i].numel = cnt;
+        off += cnt;
+    }
+    free(names);
+    free(shapes);
+    free(ndim);
+    return n;
 }
 
 ts_status ts_checkpoint_save(const char *dir, const ts_model *m, const ts_ckpt_meta *meta,
@@ -148,10 +167,13 @@ ts_status ts_checkpoint_save(const char *dir, const ts_model *m, const ts_ckpt_m
                              char *path_out, size_t path_size) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return ts_error(TS_ERR_IO, "checkpoint_dir %s: cannot create: %s", dir, strerror(errno));
-    size_t tab_bytes = sizeof(ckpt_entry) * (size_t)m->nparams;
+    int ntab = ckpt_fill_table(NULL, m);
+    size_t tab_bytes = sizeof(ckpt_entry) * (size_t)ntab;
     ckpt_entry *tab = malloc(tab_bytes);
-    if (!tab) return ts_error(TS_ERR_NOMEM, "checkpoint: out of memory");
-    ckpt_fill_table(tab, m);
+    if (!tab || ckpt_fill_table(tab, m) != ntab) {
+        free(tab);
+        return ts_error(TS_ERR_NOMEM, "checkpoint: out of memory");
+    }
     size_t arr = m->global_numel * sizeof(float);
     ckpt_header h;
     memset(&h, 0, sizeof h);
@@ -168,7 +190,7 @@ ts_status ts_checkpoint_save(const char *dir, const ts_model *m, const ts_ckpt_m
     h.padded_vocab = m->cfg.padded_vocab;
     h.context = m->cfg.context;
     h.param_dtype = (int32_t)m->dtype;
-    h.ntensors = m->nparams;
+    h.ntensors = ntab;
     h.numel = m->global_numel;
     h.payload_bytes = tab_bytes + 3 * arr;
     uint32_t crc = ts_crc32(0, tab, tab_bytes);
@@ -246,7 +268,7 @@ ts_status ts_checkpoint_load(const char *path, const ts_model *m, ts_ckpt_meta *
     const ts_model_config *c = &m->cfg;
     if (h.layers != c->layers || h.d_model != c->d_model || h.heads != c->heads ||
         h.vocab != c->vocab || h.padded_vocab != c->padded_vocab || h.context != c->context ||
-        h.numel != m->global_numel || h.ntensors != m->nparams) {
+        h.numel != m->global_numel || h.ntensors != ckpt_fill_table(NULL, m)) {
         fclose(f);
         return ts_error(TS_ERR_FORMAT,
                         "checkpoint %s: model shape layers=%d d_model=%d heads=%d vocab=%d "
@@ -261,7 +283,8 @@ ts_status ts_checkpoint_load(const char *path, const ts_model *m, ts_ckpt_meta *
         return ts_error(TS_ERR_FORMAT, "checkpoint %s: parameters were %s, the run uses %s",
                         path, ts_dtype_name((ts_dtype)h.param_dtype), ts_dtype_name(m->dtype));
     }
-    size_t tab_bytes = sizeof(ckpt_entry) * (size_t)m->nparams;
+    int ntab = h.ntensors;
+    size_t tab_bytes = sizeof(ckpt_entry) * (size_t)ntab;
     size_t arr = m->global_numel * sizeof(float);
     if (h.payload_bytes != tab_bytes + 3 * arr) {
         fclose(f);
@@ -296,9 +319,10 @@ ts_status ts_checkpoint_load(const char *path, const ts_model *m, ts_ckpt_meta *
         if (crc != h.payload_crc)
             s = ts_error(TS_ERR_FORMAT, "checkpoint %s: payload checksum mismatch (corrupt file)", path);
     }
+    if (!s && ckpt_fill_table(expect, m) != ntab)
+        s = ts_error(TS_ERR_NOMEM, "checkpoint %s: out of memory", path);
     if (!s) {
-        ckpt_fill_table(expect, m);
-        for (int i = 0; i < m->nparams && !s; i++)
+        for (int i = 0; i < ntab && !s; i++)
             if (memcmp(&tab[i], &expect[i], sizeof tab[i]) != 0)
                 s = ts_error(TS_ERR_FORMAT, "checkpoint %s: tensor %d is '%s', expected '%s' "
                              "with the same shape and offset", path, i, tab[i].name, expect[i].name);

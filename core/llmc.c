@@ -30,20 +30,44 @@ static const char *llmc_groups[16] = {
 
 static int llmc_per_layer(int g) { return g >= 2 && g <= 13; }
 
-/* Calls fn for each of our parameters in llm.c's file order. */
-static ts_status llmc_each(const ts_model *m, ts_status (*fn)(const ts_param *p, void *arg),
+/* A parameter of the unsharded model: where it sits in the global flat
+ * layout (whichever ranks hold it). */
+typedef struct llmc_param {
+    const char *name;
+    size_t offset, numel;
+} llmc_param;
+
+/* Calls fn for each parameter of the unsharded model in llm.c's file order. */
+static ts_status llmc_each(const ts_model *m, ts_status (*fn)(const llmc_param *p, void *arg),
                            void *arg) {
-    for (int g = 0; g < 16; g++) {
+    int n = ts_model_param_table(&m->cfg, NULL, NULL, NULL);
+    char(*names)[TS_NAME_MAX] = malloc((size_t)n * sizeof *names);
+    int64_t(*shapes)[3] = malloc((size_t)n * sizeof *shapes);
+    size_t *offs = malloc((size_t)n * sizeof *offs);
+    ts_status st = TS_OK;
+    if (!names || !shapes || !offs || ts_model_param_table(&m->cfg, names, shapes, NULL) != n)
+        st = ts_error(TS_ERR_NOMEM, "llm.c checkpoint: out of memory");
+    size_t off = 0;
+    for (int i = 0; i < n && !st; i++) {
+        offs[i] = off;
+        off += (size_t)(shapes[i][0] * shapes[i][1] * shapes[i][2]);
+    }
+    for (int g = 0; g < 16 && !st; g++) {
         int reps = llmc_per_layer(g) ? m->cfg.layers : 1;
-        for (int l = 0; l < reps; l++) {
+        for (int l = 0; l < reps && !st; l++) {
             char name[TS_NAME_MAX];
             snprintf(name, sizeof name, llmc_groups[g], l);
-            const ts_param *p = ts_model_param((ts_model *)m, name);
-            TS_ASSERT(p != NULL);
-            TS_TRY(fn(p, arg));
+            int k = 0;
+            while (k < n && strcmp(names[k], name) != 0) k++;
+            TS_ASSERT(k < n);
+            llmc_param p = {names[k], offs[k], (size_t)(shapes[k][0] * shapes[k][1] * shapes[k][2])};
+            st = fn(&p, arg);
         }
     }
-    return TS_OK;
+    free(names);
+    free(shapes);
+    free(offs);
+    return st;
 }
 
 static ts_status llmc_header(const char *path, int32_t *h, FILE **fout) {
@@ -87,13 +111,6 @@ ts_status ts_llmc_read_config(const char *path, ts_model_config *cfg) {
     return TS_OK;
 }
 
-/* The unsharded element count of a parameter. */
-static size_t llmc_numel(const ts_param *p) {
-    size_t n = 1;
-    for (int d = 0; d < p->global_ndim; d++) n *= (size_t)p->global_shape[d];
-    return n;
-}
-
 typedef struct llmc_reader {
     FILE *f;
     const char *path;
@@ -101,13 +118,13 @@ typedef struct llmc_reader {
     float *values; /* f32 destination indexed by global offset */
 } llmc_reader;
 
-static ts_status llmc_read_param(const ts_param *p, void *arg) {
+static ts_status llmc_read_param(const llmc_param *p, void *arg) {
     llmc_reader *r = arg;
-    size_t n = llmc_numel(p);
-    float *dst = r->values + p->global_offset;
+    size_t n = p->numel;
+    float *dst = r->values + p->offset;
     if (!r->bf16) {
         if (fread(dst, sizeof(float), n, r->f) != n)
-            return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: truncated in %s", r->path, p->value.name);
+            return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: truncated in %s", r->path, p->name);
         return TS_OK;
     }
     uint16_t *tmp = malloc(n * sizeof *tmp);
@@ -116,7 +133,7 @@ static ts_status llmc_read_param(const ts_param *p, void *arg) {
     if (got == n) ts_cpu_bf16_to_f32(dst, tmp, n);
     free(tmp);
     if (got != n)
-        return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: truncated in %s", r->path, p->value.name);
+        return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: truncated in %s", r->path, p->name);
     return TS_OK;
 }
 
@@ -151,10 +168,10 @@ typedef struct llmc_writer {
     const float *src; /* f32 values indexed by global offset        */
 } llmc_writer;
 
-static ts_status llmc_write_param(const ts_param *p, void *arg) {
+static ts_status llmc_write_param(const llmc_param *p, void *arg) {
     llmc_writer *w = arg;
-    size_t n = llmc_numel(p);
-    memcpy(w->out + w->pos, w->src + p->global_offset, n * sizeof(float));
+    size_t n = p->numel;
+    memcpy(w->out + w->pos, w->src + p->offset, n * sizeof(float));
     w->pos += n;
     return TS_OK;
 }

@@ -6,6 +6,7 @@
 #   TOL    relative tolerance on every step's loss and gradient norm (x10)
 #          and on the final weights
 #   --set  what makes the parallel run parallel (plugins and their keys)
+#   MODE   plain, layers=N (both runs use N layers), or
 #   masked train on text whose spaces are masked targets ([data]
 #          ignore_token = 32), dense in the first half of every batch and
 #          sparse in the second, so ranks hold very different numbers of
@@ -17,6 +18,7 @@ shift 5
 PARALLEL=("$@")
 EXTRA_SET=(--set train.dtype=$DTYPE)
 write_config
+case "$MODE" in layers=*) EXTRA_SET+=(--set model.layers=${MODE#layers=}) ;; esac
 if [ "$MODE" = masked ]; then
     python3 - <<'PY'
 import random

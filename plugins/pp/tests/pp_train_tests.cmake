@@ -1,0 +1,30 @@
+# The pp plugin's training tests (ctest -L pp): equivalence with one rank for
+# every schedule on 2 and 4 stages and for dp x tp x pp = 2 x 2 x 2, the
+# activation memory of 1F1B against GPipe, and the trace of an 8-rank run.
+set(pp_tests ${CMAKE_CURRENT_SOURCE_DIR}/tests)
+set(pp_cli $<TARGET_FILE:tessera_cli> ${PROJECT_SOURCE_DIR})
+set(equiv ${PROJECT_SOURCE_DIR}/tests/cli/equivalence.sh)
+set(pp2 "--set parallel.plugins=pp --set pp.size=2")
+set(pp4 "--set parallel.plugins=pp --set pp.size=4")
+set(il "--set pp.schedule=interleaved --set pp.virtual_stages=2")
+# name | script | arguments after TESSERA SRC (equivalence: NP MICRO DTYPE TOL MODE SETS)
+set(pp_cases
+  "pp_equivalence_pp2_gpipe|${equiv}|2 4 fp32 1e-5 plain ${pp2} --set pp.schedule=gpipe"
+  "pp_equivalence_pp2_1f1b|${equiv}|2 4 fp32 1e-5 plain ${pp2} --set pp.schedule=1f1b"
+  "pp_equivalence_pp2_interleaved|${equiv}|2 4 fp32 1e-5 layers=4 ${pp2} ${il}"
+  "pp_equivalence_pp4_gpipe|${equiv}|4 2 fp32 1e-5 layers=4 ${pp4} --set pp.schedule=gpipe"
+  "pp_equivalence_pp4_1f1b|${equiv}|4 2 fp32 1e-5 layers=4 ${pp4} --set pp.schedule=1f1b"
+  "pp_equivalence_pp4_interleaved|${equiv}|4 2 fp32 1e-5 layers=8 ${pp4} ${il}"
+  "pp_equivalence_dp2_tp2_pp2|${equiv}|8 4 fp32 1e-5 plain --set parallel.plugins=dp,tp,pp --set tp.size=2 --set pp.size=2"
+  "pp_memory_1f1b_bounded_gpipe_grows|${pp_tests}/memory.sh|"
+  "pp_trace_2x2x2_valid_on_all_ranks|${pp_tests}/trace.sh|")
+foreach(entry ${pp_cases})
+  string(REPLACE "|" ";" entry "${entry}")
+  list(GET entry 0 name)
+  list(GET entry 1 script)
+  list(GET entry 2 args)
+  separate_arguments(args)
+  add_test(NAME ${name} COMMAND bash ${script} ${pp_cli} ${args})
+  set_tests_properties(${name} PROPERTIES LABELS pp TIMEOUT 300
+    ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+endforeach()
