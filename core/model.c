@@ -51,6 +51,18 @@ static float *saved_alloc(saved_table *t, int mb, size_t floats, const float *in
 
 static const float *saved_input(const saved_table *t, int mb) { return t->input[mb]; }
 
+static void saved_destroy(saved_table *t);
+static void saved_release(saved_table *t, int mb);
+
+/* Shared by every module kind: their impl starts with the saved_table. */
+static void module_release(ts_module *mod, int mb) { saved_release(mod->impl, mb); }
+
+static void module_destroy(ts_module *mod) {
+    saved_destroy(mod->impl);
+    free(mod->impl);
+    free(mod);
+}
+
 static float *saved_get(saved_table *t, int mb) {
     TS_ASSERT(mb < t->cap && t->slot[mb] != NULL);
     return t->slot[mb];
@@ -213,9 +225,11 @@ static ts_status tp_leave(ts_model *m, float *p, float *out, int B, int T, int C
 /* ---------------------------------------------------------------------------
  * Embedding: out = wte[tokens] + wpe[t], wte cut by vocabulary over tp.
  * ------------------------------------------------------------------------- */
+/* Every module's impl starts with its saved_table, so that releasing and
+ * destroying are shared (module_release, module_destroy). */
 typedef struct embedding_impl {
-    ts_param *wte, *wpe;
     saved_table saved;
+    ts_param *wte, *wpe;
 } embedding_impl;
 
 static ts_status embedding_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor *x,
@@ -266,19 +280,8 @@ static ts_status embedding_backward(ts_module *mod, ts_step_ctx *ctx, const ts_t
     return TS_OK;
 }
 
-static void embedding_destroy(ts_module *mod) {
-    embedding_impl *e = mod->impl;
-    saved_destroy(&e->saved);
-    free(e);
-    free(mod);
-}
-
-static void embedding_release(ts_module *mod, int mb) {
-    saved_release(&((embedding_impl *)mod->impl)->saved, mb);
-}
-
 static const ts_module_ops embedding_ops = {"embedding", embedding_forward, embedding_backward,
-                                            embedding_release, embedding_destroy};
+                                            module_release, module_destroy};
 
 /* ---------------------------------------------------------------------------
  * Transformer block (pre-LN). With tp > 1, QKV and fc are column parallel
@@ -286,9 +289,9 @@ static const ts_module_ops embedding_ops = {"embedding", embedding_forward, embe
  * parallel; Cl = C/tp channels of attention output and heads NH/tp.
  * ------------------------------------------------------------------------- */
 typedef struct block_impl {
+    saved_table saved;
     ts_param *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb;
     ts_param *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
-    saved_table saved;
 } block_impl;
 
 /* The saved activations of one micro-batch, carved from one allocation.
@@ -457,27 +460,16 @@ static ts_status block_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tenso
     return TS_OK;
 }
 
-static void block_destroy(ts_module *mod) {
-    block_impl *b = mod->impl;
-    saved_destroy(&b->saved);
-    free(b);
-    free(mod);
-}
-
-static void block_release(ts_module *mod, int mb) {
-    saved_release(&((block_impl *)mod->impl)->saved, mb);
-}
-
-static const ts_module_ops block_ops = {"block", block_forward, block_backward, block_release,
-                                        block_destroy};
+static const ts_module_ops block_ops = {"block", block_forward, block_backward, module_release,
+                                        module_destroy};
 
 /* ---------------------------------------------------------------------------
  * Head: final LayerNorm, logits = lnf @ wte^T (tied, this rank's vocabulary
  * shard), cross-entropy over the shards.
  * ------------------------------------------------------------------------- */
 typedef struct head_impl {
-    ts_param *lnfw, *lnfb, *wte;
     saved_table saved;
+    ts_param *lnfw, *lnfb, *wte;
 } head_impl;
 
 typedef struct head_acts {
@@ -585,19 +577,8 @@ static ts_status head_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor
     return TS_OK;
 }
 
-static void head_destroy(ts_module *mod) {
-    head_impl *h = mod->impl;
-    saved_destroy(&h->saved);
-    free(h);
-    free(mod);
-}
-
-static void head_release(ts_module *mod, int mb) {
-    saved_release(&((head_impl *)mod->impl)->saved, mb);
-}
-
-static const ts_module_ops head_ops = {"head", head_forward, head_backward, head_release,
-                                       head_destroy};
+static const ts_module_ops head_ops = {"head", head_forward, head_backward, module_release,
+                                       module_destroy};
 
 /* ---------------------------------------------------------------------------
  * Parameters: the registry, one allocation each for values and gradients.

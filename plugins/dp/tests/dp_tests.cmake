@@ -4,7 +4,6 @@ target_link_libraries(test_dp_weighting PRIVATE tessera)
 add_dependencies(test_dp_weighting tessera_plugin_dp)
 
 set(dp_tests ${CMAKE_CURRENT_SOURCE_DIR}/tests)
-set(dp_cli $<TARGET_FILE:tessera_cli> ${PROJECT_SOURCE_DIR})
 # name | script arguments after TESSERA SRC
 set(equiv ${PROJECT_SOURCE_DIR}/tests/cli/equivalence.sh)
 set(dp_on "--set parallel.plugins=dp")
@@ -19,16 +18,7 @@ set(dp_cases
   "dp_equivalence_np2_bf16|${equiv}|2 8 bf16 1e-3 plain ${dp_on}"
   "dp_uneven_data_stops_cleanly|${dp_tests}/uneven_data.sh|"
   "dp_bytes_and_buckets|${dp_tests}/bytes_buckets.sh|")
-foreach(entry ${dp_cases})
-  string(REPLACE "|" ";" entry "${entry}")
-  list(GET entry 0 name)
-  list(GET entry 1 script)
-  list(GET entry 2 args)
-  separate_arguments(args)
-  add_test(NAME ${name} COMMAND bash ${script} ${dp_cli} ${args})
-  set_tests_properties(${name} PROPERTIES LABELS dp TIMEOUT 300
-    ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
-endforeach()
+tessera_script_tests(dp ${dp_cases})
 add_test(NAME dp_loss_weighting_2_5_not_2
   COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np 2 $<TARGET_FILE:test_dp_weighting>)
 set_tests_properties(dp_loss_weighting_2_5_not_2 PROPERTIES LABELS dp TIMEOUT 120

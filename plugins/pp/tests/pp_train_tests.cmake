@@ -2,7 +2,6 @@
 # every schedule on 2 and 4 stages and for dp x tp x pp = 2 x 2 x 2, the
 # activation memory of 1F1B against GPipe, and the trace of an 8-rank run.
 set(pp_tests ${CMAKE_CURRENT_SOURCE_DIR}/tests)
-set(pp_cli $<TARGET_FILE:tessera_cli> ${PROJECT_SOURCE_DIR})
 set(equiv ${PROJECT_SOURCE_DIR}/tests/cli/equivalence.sh)
 set(pp2 "--set parallel.plugins=pp --set pp.size=2")
 set(pp4 "--set parallel.plugins=pp --set pp.size=4")
@@ -18,13 +17,4 @@ set(pp_cases
   "pp_equivalence_dp2_tp2_pp2|${equiv}|8 4 fp32 1e-5 plain --set parallel.plugins=dp,tp,pp --set tp.size=2 --set pp.size=2"
   "pp_memory_1f1b_bounded_gpipe_grows|${pp_tests}/memory.sh|"
   "pp_trace_2x2x2_valid_on_all_ranks|${pp_tests}/trace.sh|")
-foreach(entry ${pp_cases})
-  string(REPLACE "|" ";" entry "${entry}")
-  list(GET entry 0 name)
-  list(GET entry 1 script)
-  list(GET entry 2 args)
-  separate_arguments(args)
-  add_test(NAME ${name} COMMAND bash ${script} ${pp_cli} ${args})
-  set_tests_properties(${name} PROPERTIES LABELS pp TIMEOUT 300
-    ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
-endforeach()
+tessera_script_tests(pp ${pp_cases})

@@ -1,6 +1,5 @@
 # The tp plugin's suite: ctest -L tp.
 set(tp_tests ${CMAKE_CURRENT_SOURCE_DIR}/tests)
-set(tp_cli $<TARGET_FILE:tessera_cli> ${PROJECT_SOURCE_DIR})
 set(equiv ${PROJECT_SOURCE_DIR}/tests/cli/equivalence.sh)
 set(tp2 "--set parallel.plugins=tp --set tp.size=2")
 set(tp4 "--set parallel.plugins=tp --set tp.size=4")
@@ -18,13 +17,4 @@ set(tp_cases
   "tp_equivalence_tp2_bf16|${equiv}|2 16 bf16 1e-3 plain ${tp2} ${sp}"
   "tp_comm_volume_matches_formula|${tp_tests}/comm_volume.sh|"
   "tp_memory_shards_and_sequence_parallel|${tp_tests}/memory.sh|")
-foreach(entry ${tp_cases})
-  string(REPLACE "|" ";" entry "${entry}")
-  list(GET entry 0 name)
-  list(GET entry 1 script)
-  list(GET entry 2 args)
-  separate_arguments(args)
-  add_test(NAME ${name} COMMAND bash ${script} ${tp_cli} ${args})
-  set_tests_properties(${name} PROPERTIES LABELS tp TIMEOUT 300
-    ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
-endforeach()
+tessera_script_tests(tp ${tp_cases})
