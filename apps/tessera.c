@@ -252,7 +252,8 @@ typedef struct plan_estimate {
 
 static ts_status plan_estimate_make(const ts_config *cfg, const ts_mesh *mesh,
                                     const ts_layout_plan *plan, const ts_train_shape *sh,
-                                    plan_estimate *e) {
+                                    const ts_schedule_sim *sim, plan_estimate *e) {
+    int pp = ts_mesh_axis_size(mesh, TS_AXIS_PP);
     memset(e, 0, sizeof *e);
     int bf16 = strcmp(ts_config_str(cfg, "train", "dtype"), "bf16") == 0;
     size_t numel = 0;
@@ -268,6 +269,7 @@ static ts_status plan_estimate_make(const ts_config *cfg, const ts_mesh *mesh,
                 batch_cp |= strcmp(ax->name, "cp") == 0;
             }
         if (en->kind != TS_PLAN_PARAM) continue;
+        if (en->stage >= 0 && en->stage % pp != 0) continue; /* another stage's */
         int64_t shape[TS_MAX_DIMS];
         TS_TRY(ts_layout_local_shape(&en->layout, coords, shape));
         size_t n = 1;
@@ -285,6 +287,31 @@ static ts_status plan_estimate_make(const ts_config *cfg, const ts_mesh *mesh,
     size_t saved = 0, ws = 0;
     ts_model_activation_bytes(&sh->model, &shard, sh->B, sh->T, &saved, &ws);
     e->acts = saved + ws; /* the one-stage schedule holds one micro-batch */
+    if (sim->stages > 1) {
+        /* Rank 0 runs the virtual stages 0, pp, 2pp, ...; it holds the saved
+         * state of as many (micro-batch, chunk) pairs as the schedule keeps in
+         * flight, each at most its largest chunk's (an upper estimate). */
+        int L = sh->model.layers;
+        shard.pp = pp;
+        shard.chunks = sim->chunks;
+        for (int i = 0; i < L + 2; i++) {
+            char name[TS_NAME_MAX];
+            if (i == 0) snprintf(name, sizeof name, "wpe");
+            else if (i == L + 1) snprintf(name, sizeof name, "lnf.weight");
+            else snprintf(name, sizeof name, "h.%d.ln1.weight", i - 1);
+            const ts_layout_plan_entry *en = ts_layout_plan_find((ts_layout_plan *)plan, name);
+            int k = en ? en->stage : 0;
+            shard.module_chunk[i] = k % pp == 0 ? k / pp : -1;
+        }
+        size_t biggest = 0;
+        for (int c = 0; c < sim->chunks; c++) {
+            size_t b = ts_model_chunk_saved_bytes(&sh->model, &shard, sh->B, sh->T, c);
+            if (b > biggest) biggest = b;
+        }
+        size_t hidden = sizeof(float) * sh->B * (shard.sp ? sh->T / shard.tp : sh->T) *
+                        sh->model.d_model; /* one received activation */
+        e->acts = (size_t)sim->peak_in_flight[0] * (biggest + hidden) + ws;
+    }
     e->batch = (size_t)sh->micro_batches * sh->B * sh->T * 2 * sizeof(int32_t);
     e->batch_group = batch_dp && batch_cp ? "dp-cp" : batch_dp ? "dp" : batch_cp ? "cp" : NULL;
     if (e->batch_group) e->grad_allreduce = numel * 4;
@@ -343,10 +370,10 @@ static int cmd_plan(int argc, char **argv) {
     if (!st) st = ts_train_shape_resolve(cfg, ts_mesh_axis_size(mesh, TS_AXIS_DP), &shape);
     if (!st) st = ts_model_layout_plan(&shape.model, shape.global_batch, shape.T, mesh, &plan);
     if (!st) st = ts_plugins_apply_transforms(reg, &plan);
-    if (!st) st = plan_estimate_make(cfg, mesh, &plan, &shape, &est);
     ts_schedule_sim sim;
     memset(&sim, 0, sizeof sim);
     if (!st) st = plan_pipeline(reg, mesh, &plan, &shape, &sim);
+    if (!st) st = plan_estimate_make(cfg, mesh, &plan, &shape, &sim, &est);
     double bubble = sim.bubble_den ? (double)sim.bubble_num / (double)sim.bubble_den : 0.0;
     if (!st && opts.json) {
         size_t len = ts_mesh_json_format(mesh, NULL, 0);
@@ -380,9 +407,11 @@ static int cmd_plan(int argc, char **argv) {
         st = ts_layout_plan_print(&plan, stdout);
         printf("memory per rank (estimate for rank 0):\n"
                "  params       %12zu bytes\n  grads        %12zu bytes\n"
-               "  optimizer    %12zu bytes\n  activations  %12zu bytes (one micro-batch of "
-               "%d x %d in flight, and backward workspace)\n  batch        %12zu bytes\n",
-               est.params, est.grads, est.optim, est.acts, shape.B, shape.T, est.batch);
+               "  optimizer    %12zu bytes\n  activations  %12zu bytes (%s of %d x %d in "
+               "flight, and backward workspace)\n  batch        %12zu bytes\n",
+               est.params, est.grads, est.optim, est.acts,
+               sim.stages > 1 ? "at most the schedule's micro-batches" : "one micro-batch",
+               shape.B, shape.T, est.batch);
         printf("communication per step:\n");
         if (est.batch_group)
             printf("  %-6s all_reduce %zu bytes (gradients)\n", est.batch_group,
