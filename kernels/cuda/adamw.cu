@@ -10,9 +10,9 @@
 #include "cuda_common.h"
 
 __global__ static void adamw_kernel(float *param, float *m, float *v, uint16_t *param_bf16,
-                                    const float *grad, size_t n, float lr, float beta1,
-                                    float beta2, float eps, float weight_decay, float bc1,
-                                    float bc2, float grad_scale) {
+                                    const float *grad, size_t n, float lr, float beta1, float beta2,
+                                    float eps, float weight_decay, float bc1, float bc2,
+                                    float grad_scale) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         float g = grad[i] * grad_scale;
@@ -29,9 +29,9 @@ __global__ static void adamw_kernel(float *param, float *m, float *v, uint16_t *
     }
 }
 
-ts_status ts_cuda_adamw(float *param, float *m, float *v, uint16_t *param_bf16,
-                        const float *grad, size_t n, float lr, float beta1, float beta2,
-                        float eps, float weight_decay, int t, float grad_scale) {
+ts_status ts_cuda_adamw(float *param, float *m, float *v, uint16_t *param_bf16, const float *grad,
+                        size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                        int t, float grad_scale) {
     TS_CUDA_REQUIRE(t >= 1, "ts_cuda_adamw");
     if (!n) return TS_OK;
     float bc1 = (float)(1.0 - pow((double)beta1, (double)t));

@@ -86,9 +86,13 @@ void ts_cuda_free(void) {
     g_device = -1;
 }
 
-int ts_cuda_device(void) { return g_device; }
+int ts_cuda_device(void) {
+    return g_device;
+}
 
-struct CUstream_st *ts_cuda_stream(void) { return g_stream; }
+struct CUstream_st *ts_cuda_stream(void) {
+    return g_stream;
+}
 
 ts_status ts_cuda_set_stream(struct CUstream_st *stream) {
     if (g_device < 0)
@@ -99,9 +103,13 @@ ts_status ts_cuda_set_stream(struct CUstream_st *stream) {
     return TS_OK;
 }
 
-struct cublasContext *ts_cuda_cublas(void) { return g_cublas; }
+struct cublasContext *ts_cuda_cublas(void) {
+    return g_cublas;
+}
 
-struct cublasLtContext *ts_cuda_cublaslt(void) { return g_cublaslt; }
+struct cublasLtContext *ts_cuda_cublaslt(void) {
+    return g_cublaslt;
+}
 
 ts_status ts_cuda_sync(void) {
     TS_CUDA_CHECK(cudaStreamSynchronize(g_stream));

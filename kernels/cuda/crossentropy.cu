@@ -53,13 +53,15 @@ __device__ static float block_max(float v) {
 
 __device__ static float row_max(const float *x, int V) {
     float mx = -INFINITY;
-    for (int c = threadIdx.x; c < V; c += blockDim.x) mx = fmaxf(mx, x[c]);
+    for (int c = threadIdx.x; c < V; c += blockDim.x)
+        mx = fmaxf(mx, x[c]);
     return block_max(mx);
 }
 
 __device__ static float row_sumexp(const float *x, float mx, int V) {
     float s = 0.0f;
-    for (int c = threadIdx.x; c < V; c += blockDim.x) s += expf(x[c] - mx);
+    for (int c = threadIdx.x; c < V; c += blockDim.x)
+        s += expf(x[c] - mx);
     return block_sum(s);
 }
 
@@ -101,8 +103,8 @@ __global__ static void ce_shard_sumexp_kernel(float *stats, const float *logits,
  * element is read then written by one thread. tgt_local is the target's
  * column in this shard (or out of range). */
 __global__ static void ce_backward_kernel(float *dlogits, const float *logits, const float *lse,
-                                          const int32_t *targets, float dloss, int v0, int N,
-                                          int V, int Vp) {
+                                          const int32_t *targets, float dloss, int v0, int N, int V,
+                                          int Vp) {
     for (int n = blockIdx.y; n < N; n += gridDim.y) {
         size_t off = (size_t)n * Vp;
         int tgt = targets[n];
@@ -126,7 +128,7 @@ static ts_status ce_backward(float *dlogits, const float *logits, const float *l
     if (xblocks > 64) xblocks = 64;
     dim3 grid((unsigned)xblocks, (unsigned)(N < 65535 ? N : 65535));
     ce_backward_kernel<<<grid, threads, 0, ts_cuda_cur_stream()>>>(dlogits, logits, lse, targets,
-                                                                  dloss, v0, N, V, Vp);
+                                                                   dloss, v0, N, V, Vp);
     TS_CUDA_CHECK_LAUNCH();
     return TS_OK;
 }
@@ -134,7 +136,6 @@ static ts_status ce_backward(float *dlogits, const float *logits, const float *l
 ts_status ts_cuda_crossentropy_forward(float *losses, float *lse, const float *logits,
                                        const int32_t *targets, int N, int V, int Vp) {
     TS_CUDA_REQUIRE(N >= 0 && V > 0 && Vp >= V, "ts_cuda_crossentropy_forward");
-    TS_CUDA_REQUIRE(N <= 0x7fffffff, "ts_cuda_crossentropy_forward");
     if (!N) return TS_OK;
     ce_forward_kernel<<<N, CE_THREADS, 0, ts_cuda_cur_stream()>>>(losses, lse, logits, targets, V,
                                                                   Vp);
@@ -143,8 +144,7 @@ ts_status ts_cuda_crossentropy_forward(float *losses, float *lse, const float *l
 }
 
 ts_status ts_cuda_crossentropy_backward(float *dlogits, const float *logits, const float *lse,
-                                        const int32_t *targets, float dloss, int N, int V,
-                                        int Vp) {
+                                        const int32_t *targets, float dloss, int N, int V, int Vp) {
     TS_CUDA_REQUIRE(N >= 0 && V > 0 && Vp >= V, "ts_cuda_crossentropy_backward");
     if (!N) return TS_OK;
     return ce_backward(dlogits, logits, lse, targets, dloss, 0, N, V, Vp);

@@ -134,17 +134,16 @@ ts_status ts_cuda_embedding_shard_forward(float *out, const int32_t *tokens, con
 ts_status ts_cuda_embedding_shard_backward(float *dwte, const float *dout, const int32_t *tokens,
                                            int v0, int V_loc, int N, int C);
 ts_status ts_cuda_position_forward(float *out, const float *wpe, int B, int T, int C, int pos0);
-ts_status ts_cuda_position_backward(float *dwpe, const float *dout, int B, int T, int C,
-                                    int pos0);
+ts_status ts_cuda_position_backward(float *dwpe, const float *dout, int B, int T, int C, int pos0);
 
 /* --- LayerNorm, eps TS_LAYERNORM_EPS = 1e-5 (layernorm.cu) ---------------------
  * out (N, C) = (inp - mean) * rstd * weight (C) + bias (C); mean, rstd (N) saved. */
 ts_status ts_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                                     const float *weight, const float *bias, int N, int C);
 /* dinp (N, C) += ...; dweight (C) += ...; dbias (C) += ... (as on the CPU). */
-ts_status ts_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias,
-                                     const float *dout, const float *inp, const float *weight,
-                                     const float *mean, const float *rstd, int N, int C);
+ts_status ts_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                     const float *inp, const float *weight, const float *mean,
+                                     const float *rstd, int N, int C);
 
 /* --- residual add (residual.cu) ---------------------------------------------------
  * out (n) = a + b;  backward: da += dout, db += dout (either may be NULL). */
@@ -155,9 +154,8 @@ ts_status ts_cuda_residual_backward(float *da, float *db, const float *dout, siz
  * in one pass over memory. res may alias a or b. The backward is the two
  * separate kernels. */
 ts_status ts_cuda_residual_layernorm_forward(float *res, float *ln_out, float *mean, float *rstd,
-                                             const float *a, const float *b,
-                                             const float *weight, const float *bias, int N,
-                                             int C);
+                                             const float *a, const float *b, const float *weight,
+                                             const float *bias, int N, int C);
 
 /* --- GELU, tanh approximation (gelu.cu) ----------------------------------------
  * out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
@@ -208,8 +206,7 @@ ts_status ts_cuda_crossentropy_forward(float *losses, float *lse, const float *l
 /* dlogits (N, Vp) = (softmax(row) - onehot(target)) * dloss, written (=), 0 in
  * the padded columns and in masked rows. dlogits may alias logits. */
 ts_status ts_cuda_crossentropy_backward(float *dlogits, const float *logits, const float *lse,
-                                        const int32_t *targets, float dloss, int N, int V,
-                                        int Vp);
+                                        const int32_t *targets, float dloss, int N, int V, int Vp);
 /* The vocabulary-parallel pieces, as ts_cpu_ce_shard_* (see cpu_kernels.h for
  * how the caller assembles lse from them with two all-reduces):
  *   ce_shard_max      rowmax (N) = max over the V_loc real local columns (-inf if none)
@@ -229,9 +226,9 @@ ts_status ts_cuda_ce_shard_backward(float *dlogits, const float *logits, const f
  * as on the CPU. When param_bf16 (n) is not NULL it receives the updated
  * parameters rounded to bf16 (nearest, ties to even: ts_f32_to_bf16), the
  * compute copy for the bf16 GEMMs, in the same pass. */
-ts_status ts_cuda_adamw(float *param, float *m, float *v, uint16_t *param_bf16,
-                        const float *grad, size_t n, float lr, float beta1, float beta2,
-                        float eps, float weight_decay, int t, float grad_scale);
+ts_status ts_cuda_adamw(float *param, float *m, float *v, uint16_t *param_bf16, const float *grad,
+                        size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                        int t, float grad_scale);
 
 /* --- reductions and conversions (reduce.cu) ------------------------------------
  * sumsq: *out (one double, DEVICE memory, written =) = sum of x[i]^2 (n),

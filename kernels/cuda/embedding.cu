@@ -18,9 +18,8 @@
 #define EMB_GROUPS 64   /* row groups of dwte in the scatter */
 #define EMB_THREADS 128 /* channels per block in the scatter */
 
-__global__ static void embedding_forward_kernel(float *out, const int32_t *tokens,
-                                                const float *wte, const float *wpe, int N, int T,
-                                                int C, int pos0) {
+__global__ static void embedding_forward_kernel(float *out, const int32_t *tokens, const float *wte,
+                                                const float *wpe, int N, int T, int C, int pos0) {
     size_t total = (size_t)N * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -73,15 +72,16 @@ __global__ static void embedding_scatter_kernel(float *dwte, const float *dout,
 }
 
 /* One thread per (t, c): dwpe[pos0 + t][c] += dout[b][t][c] for b in order. */
-__global__ static void position_backward_kernel(float *dwpe, const float *dout, int B, int T,
-                                                int C, int pos0) {
+__global__ static void position_backward_kernel(float *dwpe, const float *dout, int B, int T, int C,
+                                                int pos0) {
     size_t total = (size_t)T * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
         int t = (int)(i / C), c = (int)(i % C);
         float *dp = dwpe + (size_t)(pos0 + t) * C + c;
         float acc = *dp;
-        for (int b = 0; b < B; b++) acc += dout[((size_t)b * T + t) * C + c];
+        for (int b = 0; b < B; b++)
+            acc += dout[((size_t)b * T + t) * C + c];
         *dp = acc;
     }
 }
@@ -89,8 +89,8 @@ __global__ static void position_backward_kernel(float *dwpe, const float *dout, 
 static ts_status scatter(float *dwte, const float *dout, const int32_t *tokens, int v0, int V_loc,
                          int N, int C) {
     dim3 grid((unsigned)((C + EMB_THREADS - 1) / EMB_THREADS), EMB_GROUPS);
-    embedding_scatter_kernel<<<grid, EMB_THREADS, 0, ts_cuda_cur_stream()>>>(dwte, dout, tokens,
-                                                                            v0, V_loc, N, C);
+    embedding_scatter_kernel<<<grid, EMB_THREADS, 0, ts_cuda_cur_stream()>>>(dwte, dout, tokens, v0,
+                                                                             V_loc, N, C);
     TS_CUDA_CHECK_LAUNCH();
     return TS_OK;
 }
@@ -142,8 +142,7 @@ ts_status ts_cuda_position_forward(float *out, const float *wpe, int B, int T, i
     return TS_OK;
 }
 
-ts_status ts_cuda_position_backward(float *dwpe, const float *dout, int B, int T, int C,
-                                    int pos0) {
+ts_status ts_cuda_position_backward(float *dwpe, const float *dout, int B, int T, int C, int pos0) {
     TS_CUDA_REQUIRE(B >= 0 && T > 0 && C > 0 && pos0 >= 0, "ts_cuda_position_backward");
     size_t total = (size_t)T * C;
     if (!B) return TS_OK;

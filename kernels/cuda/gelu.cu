@@ -35,8 +35,8 @@ __global__ static void gelu_backward_kernel(float *dinp, const float *inp, const
 }
 
 /* 2D grid: blockIdx.y walks rows, x covers the channels of a row. */
-__global__ static void bias_gelu_kernel(float *out, float *pre, const float *inp,
-                                        const float *bias, int N, int C) {
+__global__ static void bias_gelu_kernel(float *out, float *pre, const float *inp, const float *bias,
+                                        int N, int C) {
     for (int row = blockIdx.y; row < N; row += gridDim.y) {
         size_t off = (size_t)row * C;
         for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
@@ -56,8 +56,8 @@ ts_status ts_cuda_gelu_forward(float *out, const float *inp, size_t n) {
 
 ts_status ts_cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     if (!n) return TS_OK;
-    gelu_backward_kernel<<<ts_cuda_blocks(n, 256), 256, 0, ts_cuda_cur_stream()>>>(dinp, inp,
-                                                                                   dout, n);
+    gelu_backward_kernel<<<ts_cuda_blocks(n, 256), 256, 0, ts_cuda_cur_stream()>>>(dinp, inp, dout,
+                                                                                   n);
     TS_CUDA_CHECK_LAUNCH();
     return TS_OK;
 }

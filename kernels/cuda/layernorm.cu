@@ -10,9 +10,9 @@
 #include "cpu_kernels.h" /* TS_LAYERNORM_EPS */
 #include "cuda_common.h"
 
-#define LN_WARPS 8  /* rows per block in the row kernels */
-#define LN_COLS 8   /* channels per block in the column sums */
-#define LN_ROWS 64  /* row-lanes per block in the column sums */
+#define LN_WARPS 8 /* rows per block in the row kernels */
+#define LN_COLS 8  /* channels per block in the column sums */
+#define LN_ROWS 64 /* row-lanes per block in the column sums */
 
 __global__ static void layernorm_forward_kernel(float *out, float *mean, float *rstd,
                                                 const float *inp, const float *weight,
@@ -23,7 +23,8 @@ __global__ static void layernorm_forward_kernel(float *out, float *mean, float *
     const float *x = inp + (size_t)row * C;
     float *o = out + (size_t)row * C;
     float s = 0.0f;
-    for (int c = lane; c < C; c += 32) s += x[c];
+    for (int c = lane; c < C; c += 32)
+        s += x[c];
     float m = ts_warp_sum(s) / (float)C;
     float ss = 0.0f;
     for (int c = lane; c < C; c += 32) {
@@ -31,7 +32,8 @@ __global__ static void layernorm_forward_kernel(float *out, float *mean, float *
         ss += d * d;
     }
     float r = 1.0f / sqrtf(ts_warp_sum(ss) / (float)C + TS_LAYERNORM_EPS);
-    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * weight[c] + bias[c];
+    for (int c = lane; c < C; c += 32)
+        o[c] = (x[c] - m) * r * weight[c] + bias[c];
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = r;
@@ -102,9 +104,9 @@ ts_status ts_cuda_layernorm_forward(float *out, float *mean, float *rstd, const 
     return TS_OK;
 }
 
-ts_status ts_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias,
-                                     const float *dout, const float *inp, const float *weight,
-                                     const float *mean, const float *rstd, int N, int C) {
+ts_status ts_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                     const float *inp, const float *weight, const float *mean,
+                                     const float *rstd, int N, int C) {
     TS_CUDA_REQUIRE(N >= 0 && C > 0, "ts_cuda_layernorm_backward");
     if (!N) return TS_OK;
     cudaStream_t s = ts_cuda_cur_stream();

@@ -12,10 +12,12 @@
 
 #include "cuda_common.h"
 
-#define MM_COLS 8   /* columns per block in the column sums */
-#define MM_ROWS 64  /* row-lanes per block in the column sums */
+#define MM_COLS 8  /* columns per block in the column sums */
+#define MM_ROWS 64 /* row-lanes per block in the column sums */
 
-__device__ __forceinline__ static float load_f32(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ static float load_f32(const float *p, size_t i) {
+    return p[i];
+}
 __device__ __forceinline__ static float load_f32(const uint16_t *p, size_t i) {
     return ts_dev_bf16_to_f32(p[i]);
 }
@@ -36,7 +38,8 @@ __global__ static void colsum_kernel(float *dbias, const T *dout, int N, int OC)
     int c = blockIdx.x * MM_COLS + threadIdx.x;
     float acc = 0.0f;
     if (c < OC)
-        for (int n = threadIdx.y; n < N; n += MM_ROWS) acc += load_f32(dout, (size_t)n * OC + c);
+        for (int n = threadIdx.y; n < N; n += MM_ROWS)
+            acc += load_f32(dout, (size_t)n * OC + c);
     sh[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     for (int w = MM_ROWS / 2; w > 0; w >>= 1) {
@@ -55,8 +58,9 @@ static ts_status add_bias(float *out, const float *bias, int N, int OC) {
 }
 
 template <typename T> static ts_status colsum(float *dbias, const T *dout, int N, int OC) {
-    colsum_kernel<T><<<(OC + MM_COLS - 1) / MM_COLS, dim3(MM_COLS, MM_ROWS), 0,
-                       ts_cuda_cur_stream()>>>(dbias, dout, N, OC);
+    colsum_kernel<T>
+        <<<(OC + MM_COLS - 1) / MM_COLS, dim3(MM_COLS, MM_ROWS), 0, ts_cuda_cur_stream()>>>(
+            dbias, dout, N, OC);
     TS_CUDA_CHECK_LAUNCH();
     return TS_OK;
 }
@@ -128,12 +132,12 @@ ts_status ts_cuda_matmul_backward_bf16(float *dinp, float *dweight, float *dbias
     const float one = 1.0f;
     if (dinp)
         TS_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight,
-                                     CUDA_R_16BF, C, dout, CUDA_R_16BF, OC, &one, dinp,
-                                     CUDA_R_32F, C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                     CUDA_R_16BF, C, dout, CUDA_R_16BF, OC, &one, dinp, CUDA_R_32F,
+                                     C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (dweight)
-        TS_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp,
-                                     CUDA_R_16BF, C, dout, CUDA_R_16BF, OC, &one, dweight,
-                                     CUDA_R_32F, C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        TS_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, CUDA_R_16BF,
+                                     C, dout, CUDA_R_16BF, OC, &one, dweight, CUDA_R_32F, C,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (dbias) TS_TRY(colsum(dbias, dout, N, OC));
     return TS_OK;
 }

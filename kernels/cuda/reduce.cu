@@ -40,7 +40,8 @@ __global__ static void sumsq_partial_kernel(const float *x, size_t n) {
 
 __global__ static void sumsq_final_kernel(double *out) {
     double s = 0.0;
-    for (int i = threadIdx.x; i < SUMSQ_BLOCKS; i += SUMSQ_THREADS) s += g_sumsq_partials[i];
+    for (int i = threadIdx.x; i < SUMSQ_BLOCKS; i += SUMSQ_THREADS)
+        s += g_sumsq_partials[i];
     double tot = block_sum_double(s);
     if (threadIdx.x == 0) *out = tot;
 }

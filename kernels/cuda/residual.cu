@@ -13,8 +13,7 @@ __global__ static void residual_forward_kernel(float *out, const float *a, const
         out[i] = a[i] + b[i];
 }
 
-__global__ static void residual_backward_kernel(float *da, float *db, const float *dout,
-                                                size_t n) {
+__global__ static void residual_backward_kernel(float *da, float *db, const float *dout, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         float d = dout[i];
@@ -25,16 +24,15 @@ __global__ static void residual_backward_kernel(float *da, float *db, const floa
 
 ts_status ts_cuda_residual_forward(float *out, const float *a, const float *b, size_t n) {
     if (!n) return TS_OK;
-    residual_forward_kernel<<<ts_cuda_blocks(n, 256), 256, 0, ts_cuda_cur_stream()>>>(out, a, b,
-                                                                                      n);
+    residual_forward_kernel<<<ts_cuda_blocks(n, 256), 256, 0, ts_cuda_cur_stream()>>>(out, a, b, n);
     TS_CUDA_CHECK_LAUNCH();
     return TS_OK;
 }
 
 ts_status ts_cuda_residual_backward(float *da, float *db, const float *dout, size_t n) {
     if (!n || (!da && !db)) return TS_OK;
-    residual_backward_kernel<<<ts_cuda_blocks(n, 256), 256, 0, ts_cuda_cur_stream()>>>(da, db,
-                                                                                       dout, n);
+    residual_backward_kernel<<<ts_cuda_blocks(n, 256), 256, 0, ts_cuda_cur_stream()>>>(da, db, dout,
+                                                                                       n);
     TS_CUDA_CHECK_LAUNCH();
     return TS_OK;
 }
@@ -72,9 +70,8 @@ __global__ static void residual_layernorm_kernel(float *res, float *ln_out, floa
 }
 
 ts_status ts_cuda_residual_layernorm_forward(float *res, float *ln_out, float *mean, float *rstd,
-                                             const float *a, const float *b,
-                                             const float *weight, const float *bias, int N,
-                                             int C) {
+                                             const float *a, const float *b, const float *weight,
+                                             const float *bias, int N, int C) {
     TS_CUDA_REQUIRE(N >= 0 && C > 0, "ts_cuda_residual_layernorm_forward");
     if (!N) return TS_OK;
     const int warps = 8;

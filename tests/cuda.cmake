@@ -1,0 +1,22 @@
+# cuda.cmake — tests of the CUDA kernels against the CPU reference kernels
+# (`ctest -L cuda`): one executable, one ctest per kernel family. Each run
+# draws fresh random inputs (seed printed; TS_TEST_SEED=S replays it). Without
+# a GPU every test prints "SKIPPED: no CUDA device (...)" and exits 77, which
+# ctest reports as skipped. Registered only when the CUDA kernels are built
+# (TESSERA_CUDA ON and kernels/cuda/cuda.cmake included).
+if(TESSERA_CUDA AND TARGET tessera_kernels_cuda)
+  add_executable(test_cuda_kernels tests/cuda/test_cuda_kernels.c)
+  # tessera carries both kernel sets (the CPU objects and, linked in by the
+  # top level, tessera_kernels_cuda) and ts_error / ts_last_error.
+  target_link_libraries(test_cuda_kernels PRIVATE tessera CUDA::cudart m)
+  target_include_directories(test_cuda_kernels PRIVATE
+    ${PROJECT_SOURCE_DIR}/kernels/cpu ${PROJECT_SOURCE_DIR}/kernels/cuda)
+
+  set(TESSERA_CUDA_TEST_FAMILIES matmul_f32 matmul_bf16 embedding layernorm gelu
+    attention residual crossentropy adamw reduce)
+  foreach(family ${TESSERA_CUDA_TEST_FAMILIES})
+    add_test(NAME cuda_${family} COMMAND test_cuda_kernels ${family})
+    set_tests_properties(cuda_${family} PROPERTIES
+      LABELS cuda SKIP_RETURN_CODE 77 ENVIRONMENT "${TESSERA_TEST_ENV}")
+  endforeach()
+endif()
