@@ -445,7 +445,9 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
 
     if (strcmp(ts_config_str(cfg, "train", "device"), "cpu") != 0)
         CHECK(key_error(cfg, "train", "device",
-                        "'%s' is not available in this build (only cpu)",
+                        "'%s': the CUDA kernels, allocator and NCCL communicator are built and "
+                        "tested on their own (ctest -L cuda), but the trainer runs on the CPU "
+                        "only so far",
                         ts_config_str(cfg, "train", "device")));
 
     t->epochs = ts_config_int(cfg, "data", "epochs");
