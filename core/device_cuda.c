@@ -46,25 +46,27 @@
  * The raw layer: the only place that talks to CUDA (or stands in for it).
  * ------------------------------------------------------------------------- */
 
-static int dev_current = -1;   /* the selected device, -1: none yet */
-static void *dev_stream;       /* the compute stream (cudaStream_t) */
+static int dev_current = -1; /* the selected device, -1: none yet */
+static void *dev_stream;     /* the compute stream (cudaStream_t) */
 
 #ifdef TS_DEVICE_HOST_BACKING
 
 /* Host memory pretends to be one device. TESSERA_TEST_DEVICE_BYTES caps what
  * "cudaMalloc" may hold at once, so that tests can exercise running out. */
-static size_t dev_fake_held, dev_fake_cap;
+static size_t dev_fake_held;
 
-static int dev_raw_count(void) { return 1; }
+static int dev_raw_count(void) {
+    return 1;
+}
 static ts_status dev_raw_select(int device) {
     (void)device;
-    const char *cap = getenv("TESSERA_TEST_DEVICE_BYTES");
-    dev_fake_cap = cap ? (size_t)strtoull(cap, NULL, 10) : 0;
     return TS_OK;
 }
 /* 0: ok, 1: out of memory, 2: another error (message set). */
 static int dev_raw_malloc(void **p, size_t bytes) {
-    if (dev_fake_cap && dev_fake_held + bytes > dev_fake_cap) return 1;
+    const char *cap_env = getenv("TESSERA_TEST_DEVICE_BYTES"); /* read each time: tests move it */
+    size_t cap = cap_env ? (size_t)strtoull(cap_env, NULL, 10) : 0;
+    if (cap && (bytes > cap || dev_fake_held > cap - bytes)) return 1;
     *p = aligned_alloc(512, bytes);
     if (!*p) return 1;
     dev_fake_held += bytes;
@@ -78,12 +80,16 @@ static ts_status dev_raw_zero(void *p, size_t bytes) {
     memset(p, 0, bytes);
     return TS_OK;
 }
-static ts_status dev_raw_sync(void) { return TS_OK; }
+static ts_status dev_raw_sync(void) {
+    return TS_OK;
+}
 static ts_status dev_raw_copy(void *dst, const void *src, size_t bytes) {
     memmove(dst, src, bytes);
     return TS_OK;
 }
-static const char *dev_raw_oom_text(void) { return "over TESSERA_TEST_DEVICE_BYTES"; }
+static const char *dev_raw_oom_text(void) {
+    return "over TESSERA_TEST_DEVICE_BYTES";
+}
 
 #else /* the CUDA runtime */
 
@@ -109,7 +115,9 @@ static ts_status dev_raw_select(int device) {
 }
 /* The runtime's current device is per host thread: bind before every call
  * that allocates or enqueues, in case an OpenMP worker makes it. */
-static void dev_raw_bind(void) { (void)cudaSetDevice(dev_current); }
+static void dev_raw_bind(void) {
+    (void)cudaSetDevice(dev_current);
+}
 static int dev_raw_malloc(void **p, size_t bytes) {
     dev_raw_bind();
     cudaError_t e = cudaMalloc(p, bytes);
@@ -140,12 +148,13 @@ static ts_status dev_raw_sync(void) {
 }
 static ts_status dev_raw_copy(void *dst, const void *src, size_t bytes) {
     dev_raw_bind();
-    cudaError_t e =
-        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)dev_stream);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)dev_stream);
     if (e != cudaSuccess) return dev_cuda_fail(e, "cudaMemcpyAsync");
     return dev_raw_sync();
 }
-static const char *dev_raw_oom_text(void) { return cudaGetErrorString(dev_last_oom); }
+static const char *dev_raw_oom_text(void) {
+    return cudaGetErrorString(dev_last_oom);
+}
 
 #endif
 
@@ -153,15 +162,15 @@ static const char *dev_raw_oom_text(void) { return cudaGetErrorString(dev_last_o
  * Blocks, pools, the table of blocks in use
  * ------------------------------------------------------------------------- */
 
-#define DEV_ROUND ((size_t)512)                /* every block is a multiple  */
-#define DEV_SMALL_MAX ((size_t)1 << 20)        /* small requests: <= 1 MiB   */
-#define DEV_SMALL_SEGMENT ((size_t)2 << 20)    /* their segments: 2 MiB      */
-#define DEV_LARGE_ROUND ((size_t)2 << 20)      /* large segments: k * 2 MiB  */
+#define DEV_ROUND ((size_t)512)             /* every block is a multiple  */
+#define DEV_SMALL_MAX ((size_t)1 << 20)     /* small requests: <= 1 MiB   */
+#define DEV_SMALL_SEGMENT ((size_t)2 << 20) /* their segments: 2 MiB      */
+#define DEV_LARGE_ROUND ((size_t)2 << 20)   /* large segments: k * 2 MiB  */
 
 typedef struct dev_block {
     char *ptr;
-    size_t size;                   /* bytes of the block (multiple of 512)    */
-    size_t asked;                  /* bytes asked for, while in use           */
+    size_t size;  /* bytes of the block (multiple of 512)    */
+    size_t asked; /* bytes asked for, while in use           */
     int cat, large, in_use;
     struct dev_block *prev, *next; /* neighbours in the segment, by address  */
     struct dev_block *link;        /* the free list, or the hash chain       */
@@ -232,7 +241,8 @@ static int dev_block_less(const dev_block *a, const dev_block *b) {
 
 static void dev_free_insert(dev_block *b) {
     dev_block **pp = &dev_free_lists[b->cat][b->large];
-    while (*pp && dev_block_less(*pp, b)) pp = &(*pp)->link;
+    while (*pp && dev_block_less(*pp, b))
+        pp = &(*pp)->link;
     b->link = *pp;
     *pp = b;
 }
@@ -321,6 +331,7 @@ static ts_status dev_segment_new(ts_mem_category cat, int large, size_t size, si
 
 /* Selects the device; the lock is held. */
 static ts_status dev_select(int device) {
+    if (device < 0 && dev_current >= 0) return TS_OK; /* -1 keeps what was selected */
     int n = dev_raw_count();
     if (n <= 0) return ts_error(TS_ERR_INVALID, "device: no CUDA device is visible");
     if (device < 0) {
@@ -335,7 +346,6 @@ static ts_status dev_select(int device) {
             }
         }
         device = (local < 0 ? 0 : local) % n;
-        if (dev_current >= 0) return TS_OK; /* -1 keeps what was selected */
     }
     if (device >= n)
         return ts_error(TS_ERR_INVALID, "device: device %d does not exist (%d visible)", device, n);
@@ -354,7 +364,9 @@ static ts_status dev_select(int device) {
  * The API
  * ------------------------------------------------------------------------- */
 
-int ts_device_count(void) { return dev_raw_count(); }
+int ts_device_count(void) {
+    return dev_raw_count();
+}
 
 ts_status ts_device_init(int device) {
     pthread_mutex_lock(&dev_lock);
@@ -363,9 +375,15 @@ ts_status ts_device_init(int device) {
     return st;
 }
 
-int ts_device_current(void) { return dev_current; }
-void *ts_device_stream(void) { return dev_stream; }
-void ts_device_set_stream(void *stream) { dev_stream = stream; }
+int ts_device_current(void) {
+    return dev_current;
+}
+void *ts_device_stream(void) {
+    return dev_stream;
+}
+void ts_device_set_stream(void *stream) {
+    dev_stream = stream;
+}
 
 ts_status ts_device_synchronize(void) {
     TS_TRY(ts_device_init(-1));
@@ -438,12 +456,8 @@ void *ts_device_alloc(ts_mem_category cat, size_t bytes) {
     dev_counter.allocs++;
     pthread_mutex_unlock(&dev_lock);
 
-    if (dev_raw_zero(b->ptr, bytes)) {
-        ts_status zst = TS_ERR_INTERNAL;
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", ts_last_error());
+    if (dev_raw_zero(b->ptr, bytes)) { /* the message is set */
         ts_device_free(b->ptr);
-        ts_error(zst, "%s", msg);
         return NULL;
     }
     return b->ptr;
@@ -501,7 +515,8 @@ ts_mem_counter ts_device_mem_stats(ts_mem_category cat) {
 
 void ts_device_mem_reset_peak(void) {
     pthread_mutex_lock(&dev_lock);
-    for (int i = 0; i <= TS_MEM_NCAT; i++) dev_peak[i] = dev_allocated[i];
+    for (int i = 0; i <= TS_MEM_NCAT; i++)
+        dev_peak[i] = dev_allocated[i];
     pthread_mutex_unlock(&dev_lock);
 }
 
@@ -526,15 +541,25 @@ static ts_status dev_none(const char *what) {
     return ts_error(TS_ERR_INVALID, "%s: tessera was built without CUDA", what);
 }
 
-int ts_device_count(void) { return 0; }
+int ts_device_count(void) {
+    return 0;
+}
 ts_status ts_device_init(int device) {
     (void)device;
     return dev_none("ts_device_init");
 }
-int ts_device_current(void) { return -1; }
-void *ts_device_stream(void) { return NULL; }
-void ts_device_set_stream(void *stream) { (void)stream; }
-ts_status ts_device_synchronize(void) { return dev_none("ts_device_synchronize"); }
+int ts_device_current(void) {
+    return -1;
+}
+void *ts_device_stream(void) {
+    return NULL;
+}
+void ts_device_set_stream(void *stream) {
+    (void)stream;
+}
+ts_status ts_device_synchronize(void) {
+    return dev_none("ts_device_synchronize");
+}
 ts_status ts_device_copy(void *dst, const void *src, size_t bytes) {
     (void)dst, (void)src, (void)bytes;
     return dev_none("ts_device_copy");
@@ -554,7 +579,9 @@ ts_mem_counter ts_device_mem_stats(ts_mem_category cat) {
     return c;
 }
 void ts_device_mem_reset_peak(void) {}
-size_t ts_device_empty_cache(void) { return 0; }
+size_t ts_device_empty_cache(void) {
+    return 0;
+}
 ts_device_pool_counter ts_device_pool_stats(void) {
     ts_device_pool_counter c;
     memset(&c, 0, sizeof c);

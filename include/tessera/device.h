@@ -75,7 +75,9 @@ int ts_device_current(void);
  * The kernels launch on it, the allocator zero-fills on it, and every NCCL
  * operation waits for the work enqueued on it before the operation starts.
  * The stream is borrowed: whoever created it destroys it, after setting the
- * compute stream back to NULL. Set it before any communication starts. */
+ * compute stream back to NULL. Set it before any communication starts, and
+ * synchronise the old stream before changing it (cached blocks are ordered
+ * only on the compute stream of the moment). */
 void *ts_device_stream(void);
 void ts_device_set_stream(void *stream);
 
