@@ -21,3 +21,10 @@ add_test(NAME cli_plan_groups
     ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/tests/plugins)
 set_tests_properties(cli_plan_groups PROPERTIES LABELS core TIMEOUT 120
   ENVIRONMENT "${TESSERA_TEST_ENV}")
+
+# Recovery onto another topology (4 ranks, then 2).
+add_test(NAME cli_resume_on_another_topology
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/resume_topology.sh $<TARGET_FILE:tessera_cli>
+    ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_resume_on_another_topology PROPERTIES LABELS core TIMEOUT 300
+  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
