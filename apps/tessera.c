@@ -114,8 +114,8 @@ static ts_status load_config(int argc, char **argv, cli_opts *opts, ts_config **
             char *end = NULL;
             long w = strtol(argv[++i], &end, 10);
             if (!end || *end || w < 1 || w > 1 << 20)
-                st = ts_error(TS_ERR_CONFIG, "--world '%s': a number of ranks is required",
-                              argv[i]);
+                st =
+                    ts_error(TS_ERR_CONFIG, "--world '%s': a number of ranks is required", argv[i]);
             opts->world = (int)w;
         } else if (opts && strcmp(argv[i], "--json") == 0) {
             opts->json = 1;
@@ -216,8 +216,8 @@ static int cmd_export(int argc, char **argv) {
     if (!st && checkpoint) st = ts_trainer_load(t, checkpoint);
     if (!st) st = ts_trainer_export(t, opts.out);
     if (!st)
-        printf("exported %s (step %lld, from %s)\n", opts.out,
-               (long long)ts_trainer_state(t)->step, checkpoint ? checkpoint : "initialisation");
+        printf("exported %s (step %lld, from %s)\n", opts.out, (long long)ts_trainer_state(t)->step,
+               checkpoint ? checkpoint : "initialisation");
     int rc = st ? fail(st) : 0;
     ts_trainer_destroy(t);
     ts_plugins_destroy(reg);
@@ -234,7 +234,8 @@ static void print_groups(const ts_mesh *mesh, FILE *f) {
                 g.size);
         for (int k = 0; k < g.count; k++) {
             fputs(k ? " [" : " [", f);
-            for (int r = 0; r < g.size; r++) fprintf(f, "%s%d", r ? "," : "", g.ranks[k * g.size + r]);
+            for (int r = 0; r < g.size; r++)
+                fprintf(f, "%s%d", r ? "," : "", g.ranks[k * g.size + r]);
             fputc(']', f);
         }
         fputc('\n', f);
@@ -273,7 +274,8 @@ static ts_status plan_estimate_make(const ts_config *cfg, const ts_mesh *mesh,
         int64_t shape[TS_MAX_DIMS];
         TS_TRY(ts_layout_local_shape(&en->layout, coords, shape));
         size_t n = 1;
-        for (int d = 0; d < en->layout.ndim; d++) n *= (size_t)shape[d];
+        for (int d = 0; d < en->layout.ndim; d++)
+            n *= (size_t)shape[d];
         numel += n;
     }
     e->params = numel * (bf16 ? 2 : 4);
@@ -296,9 +298,12 @@ static ts_status plan_estimate_make(const ts_config *cfg, const ts_mesh *mesh,
         shard.chunks = sim->chunks;
         for (int i = 0; i < L + 2; i++) {
             char name[TS_NAME_MAX];
-            if (i == 0) snprintf(name, sizeof name, "wpe");
-            else if (i == L + 1) snprintf(name, sizeof name, "lnf.weight");
-            else snprintf(name, sizeof name, "h.%d.ln1.weight", i - 1);
+            if (i == 0)
+                snprintf(name, sizeof name, "wpe");
+            else if (i == L + 1)
+                snprintf(name, sizeof name, "lnf.weight");
+            else
+                snprintf(name, sizeof name, "h.%d.ln1.weight", i - 1);
             const ts_layout_plan_entry *en = ts_layout_plan_find((ts_layout_plan *)plan, name);
             int k = en ? en->stage : 0;
             shard.module_chunk[i] = k % pp == 0 ? k / pp : -1;
@@ -332,12 +337,16 @@ static ts_status plan_pipeline(ts_plugins *reg, const ts_mesh *mesh, const ts_la
     memset(per_stage, 0, sizeof per_stage);
     ts_status st = TS_OK;
     for (int s = 0; s < pp && !st; s++) {
-        ts_plugin_schedule_args args = {.struct_size = sizeof args, .stages = pp, .stage = s,
-                                        .micro_batches = sh->micro_batches, .chunks = chunks};
+        ts_plugin_schedule_args args = {.struct_size = sizeof args,
+                                        .stages = pp,
+                                        .stage = s,
+                                        .micro_batches = sh->micro_batches,
+                                        .chunks = chunks};
         st = ts_plugins_schedule(reg, ts_plugins_scheduler_name(reg, 0), &args, &per_stage[s]);
     }
     if (!st) st = ts_schedule_simulate(pp, per_stage, sh->micro_batches, chunks, 1, 1, sim);
-    for (int s = 0; s < pp; s++) ts_schedule_free(&per_stage[s]);
+    for (int s = 0; s < pp; s++)
+        ts_schedule_free(&per_stage[s]);
     return st;
 }
 
@@ -410,8 +419,8 @@ static int cmd_plan(int argc, char **argv) {
                "  optimizer    %12zu bytes\n  activations  %12zu bytes (%s of %d x %d in "
                "flight, and backward workspace)\n  batch        %12zu bytes\n",
                est.params, est.grads, est.optim, est.acts,
-               sim.stages > 1 ? "at most the schedule's micro-batches" : "one micro-batch",
-               shape.B, shape.T, est.batch);
+               sim.stages > 1 ? "at most the schedule's micro-batches" : "one micro-batch", shape.B,
+               shape.T, est.batch);
         printf("communication per step:\n");
         if (est.batch_group)
             printf("  %-6s all_reduce %zu bytes (gradients)\n", est.batch_group,

@@ -110,7 +110,8 @@ int main(int argc, char **argv) {
     printf("step               %.1f ms (median of %d; min %.1f, max %.1f)\n", med, steps, ms[0],
            ms[steps - 1]);
     printf("flops per step     %.3f GFLOP (B=%d, T=%d)\n", flops * 1e-9, gb, T);
-    printf("achieved           %.1f GFLOP/s = %.1f%% of sgemm\n", achieved, 100.0 * achieved / peak);
+    printf("achieved           %.1f GFLOP/s = %.1f%% of sgemm\n", achieved,
+           100.0 * achieved / peak);
     printf("tokens/s           %.0f\n", gb * T / (med * 1e-3));
     printf("peak rss           %.1f MiB\n", ru.ru_maxrss / 1024.0);
     ts_mem_counter total = ts_mem_stats(TS_MEM_NCAT);

@@ -29,8 +29,8 @@ static _Atomic size_t alloc_allocated[TS_MEM_NCAT + 1];
 static _Atomic size_t alloc_reserved[TS_MEM_NCAT + 1];
 static _Atomic size_t alloc_peak[TS_MEM_NCAT + 1];
 
-static const char *alloc_names[TS_MEM_NCAT + 1] = {
-    "params", "grads", "optimizer", "activations", "comm", "other", "total"};
+static const char *alloc_names[TS_MEM_NCAT + 1] = {"params", "grads", "optimizer", "activations",
+                                                   "comm",   "other", "total"};
 
 const char *ts_mem_category_name(ts_mem_category cat) {
     if ((int)cat < 0 || cat > TS_MEM_NCAT) return "?";
@@ -55,8 +55,8 @@ void *ts_mem_alloc(ts_mem_category cat, size_t bytes) {
     size_t total = alloc_reserved_bytes(bytes);
     alloc_header *h = aligned_alloc(ALLOC_ALIGN, total);
     if (!h) {
-        ts_error(TS_ERR_NOMEM, "allocator: out of memory allocating %zu bytes of %s",
-                 bytes, alloc_names[cat]);
+        ts_error(TS_ERR_NOMEM, "allocator: out of memory allocating %zu bytes of %s", bytes,
+                 alloc_names[cat]);
         return NULL;
     }
     memset(h, 0, total);

@@ -22,7 +22,8 @@ static int crc_ready;
 static void crc_init(void) {
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
         crc_table[0][i] = c;
     }
     for (uint32_t i = 0; i < 256; i++)
@@ -41,13 +42,14 @@ uint32_t ts_crc32(uint32_t crc, const void *data, size_t n) {
         memcpy(&hi, p + 4, 4);
         lo ^= crc;
         crc = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^
-              crc_table[5][(lo >> 16) & 0xff] ^ crc_table[4][lo >> 24] ^
-              crc_table[3][hi & 0xff] ^ crc_table[2][(hi >> 8) & 0xff] ^
-              crc_table[1][(hi >> 16) & 0xff] ^ crc_table[0][hi >> 24];
+              crc_table[5][(lo >> 16) & 0xff] ^ crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xff] ^
+              crc_table[2][(hi >> 8) & 0xff] ^ crc_table[1][(hi >> 16) & 0xff] ^
+              crc_table[0][hi >> 24];
         p += 8;
         n -= 8;
     }
-    while (n--) crc = crc_table[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    while (n--)
+        crc = crc_table[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
     return ~crc;
 }
 
@@ -66,14 +68,14 @@ static ts_status write_all(int fd, const void *buf, size_t n, const char *path) 
     return TS_OK;
 }
 
-ts_status ts_write_atomic(const char *path, int n, const void *const *bufs,
-                          const size_t *sizes) {
+ts_status ts_write_atomic(const char *path, int n, const void *const *bufs, const size_t *sizes) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return ts_error(TS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     ts_status st = TS_OK;
-    for (int i = 0; i < n && !st; i++) st = write_all(fd, bufs[i], sizes[i], tmp);
+    for (int i = 0; i < n && !st; i++)
+        st = write_all(fd, bufs[i], sizes[i], tmp);
     if (!st && fsync(fd) != 0)
         st = ts_error(TS_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
     if (close(fd) != 0 && !st)
@@ -112,7 +114,7 @@ typedef struct ckpt_header {
     uint64_t numel;         /* elements in each of master, m, v */
     uint64_t payload_bytes; /* tensor table + 3 * numel * 4     */
     uint32_t payload_crc;
-    uint32_t header_crc;    /* over the 256 bytes with this field 0 */
+    uint32_t header_crc; /* over the 256 bytes with this field 0 */
     char reserved[CKPT_HEADER_BYTES - 96];
 } ckpt_header;
 _Static_assert(sizeof(ckpt_header) == CKPT_HEADER_BYTES, "header is 256 bytes");
@@ -121,7 +123,7 @@ typedef struct ckpt_entry {
     char name[64];
     int64_t ndim;
     int64_t shape[4];
-    int64_t offset;  /* element offset in the flat arrays */
+    int64_t offset; /* element offset in the flat arrays */
     int64_t numel;
     int64_t reserved;
 } ckpt_entry;
@@ -210,8 +212,7 @@ ts_status ts_checkpoint_save(const char *dir, const ts_model *m, const ts_ckpt_m
     return s;
 }
 
-ts_status ts_checkpoint_latest(const char *dir, char *path, size_t path_size,
-                               int *found) {
+ts_status ts_checkpoint_latest(const char *dir, char *path, size_t path_size, int *found) {
     *found = 0;
     DIR *d = opendir(dir);
     if (!d) return TS_OK;
@@ -232,16 +233,14 @@ ts_status ts_checkpoint_latest(const char *dir, char *path, size_t path_size,
     return TS_OK;
 }
 
-static ts_status read_exact(FILE *f, void *buf, size_t n, const char *path,
-                            const char *what) {
+static ts_status read_exact(FILE *f, void *buf, size_t n, const char *path, const char *what) {
     if (fread(buf, 1, n, f) != n)
-        return ts_error(TS_ERR_FORMAT, "checkpoint %s: truncated while reading %s",
-                        path, what);
+        return ts_error(TS_ERR_FORMAT, "checkpoint %s: truncated while reading %s", path, what);
     return TS_OK;
 }
 
-ts_status ts_checkpoint_load(const char *path, const ts_model *m, ts_ckpt_meta *meta,
-                             float *master, float *mom1, float *mom2) {
+ts_status ts_checkpoint_load(const char *path, const ts_model *m, ts_ckpt_meta *meta, float *master,
+                             float *mom1, float *mom2) {
     FILE *f = fopen(path, "rb");
     if (!f) return ts_error(TS_ERR_IO, "checkpoint %s: cannot open: %s", path, strerror(errno));
     ckpt_header h;
@@ -252,7 +251,8 @@ ts_status ts_checkpoint_load(const char *path, const ts_model *m, ts_ckpt_meta *
     }
     if (memcmp(h.magic, CKPT_MAGIC, 8) != 0) {
         fclose(f);
-        return ts_error(TS_ERR_FORMAT, "checkpoint %s: wrong magic (not a tessera checkpoint)", path);
+        return ts_error(TS_ERR_FORMAT, "checkpoint %s: wrong magic (not a tessera checkpoint)",
+                        path);
     }
     if (h.version != CKPT_VERSION) {
         fclose(f);
@@ -263,7 +263,8 @@ ts_status ts_checkpoint_load(const char *path, const ts_model *m, ts_ckpt_meta *
     h.header_crc = 0;
     if (ts_crc32(0, &h, sizeof h) != want) {
         fclose(f);
-        return ts_error(TS_ERR_FORMAT, "checkpoint %s: header checksum mismatch (corrupt file)", path);
+        return ts_error(TS_ERR_FORMAT, "checkpoint %s: header checksum mismatch (corrupt file)",
+                        path);
     }
     const ts_model_config *c = &m->cfg;
     if (h.layers != c->layers || h.d_model != c->d_model || h.heads != c->heads ||
@@ -274,30 +275,28 @@ ts_status ts_checkpoint_load(const char *path, const ts_model *m, ts_ckpt_meta *
                         "checkpoint %s: model shape layers=%d d_model=%d heads=%d vocab=%d "
                         "padded_vocab=%d context=%d does not match the configured "
                         "layers=%d d_model=%d heads=%d vocab=%d padded_vocab=%d context=%d",
-                        path, h.layers, h.d_model, h.heads, h.vocab, h.padded_vocab,
-                        h.context, c->layers, c->d_model, c->heads, c->vocab,
-                        c->padded_vocab, c->context);
+                        path, h.layers, h.d_model, h.heads, h.vocab, h.padded_vocab, h.context,
+                        c->layers, c->d_model, c->heads, c->vocab, c->padded_vocab, c->context);
     }
     if (h.param_dtype != (int32_t)m->dtype) {
         fclose(f);
-        return ts_error(TS_ERR_FORMAT, "checkpoint %s: parameters were %s, the run uses %s",
-                        path, ts_dtype_name((ts_dtype)h.param_dtype), ts_dtype_name(m->dtype));
+        return ts_error(TS_ERR_FORMAT, "checkpoint %s: parameters were %s, the run uses %s", path,
+                        ts_dtype_name((ts_dtype)h.param_dtype), ts_dtype_name(m->dtype));
     }
     int ntab = h.ntensors;
     size_t tab_bytes = sizeof(ckpt_entry) * (size_t)ntab;
     size_t arr = m->global_numel * sizeof(float);
     if (h.payload_bytes != tab_bytes + 3 * arr) {
         fclose(f);
-        return ts_error(TS_ERR_FORMAT, "checkpoint %s: payload size %llu, expected %zu",
-                        path, (unsigned long long)h.payload_bytes, tab_bytes + 3 * arr);
+        return ts_error(TS_ERR_FORMAT, "checkpoint %s: payload size %llu, expected %zu", path,
+                        (unsigned long long)h.payload_bytes, tab_bytes + 3 * arr);
     }
     struct stat sb;
     if (fstat(fileno(f), &sb) == 0 && (uint64_t)sb.st_size != sizeof h + h.payload_bytes) {
         fclose(f);
-        return ts_error(TS_ERR_FORMAT,
-                        "checkpoint %s: file is %lld bytes, expected %llu (truncated or padded)",
-                        path, (long long)sb.st_size,
-                        (unsigned long long)(sizeof h + h.payload_bytes));
+        return ts_error(
+            TS_ERR_FORMAT, "checkpoint %s: file is %lld bytes, expected %llu (truncated or padded)",
+            path, (long long)sb.st_size, (unsigned long long)(sizeof h + h.payload_bytes));
     }
     /* Read everything into scratch, verify, and only then write the outputs. */
     ckpt_entry *tab = malloc(tab_bytes);
@@ -317,15 +316,18 @@ ts_status ts_checkpoint_load(const char *path, const ts_model *m, ts_ckpt_meta *
         uint32_t crc = ts_crc32(0, tab, tab_bytes);
         crc = ts_crc32(crc, buf, 3 * arr);
         if (crc != h.payload_crc)
-            s = ts_error(TS_ERR_FORMAT, "checkpoint %s: payload checksum mismatch (corrupt file)", path);
+            s = ts_error(TS_ERR_FORMAT, "checkpoint %s: payload checksum mismatch (corrupt file)",
+                         path);
     }
     if (!s && ckpt_fill_table(expect, m) != ntab)
         s = ts_error(TS_ERR_NOMEM, "checkpoint %s: out of memory", path);
     if (!s) {
         for (int i = 0; i < ntab && !s; i++)
             if (memcmp(&tab[i], &expect[i], sizeof tab[i]) != 0)
-                s = ts_error(TS_ERR_FORMAT, "checkpoint %s: tensor %d is '%s', expected '%s' "
-                             "with the same shape and offset", path, i, tab[i].name, expect[i].name);
+                s = ts_error(TS_ERR_FORMAT,
+                             "checkpoint %s: tensor %d is '%s', expected '%s' "
+                             "with the same shape and offset",
+                             path, i, tab[i].name, expect[i].name);
     }
     if (!s) {
         memcpy(master, buf, arr);

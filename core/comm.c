@@ -214,7 +214,8 @@ ts_status ts_comm_create(const ts_comm_ops *ops, void *ctx, const char *name, in
         st = ts_error(TS_ERR_NOMEM, "ts_comm_create: out of memory");
         goto fail;
     }
-    for (int i = 0; i < size; i++) wr[i] = world_ranks ? world_ranks[i] : i;
+    for (int i = 0; i < size; i++)
+        wr[i] = world_ranks ? world_ranks[i] : i;
     c->ops = ops;
     c->ctx = ctx;
     snprintf(c->name, sizeof c->name, "%s", name);
@@ -237,12 +238,24 @@ void ts_comm_free(ts_comm *comm) {
     free(comm);
 }
 
-const char *ts_comm_name(const ts_comm *comm) { return comm ? comm->name : "?"; }
-int ts_comm_rank(const ts_comm *comm) { return comm ? comm->rank : -1; }
-int ts_comm_size(const ts_comm *comm) { return comm ? comm->size : 0; }
-const char *ts_comm_backend(const ts_comm *comm) { return comm ? comm->ops->name : "?"; }
-void *ts_comm_backend_ctx(const ts_comm *comm) { return comm ? comm->ctx : NULL; }
-double ts_comm_timeout(const ts_comm *comm) { return comm ? comm->timeout_s : 0.0; }
+const char *ts_comm_name(const ts_comm *comm) {
+    return comm ? comm->name : "?";
+}
+int ts_comm_rank(const ts_comm *comm) {
+    return comm ? comm->rank : -1;
+}
+int ts_comm_size(const ts_comm *comm) {
+    return comm ? comm->size : 0;
+}
+const char *ts_comm_backend(const ts_comm *comm) {
+    return comm ? comm->ops->name : "?";
+}
+void *ts_comm_backend_ctx(const ts_comm *comm) {
+    return comm ? comm->ctx : NULL;
+}
+double ts_comm_timeout(const ts_comm *comm) {
+    return comm ? comm->timeout_s : 0.0;
+}
 void ts_comm_set_timeout(ts_comm *comm, double timeout_s) {
     if (comm) comm->timeout_s = timeout_s;
 }
@@ -454,7 +467,8 @@ static ts_status comm_check_counts(const ts_comm *comm, const char *opname, cons
     if (!counts)
         return ts_error(TS_ERR_INVALID, "%s on axis '%s': %s is NULL", opname, comm->name, what);
     *total = 0;
-    for (int i = 0; i < comm->size; i++) *total += counts[i];
+    for (int i = 0; i < comm->size; i++)
+        *total += counts[i];
     return TS_OK;
 }
 
@@ -1002,7 +1016,9 @@ static ts_status self_split(void *ctx, int color, int key, const int *members, i
     return TS_OK;
 }
 
-static void self_free(void *ctx) { (void)ctx; }
+static void self_free(void *ctx) {
+    (void)ctx;
+}
 
 static ts_status self_all_to_all(void *ctx, const void *send, void *recv, size_t count,
                                  ts_dtype dtype, void **req) {

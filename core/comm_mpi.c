@@ -254,7 +254,8 @@ static ts_status mpi_reduce_scatter_v(void *vctx, const void *send, void *recv,
     mpi_req *r = NULL;
     size_t total = 0;
     int itotal = 0;
-    for (int i = 0; i < ctx->size; i++) total += counts[i];
+    for (int i = 0; i < ctx->size; i++)
+        total += counts[i];
     TS_TRY(mpi_int(total, "reduce_scatter_v", &itotal));
     TS_TRY(mpi_req_new("reduce_scatter_v", &r));
     const size_t *arrays[1] = {counts};

@@ -72,16 +72,19 @@ static char *cfg_strndup(const char *s, size_t n) {
 
 /* A copy of s with surrounding whitespace removed. */
 static char *cfg_trimdup(const char *s) {
-    while (isspace((unsigned char)*s)) s++;
+    while (isspace((unsigned char)*s))
+        s++;
     size_t n = strlen(s);
-    while (n > 0 && isspace((unsigned char)s[n - 1])) n--;
+    while (n > 0 && isspace((unsigned char)s[n - 1]))
+        n--;
     return cfg_strndup(s, n);
 }
 
 static int cfg_grow(void **arr, int *cap, int need, size_t elem) {
     if (need <= *cap) return 1;
     int nc = *cap ? *cap * 2 : 16;
-    while (nc < need) nc *= 2;
+    while (nc < need)
+        nc *= 2;
     void *p = realloc(*arr, (size_t)nc * elem);
     if (!p) return 0;
     *arr = p;
@@ -89,7 +92,9 @@ static int cfg_grow(void **arr, int *cap, int need, size_t elem) {
     return 1;
 }
 
-static ts_status cfg_nomem(void) { return ts_error(TS_ERR_NOMEM, "config: out of memory"); }
+static ts_status cfg_nomem(void) {
+    return ts_error(TS_ERR_NOMEM, "config: out of memory");
+}
 
 /* 1 if `word` is one of the '|'-separated words of `choices`. */
 static int cfg_choice_has(const char *choices, const char *word) {
@@ -201,7 +206,9 @@ static void cfg_fmt_range(const ts_key_spec *sp, char *buf, size_t size) {
         snprintf(buf, size, "%s%s, %s%s", lo_ex ? "(" : "[", lo, hi, hi_ex ? ")" : "]");
 }
 
-static int cfg_has_range(const ts_key_spec *sp) { return sp->min <= sp->max; }
+static int cfg_has_range(const ts_key_spec *sp) {
+    return sp->min <= sp->max;
+}
 
 /* Checks `value` against the spec. Returns 1 if valid; otherwise 0 with a
  * description such as `"abc": not an integer` written to why. */
@@ -374,13 +381,15 @@ ts_status ts_config_create(ts_config **out) {
 
 void ts_config_destroy(ts_config *cfg) {
     if (!cfg) return;
-    for (int i = 0; i < cfg->nspecs; i++) cfg_free_spec(&cfg->specs[i]);
+    for (int i = 0; i < cfg->nspecs; i++)
+        cfg_free_spec(&cfg->specs[i]);
     for (int i = 0; i < cfg->nentries; i++) {
         free(cfg->entries[i].section);
         free(cfg->entries[i].key);
         free(cfg->entries[i].value);
     }
-    for (int i = 0; i < cfg->nsections; i++) free(cfg->sections[i].name);
+    for (int i = 0; i < cfg->nsections; i++)
+        free(cfg->sections[i].name);
     free(cfg->specs);
     free(cfg->entries);
     free(cfg->sections);
@@ -522,8 +531,10 @@ static char *cfg_read_line(char *str, int num, void *stream) {
     r->pos = nl ? nl + 1 : r->end;
     r->lineno++;
     if (r->lineno == 1 && stop - s >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) s += 3;
-    while (s < stop && (*s == ' ' || *s == '\t')) s++;
-    while (stop > s && (stop[-1] == '\r' || stop[-1] == ' ' || stop[-1] == '\t')) stop--;
+    while (s < stop && (*s == ' ' || *s == '\t'))
+        s++;
+    while (stop > s && (stop[-1] == '\r' || stop[-1] == ' ' || stop[-1] == '\t'))
+        stop--;
     size_t n = (size_t)(stop - s);
     if (n + 1 > (size_t)num) {
         cfg_reader_fail(r, TS_ERR_CONFIG, "line is longer than %d characters", num - 1);
@@ -541,7 +552,8 @@ static char *cfg_read_line(char *str, int num, void *stream) {
         char *close = strchr(str, ']');
         if (close) {
             const char *rest = close + 1;
-            while (*rest == ' ' || *rest == '\t') rest++;
+            while (*rest == ' ' || *rest == '\t')
+                rest++;
             if (*rest && *rest != ';' && *rest != '#') {
                 cfg_reader_fail(r, TS_ERR_CONFIG, "unexpected text '%s' after section header",
                                 rest);
@@ -602,9 +614,11 @@ static void cfg_line_text(const char *buf, size_t len, int line, char *out, size
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         p = nl ? nl + 1 : end;
     }
-    while (p < end && (*p == ' ' || *p == '\t')) p++;
+    while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
     size_t n = 0;
-    while (p + n < end && p[n] != '\n' && p[n] != '\r' && n + 1 < size) n++;
+    while (p + n < end && p[n] != '\n' && p[n] != '\r' && n + 1 < size)
+        n++;
     memcpy(out, p, n);
     out[n] = '\0';
     if (n > 60) strcpy(out + 57, "...");
@@ -723,8 +737,10 @@ static int cfg_distance(const char *a, const char *b) {
     size_t la = strlen(a), lb = strlen(b);
     if (la > 63 || lb > 63) return 3;
     int d[64][64];
-    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
-    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = (int)j;
     for (size_t i = 1; i <= la; i++)
         for (size_t j = 1; j <= lb; j++) {
             int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
@@ -856,16 +872,22 @@ const char *ts_config_where(const ts_config *cfg, const char *section, const cha
     return buf;
 }
 
-const char *ts_config_path(const ts_config *cfg) { return cfg->path; }
+const char *ts_config_path(const ts_config *cfg) {
+    return cfg->path;
+}
 
-int ts_config_num_sections(const ts_config *cfg) { return cfg->nsections; }
+int ts_config_num_sections(const ts_config *cfg) {
+    return cfg->nsections;
+}
 
 const char *ts_config_section(const ts_config *cfg, int i) {
     TS_ASSERT(i >= 0 && i < cfg->nsections);
     return cfg->sections[i].name;
 }
 
-int ts_config_num_specs(const ts_config *cfg) { return cfg->nspecs; }
+int ts_config_num_specs(const ts_config *cfg) {
+    return cfg->nspecs;
+}
 
 const ts_key_spec *ts_config_spec(const ts_config *cfg, int i) {
     TS_ASSERT(i >= 0 && i < cfg->nspecs);

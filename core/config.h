@@ -74,8 +74,8 @@ const char *ts_config_str(const ts_config *cfg, const char *section, const char 
 int ts_config_has(const ts_config *cfg, const char *section, const char *key);
 /* Where a key was given, for error messages: "tiny.ini:12 [model] heads",
  * "--set [train] steps", or "default [train] steps". Returns buf. */
-const char *ts_config_where(const ts_config *cfg, const char *section,
-                            const char *key, char *buf, int size);
+const char *ts_config_where(const ts_config *cfg, const char *section, const char *key, char *buf,
+                            int size);
 /* The path of the loaded file ("" before ts_config_load). */
 const char *ts_config_path(const ts_config *cfg);
 

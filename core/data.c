@@ -67,14 +67,16 @@ static void data_markov_chain(uint16_t *succ, double *cum, double *h, uint16_t *
     uint64_t kprob = ts_rng_key(seed, "data.markov.prob");
 
     /* A random cycle through every state: a Fisher-Yates permutation. */
-    for (int i = 0; i < V; i++) perm[i] = (uint16_t)i;
+    for (int i = 0; i < V; i++)
+        perm[i] = (uint16_t)i;
     for (int i = V - 1; i > 0; i--) {
         int j = (int)(ts_rng_u64(kcycle, (uint64_t)i) % (uint64_t)(i + 1));
         uint16_t t = perm[i];
         perm[i] = perm[j];
         perm[j] = t;
     }
-    for (int i = 0; i < V; i++) succ[(size_t)perm[i] * K] = perm[(i + 1) % V];
+    for (int i = 0; i < V; i++)
+        succ[(size_t)perm[i] * K] = perm[(i + 1) % V];
 
     for (int s = 0; s < V; s++) {
         uint16_t *row = succ + (size_t)s * K;
@@ -84,7 +86,8 @@ static void data_markov_chain(uint16_t *succ, double *cum, double *h, uint16_t *
                 uint64_t r = ts_rng_u64(ksucc, ((uint64_t)s << 32) | attempt++);
                 uint16_t c = (uint16_t)(r % (uint64_t)V);
                 int dup = 0;
-                for (int m = 0; m < k; m++) dup |= row[m] == c;
+                for (int m = 0; m < k; m++)
+                    dup |= row[m] == c;
                 if (!dup) {
                     row[k] = c;
                     break;
@@ -115,9 +118,11 @@ static void data_markov_chain(uint16_t *succ, double *cum, double *h, uint16_t *
  * next are [V]. */
 static void data_markov_stationary(double *pi, double *next, const uint16_t *succ,
                                    const double *cum, int V, int K) {
-    for (int s = 0; s < V; s++) pi[s] = 1.0 / V;
+    for (int s = 0; s < V; s++)
+        pi[s] = 1.0 / V;
     for (int it = 0; it < 10000; it++) {
-        for (int s = 0; s < V; s++) next[s] = 0.5 * pi[s];
+        for (int s = 0; s < V; s++)
+            next[s] = 0.5 * pi[s];
         for (int s = 0; s < V; s++) {
             const double *c = cum + (size_t)s * K;
             double prev = 0, half = 0.5 * pi[s];
@@ -127,7 +132,8 @@ static void data_markov_stationary(double *pi, double *next, const uint16_t *suc
             }
         }
         double total = 0, change = 0;
-        for (int s = 0; s < V; s++) total += next[s];
+        for (int s = 0; s < V; s++)
+            total += next[s];
         for (int s = 0; s < V; s++) {
             next[s] /= total;
             change += fabs(next[s] - pi[s]);
@@ -163,7 +169,8 @@ static ts_status data_open_synthetic(ts_dataset *ds, const ts_data_opts *o) {
     data_markov_chain(succ, cum, h, perm, V, K, o->seed);
     data_markov_stationary(pi, next, succ, cum, V, K);
     double rate = 0;
-    for (int s = 0; s < V; s++) rate += pi[s] * h[s];
+    for (int s = 0; s < V; s++)
+        rate += pi[s] * h[s];
 
     uint64_t kstream = ts_rng_key(o->seed, "data.markov.stream");
     uint16_t x = (uint16_t)(ts_rng_u64(kstream, 0) % (uint64_t)V);
@@ -172,7 +179,8 @@ static ts_status data_open_synthetic(ts_dataset *ds, const ts_data_opts *o) {
         double u = ts_rng_uniform_f64(kstream, (uint64_t)i);
         const double *c = cum + (size_t)x * K;
         int k = 0;
-        while (k < K - 1 && u >= c[k]) k++;
+        while (k < K - 1 && u >= c[k])
+            k++;
         x = succ[(size_t)x * K + k];
         tok[i] = x;
     }
@@ -230,7 +238,8 @@ static ts_status data_open_text(ts_dataset *ds, const ts_data_opts *o, const cha
         ts_mem_free(bytes);
         return ts_error(TS_ERR_IO, "data text:%s: read %zu of %lld bytes", path, got, (long long)n);
     }
-    for (int64_t i = 0; i < n; i++) tok[i] = bytes[i];
+    for (int64_t i = 0; i < n; i++)
+        tok[i] = bytes[i];
     ts_mem_free(bytes);
     ds->owned = tok;
     ds->tokens = tok;
@@ -345,25 +354,33 @@ void ts_dataset_close(ts_dataset *ds) {
     ts_mem_free(ds);
 }
 
-int64_t ts_dataset_num_tokens(const ts_dataset *ds) { return ds->n; }
+int64_t ts_dataset_num_tokens(const ts_dataset *ds) {
+    return ds->n;
+}
 
 int64_t ts_dataset_num_windows(const ts_dataset *ds, int T) {
     if (T <= 0) return 0;
     return (ds->n - 1) / T;
 }
 
-double ts_dataset_entropy_rate(const ts_dataset *ds) { return ds->entropy_rate; }
+double ts_dataset_entropy_rate(const ts_dataset *ds) {
+    return ds->entropy_rate;
+}
 
-const char *ts_dataset_describe(const ts_dataset *ds) { return ds->desc; }
+const char *ts_dataset_describe(const ts_dataset *ds) {
+    return ds->desc;
+}
 
 /* The slot of position `i` of an epoch under the permutation keyed by `key`:
  * a balanced Feistel network on 2*half bits, cycle-walked into [0, n). */
 static int64_t data_permute(uint64_t key, uint64_t i, uint64_t n) {
     int half = 1;
-    while (half < 32 && ((uint64_t)1 << (2 * half)) < n) half++;
+    while (half < 32 && ((uint64_t)1 << (2 * half)) < n)
+        half++;
     uint64_t mask = ((uint64_t)1 << half) - 1;
     uint64_t rk[4];
-    for (int r = 0; r < 4; r++) rk[r] = ts_rng_u64(key, (uint64_t)r);
+    for (int r = 0; r < 4; r++)
+        rk[r] = ts_rng_u64(key, (uint64_t)r);
     uint64_t x = i;
     do {
         uint64_t l = x >> half, r = x & mask;

@@ -61,8 +61,8 @@ const char *ts_dataset_describe(const ts_dataset *ds);
 
 /* Fills inputs (T) and targets (T) of global window `w`. Fails if the data
  * holds no whole window of length T. */
-ts_status ts_dataset_window(const ts_dataset *ds, int64_t w, int T,
-                            int32_t *inputs, int32_t *targets);
+ts_status ts_dataset_window(const ts_dataset *ds, int64_t w, int T, int32_t *inputs,
+                            int32_t *targets);
 
 #ifdef __cplusplus
 }

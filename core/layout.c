@@ -52,8 +52,8 @@ static ts_status layout_check_name(const char *name) {
     if (!name || !name[0]) return ts_error(TS_ERR_INVALID, "layout: an axis name is required");
     size_t n = strlen(name);
     if (n >= TS_COMM_NAME_MAX)
-        return ts_error(TS_ERR_INVALID, "layout: axis name '%s' is longer than %d characters",
-                        name, TS_COMM_NAME_MAX - 1);
+        return ts_error(TS_ERR_INVALID, "layout: axis name '%s' is longer than %d characters", name,
+                        TS_COMM_NAME_MAX - 1);
     for (size_t i = 0; i < n; i++) {
         char c = name[i];
         int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
@@ -83,8 +83,7 @@ static ts_status layout_check_placement(ts_placement p, int ndim, const char *ax
 
 static ts_status layout_check_shape(int ndim, const int64_t *shape) {
     if (ndim < 0 || ndim > TS_MAX_DIMS)
-        return ts_error(TS_ERR_INVALID, "layout: %d dimensions (0..%d allowed)", ndim,
-                        TS_MAX_DIMS);
+        return ts_error(TS_ERR_INVALID, "layout: %d dimensions (0..%d allowed)", ndim, TS_MAX_DIMS);
     for (int i = 0; i < ndim; i++)
         if (shape[i] < 0)
             return ts_error(TS_ERR_INVALID, "layout: dimension %d has negative extent %lld", i,
@@ -120,7 +119,8 @@ ts_status ts_layout_init(ts_layout *l, int ndim, const int64_t *shape) {
     if (ndim > 0 && !shape) return ts_error(TS_ERR_INVALID, "layout: NULL shape");
     TS_TRY(layout_check_shape(ndim, shape));
     l->ndim = ndim;
-    for (int i = 0; i < ndim; i++) l->shape[i] = shape[i];
+    for (int i = 0; i < ndim; i++)
+        l->shape[i] = shape[i];
     return TS_OK;
 }
 
@@ -245,9 +245,9 @@ const char *ts_layout_describe(const ts_layout *l, char *buf, size_t cap) {
     size_t used = 0;
     for (int i = 0; i < l->naxes && i < TS_LAYOUT_MAX_AXES && used < cap; i++) {
         char p[16];
-        int n = snprintf(buf + used, cap - used, "%s%.*s:%s", i ? " " : "",
-                         (int)(TS_COMM_NAME_MAX - 1), l->axes[i].name,
-                         ts_placement_str(l->axes[i].placement, p, sizeof p));
+        int n =
+            snprintf(buf + used, cap - used, "%s%.*s:%s", i ? " " : "", (int)(TS_COMM_NAME_MAX - 1),
+                     l->axes[i].name, ts_placement_str(l->axes[i].placement, p, sizeof p));
         if (n < 0) break;
         used += (size_t)n;
     }
@@ -272,7 +272,8 @@ const char *ts_layout_shape_str(int ndim, const int64_t *shape, char *buf, size_
 
 static int64_t shape_numel(int ndim, const int64_t *shape) {
     int64_t n = 1;
-    for (int d = 0; d < ndim; d++) n *= shape[d];
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
     return n;
 }
 
@@ -298,17 +299,18 @@ static void copy_box(char *dst, const int64_t *dshape, const int64_t *doff, cons
     for (int64_t a = 0; a < e[0]; a++)
         for (int64_t b = 0; b < e[1]; b++)
             for (int64_t c = 0; c < e[2]; c++) {
-                int64_t di = (((dof[0] + a) * ds[1] + dof[1] + b) * ds[2] + dof[2] + c) * ds[3] +
-                             dof[3];
-                int64_t si = (((sof[0] + a) * ss[1] + sof[1] + b) * ss[2] + sof[2] + c) * ss[3] +
-                             sof[3];
+                int64_t di =
+                    (((dof[0] + a) * ds[1] + dof[1] + b) * ds[2] + dof[2] + c) * ds[3] + dof[3];
+                int64_t si =
+                    (((sof[0] + a) * ss[1] + sof[1] + b) * ss[2] + sof[2] + c) * ss[3] + sof[3];
                 memcpy(dst + (size_t)di * es, src + (size_t)si * es, row);
             }
 }
 
 /* A copy of `shape` with dimension d set to `extent`. */
 static void shape_with(int64_t *out, int ndim, const int64_t *shape, int d, int64_t extent) {
-    for (int e = 0; e < ndim; e++) out[e] = shape[e];
+    for (int e = 0; e < ndim; e++)
+        out[e] = shape[e];
     out[d] = extent;
 }
 
@@ -330,7 +332,7 @@ static ts_status scratch_alloc(void **p, size_t bytes) {
 /* The per-call state of one redistribution. */
 typedef struct redist {
     ts_comm *comm;
-    int n, c;                  /* axis size, this rank's coordinate       */
+    int n, c; /* axis size, this rank's coordinate       */
     int ndim;
     int64_t b[TS_MAX_DIMS];    /* the block if the axis were R            */
     int64_t zero[TS_MAX_DIMS]; /* an all-zero offset                      */
@@ -373,18 +375,17 @@ static ts_status redist_partial_to_shard(const redist *r, int d) {
             int64_t off[TS_MAX_DIMS] = {0}, ext[TS_MAX_DIMS];
             shape_with(ext, r->ndim, r->b, d, 0);
             layout_part(r->b[d], r->n, p, &off[d], &ext[d]);
-            copy_box((char *)pack + at * r->es, ext, r->zero, r->in->data, r->b, off, ext,
-                     r->ndim, r->es);
+            copy_box((char *)pack + at * r->es, ext, r->zero, r->in->data, r->b, off, ext, r->ndim,
+                     r->es);
             at += counts[p];
         }
         send = pack;
     }
     if (even)
-        st = ts_comm_reduce_scatter(r->comm, send, r->out->data, counts[0], r->dtype,
-                                    TS_REDUCE_SUM);
+        st =
+            ts_comm_reduce_scatter(r->comm, send, r->out->data, counts[0], r->dtype, TS_REDUCE_SUM);
     else
-        st = ts_comm_reduce_scatter_v(r->comm, send, r->out->data, counts, r->dtype,
-                                      TS_REDUCE_SUM);
+        st = ts_comm_reduce_scatter_v(r->comm, send, r->out->data, counts, r->dtype, TS_REDUCE_SUM);
 done:
     if (pack) ts_mem_free(pack);
     free(counts);
@@ -465,8 +466,8 @@ static ts_status redist_shard_to_shard(const redist *r, int i, int j) {
         int64_t off[TS_MAX_DIMS] = {0}, ext[TS_MAX_DIMS];
         shape_with(ext, r->ndim, oshape, i, 0);
         layout_part(r->b[i], r->n, p, &off[i], &ext[i]);
-        copy_box(r->out->data, oshape, off, (char *)rbuf + at * r->es, ext, r->zero, ext,
-                 r->ndim, r->es);
+        copy_box(r->out->data, oshape, off, (char *)rbuf + at * r->es, ext, r->zero, ext, r->ndim,
+                 r->es);
         at += rcounts[p];
     }
 done:
@@ -492,8 +493,8 @@ static void redist_slice(const redist *r, int d, int into_full) {
  * Redistribution: checks and dispatch
  * ------------------------------------------------------------------------- */
 
-static ts_status redist_check(const ts_layout *from, const ts_layout *to, int axis,
-                              ts_comm *comm, const int *coords, const ts_tensor *in) {
+static ts_status redist_check(const ts_layout *from, const ts_layout *to, int axis, ts_comm *comm,
+                              const int *coords, const ts_tensor *in) {
     TS_TRY(ts_layout_validate(from));
     TS_TRY(ts_layout_validate(to));
     if (from->ndim != to->ndim || from->naxes != to->naxes)
@@ -504,11 +505,11 @@ static ts_status redist_check(const ts_layout *from, const ts_layout *to, int ax
     for (int d = 0; d < from->ndim; d++)
         if (from->shape[d] != to->shape[d])
             return ts_error(TS_ERR_INVALID,
-                            "redistribute: global extent of dimension %d differs (%lld vs %lld)",
-                            d, (long long)from->shape[d], (long long)to->shape[d]);
+                            "redistribute: global extent of dimension %d differs (%lld vs %lld)", d,
+                            (long long)from->shape[d], (long long)to->shape[d]);
     if (axis < 0 || axis >= from->naxes)
-        return ts_error(TS_ERR_INVALID, "redistribute: axis index %d out of range (%d axes)",
-                        axis, from->naxes);
+        return ts_error(TS_ERR_INVALID, "redistribute: axis index %d out of range (%d axes)", axis,
+                        from->naxes);
     const char *name = from->axes[axis].name;
     for (int k = 0; k < from->naxes; k++) {
         const ts_layout_axis *a = &from->axes[k], *b = &to->axes[k];
@@ -558,8 +559,8 @@ static ts_status redist_check(const ts_layout *from, const ts_layout *to, int ax
     if (in->device != TS_DEVICE_CPU)
         return ts_error(TS_ERR_INVALID, "redistribute: tensor %s: only CPU tensors for now",
                         in->name);
-    if (pf.kind == TS_PLACEMENT_PARTIAL && pt.kind != TS_PLACEMENT_PARTIAL &&
-        in->dtype != TS_F32 && in->dtype != TS_BF16 && in->dtype != TS_I32)
+    if (pf.kind == TS_PLACEMENT_PARTIAL && pt.kind != TS_PLACEMENT_PARTIAL && in->dtype != TS_F32 &&
+        in->dtype != TS_BF16 && in->dtype != TS_I32)
         return ts_error(TS_ERR_INVALID, "redistribute: tensor %s: cannot sum %s (f32, bf16, i32)",
                         in->name, ts_dtype_name(in->dtype));
     if (ts_dtype_size(in->dtype) == 0)
@@ -568,9 +569,8 @@ static ts_status redist_check(const ts_layout *from, const ts_layout *to, int ax
     return TS_OK;
 }
 
-ts_status ts_redistribute(const ts_layout *from, const ts_layout *to, int axis,
-                          ts_comm *axis_comm, const int *coords, const ts_tensor *in,
-                          ts_tensor *out) {
+ts_status ts_redistribute(const ts_layout *from, const ts_layout *to, int axis, ts_comm *axis_comm,
+                          const int *coords, const ts_tensor *in, ts_tensor *out) {
     if (!out) return ts_error(TS_ERR_INVALID, "redistribute: NULL output tensor");
     if (out == in) return ts_error(TS_ERR_INVALID, "redistribute: the output is the input");
     memset(out, 0, sizeof *out);
@@ -588,7 +588,8 @@ ts_status ts_redistribute(const ts_layout *from, const ts_layout *to, int axis,
     r.out = out;
 
     int at[TS_LAYOUT_MAX_AXES] = {0};
-    for (int k = 0; k < from->naxes; k++) at[k] = coords ? coords[k] : 0;
+    for (int k = 0; k < from->naxes; k++)
+        at[k] = coords ? coords[k] : 0;
     at[axis] = r.c;
     int64_t ishape[TS_MAX_DIMS], oshape[TS_MAX_DIMS], boff[TS_MAX_DIMS];
     layout_block(from, at, -1, boff, ishape);
@@ -596,7 +597,8 @@ ts_status ts_redistribute(const ts_layout *from, const ts_layout *to, int axis,
     layout_block(from, at, axis, boff, r.b);
     char want[96], got[96];
     int shape_ok = in->ndim == from->ndim;
-    for (int d = 0; shape_ok && d < r.ndim; d++) shape_ok = in->shape[d] == ishape[d];
+    for (int d = 0; shape_ok && d < r.ndim; d++)
+        shape_ok = in->shape[d] == ishape[d];
     if (!shape_ok)
         return ts_error(TS_ERR_INVALID,
                         "redistribute: tensor %s has local shape %s, but its layout gives %s",

@@ -22,13 +22,26 @@
 #define LLMC_HEADER_INTS 256
 
 /* llm.c's parameter groups, and our per-layer name pattern for each. */
-static const char *llmc_groups[16] = {
-    "wte", "wpe", "h.%d.ln1.weight", "h.%d.ln1.bias", "h.%d.attn.qkv.weight",
-    "h.%d.attn.qkv.bias", "h.%d.attn.proj.weight", "h.%d.attn.proj.bias",
-    "h.%d.ln2.weight", "h.%d.ln2.bias", "h.%d.mlp.fc.weight", "h.%d.mlp.fc.bias",
-    "h.%d.mlp.proj.weight", "h.%d.mlp.proj.bias", "lnf.weight", "lnf.bias"};
+static const char *llmc_groups[16] = {"wte",
+                                      "wpe",
+                                      "h.%d.ln1.weight",
+                                      "h.%d.ln1.bias",
+                                      "h.%d.attn.qkv.weight",
+                                      "h.%d.attn.qkv.bias",
+                                      "h.%d.attn.proj.weight",
+                                      "h.%d.attn.proj.bias",
+                                      "h.%d.ln2.weight",
+                                      "h.%d.ln2.bias",
+                                      "h.%d.mlp.fc.weight",
+                                      "h.%d.mlp.fc.bias",
+                                      "h.%d.mlp.proj.weight",
+                                      "h.%d.mlp.proj.bias",
+                                      "lnf.weight",
+                                      "lnf.bias"};
 
-static int llmc_per_layer(int g) { return g >= 2 && g <= 13; }
+static int llmc_per_layer(int g) {
+    return g >= 2 && g <= 13;
+}
 
 /* A parameter of the unsharded model: where it sits in the global flat
  * layout (whichever ranks hold it). */
@@ -58,9 +71,11 @@ static ts_status llmc_each(const ts_model *m, ts_status (*fn)(const llmc_param *
             char name[TS_NAME_MAX];
             snprintf(name, sizeof name, llmc_groups[g], l);
             int k = 0;
-            while (k < n && strcmp(names[k], name) != 0) k++;
+            while (k < n && strcmp(names[k], name) != 0)
+                k++;
             TS_ASSERT(k < n);
-            llmc_param p = {names[k], offs[k], (size_t)(shapes[k][0] * shapes[k][1] * shapes[k][2])};
+            llmc_param p = {names[k], offs[k],
+                            (size_t)(shapes[k][0] * shapes[k][1] * shapes[k][2])};
             st = fn(&p, arg);
         }
     }
@@ -72,25 +87,29 @@ static ts_status llmc_each(const ts_model *m, ts_status (*fn)(const llmc_param *
 
 static ts_status llmc_header(const char *path, int32_t *h, FILE **fout) {
     FILE *f = fopen(path, "rb");
-    if (!f) return ts_error(TS_ERR_IO, "llm.c checkpoint %s: cannot open: %s", path, strerror(errno));
+    if (!f)
+        return ts_error(TS_ERR_IO, "llm.c checkpoint %s: cannot open: %s", path, strerror(errno));
     if (fread(h, sizeof(int32_t), LLMC_HEADER_INTS, f) != LLMC_HEADER_INTS) {
         fclose(f);
-        return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: shorter than its 1024-byte header", path);
+        return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: shorter than its 1024-byte header",
+                        path);
     }
     if (h[0] != LLMC_MAGIC) {
         fclose(f);
-        return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: wrong magic %d (expected %d)",
-                        path, h[0], LLMC_MAGIC);
+        return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: wrong magic %d (expected %d)", path,
+                        h[0], LLMC_MAGIC);
     }
     if (h[1] != 3 && h[1] != 5) {
         fclose(f);
-        return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: version %d (readable: 3 = f32, 5 = bf16)",
-                        path, h[1]);
+        return ts_error(TS_ERR_FORMAT,
+                        "llm.c checkpoint %s: version %d (readable: 3 = f32, 5 = bf16)", path,
+                        h[1]);
     }
     for (int i = 2; i <= 7; i++)
         if (h[i] <= 0) {
             fclose(f);
-            return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: header field %d is %d", path, i, h[i]);
+            return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: header field %d is %d", path, i,
+                            h[i]);
         }
     if (fout)
         *fout = f;
@@ -124,7 +143,8 @@ static ts_status llmc_read_param(const llmc_param *p, void *arg) {
     float *dst = r->values + p->offset;
     if (!r->bf16) {
         if (fread(dst, sizeof(float), n, r->f) != n)
-            return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: truncated in %s", r->path, p->name);
+            return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: truncated in %s", r->path,
+                            p->name);
         return TS_OK;
     }
     uint16_t *tmp = malloc(n * sizeof *tmp);
@@ -145,16 +165,19 @@ ts_status ts_llmc_load(const char *path, const ts_model *m, float *full) {
     if (h[2] != c->context || h[3] != c->vocab || h[4] != c->layers || h[5] != c->heads ||
         h[6] != c->d_model || h[7] != c->padded_vocab) {
         fclose(f);
-        return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: shape maxT=%d V=%d L=%d NH=%d C=%d Vp=%d "
-                        "differs from the model", path, h[2], h[3], h[4], h[5], h[6], h[7]);
+        return ts_error(TS_ERR_FORMAT,
+                        "llm.c checkpoint %s: shape maxT=%d V=%d L=%d NH=%d C=%d Vp=%d "
+                        "differs from the model",
+                        path, h[2], h[3], h[4], h[5], h[6], h[7]);
     }
     size_t esz = h[1] == 5 ? 2 : 4;
     struct stat sb;
     size_t want = LLMC_HEADER_INTS * 4 + m->global_numel * esz;
     if (fstat(fileno(f), &sb) == 0 && (size_t)sb.st_size != want) {
         fclose(f);
-        return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: %lld bytes, expected %zu for this shape",
-                        path, (long long)sb.st_size, want);
+        return ts_error(TS_ERR_FORMAT,
+                        "llm.c checkpoint %s: %lld bytes, expected %zu for this shape", path,
+                        (long long)sb.st_size, want);
     }
     llmc_reader r = {f, path, h[1] == 5, full};
     ts_status s = llmc_each(m, llmc_read_param, &r);
@@ -163,7 +186,7 @@ ts_status ts_llmc_load(const char *path, const ts_model *m, float *full) {
 }
 
 typedef struct llmc_writer {
-    float *out;       /* the file's parameter area, in file order */
+    float *out; /* the file's parameter area, in file order */
     size_t pos;
     const float *src; /* f32 values indexed by global offset        */
 } llmc_writer;

@@ -16,27 +16,26 @@
 /* The five slots of the order string, in the default order. */
 enum { SLOT_TP, SLOT_CP, SLOT_EP, SLOT_DP, SLOT_PP, SLOT_COUNT };
 
-static const char *const mesh_slot_names[SLOT_COUNT] = {"tp", "cp", "ep", "dp",
-                                                        "pp"};
-static const char *const mesh_axis_names[TS_AXIS_COUNT] = {
-    "tp", "cp", "dp", "pp", "ep", "etp", "edp"};
+static const char *const mesh_slot_names[SLOT_COUNT] = {"tp", "cp", "ep", "dp", "pp"};
+static const char *const mesh_axis_names[TS_AXIS_COUNT] = {"tp", "cp",  "dp", "pp",
+                                                           "ep", "etp", "edp"};
 
 /* Which mesh and which slot each axis lives in (pp: dense, equal in both). */
 static const ts_mesh_kind mesh_axis_kind[TS_AXIS_COUNT] = {
-    TS_MESH_DENSE, TS_MESH_DENSE,  TS_MESH_DENSE, TS_MESH_DENSE,
+    TS_MESH_DENSE,  TS_MESH_DENSE,  TS_MESH_DENSE, TS_MESH_DENSE,
     TS_MESH_EXPERT, TS_MESH_EXPERT, TS_MESH_EXPERT};
-static const int mesh_axis_slot[TS_AXIS_COUNT] = {
-    SLOT_TP, SLOT_CP, SLOT_DP, SLOT_PP, SLOT_EP, SLOT_TP, SLOT_DP};
+static const int mesh_axis_slot[TS_AXIS_COUNT] = {SLOT_TP, SLOT_CP, SLOT_DP, SLOT_PP,
+                                                  SLOT_EP, SLOT_TP, SLOT_DP};
 
 #define MESH_NAME_MAX 8 /* longest name is 3 characters; room for junk */
 
 struct ts_mesh {
     int world;
     int axis_size[TS_AXIS_COUNT];
-    int order[SLOT_COUNT];            /* slot at each position, fastest first */
-    int size[2][SLOT_COUNT];          /* [kind][slot]                         */
-    int stride[2][SLOT_COUNT];        /* [kind][slot]                         */
-    char order_str[4 * SLOT_COUNT];   /* "tp-cp-ep-dp-pp" and a NUL           */
+    int order[SLOT_COUNT];          /* slot at each position, fastest first */
+    int size[2][SLOT_COUNT];        /* [kind][slot]                         */
+    int stride[2][SLOT_COUNT];      /* [kind][slot]                         */
+    char order_str[4 * SLOT_COUNT]; /* "tp-cp-ep-dp-pp" and a NUL           */
 };
 
 /* A parsed group token: its mesh and which slots it names. */
@@ -106,8 +105,8 @@ static ts_status mesh_parse_order(ts_mesh *mesh, const char *order) {
             for (int s = 0; s < SLOT_COUNT; s++)
                 if (strcmp(low, mesh_slot_names[s]) == 0) slot = s;
         if (slot < 0) {
-            int is_expert = mesh_lower_copy(low, p, len) &&
-                            (!strcmp(low, "etp") || !strcmp(low, "edp"));
+            int is_expert =
+                mesh_lower_copy(low, p, len) && (!strcmp(low, "etp") || !strcmp(low, "edp"));
             return ts_error(TS_ERR_INVALID,
                             "mesh: order \"%s\": unknown axis \"%.*s\"%s "
                             "(valid: tp, cp, ep, dp, pp)",
@@ -117,9 +116,8 @@ static ts_status mesh_parse_order(ts_mesh *mesh, const char *order) {
                                       : "");
         }
         if (seen[slot])
-            return ts_error(TS_ERR_INVALID,
-                            "mesh: order \"%s\": axis \"%s\" appears twice",
-                            order, mesh_slot_names[slot]);
+            return ts_error(TS_ERR_INVALID, "mesh: order \"%s\": axis \"%s\" appears twice", order,
+                            mesh_slot_names[slot]);
         seen[slot] = 1;
         mesh->order[n++] = slot;
         if (!dash) break;
@@ -130,14 +128,12 @@ static ts_status mesh_parse_order(ts_mesh *mesh, const char *order) {
         if (seen[s]) continue;
         for (int k = 0; k < 2; k++)
             if (mesh->size[k][s] != 1)
-                return ts_error(
-                    TS_ERR_INVALID,
-                    "mesh: order \"%s\" leaves out %s, whose size is %d in the "
-                    "%s mesh; name every axis of size above 1 (default order "
-                    "%s)",
-                    order, mesh_slot_names[s], mesh->size[k][s],
-                    k == TS_MESH_DENSE ? "dense" : "expert",
-                    TS_MESH_DEFAULT_ORDER);
+                return ts_error(TS_ERR_INVALID,
+                                "mesh: order \"%s\" leaves out %s, whose size is %d in the "
+                                "%s mesh; name every axis of size above 1 (default order "
+                                "%s)",
+                                order, mesh_slot_names[s], mesh->size[k][s],
+                                k == TS_MESH_DENSE ? "dense" : "expert", TS_MESH_DEFAULT_ORDER);
         mesh->order[n++] = s;
     }
     char *w = mesh->order_str;
@@ -153,12 +149,10 @@ static ts_status mesh_parse_order(ts_mesh *mesh, const char *order) {
 static ts_status mesh_check_sizes(const ts_mesh_sizes *in, ts_mesh *mesh) {
     const int world = in->world;
     if (world < 1)
-        return ts_error(TS_ERR_INVALID,
-                        "mesh: the world must have at least 1 rank (got %d)",
+        return ts_error(TS_ERR_INVALID, "mesh: the world must have at least 1 rank (got %d)",
                         world);
     const char *names[] = {"tp", "cp", "ep", "dp", "pp", "etp", "edp"};
-    const int given[] = {in->tp, in->cp, in->ep, in->dp,
-                         in->pp, in->etp, in->edp};
+    const int given[] = {in->tp, in->cp, in->ep, in->dp, in->pp, in->etp, in->edp};
     for (int i = 0; i < 7; i++) {
         if (given[i] < 0)
             return ts_error(TS_ERR_INVALID,
@@ -174,8 +168,7 @@ static ts_status mesh_check_sizes(const ts_mesh_sizes *in, ts_mesh *mesh) {
     const int tp = in->tp ? in->tp : 1, cp = in->cp ? in->cp : 1;
     const int ep = in->ep ? in->ep : 1, pp = in->pp ? in->pp : 1;
     const int etp = in->etp ? in->etp : tp;
-    const char *etp_note =
-        in->etp ? "" : " (etp was not given: it defaults to tp)";
+    const char *etp_note = in->etp ? "" : " (etp was not given: it defaults to tp)";
 
     /* Products in double: every factor is at most the world (< 2^31), so a
      * product that fits in 2^53 is exact and a larger one is not the world. */
@@ -242,8 +235,7 @@ static int mesh_slot_coord(const ts_mesh *mesh, int kind, int slot, int rank) {
     return rank / mesh->stride[kind][slot] % mesh->size[kind][slot];
 }
 
-static int mesh_slot_rank_at(const ts_mesh *mesh, int kind, int slot, int rank,
-                             int coord) {
+static int mesh_slot_rank_at(const ts_mesh *mesh, int kind, int slot, int rank, int coord) {
     int now = mesh_slot_coord(mesh, kind, slot, rank);
     return rank + (coord - now) * mesh->stride[kind][slot];
 }
@@ -256,24 +248,21 @@ static ts_status mesh_check_pipeline(const ts_mesh *mesh) {
             int d = mesh_slot_rank_at(mesh, TS_MESH_DENSE, SLOT_PP, r, stage);
             int e = mesh_slot_rank_at(mesh, TS_MESH_EXPERT, SLOT_PP, r, stage);
             if (d != e)
-                return ts_error(
-                    TS_ERR_INVALID,
-                    "mesh: order \"%s\": the pipeline of rank %d has rank %d "
-                    "at stage %d in the dense mesh (tp %d x cp %d x dp %d x pp "
-                    "%d) but rank %d in the expert mesh (etp %d x ep %d x edp "
-                    "%d x pp %d); put pp last in the order or make edp equal "
-                    "dp",
-                    mesh->order_str, r, d, stage,
-                    mesh->axis_size[TS_AXIS_TP], mesh->axis_size[TS_AXIS_CP],
-                    mesh->axis_size[TS_AXIS_DP], pp, e,
-                    mesh->axis_size[TS_AXIS_ETP], mesh->axis_size[TS_AXIS_EP],
-                    mesh->axis_size[TS_AXIS_EDP], pp);
+                return ts_error(TS_ERR_INVALID,
+                                "mesh: order \"%s\": the pipeline of rank %d has rank %d "
+                                "at stage %d in the dense mesh (tp %d x cp %d x dp %d x pp "
+                                "%d) but rank %d in the expert mesh (etp %d x ep %d x edp "
+                                "%d x pp %d); put pp last in the order or make edp equal "
+                                "dp",
+                                mesh->order_str, r, d, stage, mesh->axis_size[TS_AXIS_TP],
+                                mesh->axis_size[TS_AXIS_CP], mesh->axis_size[TS_AXIS_DP], pp, e,
+                                mesh->axis_size[TS_AXIS_ETP], mesh->axis_size[TS_AXIS_EP],
+                                mesh->axis_size[TS_AXIS_EDP], pp);
         }
     return TS_OK;
 }
 
-ts_status ts_mesh_create(const ts_mesh_sizes *sizes, const char *order,
-                         ts_mesh **out) {
+ts_status ts_mesh_create(const ts_mesh_sizes *sizes, const char *order, ts_mesh **out) {
     *out = NULL;
     if (!sizes) return ts_error(TS_ERR_INVALID, "mesh: no sizes given");
     ts_mesh *mesh = calloc(1, sizeof *mesh);
@@ -292,11 +281,17 @@ ts_status ts_mesh_create(const ts_mesh_sizes *sizes, const char *order,
     return TS_OK;
 }
 
-void ts_mesh_destroy(ts_mesh *mesh) { free(mesh); }
+void ts_mesh_destroy(ts_mesh *mesh) {
+    free(mesh);
+}
 
-int ts_mesh_world(const ts_mesh *mesh) { return mesh->world; }
+int ts_mesh_world(const ts_mesh *mesh) {
+    return mesh->world;
+}
 
-const char *ts_mesh_order(const ts_mesh *mesh) { return mesh->order_str; }
+const char *ts_mesh_order(const ts_mesh *mesh) {
+    return mesh->order_str;
+}
 
 int ts_mesh_axis_size(const ts_mesh *mesh, ts_mesh_axis axis) {
     if ((int)axis < 0 || axis >= TS_AXIS_COUNT) return -1;
@@ -306,17 +301,14 @@ int ts_mesh_axis_size(const ts_mesh *mesh, ts_mesh_axis axis) {
 int ts_mesh_coord(const ts_mesh *mesh, int rank, ts_mesh_axis axis) {
     if ((int)axis < 0 || axis >= TS_AXIS_COUNT) return -1;
     if (rank < 0 || rank >= mesh->world) return -1;
-    return mesh_slot_coord(mesh, mesh_axis_kind[axis], mesh_axis_slot[axis],
-                           rank);
+    return mesh_slot_coord(mesh, mesh_axis_kind[axis], mesh_axis_slot[axis], rank);
 }
 
-int ts_mesh_rank_at(const ts_mesh *mesh, int rank, ts_mesh_axis axis,
-                    int coord) {
+int ts_mesh_rank_at(const ts_mesh *mesh, int rank, ts_mesh_axis axis, int coord) {
     if ((int)axis < 0 || axis >= TS_AXIS_COUNT) return -1;
     if (rank < 0 || rank >= mesh->world) return -1;
     if (coord < 0 || coord >= mesh->axis_size[axis]) return -1;
-    return mesh_slot_rank_at(mesh, mesh_axis_kind[axis], mesh_axis_slot[axis],
-                             rank, coord);
+    return mesh_slot_rank_at(mesh, mesh_axis_kind[axis], mesh_axis_slot[axis], rank, coord);
 }
 
 /* ---------------------------------------------------------------------------
@@ -334,9 +326,7 @@ static ts_status mesh_parse_token(const char *axes, mesh_token *tok) {
     for (;;) {
         const char *dash = strchr(p, '-');
         size_t len = dash ? (size_t)(dash - p) : strlen(p);
-        if (len == 0)
-            return ts_error(TS_ERR_INVALID,
-                            "mesh: group \"%s\": empty axis name", axes);
+        if (len == 0) return ts_error(TS_ERR_INVALID, "mesh: group \"%s\": empty axis name", axes);
         int a = mesh_lookup_axis(p, len);
         if (a < 0)
             return ts_error(TS_ERR_INVALID,
@@ -344,9 +334,8 @@ static ts_status mesh_parse_token(const char *axes, mesh_token *tok) {
                             "tp, cp, dp, pp, ep, etp, edp)",
                             axes, (int)len, p);
         if (seen[a])
-            return ts_error(TS_ERR_INVALID,
-                            "mesh: group \"%s\": axis \"%s\" appears twice",
-                            axes, mesh_axis_names[a]);
+            return ts_error(TS_ERR_INVALID, "mesh: group \"%s\": axis \"%s\" appears twice", axes,
+                            mesh_axis_names[a]);
         seen[a] = 1;
         if (a == TS_AXIS_TP || a == TS_AXIS_CP || a == TS_AXIS_DP) dense = 1;
         if (a == TS_AXIS_EP || a == TS_AXIS_ETP || a == TS_AXIS_EDP) expert = 1;
@@ -366,8 +355,7 @@ static ts_status mesh_parse_token(const char *axes, mesh_token *tok) {
 
 /* Spreads `value` in mixed radix over the slots that are (want == 1) or are
  * not (want == 0) masked, fastest first, and returns the rank offset. */
-static int mesh_compose(const ts_mesh *mesh, const mesh_token *tok, int want,
-                        int value) {
+static int mesh_compose(const ts_mesh *mesh, const mesh_token *tok, int want, int value) {
     int rank = 0;
     for (int i = 0; i < SLOT_COUNT; i++) {
         int s = mesh->order[i];
@@ -386,16 +374,16 @@ static int mesh_group_size(const ts_mesh *mesh, const mesh_token *tok) {
     return size;
 }
 
-ts_status ts_mesh_groups_init(ts_mesh_groups *out, const ts_mesh *mesh,
-                              const char *axes) {
+ts_status ts_mesh_groups_init(ts_mesh_groups *out, const ts_mesh *mesh, const char *axes) {
     memset(out, 0, sizeof *out);
     mesh_token tok;
     TS_TRY(mesh_parse_token(axes, &tok));
     int size = mesh_group_size(mesh, &tok), count = mesh->world / size;
     int *ranks = malloc((size_t)mesh->world * sizeof *ranks);
     if (!ranks)
-        return ts_error(TS_ERR_NOMEM, "mesh: no memory for the %d ranks of "
-                                      "group \"%s\"",
+        return ts_error(TS_ERR_NOMEM,
+                        "mesh: no memory for the %d ranks of "
+                        "group \"%s\"",
                         mesh->world, axes);
     for (int g = 0; g < count; g++) {
         int base = mesh_compose(mesh, &tok, 0, g);
@@ -414,8 +402,8 @@ void ts_mesh_groups_free(ts_mesh_groups *groups) {
     memset(groups, 0, sizeof *groups);
 }
 
-ts_status ts_mesh_group_of(const ts_mesh *mesh, const char *axes, int rank,
-                           ts_mesh_group *out, int *members, int capacity) {
+ts_status ts_mesh_group_of(const ts_mesh *mesh, const char *axes, int rank, ts_mesh_group *out,
+                           int *members, int capacity) {
     mesh_token tok;
     TS_TRY(mesh_parse_token(axes, &tok));
     if (rank < 0 || rank >= mesh->world)
@@ -464,8 +452,7 @@ typedef struct mesh_sink {
     size_t len;
 } mesh_sink;
 
-__attribute__((format(printf, 2, 3))) static void
-mesh_emit(mesh_sink *sink, const char *fmt, ...) {
+__attribute__((format(printf, 2, 3))) static void mesh_emit(mesh_sink *sink, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     char *dst = sink->len < sink->cap ? sink->buf + sink->len : NULL;
@@ -477,17 +464,13 @@ mesh_emit(mesh_sink *sink, const char *fmt, ...) {
 
 size_t ts_mesh_json_format(const ts_mesh *mesh, char *buf, size_t cap) {
     static const char *const tokens[] = {TS_MESH_JSON_TOKENS};
-    static const ts_mesh_axis size_order[] = {TS_AXIS_TP,  TS_AXIS_CP,
-                                              TS_AXIS_DP,  TS_AXIS_PP,
-                                              TS_AXIS_EP,  TS_AXIS_ETP,
-                                              TS_AXIS_EDP};
+    static const ts_mesh_axis size_order[] = {TS_AXIS_TP, TS_AXIS_CP,  TS_AXIS_DP, TS_AXIS_PP,
+                                              TS_AXIS_EP, TS_AXIS_ETP, TS_AXIS_EDP};
     mesh_sink sink = {buf, cap, 0};
     if (cap) buf[0] = '\0';
-    mesh_emit(&sink, "{\"world\":%d,\"order\":\"%s\",\"sizes\":{", mesh->world,
-              mesh->order_str);
+    mesh_emit(&sink, "{\"world\":%d,\"order\":\"%s\",\"sizes\":{", mesh->world, mesh->order_str);
     for (int i = 0; i < TS_AXIS_COUNT; i++)
-        mesh_emit(&sink, "%s\"%s\":%d", i ? "," : "",
-                  mesh_axis_names[size_order[i]],
+        mesh_emit(&sink, "%s\"%s\":%d", i ? "," : "", mesh_axis_names[size_order[i]],
                   mesh->axis_size[size_order[i]]);
     mesh_emit(&sink, "},\"groups\":{");
     for (size_t t = 0; t < sizeof tokens / sizeof tokens[0]; t++) {
@@ -500,8 +483,7 @@ size_t ts_mesh_json_format(const ts_mesh *mesh, char *buf, size_t cap) {
             int base = mesh_compose(mesh, &tok, 0, g);
             mesh_emit(&sink, "%s[", g ? "," : "");
             for (int p = 0; p < size; p++)
-                mesh_emit(&sink, "%s%d", p ? "," : "",
-                          base + mesh_compose(mesh, &tok, 1, p));
+                mesh_emit(&sink, "%s%d", p ? "," : "", base + mesh_compose(mesh, &tok, 1, p));
             mesh_emit(&sink, "]");
         }
         mesh_emit(&sink, "]");
@@ -513,9 +495,7 @@ size_t ts_mesh_json_format(const ts_mesh *mesh, char *buf, size_t cap) {
 ts_status ts_mesh_json_write(const ts_mesh *mesh, FILE *f) {
     size_t len = ts_mesh_json_format(mesh, NULL, 0);
     char *text = malloc(len + 1);
-    if (!text)
-        return ts_error(TS_ERR_NOMEM, "mesh: no memory for %zu bytes of JSON",
-                        len + 1);
+    if (!text) return ts_error(TS_ERR_NOMEM, "mesh: no memory for %zu bytes of JSON", len + 1);
     ts_mesh_json_format(mesh, text, len + 1);
     int ok = fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF;
     free(text);

@@ -28,7 +28,8 @@ typedef struct saved_table {
 static float *saved_alloc(saved_table *t, int mb, size_t floats, const float *input) {
     if (mb >= t->cap) {
         int cap = t->cap ? t->cap : 4;
-        while (cap <= mb) cap *= 2;
+        while (cap <= mb)
+            cap *= 2;
         float **s = realloc(t->slot, (size_t)cap * sizeof *s);
         if (s) t->slot = s;
         const float **in = s ? realloc(t->input, (size_t)cap * sizeof *in) : NULL;
@@ -49,13 +50,17 @@ static float *saved_alloc(saved_table *t, int mb, size_t floats, const float *in
     return t->slot[mb];
 }
 
-static const float *saved_input(const saved_table *t, int mb) { return t->input[mb]; }
+static const float *saved_input(const saved_table *t, int mb) {
+    return t->input[mb];
+}
 
 static void saved_destroy(saved_table *t);
 static void saved_release(saved_table *t, int mb);
 
 /* Shared by every module kind: their impl starts with the saved_table. */
-static void module_release(ts_module *mod, int mb) { saved_release(mod->impl, mb); }
+static void module_release(ts_module *mod, int mb) {
+    saved_release(mod->impl, mb);
+}
 
 static void module_destroy(ts_module *mod) {
     saved_destroy(mod->impl);
@@ -74,7 +79,8 @@ static void saved_release(saved_table *t, int mb) {
 }
 
 static void saved_destroy(saved_table *t) {
-    for (int i = 0; i < t->cap; i++) ts_mem_free(t->slot[i]);
+    for (int i = 0; i < t->cap; i++)
+        ts_mem_free(t->slot[i]);
     free(t->slot);
     free(t->input);
     t->slot = NULL;
@@ -115,18 +121,23 @@ float *ts_model_param_f32(ts_model *m) {
     return m->dtype == TS_F32 ? (float *)m->param_data : NULL;
 }
 
-static float *grad_of(const ts_param *p) { return p->grad.data; }
+static float *grad_of(const ts_param *p) {
+    return p->grad.data;
+}
 
 /* Rows of the hidden state on this rank: all B*T, or B*T/tp with sequence
  * parallelism (each sequence's slice [tp_rank*T/tp, (tp_rank+1)*T/tp)). */
-static int local_T(const ts_model *m, int T) { return m->shard.sp ? T / m->shard.tp : T; }
+static int local_T(const ts_model *m, int T) {
+    return m->shard.sp ? T / m->shard.tp : T;
+}
 
 /* out[n, c] += bias[c] over N rows. */
 static void add_bias(float *out, const float *bias, int N, int C) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *o = out + (size_t)n * C;
-        for (int c = 0; c < C; c++) o[c] += bias[c];
+        for (int c = 0; c < C; c++)
+            o[c] += bias[c];
     }
 }
 
@@ -136,7 +147,8 @@ static void bias_grad(float *dbias, const float *dout, int N, int C) {
 #pragma omp parallel for schedule(static)
     for (int c = 0; c < C; c++) {
         float s = 0.0f;
-        for (int n = 0; n < N; n++) s += dout[(size_t)n * C + c];
+        for (int n = 0; n < N; n++)
+            s += dout[(size_t)n * C + c];
         dbias[c] += s;
     }
 }
@@ -310,14 +322,13 @@ typedef struct block_acts {
     float *out;                       /* (Nl, C) res2 + MLP branch      */
 } block_acts;
 
-static size_t block_carve(block_acts *a, float *base, int B, int T, int C, int NH, int tp,
-                          int sp) {
+static size_t block_carve(block_acts *a, float *base, int B, int T, int C, int NH, int tp, int sp) {
     size_t N = (size_t)B * T, Nl = sp ? N / tp : N, Cl = (size_t)C / tp, off = 0;
     size_t NHl = (size_t)NH / tp;
-#define CARVE(field, count)                                                    \
-    do {                                                                       \
-        if (a) a->field = base + off;                                          \
-        off += (count);                                                        \
+#define CARVE(field, count)                                                                        \
+    do {                                                                                           \
+        if (a) a->field = base + off;                                                              \
+        off += (count);                                                                            \
     } while (0)
     CARVE(ln1, Nl * C);
     CARVE(ln1_mean, Nl);
@@ -337,7 +348,9 @@ static size_t block_carve(block_acts *a, float *base, int B, int T, int C, int N
 }
 
 /* Forward workspace: a gathered (N, C) input and an (N, C) partial sum. */
-static size_t block_fwd_work(int B, int T, int C) { return 2 * (size_t)B * T * C; }
+static size_t block_fwd_work(int B, int T, int C) {
+    return 2 * (size_t)B * T * C;
+}
 
 /* Backward workspace, in floats (see block_backward). */
 static size_t block_bwd_work(int B, int T, int C, int NH, int tp) {
@@ -345,8 +358,7 @@ static size_t block_bwd_work(int B, int T, int C, int NH, int tp) {
     return N * 4 * Cl * 2 + N * C * 4 + N * Cl + N * 3 * Cl + (size_t)B * NHl * T * T;
 }
 
-static ts_status block_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor *x,
-                               ts_tensor *y) {
+static ts_status block_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor *x, ts_tensor *y) {
     block_impl *b = mod->impl;
     ts_model *m = mod->model;
     int tp = m->shard.tp, sp = m->shard.sp;
@@ -480,10 +492,10 @@ typedef struct head_acts {
 
 static size_t head_carve(head_acts *a, float *base, size_t N, size_t Nl, int C, int Vpl) {
     size_t off = 0;
-#define CARVE(field, count)                                                    \
-    do {                                                                       \
-        if (a) a->field = base + off;                                          \
-        off += (count);                                                        \
+#define CARVE(field, count)                                                                        \
+    do {                                                                                           \
+        if (a) a->field = base + off;                                                              \
+        off += (count);                                                                            \
     } while (0)
     CARVE(lnf, Nl * C);
     CARVE(mean, Nl);
@@ -584,17 +596,22 @@ static const ts_module_ops head_ops = {"head", head_forward, head_backward, modu
  * Parameters: the registry, one allocation each for values and gradients.
  * ------------------------------------------------------------------------- */
 ts_status ts_model_config_check(const ts_model_config *c) {
-    if (c->layers < 1) return ts_error(TS_ERR_CONFIG, "[model] layers = %d: must be at least 1", c->layers);
-    if (c->d_model < 1) return ts_error(TS_ERR_CONFIG, "[model] d_model = %d: must be at least 1", c->d_model);
-    if (c->heads < 1) return ts_error(TS_ERR_CONFIG, "[model] heads = %d: must be at least 1", c->heads);
+    if (c->layers < 1)
+        return ts_error(TS_ERR_CONFIG, "[model] layers = %d: must be at least 1", c->layers);
+    if (c->d_model < 1)
+        return ts_error(TS_ERR_CONFIG, "[model] d_model = %d: must be at least 1", c->d_model);
+    if (c->heads < 1)
+        return ts_error(TS_ERR_CONFIG, "[model] heads = %d: must be at least 1", c->heads);
     if (c->d_model % c->heads != 0)
-        return ts_error(TS_ERR_CONFIG, "[model] heads = %d does not divide d_model = %d",
-                        c->heads, c->d_model);
-    if (c->vocab < 2) return ts_error(TS_ERR_CONFIG, "[model] vocab = %d: must be at least 2", c->vocab);
+        return ts_error(TS_ERR_CONFIG, "[model] heads = %d does not divide d_model = %d", c->heads,
+                        c->d_model);
+    if (c->vocab < 2)
+        return ts_error(TS_ERR_CONFIG, "[model] vocab = %d: must be at least 2", c->vocab);
     if (c->padded_vocab < c->vocab)
         return ts_error(TS_ERR_CONFIG, "[model] padded_vocab = %d is smaller than vocab = %d",
                         c->padded_vocab, c->vocab);
-    if (c->context < 1) return ts_error(TS_ERR_CONFIG, "[model] context = %d: must be at least 1", c->context);
+    if (c->context < 1)
+        return ts_error(TS_ERR_CONFIG, "[model] context = %d: must be at least 1", c->context);
     return TS_OK;
 }
 
@@ -614,29 +631,29 @@ typedef struct param_decl {
 static int model_declare(const ts_model_config *c, param_decl *d) {
     int n = 0, C = c->d_model;
     float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * (float)c->layers);
-#define DECL(nm, nd, s0, s1, s2, dec, ini, sd, rw)                             \
-    do {                                                                       \
-        if (d) {                                                               \
-            snprintf(d[n].name, TS_NAME_MAX, "%s", nm);                        \
-            d[n].ndim = nd;                                                    \
-            d[n].shape[0] = s0;                                                \
-            d[n].shape[1] = s1;                                                \
-            d[n].shape[2] = s2;                                                \
-            d[n].decay = dec;                                                  \
-            d[n].init = ini;                                                   \
-            d[n].std = sd;                                                     \
-            d[n].rows = rw;                                                    \
-        }                                                                      \
-        n++;                                                                   \
+#define DECL(nm, nd, s0, s1, s2, dec, ini, sd, rw)                                                 \
+    do {                                                                                           \
+        if (d) {                                                                                   \
+            snprintf(d[n].name, TS_NAME_MAX, "%s", nm);                                            \
+            d[n].ndim = nd;                                                                        \
+            d[n].shape[0] = s0;                                                                    \
+            d[n].shape[1] = s1;                                                                    \
+            d[n].shape[2] = s2;                                                                    \
+            d[n].decay = dec;                                                                      \
+            d[n].init = ini;                                                                       \
+            d[n].std = sd;                                                                         \
+            d[n].rows = rw;                                                                        \
+        }                                                                                          \
+        n++;                                                                                       \
     } while (0)
     DECL("wte", 2, c->padded_vocab, C, 1, 1, TS_INIT_NORMAL, std, c->vocab);
     DECL("wpe", 2, c->context, C, 1, 1, TS_INIT_NORMAL, std, c->context);
     for (int l = 0; l < c->layers; l++) {
         char nm[TS_NAME_MAX];
-#define LAYER(suffix, nd, s0, s1, s2, dec, ini, sd)                            \
-    do {                                                                       \
-        snprintf(nm, sizeof nm, "h.%d.%s", l, suffix);                         \
-        DECL(nm, nd, s0, s1, s2, dec, ini, sd, s0);                            \
+#define LAYER(suffix, nd, s0, s1, s2, dec, ini, sd)                                                \
+    do {                                                                                           \
+        snprintf(nm, sizeof nm, "h.%d.%s", l, suffix);                                             \
+        DECL(nm, nd, s0, s1, s2, dec, ini, sd, s0);                                                \
     } while (0)
         LAYER("ln1.weight", 1, C, 1, 1, 0, TS_INIT_ONES, 0);
         LAYER("ln1.bias", 1, C, 1, 1, 0, TS_INIT_ZEROS, 0);
@@ -684,7 +701,8 @@ int ts_model_param_table(const ts_model_config *cfg, char (*names)[TS_NAME_MAX],
     for (int i = 0; i < n; i++) {
         if (names) snprintf(names[i], TS_NAME_MAX, "%s", d[i].name);
         if (shapes)
-            for (int k = 0; k < 3; k++) shapes[i][k] = k < d[i].ndim ? d[i].shape[k] : 1;
+            for (int k = 0; k < 3; k++)
+                shapes[i][k] = k < d[i].ndim ? d[i].shape[k] : 1;
         if (ndim) ndim[i] = d[i].ndim;
     }
     free(d);
@@ -697,11 +715,10 @@ int ts_model_param_table(const ts_model_config *cfg, char (*names)[TS_NAME_MAX],
 static void param_init_values(float *dst, const ts_param *p, uint64_t seed) {
     int64_t n = ts_tensor_numel(&p->value);
     switch (p->init) {
-    case TS_INIT_ZEROS:
-        memset(dst, 0, (size_t)n * sizeof(float));
-        break;
+    case TS_INIT_ZEROS: memset(dst, 0, (size_t)n * sizeof(float)); break;
     case TS_INIT_ONES:
-        for (int64_t i = 0; i < n; i++) dst[i] = 1.0f;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = 1.0f;
         break;
     case TS_INIT_NORMAL: {
         uint64_t key = ts_rng_key(seed, p->value.name);
@@ -733,7 +750,9 @@ static ts_module *module_new(ts_model *m, const ts_module_ops *ops, const char *
     return mod;
 }
 
-static int module_local(const ts_model *m, int i) { return m->shard.module_chunk[i] >= 0; }
+static int module_local(const ts_model *m, int i) {
+    return m->shard.module_chunk[i] >= 0;
+}
 
 static ts_status model_build_modules(ts_model *m) {
     int L = m->cfg.layers;
@@ -755,12 +774,12 @@ static ts_status model_build_modules(ts_model *m) {
         block_impl *b = calloc(1, sizeof *b);
         if (!b) return ts_error(TS_ERR_NOMEM, "model: out of memory");
         char nm[TS_NAME_MAX];
-        ts_param **slots[12] = {&b->ln1w, &b->ln1b, &b->qkvw, &b->qkvb, &b->projw, &b->projb,
+        ts_param **slots[12] = {&b->ln1w, &b->ln1b, &b->qkvw, &b->qkvb, &b->projw,   &b->projb,
                                 &b->ln2w, &b->ln2b, &b->fcw,  &b->fcb,  &b->fcprojw, &b->fcprojb};
-        static const char *suffix[12] = {
-            "ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias",
-            "attn.proj.weight", "attn.proj.bias", "ln2.weight", "ln2.bias",
-            "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias"};
+        static const char *suffix[12] = {"ln1.weight",    "ln1.bias",         "attn.qkv.weight",
+                                         "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
+                                         "ln2.weight",    "ln2.bias",         "mlp.fc.weight",
+                                         "mlp.fc.bias",   "mlp.proj.weight",  "mlp.proj.bias"};
         snprintf(nm, sizeof nm, "h.%d", l);
         ts_module *mod = m->modules[1 + l] = module_new(m, &block_ops, nm, b);
         if (!mod) return ts_error(TS_ERR_NOMEM, "model: out of memory");
@@ -814,13 +833,18 @@ static ts_status model_check_shard(const ts_model_config *c, const ts_model_shar
     if (tp == 1) return TS_OK;
     if (!s->tp_comm) return ts_error(TS_ERR_INVALID, "model: tp = %d without a communicator", tp);
     if (c->heads % tp != 0)
-        return ts_error(TS_ERR_CONFIG, "[model] heads = %d is not divisible by tp = %d "
-                        "(attention is cut by heads)", c->heads, tp);
+        return ts_error(TS_ERR_CONFIG,
+                        "[model] heads = %d is not divisible by tp = %d "
+                        "(attention is cut by heads)",
+                        c->heads, tp);
     if ((4 * c->d_model) % tp != 0)
-        return ts_error(TS_ERR_CONFIG, "the MLP width 4 x [model] d_model = %d is not divisible "
-                        "by tp = %d", 4 * c->d_model, tp);
+        return ts_error(TS_ERR_CONFIG,
+                        "the MLP width 4 x [model] d_model = %d is not divisible "
+                        "by tp = %d",
+                        4 * c->d_model, tp);
     if (c->padded_vocab % tp != 0)
-        return ts_error(TS_ERR_CONFIG, "[model] padded_vocab = %d is not divisible by tp = %d "
+        return ts_error(TS_ERR_CONFIG,
+                        "[model] padded_vocab = %d is not divisible by tp = %d "
                         "(the embedding is cut by vocabulary; set padded_vocab to a multiple)",
                         c->padded_vocab, tp);
     return TS_OK;
@@ -844,10 +868,11 @@ ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype, uint64_t s
     m->cfg = *cfg;
     m->shard = *shard;
     if (m->shard.tp == 1) m->shard.sp = 0; /* nothing to cut along T */
-    if (m->shard.pp < 1) { /* the whole model here, one chunk */
+    if (m->shard.pp < 1) {                 /* the whole model here, one chunk */
         m->shard.pp = 1;
         m->shard.chunks = 1;
-        for (int i = 0; i < cfg->layers + 2; i++) m->shard.module_chunk[i] = 0;
+        for (int i = 0; i < cfg->layers + 2; i++)
+            m->shard.module_chunk[i] = 0;
     }
     m->dtype = dtype;
     int L = cfg->layers;
@@ -870,9 +895,11 @@ ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype, uint64_t s
     size_t global = 0;
     for (int i = 0; i < ndecl; i++) {
         size_t gcnt = 1;
-        for (int d = 0; d < all[i].ndim; d++) gcnt *= (size_t)all[i].shape[d];
+        for (int d = 0; d < all[i].ndim; d++)
+            gcnt *= (size_t)all[i].shape[d];
         int users[2], nu = decl_users(all[i].name, L, users), here = 0;
-        for (int u = 0; u < nu; u++) here |= m->shard.module_chunk[users[u]] >= 0;
+        for (int u = 0; u < nu; u++)
+            here |= m->shard.module_chunk[users[u]] >= 0;
         if (here) {
             goffs[n] = global;
             tied_copy[n] = nu == 2 && m->shard.module_chunk[0] < 0;
@@ -968,7 +995,8 @@ void ts_model_destroy(ts_model *m) {
     ts_mem_free(m->grad_data);
     ts_mem_free(m->work);
     ts_mem_free(m->tp_stage);
-    for (int i = 0; i < 4; i++) ts_mem_free(m->stage[i]);
+    for (int i = 0; i < 4; i++)
+        ts_mem_free(m->stage[i]);
     free(m->params);
     free(m);
 }
@@ -983,7 +1011,8 @@ void ts_model_zero_grad(ts_model *m) {
     float *g = m->grad_data;
     size_t n = m->numel;
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) g[i] = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        g[i] = 0.0f;
 }
 
 /* Copies the block of p between its place in the whole tensor (`whole`, the
@@ -996,7 +1025,8 @@ static void param_block_copy(const ts_param *p, float *whole, float *block, int 
     }
     for (int64_t i0 = 0; i0 < ls[0]; i0++)
         for (int64_t i1 = 0; i1 < ls[1]; i1++) {
-            float *g = whole + ((i0 + p->block_offset[0]) * gs[1] + i1 + p->block_offset[1]) * gs[2] +
+            float *g = whole +
+                       ((i0 + p->block_offset[0]) * gs[1] + i1 + p->block_offset[1]) * gs[2] +
                        p->block_offset[2];
             float *b = block + (i0 * ls[1] + i1) * ls[2];
             if (to_block)
@@ -1069,7 +1099,8 @@ ts_status ts_model_forward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const
         if (m->shard.module_chunk[i] != chunk) continue;
         ts_status st = m->modules[i]->ops->forward(m->modules[i], ctx, &cur, &next);
         if (st) {
-            for (int k = 0; k < nran; k++) m->modules[ran[k]]->ops->release(m->modules[ran[k]], ctx->mb);
+            for (int k = 0; k < nran; k++)
+                m->modules[ran[k]]->ops->release(m->modules[ran[k]], ctx->mb);
             return st;
         }
         ran[nran++] = i;
@@ -1135,8 +1166,8 @@ ts_status ts_model_loss(ts_model *m, ts_step_ctx *ctx, double *mean_loss) {
     return TS_OK;
 }
 
-static ts_status plan_entry(ts_layout_plan *plan, const ts_mesh *mesh, const char *name,
-                            int ndim, const int64_t *shape, ts_plan_kind kind) {
+static ts_status plan_entry(ts_layout_plan *plan, const ts_mesh *mesh, const char *name, int ndim,
+                            const int64_t *shape, ts_plan_kind kind) {
     ts_layout l;
     TS_TRY(ts_layout_init(&l, ndim, shape));
     /* The dense mesh: GPT-2's tensors live there. Expert tensors (MoE) will
@@ -1184,17 +1215,19 @@ size_t ts_model_chunk_saved_bytes(const ts_model_config *c, const ts_model_shard
     int tp = shard ? shard->tp : 1, sp = shard && tp > 1 ? shard->sp : 0;
     size_t floats = 0;
     for (int i = 0; i < c->layers + 2; i++)
-        if (shard_module_chunk(shard, i) == chunk) floats += module_saved_floats(c, tp, sp, B, T, i);
+        if (shard_module_chunk(shard, i) == chunk)
+            floats += module_saved_floats(c, tp, sp, B, T, i);
     return sizeof(float) * floats;
 }
 
-void ts_model_activation_bytes(const ts_model_config *c, const ts_model_shard *shard, int B,
-                               int T, size_t *saved, size_t *workspace) {
+void ts_model_activation_bytes(const ts_model_config *c, const ts_model_shard *shard, int B, int T,
+                               size_t *saved, size_t *workspace) {
     int tp = shard ? shard->tp : 1, sp = shard && tp > 1 ? shard->sp : 0;
     size_t N = (size_t)B * T, Nl = sp ? N / tp : N, C = (size_t)c->d_model;
     *saved = 0;
     int chunks = shard && shard->pp >= 1 ? shard->chunks : 1;
-    for (int k = 0; k < chunks; k++) *saved += ts_model_chunk_saved_bytes(c, shard, B, T, k);
+    for (int k = 0; k < chunks; k++)
+        *saved += ts_model_chunk_saved_bytes(c, shard, B, T, k);
     /* The shared workspace grows to the largest request of any module, forward
      * or backward; the two dx buffers alternate between modules in backward. */
     size_t ws = block_fwd_work(B, T, c->d_model);

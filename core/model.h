@@ -64,33 +64,33 @@ typedef enum ts_init_kind {
 /* How the model is cut over the tensor-parallel group and the pipeline. */
 #define TS_MODEL_MAX_MODULES 1026 /* embedding, up to 1024 blocks, head */
 typedef struct ts_model_shard {
-    int tp;          /* ranks in the tp group; 1 = not cut            */
-    int tp_rank;     /* this rank's coordinate on tp                  */
-    int sp;          /* sequence parallel: hidden states cut along T  */
+    int tp;           /* ranks in the tp group; 1 = not cut            */
+    int tp_rank;      /* this rank's coordinate on tp                  */
+    int sp;           /* sequence parallel: hidden states cut along T  */
     ts_comm *tp_comm; /* borrowed; NULL when tp == 1              */
     /* Pipeline: which modules (embedding 0, blocks 1..L, head L+1) this
      * rank runs, as its model chunk c (a virtual stage), or -1 for a module
      * another rank runs. pp == 0 means the whole model is here as chunk 0. */
     int pp;
-    int chunks;      /* model chunks on this rank                     */
+    int chunks; /* model chunks on this rank                     */
     int module_chunk[TS_MODEL_MAX_MODULES];
 } ts_model_shard;
 
 typedef struct ts_param {
-    ts_tensor value;  /* this rank's block (f32 or bf16 storage)         */
-    ts_tensor grad;   /* f32, same shape                                 */
-    size_t offset;    /* element offset in the flat parameter arrays     */
-    int global_ndim;  /* the whole tensor: shape and where our block is  */
+    ts_tensor value; /* this rank's block (f32 or bf16 storage)         */
+    ts_tensor grad;  /* f32, same shape                                 */
+    size_t offset;   /* element offset in the flat parameter arrays     */
+    int global_ndim; /* the whole tensor: shape and where our block is  */
     int64_t global_shape[3];
     int64_t block_offset[3];
     size_t global_offset; /* element offset in the unsharded flat arrays  */
-    int shard_dim;    /* dimension cut over tp, -1 when replicated      */
-    int grad_partial; /* the gradient is partial over tp (sequence
-                         parallel): sum it over tp before use            */
-    int tied_copy;    /* the LM head's copy of wte on a pipeline rank
-                         without the embedding: the embedding's copy is
-                         the one checkpoints and the gradient norm count */
-    int decay;        /* weight decay applies (2-D weights)              */
+    int shard_dim;        /* dimension cut over tp, -1 when replicated      */
+    int grad_partial;     /* the gradient is partial over tp (sequence
+                             parallel): sum it over tp before use            */
+    int tied_copy;        /* the LM head's copy of wte on a pipeline rank
+                             without the embedding: the embedding's copy is
+                             the one checkpoints and the gradient norm count */
+    int decay;            /* weight decay applies (2-D weights)              */
     ts_init_kind init;
     float init_std;
     int64_t init_rows; /* NORMAL: rows initialised (wte: V of Vp)        */
@@ -99,18 +99,18 @@ typedef struct ts_param {
 struct ts_model {
     ts_model_config cfg;
     ts_model_shard shard;
-    ts_dtype dtype;  /* TS_F32 or TS_BF16: storage of parameters      */
+    ts_dtype dtype; /* TS_F32 or TS_BF16: storage of parameters      */
     int nparams;
     ts_param *params;
-    size_t numel;    /* elements in this rank's blocks                 */
+    size_t numel;        /* elements in this rank's blocks                 */
     size_t global_numel; /* elements in all parameters, unsharded      */
-    void *param_data; /* numel elements of dtype                       */
-    float *grad_data; /* numel f32                                     */
+    void *param_data;    /* numel elements of dtype                       */
+    float *grad_data;    /* numel f32                                     */
 
-    int nmodules;    /* embedding, L blocks, head                      */
+    int nmodules;        /* embedding, L blocks, head                      */
     ts_module **modules; /* NULL for a module another pipeline rank runs */
-    int tied_split;  /* wte lives here, and on another pipeline rank too:
-                        its gradient is summed across the two each step */
+    int tied_split;      /* wte lives here, and on another pipeline rank too:
+                            its gradient is summed across the two each step */
 
     /* Backward workspace shared by all modules (one backward at a time). */
     float *work;
@@ -190,12 +190,11 @@ const float *ts_model_weight(ts_model *m, const ts_param *p, int slot);
 /* f32 view of the flat parameter values (fp32 mode only; NULL in bf16). */
 float *ts_model_param_f32(ts_model *m);
 
-/* The layout plan of a model of shape `cfg` on `mesh` (nothing allocated): every parameter (kind PARAM, its
- * global shape), the hidden state passed between modules ("act.x", (G, T,
- * C)) and the batch ("data.tokens", "data.targets", (G, T)), G the global
- * batch in sequences. Every dense-mesh axis (tp, cp, dp, pp) appears on
- * every entry, replicated;
- * stage -1 (unassigned). Plugins' transforms then change placements. */
+/* The layout plan of a model of shape `cfg` on `mesh` (nothing allocated): every parameter (kind
+ * PARAM, its global shape), the hidden state passed between modules ("act.x", (G, T, C)) and the
+ * batch ("data.tokens", "data.targets", (G, T)), G the global batch in sequences. Every dense-mesh
+ * axis (tp, cp, dp, pp) appears on every entry, replicated; stage -1 (unassigned). Plugins'
+ * transforms then change placements. */
 ts_status ts_model_layout_plan(const ts_model_config *cfg, int global_batch, int T,
                                const ts_mesh *mesh, ts_layout_plan *plan);
 

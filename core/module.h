@@ -51,12 +51,10 @@ typedef struct ts_module_ops {
     const char *kind;
     /* x (B, T, C) -> y (B, T, C). The embedding ignores x; the head writes no
      * y (y->data stays NULL) and accumulates the loss into ctx. */
-    ts_status (*forward)(ts_module *m, ts_step_ctx *ctx, const ts_tensor *x,
-                         ts_tensor *y);
+    ts_status (*forward)(ts_module *m, ts_step_ctx *ctx, const ts_tensor *x, ts_tensor *y);
     /* dy (B, T, C) -> dx (B, T, C), accumulating parameter gradients. The
      * head ignores dy; the embedding writes no dx (dx may be NULL). */
-    ts_status (*backward)(ts_module *m, ts_step_ctx *ctx, const ts_tensor *dy,
-                          ts_tensor *dx);
+    ts_status (*backward)(ts_module *m, ts_step_ctx *ctx, const ts_tensor *dy, ts_tensor *dx);
     /* Drops the saved state of micro-batch mb without a backward (used after
      * an evaluation forward). */
     void (*release)(ts_module *m, int mb);
@@ -69,7 +67,7 @@ struct ts_module {
     char name[TS_NAME_MAX];
     ts_model *model; /* parameters, workspace and precision live here */
     void *impl;
-    int nparams;     /* the parameters it reads: indices into model->params */
+    int nparams; /* the parameters it reads: indices into model->params */
     int param_index[16];
 };
 

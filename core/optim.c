@@ -10,8 +10,7 @@
 #include "cpu_kernels.h"
 
 float ts_lr_at(const ts_optim_config *c, int64_t step) {
-    if (c->warmup > 0 && step < c->warmup)
-        return c->lr * (float)(step + 1) / (float)c->warmup;
+    if (c->warmup > 0 && step < c->warmup) return c->lr * (float)(step + 1) / (float)c->warmup;
     if (c->decay_steps <= c->warmup) return c->lr;
     double r = (double)(step - c->warmup) / (double)(c->decay_steps - c->warmup);
     if (r < 0.0) r = 0.0;
@@ -25,8 +24,7 @@ float ts_grad_clip_scale(const ts_optim_config *c, double grad_norm) {
     return (float)(c->grad_clip / grad_norm);
 }
 
-ts_status ts_optimizer_create(const ts_optim_config *cfg, ts_model *model,
-                              ts_optimizer **out) {
+ts_status ts_optimizer_create(const ts_optim_config *cfg, ts_model *model, ts_optimizer **out) {
     *out = NULL;
     ts_optimizer *o = calloc(1, sizeof *o);
     if (!o) return ts_error(TS_ERR_NOMEM, "optimizer: out of memory");
@@ -58,16 +56,14 @@ void ts_optimizer_destroy(ts_optimizer *o) {
     free(o);
 }
 
-void ts_optimizer_step(ts_optimizer *o, ts_model *model, int64_t step,
-                       float lr, float grad_scale) {
+void ts_optimizer_step(ts_optimizer *o, ts_model *model, int64_t step, float lr, float grad_scale) {
     const ts_optim_config *c = &o->cfg;
     for (int i = 0; i < model->nparams; i++) {
         const ts_param *p = &model->params[i];
         size_t off = p->offset, n = (size_t)ts_tensor_numel(&p->value);
-        ts_cpu_adamw(o->master + off, o->m + off, o->v + off, model->grad_data + off,
-                     n, lr, c->beta1, c->beta2, c->eps,
-                     p->decay ? c->weight_decay : 0.0f, (int)(step + 1), grad_scale);
+        ts_cpu_adamw(o->master + off, o->m + off, o->v + off, model->grad_data + off, n, lr,
+                     c->beta1, c->beta2, c->eps, p->decay ? c->weight_decay : 0.0f, (int)(step + 1),
+                     grad_scale);
     }
-    if (model->dtype == TS_BF16)
-        ts_cpu_f32_to_bf16(model->param_data, o->master, model->numel);
+    if (model->dtype == TS_BF16) ts_cpu_f32_to_bf16(model->param_data, o->master, model->numel);
 }

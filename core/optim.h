@@ -24,15 +24,15 @@ typedef struct ts_optim_config {
     int64_t warmup;      /* steps of linear warmup                       */
     int64_t decay_steps; /* the cosine reaches min_lr at this step       */
     float beta1, beta2, eps, weight_decay;
-    float grad_clip;     /* 0 = no clipping                              */
+    float grad_clip; /* 0 = no clipping                              */
 } ts_optim_config;
 
 typedef struct ts_optimizer {
     ts_optim_config cfg;
     size_t numel;
-    float *m, *v;   /* first and second moments (TS_MEM_OPTIM)          */
-    float *master;  /* f32 master weights: the model's own array in fp32
-                       mode, a TS_MEM_OPTIM copy in bf16 mode            */
+    float *m, *v;  /* first and second moments (TS_MEM_OPTIM)          */
+    float *master; /* f32 master weights: the model's own array in fp32
+                      mode, a TS_MEM_OPTIM copy in bf16 mode            */
     int owns_master;
 } ts_optimizer;
 
@@ -41,8 +41,7 @@ typedef struct ts_optimizer {
  * r = (step - warmup) / (decay_steps - warmup) clamped to [0, 1]. */
 float ts_lr_at(const ts_optim_config *cfg, int64_t step);
 
-ts_status ts_optimizer_create(const ts_optim_config *cfg, ts_model *model,
-                              ts_optimizer **out);
+ts_status ts_optimizer_create(const ts_optim_config *cfg, ts_model *model, ts_optimizer **out);
 void ts_optimizer_destroy(ts_optimizer *opt);
 
 /* The clipping factor for a global gradient norm: min(1, clip / norm). */
@@ -51,8 +50,8 @@ float ts_grad_clip_scale(const ts_optim_config *cfg, double grad_norm);
 /* One AdamW update of every parameter with the gradients scaled by
  * grad_scale; `step` is 0-based (bias correction uses step + 1). In bf16
  * mode the bf16 parameters are refreshed from the master weights. */
-void ts_optimizer_step(ts_optimizer *opt, ts_model *model, int64_t step,
-                       float lr, float grad_scale);
+void ts_optimizer_step(ts_optimizer *opt, ts_model *model, int64_t step, float lr,
+                       float grad_scale);
 
 #ifdef __cplusplus
 }

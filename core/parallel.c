@@ -10,8 +10,8 @@
 
 static const char *parallel_tokens[] = {TS_MESH_JSON_TOKENS};
 
-ts_status ts_parallel_create(ts_comm *world, const ts_mesh_sizes *sizes,
-                             const char *order, ts_parallel **out) {
+ts_status ts_parallel_create(ts_comm *world, const ts_mesh_sizes *sizes, const char *order,
+                             ts_parallel **out) {
     *out = NULL;
     ts_parallel *p = calloc(1, sizeof *p);
     if (!p) return ts_error(TS_ERR_NOMEM, "parallel: out of memory");
@@ -55,7 +55,8 @@ ts_status ts_batch_valid_total(ts_comm *batch_comm, int64_t local, int64_t *glob
 
 void ts_parallel_destroy(ts_parallel *p) {
     if (!p) return;
-    for (int i = 0; i < p->ncomms; i++) ts_comm_free(p->comms[i]);
+    for (int i = 0; i < p->ncomms; i++)
+        ts_comm_free(p->comms[i]);
     ts_mesh_destroy(p->mesh);
     free(p);
 }
@@ -91,7 +92,8 @@ void ts_parallel_snapshot_take(const ts_parallel *p, ts_parallel_snapshot *s) {
     for (int i = 0; i <= p->ncomms; i++) {
         const char *name;
         ts_comm *c = parallel_nth(p, i, &name);
-        for (int op = 0; op < TS_COMM_NOPS; op++) s->c[i][op] = ts_comm_counter(c, (ts_comm_op)op);
+        for (int op = 0; op < TS_COMM_NOPS; op++)
+            s->c[i][op] = ts_comm_counter(c, (ts_comm_op)op);
     }
 }
 
@@ -141,8 +143,8 @@ void ts_parallel_report(const ts_parallel *p, FILE *f) {
     }
     if (!any) return;
     fprintf(f, "communication on rank %d (algbw and busbw as nccl-tests define them):\n", p->rank);
-    fprintf(f, "  %-10s %-15s %8s %14s %10s %12s %12s\n", "group", "op", "calls", "bytes", "seconds",
-            "algbw GB/s", "busbw GB/s");
+    fprintf(f, "  %-10s %-15s %8s %14s %10s %12s %12s\n", "group", "op", "calls", "bytes",
+            "seconds", "algbw GB/s", "busbw GB/s");
     for (int i = 0; i <= p->ncomms; i++) {
         const char *name;
         ts_comm *c = parallel_nth(p, i, &name);

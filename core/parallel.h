@@ -34,8 +34,8 @@ typedef struct ts_parallel {
 
 /* Builds the mesh (sizes->world must equal the world communicator's size)
  * and splits one communicator per token. Collective over `world`. */
-ts_status ts_parallel_create(ts_comm *world, const ts_mesh_sizes *sizes,
-                             const char *order, ts_parallel **out);
+ts_status ts_parallel_create(ts_comm *world, const ts_mesh_sizes *sizes, const char *order,
+                             ts_parallel **out);
 void ts_parallel_destroy(ts_parallel *p);
 
 /* The communicator of a token ("dp", "dp-cp", "world", ...), or NULL. */

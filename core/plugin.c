@@ -49,7 +49,7 @@ struct ts_plugin_ctx {
     int in_init, initialised;
     ts_status reg_status; /* first failed registration during init */
     char reg_msg[PLG_MSG];
-    int nmetrics;         /* this step's host->metric values          */
+    int nmetrics; /* this step's host->metric values          */
     char metric_key[16][32];
     double metric_value[16];
 };
@@ -583,7 +583,9 @@ static ts_status host_metric(ts_plugin_ctx *ctx, const char *key, double value) 
     return TS_OK;
 }
 
-int ts_plugins_num_schedulers(const ts_plugins *reg) { return reg ? reg->nschedulers : 0; }
+int ts_plugins_num_schedulers(const ts_plugins *reg) {
+    return reg ? reg->nschedulers : 0;
+}
 
 const char *ts_plugins_scheduler_name(const ts_plugins *reg, int i) {
     return reg && i >= 0 && i < reg->nschedulers ? reg->schedulers[i].name : NULL;

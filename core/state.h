@@ -58,13 +58,12 @@ ts_status ts_checkpoint_save(const char *dir, const ts_model *m, const ts_ckpt_m
                              char *path_out, size_t path_size);
 /* Finds the checkpoint with the highest step in DIR. *found = 0 (and TS_OK)
  * when DIR is missing or holds none; temporary files are ignored. */
-ts_status ts_checkpoint_latest(const char *dir, char *path, size_t path_size,
-                               int *found);
+ts_status ts_checkpoint_latest(const char *dir, char *path, size_t path_size, int *found);
 /* Loads a checkpoint into the unsharded arrays (global_numel each). The file
  * is verified completely (sizes, shape, dtype, tensor table, both
  * checksums) before anything is written to the outputs. */
-ts_status ts_checkpoint_load(const char *path, const ts_model *m, ts_ckpt_meta *meta,
-                             float *master, float *mom1, float *mom2);
+ts_status ts_checkpoint_load(const char *path, const ts_model *m, ts_ckpt_meta *meta, float *master,
+                             float *mom1, float *mom2);
 
 /* Reads the model shape from an llm.c checkpoint's header. */
 ts_status ts_llmc_read_config(const char *path, ts_model_config *cfg);
@@ -80,8 +79,7 @@ uint32_t ts_crc32(uint32_t crc, const void *data, size_t n);
 
 /* Writes `n` buffers to `path` atomically: PATH.tmp, fsync, rename, fsync of
  * the directory. */
-ts_status ts_write_atomic(const char *path, int n, const void *const *bufs,
-                          const size_t *sizes);
+ts_status ts_write_atomic(const char *path, int n, const void *const *bufs, const size_t *sizes);
 
 #ifdef __cplusplus
 }

@@ -19,8 +19,8 @@ void ts_error_set_rank(int rank, int world) {
 ts_status ts_error(ts_status code, const char *fmt, ...) {
     int n = 0;
     if (status_rank >= 0 && status_world > 1)
-        n = snprintf(status_message, sizeof status_message, "[rank %d/%d] ",
-                     status_rank, status_world);
+        n = snprintf(status_message, sizeof status_message, "[rank %d/%d] ", status_rank,
+                     status_world);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(status_message + n, sizeof status_message - (size_t)n, fmt, ap);
@@ -28,7 +28,9 @@ ts_status ts_error(ts_status code, const char *fmt, ...) {
     return code;
 }
 
-const char *ts_last_error(void) { return status_message; }
+const char *ts_last_error(void) {
+    return status_message;
+}
 
 const char *ts_status_name(ts_status st) {
     switch (st) {
@@ -46,7 +48,6 @@ const char *ts_status_name(ts_status st) {
 }
 
 void ts_assert_fail(const char *expr, const char *file, int line) {
-    fprintf(stderr, "tessera: internal invariant broken: %s (%s:%d)\n", expr,
-            file, line);
+    fprintf(stderr, "tessera: internal invariant broken: %s (%s:%d)\n", expr, file, line);
     abort();
 }

@@ -31,7 +31,8 @@ const char *ts_dtype_name(ts_dtype dt) {
 
 int64_t ts_tensor_numel(const ts_tensor *t) {
     int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
     return n;
 }
 
@@ -39,25 +40,26 @@ size_t ts_tensor_bytes(const ts_tensor *t) {
     return (size_t)ts_tensor_numel(t) * ts_dtype_size(t->dtype);
 }
 
-void ts_tensor_view(ts_tensor *t, const char *name, ts_dtype dtype, int ndim,
-                    const int64_t *shape, void *data, ts_mem_category cat) {
+void ts_tensor_view(ts_tensor *t, const char *name, ts_dtype dtype, int ndim, const int64_t *shape,
+                    void *data, ts_mem_category cat) {
     TS_ASSERT(ndim >= 0 && ndim <= TS_MAX_DIMS);
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name ? name : "");
     t->dtype = dtype;
     t->device = TS_DEVICE_CPU;
     t->ndim = ndim;
-    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    for (int i = 0; i < ndim; i++)
+        t->shape[i] = shape[i];
     t->data = data;
     t->cat = cat;
     t->owns_data = 0;
 }
 
-ts_status ts_tensor_alloc(ts_tensor *t, const char *name, ts_dtype dtype,
-                          int ndim, const int64_t *shape, ts_mem_category cat) {
+ts_status ts_tensor_alloc(ts_tensor *t, const char *name, ts_dtype dtype, int ndim,
+                          const int64_t *shape, ts_mem_category cat) {
     if (ndim < 0 || ndim > TS_MAX_DIMS)
-        return ts_error(TS_ERR_INVALID, "tensor %s: %d dimensions (at most %d)",
-                        name, ndim, TS_MAX_DIMS);
+        return ts_error(TS_ERR_INVALID, "tensor %s: %d dimensions (at most %d)", name, ndim,
+                        TS_MAX_DIMS);
     for (int i = 0; i < ndim; i++)
         if (shape[i] < 0)
             return ts_error(TS_ERR_INVALID, "tensor %s: negative dimension %d", name, i);

@@ -28,34 +28,34 @@
 
 struct ts_trainer {
     const ts_config *cfg;
-    ts_parallel *par;       /* borrowed; NULL on one rank without MPI      */
-    ts_plugins *reg;        /* borrowed; NULL when no plugin is loaded     */
-    ts_layout_plan plan;    /* placements of every tensor after transforms */
-    int rank0;              /* this rank prints, writes metrics/checkpoints */
-    int parts, part;        /* the global batch is cut in `parts` blocks of
-                               sequences (data.tokens S(0)); ours is `part` */
-    ts_comm *batch_comm;    /* ranks holding disjoint parts of the batch   */
-    int *ready_after;       /* per parameter: the module whose backward
-                               completes its gradient                      */
+    ts_parallel *par;          /* borrowed; NULL on one rank without MPI      */
+    ts_plugins *reg;           /* borrowed; NULL when no plugin is loaded     */
+    ts_layout_plan plan;       /* placements of every tensor after transforms */
+    int rank0;                 /* this rank prints, writes metrics/checkpoints */
+    int parts, part;           /* the global batch is cut in `parts` blocks of
+                                  sequences (data.tokens S(0)); ours is `part` */
+    ts_comm *batch_comm;       /* ranks holding disjoint parts of the batch   */
+    int *ready_after;          /* per parameter: the module whose backward
+                                  completes its gradient                      */
     unsigned char *norm_owner; /* per parameter: this rank counts it in the
                                global gradient norm (exactly one rank of
                                every replica group does)                   */
-    int hooks_on;           /* the current backward is its chunk's last    */
+    int hooks_on;              /* the current backward is its chunk's last    */
     /* Pipeline: this rank's stage of pp, running `chunks` model chunks
      * (virtual stages chunk * pp + pp_rank). */
     int pp, pp_rank, chunks;
-    ts_comm *pp_comm;       /* the pipeline group: comm rank = stage       */
-    ts_comm *tie_comm;      /* first and last stage (tied wte), or NULL    */
+    ts_comm *pp_comm;  /* the pipeline group: comm rank = stage       */
+    ts_comm *tie_comm; /* first and last stage (tied wte), or NULL    */
     /* Per (micro-batch, chunk): received activations and gradients, the
      * chunk's output, the gradient sent upstream, and pending sends. */
     float **act_in, **grad_in, **grad_out;
     ts_tensor *chunk_out;
     ts_comm_request **act_req, **grad_req;
-    double compute_s;       /* this step's forward + backward time         */
-    ts_trace *trace;        /* NULL unless [train] trace is set            */
+    double compute_s; /* this step's forward + backward time         */
+    ts_trace *trace;  /* NULL unless [train] trace is set            */
     const char *trace_path;
     ts_parallel_snapshot *snap;
-    int64_t epochs;         /* [data] epochs; 0 = wrap around               */
+    int64_t epochs; /* [data] epochs; 0 = wrap around               */
     ts_model_config mcfg;
     ts_model *model;
     ts_optimizer *optim;
@@ -81,11 +81,10 @@ static double now_seconds(void) {
 }
 
 /* An error about a key, naming where it was set. */
-static ts_status key_error(const ts_config *cfg, const char *section,
-                           const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static ts_status key_error(const ts_config *cfg, const char *section,
-                           const char *key, const char *fmt, ...) {
+static ts_status key_error(const ts_config *cfg, const char *section, const char *key,
+                           const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static ts_status key_error(const ts_config *cfg, const char *section, const char *key,
+                           const char *fmt, ...) {
     char where[512], msg[1024];
     ts_config_where(cfg, section, key, where, sizeof where);
     va_list ap;
@@ -108,16 +107,21 @@ static ts_status trainer_model_config(const ts_config *cfg, ts_model_config *mc)
     if (strncmp(init, "llmc:", 5) == 0) {
         ts_model_config h;
         TS_TRY(ts_llmc_read_config(init + 5, &h));
-        struct { const char *key; int *ini; int file; } keys[] = {
-            {"layers", &mc->layers, h.layers},   {"d_model", &mc->d_model, h.d_model},
-            {"heads", &mc->heads, h.heads},      {"vocab", &mc->vocab, h.vocab},
-            {"padded_vocab", &mc->padded_vocab, h.padded_vocab},
-            {"context", &mc->context, h.context}};
+        struct {
+            const char *key;
+            int *ini;
+            int file;
+        } keys[] = {{"layers", &mc->layers, h.layers},
+                    {"d_model", &mc->d_model, h.d_model},
+                    {"heads", &mc->heads, h.heads},
+                    {"vocab", &mc->vocab, h.vocab},
+                    {"padded_vocab", &mc->padded_vocab, h.padded_vocab},
+                    {"context", &mc->context, h.context}};
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
             if (ts_config_has(cfg, "model", keys[i].key) && *keys[i].ini != keys[i].file)
                 return key_error(cfg, "model", keys[i].key,
-                                 "%d conflicts with %d in the llm.c checkpoint %s",
-                                 *keys[i].ini, keys[i].file, init + 5);
+                                 "%d conflicts with %d in the llm.c checkpoint %s", *keys[i].ini,
+                                 keys[i].file, init + 5);
             *keys[i].ini = keys[i].file;
         }
     } else if (strcmp(init, "random") != 0) {
@@ -180,11 +184,15 @@ static ts_status trainer_batch_split(ts_trainer *t) {
         if (a->placement.kind != TS_PLACEMENT_SHARD || a->size == 1) continue;
         ts_mesh_axis axis;
         TS_TRY(ts_mesh_axis_from_name(a->name, &axis));
-        if (axis == TS_AXIS_DP) shard_dp = 1;
-        else if (axis == TS_AXIS_CP) shard_cp = 1;
+        if (axis == TS_AXIS_DP)
+            shard_dp = 1;
+        else if (axis == TS_AXIS_CP)
+            shard_cp = 1;
         else
-            return ts_error(TS_ERR_CONFIG, "data.tokens is sharded over '%s'; only dp and cp may "
-                            "split the batch", a->name);
+            return ts_error(TS_ERR_CONFIG,
+                            "data.tokens is sharded over '%s'; only dp and cp may "
+                            "split the batch",
+                            a->name);
         if (a->placement.dim == 0) {
             t->part = t->part * a->size + ts_parallel_coord(t->par, axis);
             t->parts *= a->size;
@@ -192,8 +200,10 @@ static ts_status trainer_batch_split(ts_trainer *t) {
     }
     int dp = ts_mesh_axis_size(t->par->mesh, TS_AXIS_DP);
     if (dp > 1 && !shard_dp)
-        return ts_error(TS_ERR_CONFIG, "the dp axis has %d ranks but no plugin shards the batch "
-                        "over it", dp);
+        return ts_error(TS_ERR_CONFIG,
+                        "the dp axis has %d ranks but no plugin shards the batch "
+                        "over it",
+                        dp);
     const char *token = shard_dp && shard_cp ? "dp-cp" : shard_dp ? "dp" : shard_cp ? "cp" : NULL;
     t->batch_comm = token ? ts_parallel_comm(t->par, token) : NULL;
     return TS_OK;
@@ -221,23 +231,31 @@ static ts_status trainer_tensor_split(ts_trainer *t, ts_model_shard *shard) {
             ts_placement ok = dim < 0 ? ts_placement_replicate() : ts_placement_shard(dim);
             if (p.kind != ok.kind || (p.kind == TS_PLACEMENT_SHARD && p.dim != ok.dim)) {
                 ts_placement_str(ok, want, sizeof want);
-                return ts_error(TS_ERR_CONFIG, "%s is placed %s over tp; the GPT-2 modules "
-                                "implement it as %s", e->name, have, want);
+                return ts_error(TS_ERR_CONFIG,
+                                "%s is placed %s over tp; the GPT-2 modules "
+                                "implement it as %s",
+                                e->name, have, want);
             }
         } else if (strcmp(e->name, "act.x") == 0) {
             if (p.kind == TS_PLACEMENT_SHARD && p.dim == 1)
                 shard->sp = 1;
             else if (p.kind != TS_PLACEMENT_REPLICATE)
-                return ts_error(TS_ERR_CONFIG, "act.x is placed %s over tp; R or S(1) (sequence "
-                                "parallel) are implemented", have);
+                return ts_error(TS_ERR_CONFIG,
+                                "act.x is placed %s over tp; R or S(1) (sequence "
+                                "parallel) are implemented",
+                                have);
         } else if (p.kind != TS_PLACEMENT_REPLICATE) {
-            return ts_error(TS_ERR_CONFIG, "%s is placed %s over tp; every tp rank reads the "
-                            "whole batch (R)", e->name, have);
+            return ts_error(TS_ERR_CONFIG,
+                            "%s is placed %s over tp; every tp rank reads the "
+                            "whole batch (R)",
+                            e->name, have);
         }
     }
     if (shard->sp && t->T % tp != 0)
-        return key_error(t->cfg, "train", "seq_len", "seq_len = %d is not divisible by tp = %d "
-                         "(sequence parallelism cuts it)", t->T, tp);
+        return key_error(t->cfg, "train", "seq_len",
+                         "seq_len = %d is not divisible by tp = %d "
+                         "(sequence parallelism cuts it)",
+                         t->T, tp);
     return TS_OK;
 }
 
@@ -249,7 +267,8 @@ static ts_status trainer_pipeline_split(ts_trainer *t, ts_model_shard *shard) {
     int pp = ts_mesh_axis_size(t->par->mesh, TS_AXIS_PP);
     int L = t->mcfg.layers, vstage[TS_MODEL_MAX_MODULES], top = -1;
     if (L + 2 > TS_MODEL_MAX_MODULES)
-        return ts_error(TS_ERR_CONFIG, "[model] layers = %d: at most %d", L, TS_MODEL_MAX_MODULES - 2);
+        return ts_error(TS_ERR_CONFIG, "[model] layers = %d: at most %d", L,
+                        TS_MODEL_MAX_MODULES - 2);
     for (int i = 0; i < L + 2; i++) {
         char name[TS_NAME_MAX];
         if (i == 0)
@@ -268,8 +287,10 @@ static ts_status trainer_pipeline_split(ts_trainer *t, ts_model_shard *shard) {
     t->chunks = 1;
     if (top < 0) { /* no stage assigned: one stage */
         if (pp > 1)
-            return ts_error(TS_ERR_CONFIG, "the pp axis has %d ranks but no plugin assigns the "
-                            "layers to stages", pp);
+            return ts_error(TS_ERR_CONFIG,
+                            "the pp axis has %d ranks but no plugin assigns the "
+                            "layers to stages",
+                            pp);
         return TS_OK;
     }
     int vstages = top + 1;
@@ -277,11 +298,14 @@ static ts_status trainer_pipeline_split(ts_trainer *t, ts_model_shard *shard) {
         return ts_error(TS_ERR_CONFIG, "%d virtual stages do not divide over pp = %d", vstages, pp);
     for (int i = 0; i < L + 2; i++)
         if (vstage[i] < 0 || (i > 0 && vstage[i] < vstage[i - 1]))
-            return ts_error(TS_ERR_CONFIG, "module %d is assigned to stage %d: stages must cover "
-                            "the modules in order", i, vstage[i]);
+            return ts_error(TS_ERR_CONFIG,
+                            "module %d is assigned to stage %d: stages must cover "
+                            "the modules in order",
+                            i, vstage[i]);
     int seen[vstages];
     memset(seen, 0, sizeof seen);
-    for (int i = 0; i < L + 2; i++) seen[vstage[i]] = 1;
+    for (int i = 0; i < L + 2; i++)
+        seen[vstage[i]] = 1;
     for (int k = 0; k < vstages; k++)
         if (!seen[k]) return ts_error(TS_ERR_CONFIG, "virtual stage %d has no layer", k);
     t->chunks = vstages / pp;
@@ -312,7 +336,8 @@ static ts_status trainer_ready_after(ts_trainer *t) {
     ts_model *m = t->model;
     t->ready_after = malloc((size_t)m->nparams * sizeof *t->ready_after);
     if (!t->ready_after) return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
-    for (int p = 0; p < m->nparams; p++) t->ready_after[p] = -1;
+    for (int p = 0; p < m->nparams; p++)
+        t->ready_after[p] = -1;
     for (int i = m->nmodules - 1; i >= 0; i--)
         for (int k = 0; m->modules[i] && k < m->modules[i]->nparams; k++)
             t->ready_after[m->modules[i]->param_index[k]] = i;
@@ -332,8 +357,9 @@ static ts_status trainer_norm_owners(ts_trainer *t) {
         t->norm_owner[p] = !m->params[p].tied_copy;
         if (!t->par) continue;
         const ts_layout_plan_entry *e = ts_layout_plan_find(&t->plan, m->params[p].value.name);
-        if (!e) return ts_error(TS_ERR_INTERNAL, "trainer: %s is not in the layout plan",
-                                m->params[p].value.name);
+        if (!e)
+            return ts_error(TS_ERR_INTERNAL, "trainer: %s is not in the layout plan",
+                            m->params[p].value.name);
         for (int a = 0; a < e->layout.naxes; a++) {
             const ts_layout_axis *ax = &e->layout.axes[a];
             /* Pipeline ranks hold different parameters (their stage's), not
@@ -355,7 +381,8 @@ static ts_status trainer_grad_norm(ts_trainer *t, double *norm) {
     double local = 0.0;
     for (int p = 0; p < m->nparams; p++)
         if (t->norm_owner[p])
-            local += ts_cpu_sumsq(m->params[p].grad.data, (size_t)ts_tensor_numel(&m->params[p].grad));
+            local +=
+                ts_cpu_sumsq(m->params[p].grad.data, (size_t)ts_tensor_numel(&m->params[p].grad));
     if (t->par && t->par->size > 1) {
         /* Two f32 words carry the double exactly enough: hi + lo. */
         float mine[2] = {(float)local, (float)(local - (double)(float)local)}, sum[2];
@@ -368,9 +395,13 @@ static ts_status trainer_grad_norm(ts_trainer *t, double *norm) {
 
 static ts_status trainer_hook(ts_trainer *t, ts_plugin_hook_kind kind, int mb, ts_param *p) {
     if (!t->reg || ts_plugins_num_hooks(t->reg, kind) == 0) return TS_OK;
-    ts_plugin_hook_event ev = {.struct_size = sizeof ev, .kind = kind, .step = t->state.step,
-                               .micro_batch = mb, .micro_batches = t->micro_batches,
-                               .param = p ? &p->value : NULL, .grad = p ? &p->grad : NULL,
+    ts_plugin_hook_event ev = {.struct_size = sizeof ev,
+                               .kind = kind,
+                               .step = t->state.step,
+                               .micro_batch = mb,
+                               .micro_batches = t->micro_batches,
+                               .param = p ? &p->value : NULL,
+                               .grad = p ? &p->grad : NULL,
                                .state = &t->state};
     return ts_plugins_run_hooks(t->reg, &ev);
 }
@@ -386,8 +417,8 @@ static ts_status trainer_module_done(void *user, int module) {
         if (t->ready_after[mod->param_index[k]] == module) idx[n++] = mod->param_index[k];
     /* Sort by offset, descending. */
     for (int a = 1; a < n; a++)
-        for (int b = a; b > 0 && t->model->params[idx[b]].offset > t->model->params[idx[b - 1]].offset;
-             b--) {
+        for (int b = a;
+             b > 0 && t->model->params[idx[b]].offset > t->model->params[idx[b - 1]].offset; b--) {
             int tmp = idx[b];
             idx[b] = idx[b - 1];
             idx[b - 1] = tmp;
@@ -427,10 +458,10 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
         }
     }
     ts_status st = TS_OK;
-#define CHECK(expr)                                                            \
-    do {                                                                       \
-        st = (expr);                                                           \
-        if (st) goto fail;                                                     \
+#define CHECK(expr)                                                                                \
+    do {                                                                                           \
+        st = (expr);                                                                               \
+        if (st) goto fail;                                                                         \
     } while (0)
     ts_train_shape shape;
     CHECK(ts_train_shape_resolve(cfg, dp, &shape));
@@ -532,8 +563,10 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
         CHECK(ts_error(TS_ERR_CONFIG, "%d schedulers are registered; one is expected",
                        ts_plugins_num_schedulers(reg)));
     if (ts_plugins_num_schedulers(reg) == 1) {
-        ts_plugin_schedule_args args = {.struct_size = sizeof args, .stages = t->pp ? t->pp : 1,
-                                        .stage = t->pp_rank, .micro_batches = t->micro_batches,
+        ts_plugin_schedule_args args = {.struct_size = sizeof args,
+                                        .stages = t->pp ? t->pp : 1,
+                                        .stage = t->pp_rank,
+                                        .micro_batches = t->micro_batches,
                                         .chunks = t->chunks};
         CHECK(ts_plugins_schedule(reg, ts_plugins_scheduler_name(reg, 0), &args, &t->schedule));
     } else if (t->pp > 1) {
@@ -554,8 +587,10 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
     t->trace_path = ts_config_str(cfg, "train", "trace");
     if (t->trace_path[0]) {
         CHECK(ts_trace_create(par ? par->rank : 0, 0, &t->trace));
-        if (par) CHECK(ts_trace_sync_epoch(t->trace, par->world));
-        else ts_trace_set_epoch(t->trace, ts_trace_now());
+        if (par)
+            CHECK(ts_trace_sync_epoch(t->trace, par->world));
+        else
+            ts_trace_set_epoch(t->trace, ts_trace_now());
     }
 
     size_t toks = (size_t)t->micro_batches * t->B * t->T;
@@ -583,7 +618,8 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
     if (metrics[0] && t->rank0) {
         t->metrics = fopen(metrics, resumed ? "a" : "w");
         if (!t->metrics)
-            CHECK(key_error(cfg, "train", "metrics", "cannot open %s: %s", metrics, strerror(errno)));
+            CHECK(
+                key_error(cfg, "train", "metrics", "cannot open %s: %s", metrics, strerror(errno)));
     }
     *out = t;
     return TS_OK;
@@ -624,7 +660,9 @@ void ts_trainer_destroy(ts_trainer *t) {
     free(t);
 }
 
-ts_train_state *ts_trainer_state(ts_trainer *t) { return &t->state; }
+ts_train_state *ts_trainer_state(ts_trainer *t) {
+    return &t->state;
+}
 
 /* Sets the master weights (and, in bf16, the parameters) from the
  * unsharded flat array: this rank's blocks are cut out of it. */
@@ -636,7 +674,9 @@ static void trainer_set_master(ts_trainer *t, const float *full) {
 
 /* The unsharded copy of a local f32 array (numel) — the array itself when
  * nothing is cut, else a gather over tp into `scratch` (global_numel). */
-static int trainer_cut(const ts_trainer *t) { return t->model->shard.tp > 1 || t->pp > 1; }
+static int trainer_cut(const ts_trainer *t) {
+    return t->model->shard.tp > 1 || t->pp > 1;
+}
 
 static ts_status trainer_full(ts_trainer *t, const float *local, float *scratch,
                               const float **full) {
@@ -697,7 +737,8 @@ static ts_status trainer_save(ts_trainer *t, char *path, size_t size) {
 
 ts_status ts_trainer_export(ts_trainer *t, const char *path) {
     ts_model *m = t->model;
-    float *buf = trainer_cut(t) ? ts_mem_alloc(TS_MEM_OTHER, m->global_numel * sizeof(float)) : NULL;
+    float *buf =
+        trainer_cut(t) ? ts_mem_alloc(TS_MEM_OTHER, m->global_numel * sizeof(float)) : NULL;
     if (trainer_cut(t) && !buf) return TS_ERR_NOMEM;
     const float *full;
     ts_status st = trainer_full(t, t->optim->master, buf, &full);
@@ -712,7 +753,8 @@ ts_status ts_trainer_export(ts_trainer *t, const char *path) {
  * read as m micro-batches of B, so the union over ranks is exactly the
  * global batch one rank would read. */
 static int64_t trainer_window(const ts_trainer *t, int k, int b) {
-    return t->state.data_cursor + (int64_t)t->part * t->micro_batches * t->B + (int64_t)k * t->B + b;
+    return t->state.data_cursor + (int64_t)t->part * t->micro_batches * t->B + (int64_t)k * t->B +
+           b;
 }
 
 /* Whether every window of this step lies within [data] epochs (always, when
@@ -743,7 +785,8 @@ static ts_status trainer_load_batch(ts_trainer *t, int64_t *valid) {
             TS_TRY(ts_dataset_window(t->data, trainer_window(t, k, b), T, t->tokens + seq * T,
                                      t->targets + seq * T));
     int64_t n = 0;
-    for (size_t i = 0; i < seq * T; i++) n += t->targets[i] >= 0;
+    for (size_t i = 0; i < seq * T; i++)
+        n += t->targets[i] >= 0;
     return ts_batch_valid_total(t->batch_comm, n, valid);
 }
 
@@ -787,10 +830,14 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
     case TS_ACT_FORWARD: {
         if (c->B == 0) { /* the micro-batch's first forward on this rank */
             size_t off = (size_t)mb * t->B * t->T;
-            *c = (ts_step_ctx){.mb = mb, .B = t->B, .T = t->T, .tokens = t->tokens + off,
+            *c = (ts_step_ctx){.mb = mb,
+                               .B = t->B,
+                               .T = t->T,
+                               .tokens = t->tokens + off,
                                .targets = t->targets + off,
                                .dloss = valid > 0 ? 1.0f / (float)valid : 0.0f,
-                               .module_done = trainer_module_done, .module_done_user = t};
+                               .module_done = trainer_module_done,
+                               .module_done_user = t};
             st = trainer_hook(t, TS_HOOK_BEFORE_FORWARD, mb, NULL);
         }
         ts_tensor x;
@@ -847,8 +894,7 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
         span = "send";
         cat = TS_TRACE_CAT_P2P;
         break;
-    case TS_ACT_OPTIMIZER_STEP:
-        return TS_OK; /* run by the caller */
+    case TS_ACT_OPTIMIZER_STEP: return TS_OK; /* run by the caller */
     }
     if (span) {
         double t1 = now_seconds();
@@ -893,7 +939,8 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
     float lr = 0.0f;
     /* A chunk's gradients are complete after its last backward. */
     int last_backward[t->chunks];
-    for (int k = 0; k < t->chunks; k++) last_backward[k] = -1;
+    for (int k = 0; k < t->chunks; k++)
+        last_backward[k] = -1;
     for (int i = 0; i < t->schedule.nactions; i++)
         if (t->schedule.actions[i].kind == TS_ACT_BACKWARD)
             last_backward[t->schedule.actions[i].chunk] = i;
@@ -961,10 +1008,11 @@ static ts_status trainer_write_metrics(ts_trainer *t, const ts_step_stats *s, co
                                        const int32_t *peak_kib) {
     FILE *f = t->metrics;
     ts_mem_counter total = ts_mem_stats(TS_MEM_NCAT);
-    fprintf(f, "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.9g,\"grad_norm\":%.9g,"
-               "\"tokens_per_s\":%.6g,\"step_ms\":%.6g,\"peak_mem_bytes\":%zu,\"mem\":{",
-            (long long)s->step, s->loss, (double)s->lr, s->grad_norm, s->tokens_per_s,
-            s->step_ms, total.peak);
+    fprintf(f,
+            "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.9g,\"grad_norm\":%.9g,"
+            "\"tokens_per_s\":%.6g,\"step_ms\":%.6g,\"peak_mem_bytes\":%zu,\"mem\":{",
+            (long long)s->step, s->loss, (double)s->lr, s->grad_norm, s->tokens_per_s, s->step_ms,
+            total.peak);
     for (int c = 0; c <= TS_MEM_NCAT; c++) {
         ts_mem_counter k = ts_mem_stats((ts_mem_category)c);
         fprintf(f, "%s\"%s\":{\"allocated\":%zu,\"reserved\":%zu,\"peak\":%zu}", c ? "," : "",
@@ -980,9 +1028,11 @@ static ts_status trainer_write_metrics(ts_trainer *t, const ts_step_stats *s, co
     }
     TS_TRY(ts_plugins_metrics_json(t->reg, buf, sizeof buf));
     fprintf(f, ",\"plugins\":%s,\"pipeline\":{\"stages\":%d,\"bubble\":[", buf, t->pp);
-    for (int k = 0; k < t->pp; k++) fprintf(f, "%s%.4f", k ? "," : "", (double)bubble[k]);
+    for (int k = 0; k < t->pp; k++)
+        fprintf(f, "%s%.4f", k ? "," : "", (double)bubble[k]);
     fprintf(f, "],\"activation_peak_bytes\":[");
-    for (int k = 0; k < t->pp; k++) fprintf(f, "%s%lld", k ? "," : "", 1024LL * peak_kib[k]);
+    for (int k = 0; k < t->pp; k++)
+        fprintf(f, "%s%lld", k ? "," : "", 1024LL * peak_kib[k]);
     fprintf(f, "]}}\n");
     fflush(f);
     return TS_OK;
@@ -997,7 +1047,8 @@ ts_status ts_trainer_run(ts_trainer *t) {
         if (!have) {
             if (t->rank0)
                 printf("data: [data] epochs = %lld exhausted before step %lld; stopping on all "
-                       "ranks\n", (long long)t->epochs, (long long)t->state.step + 1);
+                       "ranks\n",
+                       (long long)t->epochs, (long long)t->state.step + 1);
             break;
         }
         if (t->par) ts_parallel_snapshot_take(t->par, t->snap);
@@ -1039,8 +1090,8 @@ static void trainer_print_header(ts_trainer *t) {
     const ts_model_config *c = &t->mcfg;
     printf("model: gpt2 layers=%d d_model=%d heads=%d vocab=%d (padded %d) context=%d, "
            "%zu parameters, %s\n",
-           c->layers, c->d_model, c->heads, c->vocab, c->padded_vocab, c->context,
-           t->model->numel, ts_dtype_name(t->model->dtype));
+           c->layers, c->d_model, c->heads, c->vocab, c->padded_vocab, c->context, t->model->numel,
+           ts_dtype_name(t->model->dtype));
     printf("data: %s\n", ts_dataset_describe(t->data));
     double h = ts_dataset_entropy_rate(t->data);
     printf("loss at uniform prediction ln(vocab) = %.4f", log((double)c->vocab));

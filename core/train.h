@@ -30,13 +30,13 @@ ts_status ts_train_shape_resolve(const ts_config *cfg, int dp, ts_train_shape *o
 
 /* What one optimizer step measured. */
 typedef struct ts_step_stats {
-    int64_t step;     /* 1-based number of the step just taken          */
-    double loss;      /* mean loss over the valid tokens of the batch   */
+    int64_t step; /* 1-based number of the step just taken          */
+    double loss;  /* mean loss over the valid tokens of the batch   */
     float lr;
     double grad_norm; /* before clipping                                */
     double step_ms;
     double tokens_per_s;
-    double bubble;    /* this rank's idle fraction: 1 - compute / step    */
+    double bubble; /* this rank's idle fraction: 1 - compute / step    */
 } ts_step_stats;
 
 /* Builds everything from cfg (already validated): the model shape (from

@@ -72,7 +72,9 @@ static void *xmalloc(size_t bytes) {
  * ------------------------------------------------------------------------- */
 
 /* An integer in [-5, 5]: exact in f32 and bf16, and so are sums over <= 8 ranks. */
-static int small_int(int r, size_t i) { return (int)((r * 7 + i * 3) % 11) - 5; }
+static int small_int(int r, size_t i) {
+    return (int)((r * 7 + i * 3) % 11) - 5;
+}
 
 /* A value in [-1, 1) that bf16 represents exactly but sums of which it does not. */
 static float frac_val(int r, size_t i) {
@@ -84,7 +86,9 @@ static float frac_val(int r, size_t i) {
     return ts_bf16_to_f32(ts_f32_to_bf16(f));
 }
 
-static int32_t i32_val(int r, size_t i) { return (int32_t)(r * 1000 + (int)(i % 997)) - 3000; }
+static int32_t i32_val(int r, size_t i) {
+    return (int32_t)(r * 1000 + (int)(i % 997)) - 3000;
+}
 
 /* Fills a buffer of `count` elements with rank r's inputs (small_int / i32). */
 static void fill(void *buf, ts_dtype dt, int r, size_t off, size_t count) {
@@ -195,7 +199,8 @@ static void test_all_reduce(ts_comm *c) {
     /* bf16 sum of non-integers: within n * 2^-8 * sum|x|. */
     size_t count = 1000003;
     uint16_t *b = xmalloc(count * 2);
-    for (size_t i = 0; i < count; i++) b[i] = ts_f32_to_bf16(frac_val(me, i));
+    for (size_t i = 0; i < count; i++)
+        b[i] = ts_f32_to_bf16(frac_val(me, i));
     OK(ts_comm_all_reduce(c, b, b, count, TS_BF16, TS_REDUCE_SUM));
     size_t bad = 0;
     for (size_t i = 0; i < count; i++) {
@@ -216,12 +221,14 @@ static void test_all_reduce(ts_comm *c) {
     ts_comm_request *reqs[K];
     for (int k = 0; k < K; k++) {
         bufs[k] = xmalloc(CNT * sizeof(float));
-        for (size_t i = 0; i < CNT; i++) bufs[k][i] = (float)small_int(me, i + (size_t)k * CNT);
+        for (size_t i = 0; i < CNT; i++)
+            bufs[k][i] = (float)small_int(me, i + (size_t)k * CNT);
         OK(ts_comm_all_reduce_start(c, bufs[k], bufs[k], CNT, TS_F32, TS_REDUCE_SUM, &reqs[k]));
     }
     int done = 0;
     double t0 = now_s();
-    while (!done && now_s() - t0 < 60) OK(ts_comm_test(reqs[K - 1], &done));
+    while (!done && now_s() - t0 < 60)
+        OK(ts_comm_test(reqs[K - 1], &done));
     CHECK(done, "ts_comm_test never reported the all_reduce done");
     OK(ts_comm_wait(reqs[1]));
     reqs[1] = NULL;
@@ -278,7 +285,8 @@ static void test_all_gather(ts_comm *c) {
             size_t es = ts_dtype_size(dt), off;
             char *recv = xmalloc(total * es), *send;
             off = 0;
-            for (int r = 0; r < me; r++) off += cnt[r];
+            for (int r = 0; r < me; r++)
+                off += cnt[r];
             send = xmalloc(cnt[me] * es);
             fill(send, dt, me, off, cnt[me]);
             ts_comm_request *req;
@@ -340,7 +348,8 @@ static void test_reduce_scatter(ts_comm *c) {
                 cnt[r] = (size_t)(r % 3);
             total += cnt[r];
         }
-        for (int r = 0; r < me; r++) off += cnt[r];
+        for (int r = 0; r < me; r++)
+            off += cnt[r];
         for (int d = 0; d < 3; d++) {
             ts_dtype dt = dtypes[d];
             size_t es = ts_dtype_size(dt);
@@ -364,7 +373,9 @@ static int32_t a2a_val(int src, int dst, size_t j) {
     return src * 1000000 + dst * 10000 + (int32_t)j;
 }
 /* all_to_allv block sizes: some empty. */
-static size_t a2a_cnt(int src, int dst) { return (size_t)((src * 3 + dst * 5) % 4); }
+static size_t a2a_cnt(int src, int dst) {
+    return (size_t)((src * 3 + dst * 5) % 4);
+}
 
 static void test_all_to_all(ts_comm *c) {
     int n = ts_comm_size(c), me = ts_comm_rank(c);
@@ -373,7 +384,8 @@ static void test_all_to_all(ts_comm *c) {
         size_t count = counts[ci], total = (size_t)n * count;
         int32_t *send = xmalloc(total * 4), *recv = xmalloc(total * 4);
         for (int d = 0; d < n; d++)
-            for (size_t j = 0; j < count; j++) send[(size_t)d * count + j] = a2a_val(me, d, j);
+            for (size_t j = 0; j < count; j++)
+                send[(size_t)d * count + j] = a2a_val(me, d, j);
         for (int nb = 0; nb < 2; nb++) {
             memset(recv, 0, total * 4);
             if (nb) {
@@ -391,7 +403,8 @@ static void test_all_to_all(ts_comm *c) {
         }
         /* bf16 travels as 2-byte elements: check the bits arrive. */
         uint16_t *hs = xmalloc(total * 2), *hr = xmalloc(total * 2);
-        for (size_t i = 0; i < total; i++) hs[i] = (uint16_t)(me * 4099 + i);
+        for (size_t i = 0; i < total; i++)
+            hs[i] = (uint16_t)(me * 4099 + i);
         OK(ts_comm_all_to_all(c, hs, hr, count, TS_BF16));
         size_t bad = 0;
         for (int s = 0; s < n; s++)
@@ -419,11 +432,13 @@ static void test_all_to_all(ts_comm *c) {
     for (int gaps = 0; gaps < 2; gaps++) {
         size_t slen = st + 2 * (size_t)n, rlen = rt + 3 * (size_t)n;
         int32_t *send = xmalloc(slen * 4), *recv = xmalloc(rlen * 4);
-        for (size_t i = 0; i < rlen; i++) recv[i] = -7;
+        for (size_t i = 0; i < rlen; i++)
+            recv[i] = -7;
         size_t o = 0;
         for (int d = 0; d < n; d++) {
             size_t base = gaps ? sd[d] : o;
-            for (size_t j = 0; j < sc[d]; j++) send[base + j] = a2a_val(me, d, j);
+            for (size_t j = 0; j < sc[d]; j++)
+                send[base + j] = a2a_val(me, d, j);
             o += sc[d];
         }
         ts_comm_request *req;
@@ -434,22 +449,26 @@ static void test_all_to_all(ts_comm *c) {
         o = 0;
         for (int s = 0; s < n; s++) {
             size_t base = gaps ? rd[s] : o;
-            for (size_t j = 0; j < rc[s]; j++) bad += recv[base + j] != a2a_val(s, me, j);
+            for (size_t j = 0; j < rc[s]; j++)
+                bad += recv[base + j] != a2a_val(s, me, j);
             if (gaps)
-                for (size_t j = 0; j < 3; j++) untouched += recv[base + rc[s] + j] == -7;
+                for (size_t j = 0; j < 3; j++)
+                    untouched += recv[base + rc[s] + j] == -7;
             o += rc[s];
         }
         CHECK(bad == 0, "all_to_allv (gaps %d): %zu wrong elements", gaps, bad);
         if (gaps) CHECK(untouched == 3 * (size_t)n, "all_to_allv wrote into the gaps");
         /* the blocking form, f32 */
         float *fs = xmalloc(slen * 4), *fr = xmalloc(rlen * 4);
-        for (size_t i = 0; i < slen; i++) fs[i] = (float)send[i];
+        for (size_t i = 0; i < slen; i++)
+            fs[i] = (float)send[i];
         OK(ts_comm_all_to_allv(c, fs, sc, gaps ? sd : NULL, fr, rc, gaps ? rd : NULL, TS_F32));
         bad = 0;
         o = 0;
         for (int s = 0; s < n; s++) {
             size_t base = gaps ? rd[s] : o;
-            for (size_t j = 0; j < rc[s]; j++) bad += fr[base + j] != (float)a2a_val(s, me, j);
+            for (size_t j = 0; j < rc[s]; j++)
+                bad += fr[base + j] != (float)a2a_val(s, me, j);
             o += rc[s];
         }
         CHECK(bad == 0, "all_to_allv f32 (gaps %d): %zu wrong elements", gaps, bad);
@@ -516,7 +535,8 @@ static void test_p2p(ts_comm *c) {
     if (partner < n) {
         float out[2][5], in[2][5];
         for (int m = 0; m < 2; m++)
-            for (int j = 0; j < 5; j++) out[m][j] = (float)(me * 100 + m * 10 + j);
+            for (int j = 0; j < 5; j++)
+                out[m][j] = (float)(me * 100 + m * 10 + j);
         for (int step = 0; step < 2; step++) {
             if ((me & 1) == step) {
                 OK(ts_comm_send(c, out[0], 5, TS_F32, partner, 3));
@@ -528,7 +548,8 @@ static void test_p2p(ts_comm *c) {
         }
         int bad = 0;
         for (int m = 0; m < 2; m++)
-            for (int j = 0; j < 5; j++) bad += in[m][j] != (float)(partner * 100 + m * 10 + j);
+            for (int j = 0; j < 5; j++)
+                bad += in[m][j] != (float)(partner * 100 + m * 10 + j);
         CHECK(bad == 0, "pairwise send/recv: %d wrong elements", bad);
     }
 }
@@ -539,7 +560,8 @@ static void test_barrier(ts_comm *c) {
     OK(ts_comm_barrier_start(c, &req));
     int done = 0;
     double t0 = now_s();
-    while (!done && now_s() - t0 < 60) OK(ts_comm_test(req, &done));
+    while (!done && now_s() - t0 < 60)
+        OK(ts_comm_test(req, &done));
     CHECK(done, "barrier never completed under ts_comm_test");
 }
 
@@ -641,7 +663,8 @@ static void test_counters(ts_comm *world) {
     size_t cnt[64];
     ts_comm_request *req;
 
-    for (int k = 0; k < 64; k++) cnt[k] = 1;
+    for (int k = 0; k < 64; k++)
+        cnt[k] = 1;
     OK(ts_comm_all_reduce(c, f, f, 10, TS_F32, TS_REDUCE_SUM));             /* 40 bytes */
     OK(ts_comm_all_reduce_start(c, h, h, 6, TS_BF16, TS_REDUCE_MAX, &req)); /* 12 bytes */
     OK(ts_comm_wait(req));
@@ -796,7 +819,8 @@ static int run_timeout_abort(ts_comm *world) {
     if (ts_comm_all_reduce(dp, x, x, 1000, TS_F32, TS_REDUCE_SUM)) return 1; /* all_reduce #1 */
     if (me == n - 1) {
         fprintf(stderr, "[world rank %d] not joining all_reduce #2\n", me);
-        for (int s = 0; s < 60; s++) nanosleep(&(struct timespec){1, 0}, NULL);
+        for (int s = 0; s < 60; s++)
+            nanosleep(&(struct timespec){1, 0}, NULL);
         return 0;
     }
     ts_status st = ts_comm_all_reduce(dp, x, x, 1000, TS_F32, TS_REDUCE_SUM);

@@ -198,7 +198,8 @@ static void test_malformed_files_name_file_line_key(void) {
     memset(long_line, 0, sizeof long_line);
     strcpy(long_line, "[train]\nmetrics = ");
     size_t at = strlen(long_line);
-    for (int i = 0; i < 250; i++) long_line[at + (size_t)i] = 'x';
+    for (int i = 0; i < 250; i++)
+        long_line[at + (size_t)i] = 'x';
     strcat(long_line, "\n");
 
     const bad_case cases[] = {

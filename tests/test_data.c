@@ -48,7 +48,8 @@ static int32_t *read_stream(const ts_dataset *ds) {
     int32_t *tg = malloc((size_t)T * sizeof *tg);
     CHECK(ts_dataset_num_windows(ds, T) == 1);
     CHECK_OK(ts_dataset_window(ds, 0, T, in, tg));
-    for (int t = 0; t + 1 < T; t++) CHECK(tg[t] == in[t + 1]);
+    for (int t = 0; t + 1 < T; t++)
+        CHECK(tg[t] == in[t + 1]);
     in[T] = tg[T - 1];
     free(tg);
     return in;
@@ -141,7 +142,8 @@ static void test_synthetic_entropy_rate_matches_corpus(void) {
     CHECK_OK(ts_dataset_open(&ds, &o));
     CHECK(ts_dataset_entropy_rate(ds) == 0);
     int32_t *s = read_stream(ds);
-    for (int i = 100; i < 5000; i++) CHECK(s[i] == s[i - 100]); /* period = vocab */
+    for (int i = 100; i < 5000; i++)
+        CHECK(s[i] == s[i - 100]); /* period = vocab */
     free(s);
     ts_dataset_close(ds);
     /* the largest vocabulary works and stays in range */
@@ -240,7 +242,8 @@ static ts_data_opts file_opts(const char *kind, const char *path, int vocab, cha
 static void test_shuffle_is_a_permutation_per_epoch(void) {
     enum { N = 8001 };
     static uint16_t tok[N];
-    for (int i = 0; i < N; i++) tok[i] = (uint16_t)i;
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint16_t)i;
     const char *path = write_tokens("ramp.bin", 20240520, 1, N, tok, N);
     char src[700];
     ts_data_opts o = file_opts("tokens", path, 65536, src, sizeof src);
@@ -289,7 +292,8 @@ static void test_shuffle_is_a_permutation_per_epoch(void) {
                 CHECK_OK(ts_dataset_window(other, w, T, ia, ta));
                 differs_seed += ia[0] != in[0];
             }
-            for (int64_t j = 0; j < nwin; j++) CHECK(seen[j]); /* every slot once */
+            for (int64_t j = 0; j < nwin; j++)
+                CHECK(seen[j]); /* every slot once */
         }
         printf("T=%d nwin=%lld: %lld of %lld moved, epoch-0/1 first slots %lld/%lld\n", T,
                (long long)nwin, (long long)moved, (long long)(2 * nwin), (long long)first[0],
@@ -324,7 +328,8 @@ static void expect_open_error(const ts_data_opts *o, const char *path, const cha
 static void test_llmc_token_file_round_trip_and_errors(void) {
     enum { N = 5000 };
     static uint16_t tok[N];
-    for (int i = 0; i < N; i++) tok[i] = (uint16_t)((i * 7919u + 13u) % 50257u);
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint16_t)((i * 7919u + 13u) % 50257u);
     char src[700];
     const char *path = write_tokens("good.bin", 20240520, 1, N, tok, N);
     ts_data_opts o = file_opts("tokens", path, 50257, src, sizeof src);
@@ -335,7 +340,8 @@ static void test_llmc_token_file_round_trip_and_errors(void) {
     CHECK(strstr(ts_dataset_describe(ds), "good.bin") != NULL);
     int32_t *s = read_stream(ds);
     int same = 1;
-    for (int i = 0; i < N; i++) same &= s[i] == tok[i];
+    for (int i = 0; i < N; i++)
+        same &= s[i] == tok[i];
     CHECK(same);
     free(s);
     ts_dataset_close(ds);
@@ -364,7 +370,8 @@ static void test_llmc_token_file_round_trip_and_errors(void) {
     o = file_opts("tokens", path, 50257, src, sizeof src);
     expect_open_error(&o, "one.bin", "holds 1 tokens", "at least 2");
 
-    for (int i = 0; i < N; i++) tok[i] = (uint16_t)(tok[i] % 256);
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint16_t)(tok[i] % 256);
     tok[1234] = 300;
     path = write_tokens("vocab.bin", 20240520, 1, N, tok, N);
     o = file_opts("tokens", path, 256, src, sizeof src);
@@ -397,7 +404,8 @@ static void test_text_source_reads_bytes(void) {
     CHECK(isnan(ts_dataset_entropy_rate(ds)));
     int32_t *s = read_stream(ds);
     int same = 1;
-    for (size_t i = 0; i < n; i++) same &= s[i] == text[i];
+    for (size_t i = 0; i < n; i++)
+        same &= s[i] == text[i];
     CHECK(same);
     int32_t in[4], tg[4];
     CHECK_OK(ts_dataset_window(ds, 1, 4, in, tg)); /* "o, w" -> ", wo" */

@@ -45,7 +45,8 @@ static float frand(void) {
 }
 
 static void fill(float *x, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++) x[i] = scale * frand();
+    for (size_t i = 0; i < n; i++)
+        x[i] = scale * frand();
 }
 
 static float *falloc(size_t n) {
@@ -77,7 +78,8 @@ static double max_err(const float *a, const double *ref, size_t n) {
 
 static double dot_r(const float *out, const float *r, size_t n) {
     double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += (double)out[i] * r[i];
+    for (size_t i = 0; i < n; i++)
+        s += (double)out[i] * r[i];
     return s;
 }
 
@@ -101,7 +103,8 @@ typedef struct {
 /* Checks every param's gradient against central differences with step eps
  * (relative error <= tol), then that a second backward adds the same again. */
 static void check_grads(const kernel *k, param *ps, int np, float eps, double tol) {
-    for (int p = 0; p < np; p++) memset(ps[p].g, 0, ps[p].n * sizeof(float));
+    for (int p = 0; p < np; p++)
+        memset(ps[p].g, 0, ps[p].n * sizeof(float));
     k->backward(k->ctx);
     for (int p = 0; p < np; p++) {
         param *q = &ps[p];
@@ -134,7 +137,8 @@ static void check_grads(const kernel *k, param *ps, int np, float eps, double to
         param *q = &ps[p];
         float *g = clean[p], *g0 = falloc(q->n), *g1 = falloc(q->n);
         double gn = 0.0;
-        for (size_t i = 0; i < q->n; i++) gn = fmax(gn, fabs(g[i]));
+        for (size_t i = 0; i < q->n; i++)
+            gn = fmax(gn, fabs(g[i]));
         fill(g0, q->n, (float)(gn > 0 ? gn : 1.0));
         memcpy(q->g, g0, q->n * sizeof *g0);
         for (int other = 0; other < np; other++)
@@ -189,7 +193,8 @@ static void test_matmul(void) {
     for (int n = 0; n < N; n++)
         for (int o = 0; o < MM_OC; o++) {
             double s = c.bias[o];
-            for (int i = 0; i < C; i++) s += (double)c.inp[n * C + i] * c.w[o * C + i];
+            for (int i = 0; i < C; i++)
+                s += (double)c.inp[n * C + i] * c.w[o * C + i];
             ref[n * MM_OC + o] = s;
         }
     mm_loss(&c);
@@ -197,7 +202,8 @@ static void test_matmul(void) {
     expect(e <= 1e-6, "forward vs double reference", e, 1e-6);
     ts_cpu_matmul_forward(c.out, c.inp, c.w, NULL, N, C, MM_OC);
     for (int n = 0; n < N; n++)
-        for (int o = 0; o < MM_OC; o++) ref[n * MM_OC + o] -= c.bias[o];
+        for (int o = 0; o < MM_OC; o++)
+            ref[n * MM_OC + o] -= c.bias[o];
     e = max_err(c.out, ref, N * MM_OC);
     expect(e <= 1e-6, "forward without bias vs double reference", e, 1e-6);
 
@@ -277,13 +283,16 @@ static void ln_backward(void *p) {
 static void test_layernorm(void) {
     static ln_ctx c;
     fill(c.inp, N * C, 2), fill(c.w, C, 1), fill(c.bias, C, 1), fill(c.r, N * C, 1);
-    for (int i = 0; i < N * C; i++) c.inp[i] += 0.5f; /* nonzero mean */
+    for (int i = 0; i < N * C; i++)
+        c.inp[i] += 0.5f; /* nonzero mean */
     double ref[N * C], refm[N], refr[N];
     for (int n = 0; n < N; n++) {
         double m = 0, v = 0;
-        for (int i = 0; i < C; i++) m += c.inp[n * C + i];
+        for (int i = 0; i < C; i++)
+            m += c.inp[n * C + i];
         m /= C;
-        for (int i = 0; i < C; i++) v += (c.inp[n * C + i] - m) * (c.inp[n * C + i] - m);
+        for (int i = 0; i < C; i++)
+            v += (c.inp[n * C + i] - m) * (c.inp[n * C + i] - m);
         double r = 1.0 / sqrt(v / C + 1e-5);
         for (int i = 0; i < C; i++)
             ref[n * C + i] = (c.inp[n * C + i] - m) * r * c.w[i] + c.bias[i];
@@ -328,7 +337,8 @@ static void test_gelu(void) {
     enum { M = 4001 };
     static float x[M], y[M];
     static double ref[M];
-    for (int i = 0; i < M; i++) x[i] = -20.0f + 40.0f * (float)i / (M - 1);
+    for (int i = 0; i < M; i++)
+        x[i] = -20.0f + 40.0f * (float)i / (M - 1);
     x[0] = -1e30f, x[M - 1] = 1e30f;
     ts_cpu_gelu_forward(y, x, M);
     double e = 0;
@@ -366,7 +376,8 @@ static void att_backward(void *p) {
 static void test_attention(void) {
     static att_ctx c;
     fill(c.qkv, N * 3 * C, 1.5f), fill(c.r, N * C, 1);
-    for (int i = 0; i < B * NH * T * T; i++) c.att[i] = NAN; /* must be written */
+    for (int i = 0; i < B * NH * T * T; i++)
+        c.att[i] = NAN; /* must be written */
     att_loss(&c);
     int hs = C / NH;
     double ref_out[N * C], ref_att[B * NH * T * T];
@@ -378,13 +389,16 @@ static void test_attention(void) {
                 for (int u = 0; u <= t; u++) {
                     const float *kk = c.qkv + (b * T + u) * 3 * C + C + h * hs;
                     s[u] = 0;
-                    for (int i = 0; i < hs; i++) s[u] += (double)q[i] * kk[i];
+                    for (int i = 0; i < hs; i++)
+                        s[u] += (double)q[i] * kk[i];
                     s[u] /= sqrt((double)hs);
                     mx = fmax(mx, s[u]);
                 }
-                for (int u = 0; u <= t; u++) sum += s[u] = exp(s[u] - mx);
+                for (int u = 0; u <= t; u++)
+                    sum += s[u] = exp(s[u] - mx);
                 double *a = ref_att + ((b * NH + h) * T + t) * T;
-                for (int u = 0; u < T; u++) a[u] = u <= t ? s[u] / sum : 0.0;
+                for (int u = 0; u < T; u++)
+                    a[u] = u <= t ? s[u] / sum : 0.0;
                 for (int i = 0; i < hs; i++) {
                     double o = 0;
                     for (int u = 0; u <= t; u++)
@@ -399,7 +413,8 @@ static void test_attention(void) {
     int causal = 1;
     for (int bh = 0; bh < B * NH; bh++)
         for (int t = 0; t < T; t++)
-            for (int u = t + 1; u < T; u++) causal &= c.att[(bh * T + t) * T + u] == 0.0f;
+            for (int u = t + 1; u < T; u++)
+                causal &= c.att[(bh * T + t) * T + u] == 0.0f;
     expect(causal, "att is exactly 0 past the diagonal", 0, 0);
 
     kernel k = {att_loss, att_backward, &c};
@@ -429,7 +444,8 @@ static void test_residual(void) {
     fill(c.a, RES_N, 1), fill(c.b, RES_N, 1), fill(c.r, RES_N, 1);
     res_loss(&c);
     double ref[RES_N];
-    for (int i = 0; i < RES_N; i++) ref[i] = (double)c.a[i] + c.b[i];
+    for (int i = 0; i < RES_N; i++)
+        ref[i] = (double)c.a[i] + c.b[i];
     double e = max_err(c.out, ref, RES_N);
     expect(e <= 1e-7, "forward vs double reference", e, 1e-7);
     kernel k = {res_loss, res_backward, &c};
@@ -454,18 +470,22 @@ static double ce_loss(void *p) {
     ce_ctx *c = p;
     ts_cpu_crossentropy_forward(c->losses, c->lse, c->logits, c->tgt, CE_N, CE_V, CE_VP);
     double s = 0;
-    for (int n = 0; n < CE_N; n++) s += (double)c->losses[n] * c->dloss;
+    for (int n = 0; n < CE_N; n++)
+        s += (double)c->losses[n] * c->dloss;
     return s;
 }
 
 /* Reference loss and gradient of one row in double over the real columns. */
 static void ce_ref(double *loss, double *grad, const float *x, int tgt, double dloss, int V) {
     double mx = -1e300, s = 0;
-    for (int i = 0; i < V; i++) mx = fmax(mx, x[i]);
-    for (int i = 0; i < V; i++) s += exp(x[i] - mx);
+    for (int i = 0; i < V; i++)
+        mx = fmax(mx, x[i]);
+    for (int i = 0; i < V; i++)
+        s += exp(x[i] - mx);
     double lse = mx + log(s);
     *loss = tgt < 0 ? 0.0 : lse - x[tgt];
-    for (int i = 0; i < V; i++) grad[i] = tgt < 0 ? 0.0 : (exp(x[i] - lse) - (i == tgt)) * dloss;
+    for (int i = 0; i < V; i++)
+        grad[i] = tgt < 0 ? 0.0 : (exp(x[i] - lse) - (i == tgt)) * dloss;
 }
 
 /* Forward and backward on (n, V, Vp) against ce_ref, huge padding, one
@@ -477,22 +497,27 @@ static void ce_compare(int n, int V, int Vp, float scale, const char *tag) {
     double *rl = malloc((size_t)n * sizeof *rl), *rg = malloc((size_t)V * sizeof *rg);
     for (int r = 0; r < n; r++) {
         fill(x + (size_t)r * Vp, V, scale);
-        for (int i = V; i < Vp; i++) x[(size_t)r * Vp + i] = 1e30f; /* huge pad */
+        for (int i = V; i < Vp; i++)
+            x[(size_t)r * Vp + i] = 1e30f; /* huge pad */
         tgt[r] = r == 1 ? -1 : (int32_t)((r * 7919u) % (unsigned)V);
     }
     const float dloss = 1.0f / (float)(n - 1);
     ts_cpu_crossentropy_forward(loss, lse, x, tgt, n, V, Vp);
-    for (int i = 0; i < n * Vp; i++) d[i] = NAN; /* all of it must be written */
+    for (int i = 0; i < n * Vp; i++)
+        d[i] = NAN; /* all of it must be written */
     ts_cpu_crossentropy_backward(d, x, lse, tgt, dloss, n, V, Vp);
     double el = 0, eg = 0;
     int pad_zero = 1, masked_zero = loss[1] == 0.0f;
     for (int r = 0; r < n; r++) {
         ce_ref(&rl[r], rg, x + (size_t)r * Vp, tgt[r], dloss, V);
         el = fmax(el, fabs(loss[r] - rl[r]) / (1 + fabs(rl[r])));
-        for (int i = 0; i < V; i++) eg = fmax(eg, fabs(d[(size_t)r * Vp + i] - rg[i]));
-        for (int i = V; i < Vp; i++) pad_zero &= d[(size_t)r * Vp + i] == 0.0f;
+        for (int i = 0; i < V; i++)
+            eg = fmax(eg, fabs(d[(size_t)r * Vp + i] - rg[i]));
+        for (int i = V; i < Vp; i++)
+            pad_zero &= d[(size_t)r * Vp + i] == 0.0f;
         if (r == 1)
-            for (int i = 0; i < Vp; i++) masked_zero &= d[(size_t)r * Vp + i] == 0.0f;
+            for (int i = 0; i < Vp; i++)
+                masked_zero &= d[(size_t)r * Vp + i] == 0.0f;
     }
     char what[96];
     snprintf(what, sizeof what, "%s loss vs double (pad = 1e30)", tag);
@@ -548,7 +573,8 @@ static void test_crossentropy(void) {
     /* writes (=): a second call from garbage gives the same bits */
     ce_loss(&c); /* lse of the unperturbed logits again */
     float again[CE_N * CE_VP];
-    for (int i = 0; i < CE_N * CE_VP; i++) again[i] = 123.0f;
+    for (int i = 0; i < CE_N * CE_VP; i++)
+        again[i] = 123.0f;
     ts_cpu_crossentropy_backward(again, c.logits, c.lse, c.tgt, c.dloss, CE_N, CE_V, CE_VP);
     expect(memcmp(again, c.dlogits, sizeof again) == 0, "backward writes (=), not accumulates", 0,
            0);
@@ -570,11 +596,13 @@ static void test_crossentropy_shards(void) {
     ts_cpu_crossentropy_backward(d, x, lse, tg, 0.25f, N, V, VP);
     float shard[S][N * VL], mx[S][N], st[S][N * 2], gmax[N], glse[N];
     for (int s = 0; s < S; s++) {
-        for (int n = 0; n < N; n++) memcpy(shard[s] + n * VL, x + n * VP + s * VL, VL * sizeof(float));
+        for (int n = 0; n < N; n++)
+            memcpy(shard[s] + n * VL, x + n * VP + s * VL, VL * sizeof(float));
         int vloc = V - s * VL < 0 ? 0 : (V - s * VL > VL ? VL : V - s * VL);
         ts_cpu_ce_shard_max(mx[s], shard[s], N, vloc, VL);
     }
-    for (int n = 0; n < N; n++) gmax[n] = fmaxf(fmaxf(mx[0][n], mx[1][n]), mx[2][n]);
+    for (int n = 0; n < N; n++)
+        gmax[n] = fmaxf(fmaxf(mx[0][n], mx[1][n]), mx[2][n]);
     for (int s = 0; s < S; s++) {
         int vloc = V - s * VL > VL ? VL : V - s * VL;
         ts_cpu_ce_shard_sumexp(st[s], shard[s], gmax, tg, s * VL, N, vloc, VL);
@@ -620,11 +648,13 @@ static void test_embedding_shards(void) {
     memset(sum, 0, B * T * C * sizeof(float));
     for (int s = 0; s < S; s++) {
         ts_cpu_embedding_shard_forward(part, tok, wte + s * VL * C, s * VL, VL, B * T, C);
-        for (int i = 0; i < B * T * C; i++) sum[i] += part[i];
+        for (int i = 0; i < B * T * C; i++)
+            sum[i] += part[i];
     }
     ts_cpu_position_forward(sum, wpe, B, T, C, 2);
     double worst = 0.0;
-    for (int i = 0; i < B * T * C; i++) worst = fmax(worst, fabs(sum[i] - ref[i]));
+    for (int i = 0; i < B * T * C; i++)
+        worst = fmax(worst, fabs(sum[i] - ref[i]));
     expect(worst == 0.0, "shards + positions == fused forward (exact)", worst, 0.0);
     memset(dwte_ref, 0, V * C * sizeof(float));
     memset(dwpe_ref, 0, MAXT * C * sizeof(float));
@@ -635,11 +665,21 @@ static void test_embedding_shards(void) {
         ts_cpu_embedding_shard_backward(dwte + s * VL * C, dout, tok, s * VL, VL, B * T, C);
     ts_cpu_position_backward(dwpe, dout, B, T, C, 2);
     worst = 0.0;
-    for (int i = 0; i < V * C; i++) worst = fmax(worst, fabs(dwte[i] - dwte_ref[i]));
-    for (int i = 0; i < MAXT * C; i++) worst = fmax(worst, fabs(dwpe[i] - dwpe_ref[i]));
+    for (int i = 0; i < V * C; i++)
+        worst = fmax(worst, fabs(dwte[i] - dwte_ref[i]));
+    for (int i = 0; i < MAXT * C; i++)
+        worst = fmax(worst, fabs(dwpe[i] - dwpe_ref[i]));
     expect(worst == 0.0, "shard backward == fused backward (exact)", worst, 0.0);
-    free(wte); free(wpe); free(ref); free(sum); free(part); free(dout);
-    free(dwte); free(dwte_ref); free(dwpe); free(dwpe_ref);
+    free(wte);
+    free(wpe);
+    free(ref);
+    free(sum);
+    free(part);
+    free(dout);
+    free(dwte);
+    free(dwte_ref);
+    free(dwpe);
+    free(dwpe_ref);
 }
 
 static void test_adamw(void) {
@@ -647,7 +687,8 @@ static void test_adamw(void) {
     static float p[AN], m[AN], v[AN], g[AN];
     static double rp[AN], rm[AN], rv[AN];
     fill(p, AN, 1);
-    for (int i = 0; i < AN; i++) rp[i] = p[i], rm[i] = rv[i] = 0, m[i] = v[i] = 0;
+    for (int i = 0; i < AN; i++)
+        rp[i] = p[i], rm[i] = rv[i] = 0, m[i] = v[i] = 0;
     const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, gs = 0.5;
     double ep = 0, emv = 0;
     for (int t = 1; t <= 3; t++) {
@@ -696,7 +737,8 @@ static void test_reduce(void) {
     float *x = falloc(SN);
     fill(x, SN, 3);
     double ref = 0;
-    for (int i = 0; i < SN; i++) ref += (double)x[i] * x[i];
+    for (int i = 0; i < SN; i++)
+        ref += (double)x[i] * x[i];
     double s = ts_cpu_sumsq(x, SN);
     expect(fabs(s - ref) / ref <= 1e-12, "sumsq vs double loop (rel)", fabs(s - ref) / ref, 1e-12);
     expect(ts_cpu_sumsq(x, 0) == 0.0, "sumsq of nothing is 0", 0, 0);
@@ -720,22 +762,26 @@ static void test_reduce(void) {
     enum { NC = sizeof cases / sizeof cases[0] };
     float in[NC + 1];
     uint16_t out[NC + 1];
-    for (int i = 0; i < NC; i++) in[i] = from_bits(cases[i].f);
+    for (int i = 0; i < NC; i++)
+        in[i] = from_bits(cases[i].f);
     in[NC] = from_bits(0x7FC00001u); /* NaN */
     ts_cpu_f32_to_bf16(out, in, NC + 1);
     int ok = 1;
-    for (int i = 0; i < NC; i++) ok &= out[i] == cases[i].h;
+    for (int i = 0; i < NC; i++)
+        ok &= out[i] == cases[i].h;
     expect(ok, "f32_to_bf16: ties to even, inf, subnormal, -0", 0, 0);
     expect((out[NC] & 0x7F80) == 0x7F80 && (out[NC] & 0x7F), "f32_to_bf16: NaN stays NaN", 0, 0);
     ts_cpu_round_bf16(in, NC);
     ok = 1;
-    for (int i = 0; i < NC; i++) ok &= bits(in[i]) == (uint32_t)cases[i].h << 16;
+    for (int i = 0; i < NC; i++)
+        ok &= bits(in[i]) == (uint32_t)cases[i].h << 16;
     expect(ok, "round_bf16 in place matches the table", 0, 0);
 
     /* round trip of every non-NaN bf16 value */
     static uint16_t all[65536], back[65536];
     static float f[65536];
-    for (int i = 0; i < 65536; i++) all[i] = (uint16_t)i;
+    for (int i = 0; i < 65536; i++)
+        all[i] = (uint16_t)i;
     ts_cpu_bf16_to_f32(f, all, 65536);
     ts_cpu_f32_to_bf16(back, f, 65536);
     ok = 1;
@@ -751,7 +797,8 @@ static void test_reduce(void) {
     ts_cpu_f32_to_bf16(h, x, SN);
     ts_cpu_round_bf16(x, SN);
     ok = 1;
-    for (int i = 0; i < SN; i++) ok &= bits(x[i]) == (uint32_t)h[i] << 16;
+    for (int i = 0; i < SN; i++)
+        ok &= bits(x[i]) == (uint32_t)h[i] << 16;
     expect(ok, "round_bf16 equals f32_to_bf16 on 100003 values", 0, 0);
     free(h), free(x);
 }
@@ -765,7 +812,8 @@ static void test_determinism(void) {
           *l2 = falloc(ce_n), *lse2 = falloc(ce_n);
     int32_t *tgt = malloc((size_t)ce_n * sizeof *tgt);
     fill(x, (size_t)ce_n * Vp, 5);
-    for (int n = 0; n < ce_n; n++) tgt[n] = n % 9 == 0 ? -1 : (n * 131) % V;
+    for (int n = 0; n < ce_n; n++)
+        tgt[n] = n % 9 == 0 ? -1 : (n * 131) % V;
     ts_cpu_crossentropy_forward(l, lse, x, tgt, ce_n, V, Vp);
     ts_cpu_crossentropy_backward(d1, x, lse, tgt, 0.01f, ce_n, V, Vp);
     ts_cpu_crossentropy_forward(l2, lse2, x, tgt, ce_n, V, Vp);
@@ -793,7 +841,8 @@ static void test_determinism(void) {
     expect(ts_cpu_sumsq(inp, (size_t)ln_n * lc) == ts_cpu_sumsq(inp, (size_t)ln_n * lc),
            "sumsq twice: same bits", 0, 0);
     printf("  (threads: %d)\n", ts_cpu_get_threads());
-    for (int r = 0; r < 2; r++) free(g[r][0]), free(g[r][1]), free(g[r][2]);
+    for (int r = 0; r < 2; r++)
+        free(g[r][0]), free(g[r][1]), free(g[r][2]);
     free(x), free(d1), free(d2), free(l), free(lse), free(l2), free(lse2), free(tgt);
     free(inp), free(dout), free(out), free(w), free(bb), free(mean), free(rstd);
 }
@@ -805,7 +854,8 @@ static void test_time(void) {
     float *x = falloc((size_t)n * Vp), *l = falloc(n), *lse = falloc(n);
     int32_t *tgt = malloc((size_t)n * sizeof *tgt);
     fill(x, (size_t)n * Vp, 5);
-    for (int i = 0; i < n; i++) tgt[i] = (i * 7919) % V;
+    for (int i = 0; i < n; i++)
+        tgt[i] = (i * 7919) % V;
     ts_cpu_crossentropy_forward(l, lse, x, tgt, n, V, Vp);
     double t0 = omp_get_wtime();
     for (int r = 0; r < reps; r++) {
@@ -821,7 +871,8 @@ static void test_time(void) {
     fill(inp, (size_t)n * lc, 1), fill(w, lc, 1);
     reps = 200;
     t0 = omp_get_wtime();
-    for (int r = 0; r < reps; r++) ts_cpu_layernorm_forward(out, mean, rstd, inp, w, b, n, lc);
+    for (int r = 0; r < reps; r++)
+        ts_cpu_layernorm_forward(out, mean, rstd, inp, w, b, n, lc);
     double tf = (omp_get_wtime() - t0) / reps;
     t0 = omp_get_wtime();
     for (int r = 0; r < reps; r++)
@@ -832,10 +883,12 @@ static void test_time(void) {
     float *gi = falloc(gn), *go = falloc(gn), *gd = falloc(gn);
     fill(gi, gn, 3);
     t0 = omp_get_wtime();
-    for (int r = 0; r < reps; r++) ts_cpu_gelu_forward(go, gi, gn);
+    for (int r = 0; r < reps; r++)
+        ts_cpu_gelu_forward(go, gi, gn);
     tf = (omp_get_wtime() - t0) / reps;
     t0 = omp_get_wtime();
-    for (int r = 0; r < reps; r++) ts_cpu_gelu_backward(gd, gi, go, gn);
+    for (int r = 0; r < reps; r++)
+        ts_cpu_gelu_backward(gd, gi, go, gn);
     tb = (omp_get_wtime() - t0) / reps;
     printf("gelu n=%zu: fwd %.1f us, bwd %.1f us (threads %d)\n", gn, tf * 1e6, tb * 1e6,
            ts_cpu_get_threads());
@@ -869,7 +922,8 @@ int main(int argc, char **argv) {
     int ntests = (int)(sizeof TESTS / sizeof TESTS[0]);
     if (argc != 2) {
         fprintf(stderr, "usage: %s <kernel>; kernels:", argv[0]);
-        for (int i = 0; i < ntests; i++) fprintf(stderr, " %s", TESTS[i].name);
+        for (int i = 0; i < ntests; i++)
+            fprintf(stderr, " %s", TESTS[i].name);
         fprintf(stderr, "\n");
         return 2;
     }

@@ -33,15 +33,15 @@
 #include "tessera/comm.h"
 #include "tessera/layout.h"
 
-static int g_fail;   /* failed checks on this rank */
-static int g_cases;  /* redistributions checked     */
-static int g_rank;   /* world rank, for messages    */
+static int g_fail;  /* failed checks on this rank */
+static int g_cases; /* redistributions checked     */
+static int g_rank;  /* world rank, for messages    */
 
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
             g_fail++;                                                                              \
-            fprintf(stderr, "[rank %d] FAIL %s:%d: ", g_rank, __FILE__, __LINE__);                \
+            fprintf(stderr, "[rank %d] FAIL %s:%d: ", g_rank, __FILE__, __LINE__);                 \
             fprintf(stderr, __VA_ARGS__);                                                          \
             fputc('\n', stderr);                                                                   \
         }                                                                                          \
@@ -72,20 +72,22 @@ static double now_s(void) {
  * ------------------------------------------------------------------------- */
 
 /* The global tensor X: small integers in [-8, 8]. */
-static int gval(int64_t i, int64_t j) { return (int)((i * 7 + j * 3 + 1) % 17) - 8; }
+static int gval(int64_t i, int64_t j) {
+    return (int)((i * 7 + j * 3 + 1) % 17) - 8;
+}
 
 /* Rank r's addend of X over n ranks: r >= 1 in [-3, 3]; rank 0 the rest. */
 static int addend(int r, int n, int64_t i, int64_t j) {
     if (r > 0) return (int)((i * 5 + j * 11 + r * 3) % 7) - 3;
     int v = gval(i, j);
-    for (int q = 1; q < n; q++) v -= addend(q, n, i, j);
+    for (int q = 1; q < n; q++)
+        v -= addend(q, n, i, j);
     return v;
 }
 
 /* The block at coords of a 2-D layout (axis `skip` treated as R, -1: none),
  * by the rule: part c of n over extent d has d/n + (c < d%n) elements. */
-static void ref_block(const ts_layout *l, const int *coords, int skip, int64_t *off,
-                      int64_t *shp) {
+static void ref_block(const ts_layout *l, const int *coords, int skip, int64_t *off, int64_t *shp) {
     for (int d = 0; d < l->ndim; d++) {
         off[d] = 0;
         shp[d] = l->shape[d];
@@ -110,7 +112,7 @@ typedef enum fill {
 
 typedef struct fill_ctx {
     fill kind;
-    int c, n;                     /* coordinate and size of the axis */
+    int c, n; /* coordinate and size of the axis */
     int64_t own_off[2], own_shp[2];
 } fill_ctx;
 
@@ -171,8 +173,8 @@ static int compare_block(const ts_tensor *t, const int64_t *off, const int64_t *
             int want = fill_value(f, off[0] + i, off[1] + j);
             if (got != (double)want && bad++ < 3)
                 CHECK(0, "%s: local (%lld,%lld) global (%lld,%lld) = %g, want %d", what,
-                      (long long)i, (long long)j, (long long)(off[0] + i),
-                      (long long)(off[1] + j), got, want);
+                      (long long)i, (long long)j, (long long)(off[0] + i), (long long)(off[1] + j),
+                      got, want);
         }
     if (bad > 3) CHECK(0, "%s: %d mismatches in all", what, bad);
     return bad;
@@ -185,8 +187,7 @@ static int expected_op(ts_placement a, ts_placement b) {
         return TS_COMM_ALL_REDUCE;
     if (a.kind == TS_PLACEMENT_PARTIAL && b.kind == TS_PLACEMENT_SHARD)
         return TS_COMM_REDUCE_SCATTER;
-    if (a.kind == TS_PLACEMENT_SHARD && b.kind == TS_PLACEMENT_REPLICATE)
-        return TS_COMM_ALL_GATHER;
+    if (a.kind == TS_PLACEMENT_SHARD && b.kind == TS_PLACEMENT_REPLICATE) return TS_COMM_ALL_GATHER;
     if (a.kind == TS_PLACEMENT_SHARD && b.kind == TS_PLACEMENT_SHARD) return TS_COMM_ALL_TO_ALL;
     return -1;
 }
@@ -364,7 +365,8 @@ static void unit_tiling(void) {
                     if (p.kind != TS_PLACEMENT_SHARD) repl *= size;
                 }
                 int64_t total = 1;
-                for (int d = 0; d < ndim; d++) total *= l.shape[d];
+                for (int d = 0; d < ndim; d++)
+                    total *= l.shape[d];
                 int *cover = calloc((size_t)(total ? total : 1), sizeof *cover);
                 int co[3] = {0, 0, 0};
                 for (;;) {
@@ -382,11 +384,13 @@ static void unit_tiling(void) {
                             idx[d] = rem % shp[d];
                             rem /= shp[d];
                         }
-                        for (int d = 0; d < ndim; d++) flat = flat * l.shape[d] + off[d] + idx[d];
+                        for (int d = 0; d < ndim; d++)
+                            flat = flat * l.shape[d] + off[d] + idx[d];
                         cover[flat]++;
                     }
                     int a = 0;
-                    while (a < naxes && ++co[a] == l.axes[a].size) co[a++] = 0;
+                    while (a < naxes && ++co[a] == l.axes[a].size)
+                        co[a++] = 0;
                     if (a == naxes) break;
                 }
                 for (int64_t k = 0; k < total; k++)
@@ -512,7 +516,8 @@ static void unit_redistribute(void) {
         OK(ts_layout_init(&base, 2, shapes[s]));
         OK(ts_layout_add_axis(&base, "self", 1, ts_placement_replicate()));
         int co = 0;
-        for (int k = 0; k < 3; k++) run_pairs(self, &base, 0, &co, k_dtypes[k], -1);
+        for (int k = 0; k < 3; k++)
+            run_pairs(self, &base, 0, &co, k_dtypes[k], -1);
     }
 
     /* errors: checked before anything moves; out is left cleared */
@@ -596,7 +601,8 @@ static void mpi_world_axis(ts_comm *world) {
         ts_layout base;
         OK(ts_layout_init(&base, 2, shapes[s]));
         OK(ts_layout_add_axis(&base, "dp", n, ts_placement_replicate()));
-        for (int k = 0; k < 3; k++) run_pairs(world, &base, 0, &me, k_dtypes[k], -1);
+        for (int k = 0; k < 3; k++)
+            run_pairs(world, &base, 0, &me, k_dtypes[k], -1);
     }
 }
 

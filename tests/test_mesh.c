@@ -18,15 +18,15 @@
 static int failures = 0;
 static int checks = 0;
 
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        checks++;                                                              \
-        if (!(cond)) {                                                         \
-            failures++;                                                        \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);    \
-            fprintf(stderr, __VA_ARGS__);                                      \
-            fprintf(stderr, "\n");                                             \
-        }                                                                      \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        checks++;                                                                                  \
+        if (!(cond)) {                                                                             \
+            failures++;                                                                            \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+        }                                                                                          \
     } while (0)
 
 /* ---------------------------------------------------------------------------
@@ -37,10 +37,10 @@ static int checks = 0;
 
 typedef struct ref_mesh {
     int world;
-    int naxes;         /* always 5 after filling in missing names      */
-    char names[5][4];  /* order, fastest first: "tp", "cp", ...         */
-    int dense[5];      /* size of each ordered name in the dense mesh   */
-    int expert[5];     /* ... and in the expert mesh                   */
+    int naxes;        /* always 5 after filling in missing names      */
+    char names[5][4]; /* order, fastest first: "tp", "cp", ...         */
+    int dense[5];     /* size of each ordered name in the dense mesh   */
+    int expert[5];    /* ... and in the expert mesh                   */
 } ref_mesh;
 
 /* Size of an order name in one mesh (the table in mesh.h, restated). */
@@ -53,8 +53,7 @@ static int ref_size(const ts_mesh_sizes *s, const char *name, int expert) {
 }
 
 /* `full` must give every size (no zeros). */
-static void ref_build(ref_mesh *m, const ts_mesh_sizes *full,
-                      const char *order) {
+static void ref_build(ref_mesh *m, const ts_mesh_sizes *full, const char *order) {
     static const char *all[5] = {"tp", "cp", "ep", "dp", "pp"};
     char copy[64];
     snprintf(copy, sizeof copy, "%s", order ? order : "tp-cp-ep-dp-pp");
@@ -78,11 +77,13 @@ static void ref_build(ref_mesh *m, const ts_mesh_sizes *full,
 
 /* Maps a token axis name to (order name, mesh). */
 static void ref_axis(const char *axis, const char **name, int *expert) {
-    *expert = !strcmp(axis, "ep") || !strcmp(axis, "etp") ||
-              !strcmp(axis, "edp");
-    if (!strcmp(axis, "etp")) *name = "tp";
-    else if (!strcmp(axis, "edp")) *name = "dp";
-    else *name = axis;
+    *expert = !strcmp(axis, "ep") || !strcmp(axis, "etp") || !strcmp(axis, "edp");
+    if (!strcmp(axis, "etp"))
+        *name = "tp";
+    else if (!strcmp(axis, "edp"))
+        *name = "dp";
+    else
+        *name = axis;
 }
 
 static void ref_coords(const ref_mesh *m, int expert, int rank, int *coord) {
@@ -122,7 +123,8 @@ static void ref_group(const ref_mesh *m, const char *token, ref_groups *out) {
         for (int i = 0; i < 5; i++)
             if (masked[i]) c[i] = -1;
         int b = 0;
-        while (b < nbuckets && memcmp(keys[b], c, sizeof c)) b++;
+        while (b < nbuckets && memcmp(keys[b], c, sizeof c))
+            b++;
         if (b == nbuckets) {
             memcpy(keys[b], c, sizeof c);
             fill[b] = 0;
@@ -135,68 +137,60 @@ static void ref_group(const ref_mesh *m, const char *token, ref_groups *out) {
     out->count = nbuckets;
     out->size = m->world / nbuckets;
     for (int b = 0; b < nbuckets; b++)
-        memcpy(out->ranks + b * out->size, lists[b],
-               (size_t)out->size * sizeof(int));
+        memcpy(out->ranks + b * out->size, lists[b], (size_t)out->size * sizeof(int));
 }
 
 /* ---------------------------------------------------------------------------
  * Comparisons
  * ------------------------------------------------------------------------- */
 
-static void check_token(const ts_mesh *mesh, const ref_mesh *ref,
-                        const char *label, const char *token) {
+static void check_token(const ts_mesh *mesh, const ref_mesh *ref, const char *label,
+                        const char *token) {
     static ref_groups want; /* large; keep it off the stack */
     ref_group(ref, token, &want);
     ts_mesh_groups got;
     ts_status st = ts_mesh_groups_init(&got, mesh, token);
     CHECK(st == TS_OK, "%s %s: %s", label, token, ts_last_error());
     if (st) return;
-    CHECK(got.count == want.count && got.size == want.size,
-          "%s %s: %d groups of %d, want %d of %d", label, token, got.count,
-          got.size, want.count, want.size);
+    CHECK(got.count == want.count && got.size == want.size, "%s %s: %d groups of %d, want %d of %d",
+          label, token, got.count, got.size, want.count, want.size);
     if (got.count == want.count && got.size == want.size)
         for (int i = 0; i < got.count * got.size; i++)
             if (got.ranks[i] != want.ranks[i]) {
-                CHECK(0, "%s %s: group %d slot %d is rank %d, want %d", label,
-                      token, i / got.size, i % got.size, got.ranks[i],
-                      want.ranks[i]);
+                CHECK(0, "%s %s: group %d slot %d is rank %d, want %d", label, token, i / got.size,
+                      i % got.size, got.ranks[i], want.ranks[i]);
                 break;
             }
     int members[REF_MAX_WORLD];
     for (int r = 0; r < ref->world; r++) {
         ts_mesh_group g;
         st = ts_mesh_group_of(mesh, token, r, &g, members, REF_MAX_WORLD);
-        CHECK(st == TS_OK, "%s %s rank %d: %s", label, token, r,
-              ts_last_error());
+        CHECK(st == TS_OK, "%s %s rank %d: %s", label, token, r, ts_last_error());
         if (st) continue;
-        int ok = g.index == want.group_of[r] &&
-                 g.position == want.position_of[r] && g.size == want.size &&
-                 g.count == want.count && members[g.position] == r &&
-                 !memcmp(members, want.ranks + g.index * want.size,
-                         (size_t)want.size * sizeof(int));
-        CHECK(ok, "%s %s rank %d: group %d position %d, want %d %d", label,
-              token, r, g.index, g.position, want.group_of[r],
-              want.position_of[r]);
+        int ok =
+            g.index == want.group_of[r] && g.position == want.position_of[r] &&
+            g.size == want.size && g.count == want.count && members[g.position] == r &&
+            !memcmp(members, want.ranks + g.index * want.size, (size_t)want.size * sizeof(int));
+        CHECK(ok, "%s %s rank %d: group %d position %d, want %d %d", label, token, r, g.index,
+              g.position, want.group_of[r], want.position_of[r]);
     }
     ts_mesh_groups_free(&got);
     CHECK(got.ranks == NULL && got.count == 0, "free zeroes the struct");
 }
 
 /* Builds the JSON the mesh should print from the reference groups. */
-static void ref_json(const ref_mesh *ref, const ts_mesh_sizes *full,
-                     const char *order, char *out, size_t cap) {
+static void ref_json(const ref_mesh *ref, const ts_mesh_sizes *full, const char *order, char *out,
+                     size_t cap) {
     static const char *tokens[] = {TS_MESH_JSON_TOKENS};
     static ref_groups g;
-    size_t n = (size_t)snprintf(
-        out, cap,
-        "{\"world\":%d,\"order\":\"%s\",\"sizes\":{\"tp\":%d,\"cp\":%d,"
-        "\"dp\":%d,\"pp\":%d,\"ep\":%d,\"etp\":%d,\"edp\":%d},\"groups\":{",
-        full->world, order, full->tp, full->cp, full->dp, full->pp, full->ep,
-        full->etp, full->edp);
+    size_t n = (size_t)snprintf(out, cap,
+                                "{\"world\":%d,\"order\":\"%s\",\"sizes\":{\"tp\":%d,\"cp\":%d,"
+                                "\"dp\":%d,\"pp\":%d,\"ep\":%d,\"etp\":%d,\"edp\":%d},\"groups\":{",
+                                full->world, order, full->tp, full->cp, full->dp, full->pp,
+                                full->ep, full->etp, full->edp);
     for (size_t t = 0; t < sizeof tokens / sizeof tokens[0]; t++) {
         ref_group(ref, tokens[t], &g);
-        n += (size_t)snprintf(out + n, cap - n, "%s\"%s\":[", t ? "," : "",
-                              tokens[t]);
+        n += (size_t)snprintf(out + n, cap - n, "%s\"%s\":[", t ? "," : "", tokens[t]);
         for (int k = 0; k < g.count; k++) {
             n += (size_t)snprintf(out + n, cap - n, "%s[", k ? "," : "");
             for (int p = 0; p < g.size; p++)
@@ -212,23 +206,21 @@ static void ref_json(const ref_mesh *ref, const ts_mesh_sizes *full,
 /* Creates the mesh from `asked` (zeros allowed), checks derived sizes against
  * `full`, then every coordinate, every token and the JSON against the
  * reference. Returns the mesh for literal checks (caller destroys). */
-static ts_mesh *check_case(const char *label, ts_mesh_sizes asked,
-                           ts_mesh_sizes full, const char *order,
-                           const char *normalized) {
+static ts_mesh *check_case(const char *label, ts_mesh_sizes asked, ts_mesh_sizes full,
+                           const char *order, const char *normalized) {
     ts_mesh *mesh = NULL;
     ts_status st = ts_mesh_create(&asked, order, &mesh);
     CHECK(st == TS_OK, "%s: create: %s", label, ts_last_error());
     if (st) return NULL;
-    CHECK(!strcmp(ts_mesh_order(mesh), normalized), "%s: order %s, want %s",
-          label, ts_mesh_order(mesh), normalized);
+    CHECK(!strcmp(ts_mesh_order(mesh), normalized), "%s: order %s, want %s", label,
+          ts_mesh_order(mesh), normalized);
     CHECK(ts_mesh_world(mesh) == full.world, "%s: world", label);
-    const int want_size[TS_AXIS_COUNT] = {full.tp, full.cp, full.dp, full.pp,
+    const int want_size[TS_AXIS_COUNT] = {full.tp, full.cp,  full.dp, full.pp,
                                           full.ep, full.etp, full.edp};
     for (int a = 0; a < TS_AXIS_COUNT; a++)
-        CHECK(ts_mesh_axis_size(mesh, (ts_mesh_axis)a) == want_size[a],
-              "%s: %s size %d, want %d", label,
-              ts_mesh_axis_name((ts_mesh_axis)a),
-              ts_mesh_axis_size(mesh, (ts_mesh_axis)a), want_size[a]);
+        CHECK(ts_mesh_axis_size(mesh, (ts_mesh_axis)a) == want_size[a], "%s: %s size %d, want %d",
+              label, ts_mesh_axis_name((ts_mesh_axis)a), ts_mesh_axis_size(mesh, (ts_mesh_axis)a),
+              want_size[a]);
 
     ref_mesh ref;
     ref_build(&ref, &full, order);
@@ -240,7 +232,8 @@ static ts_mesh *check_case(const char *label, ts_mesh_sizes asked,
             int expert, c[5], i = 0;
             ref_axis(ts_mesh_axis_name((ts_mesh_axis)a), &name, &expert);
             ref_coords(&ref, expert, r, c);
-            while (strcmp(ref.names[i], name)) i++;
+            while (strcmp(ref.names[i], name))
+                i++;
             int got = ts_mesh_coord(mesh, r, (ts_mesh_axis)a);
             CHECK(got == c[i], "%s: rank %d %s coord %d, want %d", label, r,
                   ts_mesh_axis_name((ts_mesh_axis)a), got, c[i]);
@@ -256,17 +249,15 @@ static ts_mesh *check_case(const char *label, ts_mesh_sizes asked,
             }
         }
 
-    static const char *tokens[] = {TS_MESH_JSON_TOKENS, "cp-dp", "dp-tp",
-                                   "tp-cp-dp-pp", "ep-pp", "edp-pp",
-                                   "ep-etp", "edp-ep-etp-pp", "cp-pp",
-                                   "TP-DP"};
+    static const char *tokens[] = {
+        TS_MESH_JSON_TOKENS, "cp-dp", "dp-tp", "tp-cp-dp-pp", "ep-pp", "edp-pp", "ep-etp",
+        "edp-ep-etp-pp",     "cp-pp", "TP-DP"};
     for (size_t t = 0; t < sizeof tokens / sizeof tokens[0]; t++) {
         if (!strcmp(tokens[t], "TP-DP")) { /* names are case-insensitive */
             ts_mesh_groups a, b;
             CHECK(ts_mesh_groups_init(&a, mesh, "TP-DP") == TS_OK &&
                       ts_mesh_groups_init(&b, mesh, "tp-dp") == TS_OK &&
-                      !memcmp(a.ranks, b.ranks,
-                              (size_t)full.world * sizeof(int)),
+                      !memcmp(a.ranks, b.ranks, (size_t)full.world * sizeof(int)),
                   "%s: TP-DP == tp-dp", label);
             ts_mesh_groups_free(&a);
             ts_mesh_groups_free(&b);
@@ -280,20 +271,18 @@ static ts_mesh *check_case(const char *label, ts_mesh_sizes asked,
     ref_json(&ref, &full, normalized, want, sizeof want);
     size_t len = ts_mesh_json_format(mesh, NULL, 0);
     size_t len2 = ts_mesh_json_format(mesh, got, sizeof got);
-    CHECK(len == len2 && len == strlen(want), "%s: json length %zu %zu %zu",
-          label, len, len2, strlen(want));
-    CHECK(!strcmp(got, want), "%s: json\n got  %s\n want %s", label, got,
-          want);
+    CHECK(len == len2 && len == strlen(want), "%s: json length %zu %zu %zu", label, len, len2,
+          strlen(want));
+    CHECK(!strcmp(got, want), "%s: json\n got  %s\n want %s", label, got, want);
     char small[16];
     ts_mesh_json_format(mesh, small, sizeof small);
-    CHECK(strlen(small) == 15 && !strncmp(small, want, 15),
-          "%s: truncated json \"%s\"", label, small);
+    CHECK(strlen(small) == 15 && !strncmp(small, want, 15), "%s: truncated json \"%s\"", label,
+          small);
     return mesh;
 }
 
 /* Group `g` of `token` equals the literal list `want` (n ranks). */
-static void check_literal(const ts_mesh *mesh, const char *token, int g,
-                          const int *want, int n) {
+static void check_literal(const ts_mesh *mesh, const char *token, int g, const int *want, int n) {
     ts_mesh_groups got;
     ts_status st = ts_mesh_groups_init(&got, mesh, token);
     CHECK(st == TS_OK, "%s: %s", token, ts_last_error());
@@ -304,10 +293,10 @@ static void check_literal(const ts_mesh *mesh, const char *token, int g,
     ts_mesh_groups_free(&got);
 }
 
-#define LIT(mesh, token, g, ...)                                               \
-    do {                                                                       \
-        const int lit_[] = {__VA_ARGS__};                                      \
-        check_literal(mesh, token, g, lit_, (int)(sizeof lit_ / sizeof(int))); \
+#define LIT(mesh, token, g, ...)                                                                   \
+    do {                                                                                           \
+        const int lit_[] = {__VA_ARGS__};                                                          \
+        check_literal(mesh, token, g, lit_, (int)(sizeof lit_ / sizeof(int)));                     \
     } while (0)
 
 /* ---------------------------------------------------------------------------
@@ -320,8 +309,7 @@ static void test_megatron_16_tp2_pp4(void) {
     ts_mesh_sizes full = {16, 2, 1, 1, 2, 4, 2, 2};
     ts_mesh *m = check_case("w16 tp2 pp4", asked, full, NULL, "tp-cp-ep-dp-pp");
     if (!m) return;
-    const int dp[8][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7},
-                          {8, 10}, {9, 11}, {12, 14}, {13, 15}};
+    const int dp[8][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}};
     for (int g = 0; g < 8; g++) {
         check_literal(m, "dp", g, dp[g], 2);
         LIT(m, "tp", g, 2 * g, 2 * g + 1);
@@ -332,12 +320,10 @@ static void test_megatron_16_tp2_pp4(void) {
     LIT(m, "pp", 3, 3, 7, 11, 15);
     ts_mesh_group g;
     int members[4];
-    CHECK(ts_mesh_group_of(m, "pp", 9, &g, members, 4) == TS_OK &&
-              g.index == 1 && g.position == 2 && g.size == 4 && g.count == 4 &&
-              members[0] == 1 && members[3] == 13,
+    CHECK(ts_mesh_group_of(m, "pp", 9, &g, members, 4) == TS_OK && g.index == 1 &&
+              g.position == 2 && g.size == 4 && g.count == 4 && members[0] == 1 && members[3] == 13,
           "rank 9's pipeline is group 1, stage 2");
-    CHECK(ts_mesh_coord(m, 9, TS_AXIS_PP) == 2 &&
-              ts_mesh_rank_at(m, 9, TS_AXIS_PP, 3) == 13,
+    CHECK(ts_mesh_coord(m, 9, TS_AXIS_PP) == 2 && ts_mesh_rank_at(m, 9, TS_AXIS_PP, 3) == 13,
           "rank 9: stage 2, next stage rank 13");
     ts_mesh_destroy(m);
 }
@@ -348,7 +334,8 @@ static void test_megatron_cp_example(void) {
     ts_mesh_sizes full = {8, 4, 2, 1, 1, 1, 4, 2};
     ts_mesh *m = check_case("w8 tp4 cp2", asked, full, NULL, "tp-cp-ep-dp-pp");
     if (!m) return;
-    for (int g = 0; g < 4; g++) LIT(m, "cp", g, g, g + 4);
+    for (int g = 0; g < 4; g++)
+        LIT(m, "cp", g, g, g + 4);
     LIT(m, "tp", 1, 4, 5, 6, 7);
     ts_mesh_destroy(m);
 }
@@ -358,8 +345,7 @@ static void test_megatron_masked_docstring(void) {
      * order tp-dp-pp; dp groups [0,2,4], [1,3,5], ..., [19,21,23]. */
     ts_mesh_sizes asked = {.world = 24, .tp = 2, .dp = 3, .pp = 4};
     ts_mesh_sizes full = {24, 2, 1, 1, 3, 4, 2, 3};
-    ts_mesh *m = check_case("w24 tp-dp-pp", asked, full, "tp-dp-pp",
-                            "tp-dp-pp-cp-ep");
+    ts_mesh *m = check_case("w24 tp-dp-pp", asked, full, "tp-dp-pp", "tp-dp-pp-cp-ep");
     if (!m) return;
     LIT(m, "dp", 0, 0, 2, 4);
     LIT(m, "dp", 1, 1, 3, 5);
@@ -371,7 +357,8 @@ static void test_megatron_masked_docstring(void) {
     ts_mesh_sizes full8 = {8, 2, 1, 1, 2, 2, 2, 2};
     m = check_case("w8 tp-pp-dp", asked8, full8, "tp-pp-dp", "tp-pp-dp-cp-ep");
     if (!m) return;
-    for (int g = 0; g < 4; g++) LIT(m, "dp", g, g, g + 4);
+    for (int g = 0; g < 4; g++)
+        LIT(m, "dp", g, g, g + 4);
     LIT(m, "pp", 0, 0, 2);
     LIT(m, "pp", 3, 5, 7);
     ts_mesh_destroy(m);
@@ -379,8 +366,7 @@ static void test_megatron_masked_docstring(void) {
 
 static void test_w16_folded_moe(void) {
     /* tp 2, cp 2, pp 2, dp 2; expert etp 1, ep 4, edp 2. */
-    ts_mesh_sizes asked = {.world = 16, .tp = 2, .cp = 2, .pp = 2, .dp = 2,
-                           .etp = 1, .ep = 4};
+    ts_mesh_sizes asked = {.world = 16, .tp = 2, .cp = 2, .pp = 2, .dp = 2, .etp = 1, .ep = 4};
     ts_mesh_sizes full = {16, 2, 2, 4, 2, 2, 1, 2};
     ts_mesh *m = check_case("w16 moe", asked, full, NULL, "tp-cp-ep-dp-pp");
     if (!m) return;
@@ -404,22 +390,17 @@ static void test_w16_folded_moe(void) {
 
 static void test_other_shapes(void) {
     ts_mesh *m;
-    m = check_case("w8 tp2 pp2 dp2", (ts_mesh_sizes){.world = 8, .tp = 2,
-                                                     .pp = 2, .dp = 2},
-                   (ts_mesh_sizes){8, 2, 1, 1, 2, 2, 2, 2}, NULL,
-                   "tp-cp-ep-dp-pp");
+    m = check_case("w8 tp2 pp2 dp2", (ts_mesh_sizes){.world = 8, .tp = 2, .pp = 2, .dp = 2},
+                   (ts_mesh_sizes){8, 2, 1, 1, 2, 2, 2, 2}, NULL, "tp-cp-ep-dp-pp");
     ts_mesh_destroy(m);
-    m = check_case("w12 tp3 dp4",
-                   (ts_mesh_sizes){.world = 12, .tp = 3, .dp = 4},
-                   (ts_mesh_sizes){12, 3, 1, 1, 4, 1, 3, 4}, NULL,
-                   "tp-cp-ep-dp-pp");
+    m = check_case("w12 tp3 dp4", (ts_mesh_sizes){.world = 12, .tp = 3, .dp = 4},
+                   (ts_mesh_sizes){12, 3, 1, 1, 4, 1, 3, 4}, NULL, "tp-cp-ep-dp-pp");
     if (m) LIT(m, "dp", 2, 2, 5, 8, 11);
     ts_mesh_destroy(m);
-    m = check_case("w64 moe",
-                   (ts_mesh_sizes){.world = 64, .tp = 4, .cp = 2, .pp = 2,
-                                   .dp = 4, .ep = 8, .etp = 1},
-                   (ts_mesh_sizes){64, 4, 2, 8, 4, 2, 1, 4}, NULL,
-                   "tp-cp-ep-dp-pp");
+    m = check_case(
+        "w64 moe",
+        (ts_mesh_sizes){.world = 64, .tp = 4, .cp = 2, .pp = 2, .dp = 4, .ep = 8, .etp = 1},
+        (ts_mesh_sizes){64, 4, 2, 8, 4, 2, 1, 4}, NULL, "tp-cp-ep-dp-pp");
     if (m) {
         LIT(m, "ep", 1, 8, 9, 10, 11, 12, 13, 14, 15);
         LIT(m, "edp", 0, 0, 8, 16, 24);
@@ -428,15 +409,14 @@ static void test_other_shapes(void) {
     }
     ts_mesh_destroy(m);
     /* Everything given, dp and edp included; etp bigger than tp. */
-    m = check_case("w32 etp>tp",
-                   (ts_mesh_sizes){.world = 32, .tp = 2, .cp = 2, .pp = 2,
-                                   .dp = 4, .ep = 2, .etp = 4, .edp = 2},
-                   (ts_mesh_sizes){32, 2, 2, 2, 4, 2, 4, 2}, NULL,
-                   "tp-cp-ep-dp-pp");
+    m = check_case(
+        "w32 etp>tp",
+        (ts_mesh_sizes){
+            .world = 32, .tp = 2, .cp = 2, .pp = 2, .dp = 4, .ep = 2, .etp = 4, .edp = 2},
+        (ts_mesh_sizes){32, 2, 2, 2, 4, 2, 4, 2}, NULL, "tp-cp-ep-dp-pp");
     ts_mesh_destroy(m);
     /* One rank: every group is {0}. */
-    m = check_case("w1", (ts_mesh_sizes){.world = 1},
-                   (ts_mesh_sizes){1, 1, 1, 1, 1, 1, 1, 1}, NULL,
+    m = check_case("w1", (ts_mesh_sizes){.world = 1}, (ts_mesh_sizes){1, 1, 1, 1, 1, 1, 1, 1}, NULL,
                    "tp-cp-ep-dp-pp");
     ts_mesh_destroy(m);
 }
@@ -446,10 +426,8 @@ static void test_non_default_orders(void) {
     /* Megatron's "pp before dp" layout: pp groups are equal in both meshes
      * because edp == dp. */
     m = check_case("w16 tp-cp-ep-pp-dp",
-                   (ts_mesh_sizes){.world = 16, .tp = 2, .pp = 2, .ep = 2,
-                                   .etp = 1},
-                   (ts_mesh_sizes){16, 2, 1, 2, 4, 2, 1, 4}, "tp-cp-ep-pp-dp",
-                   "tp-cp-ep-pp-dp");
+                   (ts_mesh_sizes){.world = 16, .tp = 2, .pp = 2, .ep = 2, .etp = 1},
+                   (ts_mesh_sizes){16, 2, 1, 2, 4, 2, 1, 4}, "tp-cp-ep-pp-dp", "tp-cp-ep-pp-dp");
     if (m) {
         LIT(m, "pp", 0, 0, 2);
         LIT(m, "dp", 0, 0, 4, 8, 12);
@@ -458,15 +436,12 @@ static void test_non_default_orders(void) {
     }
     ts_mesh_destroy(m);
     m = check_case("w16 tp-pp-dp-cp-ep",
-                   (ts_mesh_sizes){.world = 16, .tp = 2, .pp = 2, .cp = 2,
-                                   .ep = 2, .etp = 2},
-                   (ts_mesh_sizes){16, 2, 2, 2, 2, 2, 2, 2}, "tp-pp-dp-cp-ep",
-                   "tp-pp-dp-cp-ep");
+                   (ts_mesh_sizes){.world = 16, .tp = 2, .pp = 2, .cp = 2, .ep = 2, .etp = 2},
+                   (ts_mesh_sizes){16, 2, 2, 2, 2, 2, 2, 2}, "tp-pp-dp-cp-ep", "tp-pp-dp-cp-ep");
     ts_mesh_destroy(m);
     m = check_case("w24 pp-dp-cp-tp-ep (upper case)",
                    (ts_mesh_sizes){.world = 24, .tp = 3, .pp = 2, .cp = 2},
-                   (ts_mesh_sizes){24, 3, 2, 1, 2, 2, 3, 4}, "PP-Dp-cp-tp-ep",
-                   "pp-dp-cp-tp-ep");
+                   (ts_mesh_sizes){24, 3, 2, 1, 2, 2, 3, 4}, "PP-Dp-cp-tp-ep", "pp-dp-cp-tp-ep");
     ts_mesh_destroy(m);
 }
 
@@ -476,55 +451,47 @@ static void expect_error(const char *label, ts_mesh_sizes s, const char *order,
     ts_mesh *m = (ts_mesh *)&s; /* anything non-NULL: create must clear it */
     ts_status st = ts_mesh_create(&s, order, &m);
     CHECK(st == TS_ERR_INVALID && m == NULL, "%s: status %d", label, st);
-    CHECK(strstr(ts_last_error(), needle) != NULL,
-          "%s: message \"%s\" lacks \"%s\"", label, ts_last_error(), needle);
+    CHECK(strstr(ts_last_error(), needle) != NULL, "%s: message \"%s\" lacks \"%s\"", label,
+          ts_last_error(), needle);
     if (st == TS_OK) ts_mesh_destroy(m);
 }
 
 static void test_errors(void) {
-    expect_error("dense product",
-                 (ts_mesh_sizes){.world = 16, .tp = 2, .dp = 3, .pp = 2}, NULL,
+    expect_error("dense product", (ts_mesh_sizes){.world = 16, .tp = 2, .dp = 3, .pp = 2}, NULL,
                  "dense mesh: tp 2 x cp 1 x dp 3 x pp 2 = 12, but the world "
                  "has 16 ranks");
-    expect_error("dense derive",
-                 (ts_mesh_sizes){.world = 16, .tp = 3, .pp = 2}, NULL,
+    expect_error("dense derive", (ts_mesh_sizes){.world = 16, .tp = 3, .pp = 2}, NULL,
                  "dense mesh: dp cannot be derived: the world of 16 ranks is "
                  "not divisible by tp 3 x cp 1 x pp 2 = 6");
     expect_error("expert product",
-                 (ts_mesh_sizes){.world = 16, .tp = 2, .pp = 2, .ep = 4,
-                                 .etp = 1, .edp = 3},
-                 NULL,
+                 (ts_mesh_sizes){.world = 16, .tp = 2, .pp = 2, .ep = 4, .etp = 1, .edp = 3}, NULL,
                  "expert mesh: etp 1 x ep 4 x edp 3 x pp 2 = 24, but the "
                  "world has 16 ranks");
-    expect_error("expert derive with etp defaulted",
-                 (ts_mesh_sizes){.world = 12, .tp = 2, .ep = 4}, NULL,
+    expect_error("expert derive with etp defaulted", (ts_mesh_sizes){.world = 12, .tp = 2, .ep = 4},
+                 NULL,
                  "not divisible by etp 2 x ep 4 x pp 1 = 8 (etp was not "
                  "given: it defaults to tp)");
     expect_error("too big", (ts_mesh_sizes){.world = 4, .tp = 8}, NULL,
                  "tp = 8 is larger than the world of 4 ranks");
-    expect_error("negative", (ts_mesh_sizes){.world = 4, .pp = -1}, NULL,
-                 "pp = -1");
-    expect_error("no world", (ts_mesh_sizes){.tp = 1}, NULL,
-                 "at least 1 rank");
-    expect_error("unknown axis", (ts_mesh_sizes){.world = 4, .tp = 2},
-                 "tp-xp-dp-pp", "order \"tp-xp-dp-pp\": unknown axis \"xp\"");
-    expect_error("etp in order", (ts_mesh_sizes){.world = 4, .tp = 2},
-                 "etp-cp-ep-dp-pp", "puts etp in tp's place");
-    expect_error("duplicate axis", (ts_mesh_sizes){.world = 4, .tp = 2},
-                 "tp-dp-tp", "axis \"tp\" appears twice");
+    expect_error("negative", (ts_mesh_sizes){.world = 4, .pp = -1}, NULL, "pp = -1");
+    expect_error("no world", (ts_mesh_sizes){.tp = 1}, NULL, "at least 1 rank");
+    expect_error("unknown axis", (ts_mesh_sizes){.world = 4, .tp = 2}, "tp-xp-dp-pp",
+                 "order \"tp-xp-dp-pp\": unknown axis \"xp\"");
+    expect_error("etp in order", (ts_mesh_sizes){.world = 4, .tp = 2}, "etp-cp-ep-dp-pp",
+                 "puts etp in tp's place");
+    expect_error("duplicate axis", (ts_mesh_sizes){.world = 4, .tp = 2}, "tp-dp-tp",
+                 "axis \"tp\" appears twice");
     expect_error("empty name", (ts_mesh_sizes){.world = 4, .tp = 2}, "tp--dp",
                  "empty axis name at position 2");
-    expect_error("trailing dash", (ts_mesh_sizes){.world = 4, .tp = 2},
-                 "tp-dp-", "empty axis name at position 3");
-    expect_error("missing cp", (ts_mesh_sizes){.world = 8, .tp = 2, .cp = 2},
-                 "tp-dp-pp", "leaves out cp, whose size is 2 in the dense");
-    expect_error("missing ep", (ts_mesh_sizes){.world = 8, .ep = 2},
-                 "tp-cp-dp-pp", "leaves out ep, whose size is 2 in the expert");
+    expect_error("trailing dash", (ts_mesh_sizes){.world = 4, .tp = 2}, "tp-dp-",
+                 "empty axis name at position 3");
+    expect_error("missing cp", (ts_mesh_sizes){.world = 8, .tp = 2, .cp = 2}, "tp-dp-pp",
+                 "leaves out cp, whose size is 2 in the dense");
+    expect_error("missing ep", (ts_mesh_sizes){.world = 8, .ep = 2}, "tp-cp-dp-pp",
+                 "leaves out ep, whose size is 2 in the expert");
     /* tp-pp-dp with edp 4 != dp 2: the pipelines would differ. */
-    expect_error("pipelines differ",
-                 (ts_mesh_sizes){.world = 8, .tp = 2, .pp = 2, .etp = 1},
-                 "tp-pp-dp",
-                 "put pp last in the order or make edp equal dp");
+    expect_error("pipelines differ", (ts_mesh_sizes){.world = 8, .tp = 2, .pp = 2, .etp = 1},
+                 "tp-pp-dp", "put pp last in the order or make edp equal dp");
 
     /* Token errors. */
     ts_mesh *m = NULL;
@@ -541,30 +508,25 @@ static void test_errors(void) {
                {"", "empty group name"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ts_status st = ts_mesh_groups_init(&g, m, bad[i].token);
-        CHECK(st == TS_ERR_INVALID && g.ranks == NULL &&
-                  strstr(ts_last_error(), bad[i].needle),
+        CHECK(st == TS_ERR_INVALID && g.ranks == NULL && strstr(ts_last_error(), bad[i].needle),
               "token \"%s\": %s", bad[i].token, ts_last_error());
     }
     ts_mesh_group one;
     int members[1];
-    CHECK(ts_mesh_group_of(m, "tp", 8, &one, NULL, 0) == TS_ERR_INVALID,
-          "rank out of range");
+    CHECK(ts_mesh_group_of(m, "tp", 8, &one, NULL, 0) == TS_ERR_INVALID, "rank out of range");
     CHECK(ts_mesh_group_of(m, "tp", 0, &one, members, 1) == TS_ERR_INVALID &&
               strstr(ts_last_error(), "buffer holds 1"),
           "small members buffer: %s", ts_last_error());
-    CHECK(ts_mesh_group_of(m, "tp", 3, &one, NULL, 0) == TS_OK &&
-              one.size == 2 && one.index == 1 && one.position == 1,
+    CHECK(ts_mesh_group_of(m, "tp", 3, &one, NULL, 0) == TS_OK && one.size == 2 && one.index == 1 &&
+              one.position == 1,
           "group_of without members");
-    CHECK(ts_mesh_coord(m, 8, TS_AXIS_TP) == -1 &&
-              ts_mesh_coord(m, 0, TS_AXIS_COUNT) == -1 &&
+    CHECK(ts_mesh_coord(m, 8, TS_AXIS_TP) == -1 && ts_mesh_coord(m, 0, TS_AXIS_COUNT) == -1 &&
               ts_mesh_rank_at(m, 0, TS_AXIS_TP, 2) == -1 &&
               ts_mesh_axis_size(m, TS_AXIS_COUNT) == -1,
           "out-of-range getters return -1");
     ts_mesh_axis a;
-    CHECK(ts_mesh_axis_from_name("EDP", &a) == TS_OK && a == TS_AXIS_EDP,
-          "axis by name");
-    CHECK(ts_mesh_axis_from_name("sp", &a) == TS_ERR_INVALID,
-          "unknown axis by name");
+    CHECK(ts_mesh_axis_from_name("EDP", &a) == TS_OK && a == TS_AXIS_EDP, "axis by name");
+    CHECK(ts_mesh_axis_from_name("sp", &a) == TS_ERR_INVALID, "unknown axis by name");
     ts_mesh_destroy(m);
 }
 
@@ -573,16 +535,15 @@ static void test_json_write(void) {
     ts_mesh_sizes s = {.world = 4, .tp = 2};
     CHECK(ts_mesh_create(&s, NULL, &m) == TS_OK, "%s", ts_last_error());
     if (!m) return;
-    const char *want =
-        "{\"world\":4,\"order\":\"tp-cp-ep-dp-pp\",\"sizes\":{\"tp\":2,"
-        "\"cp\":1,\"dp\":2,\"pp\":1,\"ep\":1,\"etp\":2,\"edp\":2},\"groups\":{"
-        "\"tp\":[[0,1],[2,3]],\"cp\":[[0],[1],[2],[3]],\"dp\":[[0,2],[1,3]],"
-        "\"pp\":[[0],[1],[2],[3]],\"dp-cp\":[[0,2],[1,3]],"
-        "\"tp-cp\":[[0,1],[2,3]],\"tp-dp\":[[0,1,2,3]],"
-        "\"tp-dp-cp\":[[0,1,2,3]],\"tp-pp\":[[0,1],[2,3]],"
-        "\"ep\":[[0],[1],[2],[3]],\"etp\":[[0,1],[2,3]],"
-        "\"edp\":[[0,2],[1,3]],\"etp-ep\":[[0,1],[2,3]],"
-        "\"etp-ep-pp\":[[0,1],[2,3]]}}\n";
+    const char *want = "{\"world\":4,\"order\":\"tp-cp-ep-dp-pp\",\"sizes\":{\"tp\":2,"
+                       "\"cp\":1,\"dp\":2,\"pp\":1,\"ep\":1,\"etp\":2,\"edp\":2},\"groups\":{"
+                       "\"tp\":[[0,1],[2,3]],\"cp\":[[0],[1],[2],[3]],\"dp\":[[0,2],[1,3]],"
+                       "\"pp\":[[0],[1],[2],[3]],\"dp-cp\":[[0,2],[1,3]],"
+                       "\"tp-cp\":[[0,1],[2,3]],\"tp-dp\":[[0,1,2,3]],"
+                       "\"tp-dp-cp\":[[0,1,2,3]],\"tp-pp\":[[0,1],[2,3]],"
+                       "\"ep\":[[0],[1],[2],[3]],\"etp\":[[0,1],[2,3]],"
+                       "\"edp\":[[0,2],[1,3]],\"etp-ep\":[[0,1],[2,3]],"
+                       "\"etp-ep-pp\":[[0,1],[2,3]]}}\n";
     char buf[2048] = {0};
     FILE *f = tmpfile();
     CHECK(f != NULL, "tmpfile");

@@ -22,18 +22,18 @@
 
 static int failures;
 
-#define EXPECT(cond, ...)                                                      \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);               \
-            fprintf(stderr, __VA_ARGS__);                                      \
-            fputc('\n', stderr);                                               \
-            failures++;                                                        \
-        }                                                                      \
+#define EXPECT(cond, ...)                                                                          \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+            failures++;                                                                            \
+        }                                                                                          \
     } while (0)
 
-static const ts_model_config tiny = {.layers = 2, .d_model = 16, .heads = 2,
-                                     .vocab = 29, .padded_vocab = 32, .context = 8};
+static const ts_model_config tiny = {
+    .layers = 2, .d_model = 16, .heads = 2, .vocab = 29, .padded_vocab = 32, .context = 8};
 
 static ts_model *make_model(ts_dtype dt, uint64_t seed) {
     ts_model *m = NULL;
@@ -49,12 +49,14 @@ static ts_model *make_model(ts_dtype dt, uint64_t seed) {
 static void randomise(ts_model *m) {
     float *p = ts_model_param_f32(m);
     uint64_t key = ts_rng_key(7, "test.params");
-    for (size_t i = 0; i < m->numel; i++) p[i] = 0.3f * ts_rng_normal(key, i);
+    for (size_t i = 0; i < m->numel; i++)
+        p[i] = 0.3f * ts_rng_normal(key, i);
     for (int i = 0; i < m->nparams; i++) {
         ts_param *q = &m->params[i];
         if (strstr(q->value.name, "ln") && strstr(q->value.name, "weight")) {
             float *w = q->value.data;
-            for (int64_t k = 0; k < ts_tensor_numel(&q->value); k++) w[k] += 1.0f;
+            for (int64_t k = 0; k < ts_tensor_numel(&q->value); k++)
+                w[k] += 1.0f;
         }
     }
 }
@@ -80,7 +82,8 @@ static double mean_loss(ts_model *m, int B, int T, const int32_t *tok, const int
 
 static int64_t count_valid(const int32_t *tgt, int n) {
     int64_t v = 0;
-    for (int i = 0; i < n; i++) v += tgt[i] >= 0;
+    for (int i = 0; i < n; i++)
+        v += tgt[i] >= 0;
     return v;
 }
 
@@ -97,7 +100,11 @@ static void test_grad(void) {
     int32_t tok[16], tgt[16];
     make_batch(B, T, tok, tgt);
     ts_model_zero_grad(m);
-    ts_step_ctx c = {.mb = 0, .B = B, .T = T, .tokens = tok, .targets = tgt,
+    ts_step_ctx c = {.mb = 0,
+                     .B = B,
+                     .T = T,
+                     .tokens = tok,
+                     .targets = tgt,
                      .dloss = 1.0f / (float)count_valid(tgt, B * T)};
     EXPECT(ts_model_forward_backward(m, &c) == TS_OK, "%s", ts_last_error());
     double loss0 = c.loss_sum / (double)c.valid_tokens;
@@ -114,7 +121,9 @@ static void test_grad(void) {
         int samples = n < 24 ? (int)n : 24;
         double num = 0.0, den = 0.0;
         for (int s = 0; s < samples; s++) {
-            int64_t i = samples == n ? s : (int64_t)(ts_rng_u64(key, (uint64_t)(t * 100 + s)) % (uint64_t)n);
+            int64_t i = samples == n
+                            ? s
+                            : (int64_t)(ts_rng_u64(key, (uint64_t)(t * 100 + s)) % (uint64_t)n);
             /* wte rows of padded ids and of ids never seen get no gradient:
              * sample them too, the finite difference must be 0 there. */
             size_t k = q->offset + (size_t)i;
@@ -157,7 +166,8 @@ static void test_accumulation(void) {
     ts_step_ctx whole = {.mb = 0, .B = 2, .T = T, .tokens = tok, .targets = tgt, .dloss = dloss};
     EXPECT(ts_model_forward_backward(a, &whole) == TS_OK, "%s", ts_last_error());
     ts_step_ctx part0 = {.mb = 0, .B = 1, .T = T, .tokens = tok, .targets = tgt, .dloss = dloss};
-    ts_step_ctx part1 = {.mb = 1, .B = 1, .T = T, .tokens = tok + T, .targets = tgt + T, .dloss = dloss};
+    ts_step_ctx part1 = {
+        .mb = 1, .B = 1, .T = T, .tokens = tok + T, .targets = tgt + T, .dloss = dloss};
     /* Both forwards before both backwards, as a pipeline would run them. */
     EXPECT(ts_model_forward(b, &part0) == TS_OK, "%s", ts_last_error());
     EXPECT(ts_model_forward(b, &part1) == TS_OK, "%s", ts_last_error());
@@ -187,7 +197,8 @@ static void test_init(void) {
     uint64_t key = ts_rng_key(42, "h.1.attn.qkv.weight");
     for (int64_t i = 0; i < ts_tensor_numel(&w->value); i += 37)
         EXPECT(((float *)w->value.data)[i] == 0.02f * ts_rng_normal(key, (uint64_t)i),
-               "qkv.weight[%lld] is not 0.02 * normal(seed, name, %lld)", (long long)i, (long long)i);
+               "qkv.weight[%lld] is not 0.02 * normal(seed, name, %lld)", (long long)i,
+               (long long)i);
     ts_param *proj = ts_model_param(a, "h.0.mlp.proj.weight");
     key = ts_rng_key(42, "h.0.mlp.proj.weight");
     float std = 0.02f / sqrtf(2.0f * tiny.layers);
@@ -195,8 +206,10 @@ static void test_init(void) {
            "residual projection not scaled by 1/sqrt(2L)");
     ts_param *wte = ts_model_param(a, "wte");
     for (int64_t i = (int64_t)tiny.vocab * tiny.d_model; i < ts_tensor_numel(&wte->value); i++)
-        EXPECT(((float *)wte->value.data)[i] == 0.0f, "padded wte element %lld not zero", (long long)i);
-    EXPECT(((float *)ts_model_param(a, "h.0.ln1.weight")->value.data)[3] == 1.0f, "LayerNorm weight not 1");
+        EXPECT(((float *)wte->value.data)[i] == 0.0f, "padded wte element %lld not zero",
+               (long long)i);
+    EXPECT(((float *)ts_model_param(a, "h.0.ln1.weight")->value.data)[3] == 1.0f,
+           "LayerNorm weight not 1");
     EXPECT(((float *)ts_model_param(a, "h.0.attn.qkv.bias")->value.data)[3] == 0.0f, "bias not 0");
     EXPECT(ts_model_param(a, "wte")->decay && !ts_model_param(a, "lnf.bias")->decay &&
                !ts_model_param(a, "h.0.mlp.fc.bias")->decay,
@@ -231,7 +244,8 @@ static void test_memory(void) {
     EXPECT(ts_mem_stats(TS_MEM_PARAMS).allocated == bytes, "params accounted %zu, expected %zu",
            ts_mem_stats(TS_MEM_PARAMS).allocated, bytes);
     EXPECT(ts_mem_stats(TS_MEM_GRADS).allocated == bytes, "grads accounted");
-    EXPECT(ts_mem_stats(TS_MEM_OPTIM).allocated == 2 * bytes, "fp32: m and v only, master is the params");
+    EXPECT(ts_mem_stats(TS_MEM_OPTIM).allocated == 2 * bytes,
+           "fp32: m and v only, master is the params");
     EXPECT(ts_mem_stats(TS_MEM_PARAMS).reserved >= bytes, "reserved covers allocated");
     int32_t tok[16], tgt[16];
     make_batch(2, 8, tok, tgt);
@@ -288,12 +302,18 @@ int main(int argc, char **argv) {
         return 2;
     }
     ts_cpu_set_threads(2);
-    if (strcmp(argv[1], "grad") == 0) test_grad();
-    else if (strcmp(argv[1], "accumulation") == 0) test_accumulation();
-    else if (strcmp(argv[1], "init") == 0) test_init();
-    else if (strcmp(argv[1], "lr") == 0) test_lr();
-    else if (strcmp(argv[1], "memory") == 0) test_memory();
-    else if (strcmp(argv[1], "bf16") == 0) test_bf16();
+    if (strcmp(argv[1], "grad") == 0)
+        test_grad();
+    else if (strcmp(argv[1], "accumulation") == 0)
+        test_accumulation();
+    else if (strcmp(argv[1], "init") == 0)
+        test_init();
+    else if (strcmp(argv[1], "lr") == 0)
+        test_lr();
+    else if (strcmp(argv[1], "memory") == 0)
+        test_memory();
+    else if (strcmp(argv[1], "bf16") == 0)
+        test_bf16();
     else {
         fprintf(stderr, "unknown case %s\n", argv[1]);
         return 2;

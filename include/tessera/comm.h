@@ -135,8 +135,7 @@ const char *ts_reduce_op_name(ts_reduce_op op);
  * Outputs: *world — owned by the caller; release with ts_comm_world_finalize.
  * Failure: TS_ERR_COMM if MPI cannot be initialised or offers less than
  *          MPI_THREAD_FUNNELED; *world is then NULL. Call once per process. */
-ts_status ts_comm_world_init(int *argc, char ***argv, double timeout_s,
-                             ts_comm **world);
+ts_status ts_comm_world_init(int *argc, char ***argv, double timeout_s, ts_comm **world);
 
 /* Frees the world communicator and finalises MPI if ts_comm_world_init
  * initialised it. Every communicator split from it must be freed first and
@@ -165,8 +164,7 @@ ts_status ts_comm_self_create(const char *name, double timeout_s, ts_comm **out)
  *          colors times out (see Timeouts) or the backend fails. The exchange
  *          is recorded in the recent-operations list as "split" but not
  *          counted. */
-ts_status ts_comm_split(ts_comm *parent, int color, int key, const char *name,
-                        ts_comm **out);
+ts_status ts_comm_split(ts_comm *parent, int color, int key, const char *name, ts_comm **out);
 
 /* Releases a communicator made by ts_comm_split, ts_comm_self_create or a
  * backend constructor. Local (not collective); every request on it must have
@@ -213,22 +211,20 @@ void ts_comm_abort(ts_comm *comm, int code) __attribute__((noreturn));
  * their element-wise reduction. In place when send == recv.
  *   send: count elements (read); recv: count elements (written).
  *   bytes: count * elem_size. */
-ts_status ts_comm_all_reduce(ts_comm *comm, const void *send, void *recv,
-                             size_t count, ts_dtype dtype, ts_reduce_op op);
-ts_status ts_comm_all_reduce_start(ts_comm *comm, const void *send, void *recv,
-                                   size_t count, ts_dtype dtype,
-                                   ts_reduce_op op, ts_comm_request **req);
+ts_status ts_comm_all_reduce(ts_comm *comm, const void *send, void *recv, size_t count,
+                             ts_dtype dtype, ts_reduce_op op);
+ts_status ts_comm_all_reduce_start(ts_comm *comm, const void *send, void *recv, size_t count,
+                                   ts_dtype dtype, ts_reduce_op op, ts_comm_request **req);
 
 /* all_gather: every rank contributes `count` elements; every rank receives
  * size*count elements, rank r's block at offset r*count. In place when
  * send == recv + rank*count elements (NCCL's convention).
  *   send: count elements; recv: size*count elements.
  *   bytes: size * count * elem_size (the gathered total). */
-ts_status ts_comm_all_gather(ts_comm *comm, const void *send, void *recv,
-                             size_t count, ts_dtype dtype);
-ts_status ts_comm_all_gather_start(ts_comm *comm, const void *send, void *recv,
-                                   size_t count, ts_dtype dtype,
-                                   ts_comm_request **req);
+ts_status ts_comm_all_gather(ts_comm *comm, const void *send, void *recv, size_t count,
+                             ts_dtype dtype);
+ts_status ts_comm_all_gather_start(ts_comm *comm, const void *send, void *recv, size_t count,
+                                   ts_dtype dtype, ts_comm_request **req);
 
 /* all_gatherv: uneven blocks. counts[0..size-1] (identical on every rank)
  * gives each rank's block; blocks are packed in rank order in recv (rank r's
@@ -236,11 +232,10 @@ ts_status ts_comm_all_gather_start(ts_comm *comm, const void *send, void *recv,
  * counts[rank] elements from `send`. In place when send == recv + that
  * offset. A count may be 0.
  *   bytes: (counts[0] + ... + counts[size-1]) * elem_size. */
-ts_status ts_comm_all_gatherv(ts_comm *comm, const void *send, void *recv,
-                              const size_t *counts, ts_dtype dtype);
+ts_status ts_comm_all_gatherv(ts_comm *comm, const void *send, void *recv, const size_t *counts,
+                              ts_dtype dtype);
 ts_status ts_comm_all_gatherv_start(ts_comm *comm, const void *send, void *recv,
-                                    const size_t *counts, ts_dtype dtype,
-                                    ts_comm_request **req);
+                                    const size_t *counts, ts_dtype dtype, ts_comm_request **req);
 
 /* reduce_scatter: every rank contributes size*count elements; rank r receives
  * the reduction of block r (elements r*count .. r*count+count-1) over all
@@ -248,11 +243,10 @@ ts_status ts_comm_all_gatherv_start(ts_comm *comm, const void *send, void *recv,
  * convention); the rest of `send` is then left undefined.
  *   send: size*count elements; recv: count elements.
  *   bytes: size * count * elem_size (the input total). */
-ts_status ts_comm_reduce_scatter(ts_comm *comm, const void *send, void *recv,
-                                 size_t count, ts_dtype dtype, ts_reduce_op op);
-ts_status ts_comm_reduce_scatter_start(ts_comm *comm, const void *send,
-                                       void *recv, size_t count, ts_dtype dtype,
-                                       ts_reduce_op op, ts_comm_request **req);
+ts_status ts_comm_reduce_scatter(ts_comm *comm, const void *send, void *recv, size_t count,
+                                 ts_dtype dtype, ts_reduce_op op);
+ts_status ts_comm_reduce_scatter_start(ts_comm *comm, const void *send, void *recv, size_t count,
+                                       ts_dtype dtype, ts_reduce_op op, ts_comm_request **req);
 
 /* reduce_scatter_v: uneven blocks. counts[0..size-1] (identical on every
  * rank); `send` holds the packed blocks (sum of counts elements) and rank r
@@ -260,22 +254,19 @@ ts_status ts_comm_reduce_scatter_start(ts_comm *comm, const void *send,
  * ts_comm_block_range gives the usual uneven split of a flat buffer.
  *   bytes: (counts[0] + ... + counts[size-1]) * elem_size. */
 ts_status ts_comm_reduce_scatter_v(ts_comm *comm, const void *send, void *recv,
-                                   const size_t *counts, ts_dtype dtype,
-                                   ts_reduce_op op);
-ts_status ts_comm_reduce_scatter_v_start(ts_comm *comm, const void *send,
-                                         void *recv, const size_t *counts,
-                                         ts_dtype dtype, ts_reduce_op op,
+                                   const size_t *counts, ts_dtype dtype, ts_reduce_op op);
+ts_status ts_comm_reduce_scatter_v_start(ts_comm *comm, const void *send, void *recv,
+                                         const size_t *counts, ts_dtype dtype, ts_reduce_op op,
                                          ts_comm_request **req);
 
 /* all_to_all: rank r sends block d of `send` (count elements at d*count) to
  * rank d, and receives rank s's block r at recv + s*count. Not in place.
  *   send, recv: size*count elements each.
  *   bytes: size * count * elem_size (this rank's send total). */
-ts_status ts_comm_all_to_all(ts_comm *comm, const void *send, void *recv,
-                             size_t count, ts_dtype dtype);
-ts_status ts_comm_all_to_all_start(ts_comm *comm, const void *send, void *recv,
-                                   size_t count, ts_dtype dtype,
-                                   ts_comm_request **req);
+ts_status ts_comm_all_to_all(ts_comm *comm, const void *send, void *recv, size_t count,
+                             ts_dtype dtype);
+ts_status ts_comm_all_to_all_start(ts_comm *comm, const void *send, void *recv, size_t count,
+                                   ts_dtype dtype, ts_comm_request **req);
 
 /* all_to_allv: send_counts[d] elements at send + send_displs[d] go to rank d;
  * recv_counts[s] elements from rank s land at recv + recv_displs[s]. The
@@ -284,25 +275,19 @@ ts_status ts_comm_all_to_all_start(ts_comm *comm, const void *send, void *recv,
  * blocks are packed in rank order (prefix sums of the counts). Not in place.
  *   bytes: (send_counts[0] + ... + send_counts[size-1]) * elem_size — this
  *   rank's send total, which differs between ranks. */
-ts_status ts_comm_all_to_allv(ts_comm *comm, const void *send,
-                              const size_t *send_counts,
-                              const size_t *send_displs, void *recv,
-                              const size_t *recv_counts,
+ts_status ts_comm_all_to_allv(ts_comm *comm, const void *send, const size_t *send_counts,
+                              const size_t *send_displs, void *recv, const size_t *recv_counts,
                               const size_t *recv_displs, ts_dtype dtype);
-ts_status ts_comm_all_to_allv_start(ts_comm *comm, const void *send,
-                                    const size_t *send_counts,
+ts_status ts_comm_all_to_allv_start(ts_comm *comm, const void *send, const size_t *send_counts,
                                     const size_t *send_displs, void *recv,
-                                    const size_t *recv_counts,
-                                    const size_t *recv_displs, ts_dtype dtype,
-                                    ts_comm_request **req);
+                                    const size_t *recv_counts, const size_t *recv_displs,
+                                    ts_dtype dtype, ts_comm_request **req);
 
 /* broadcast: `root`'s `count` elements of buf are copied into buf on every
  * other rank. root is a rank of this communicator.
  *   bytes: count * elem_size (on every rank, root included). */
-ts_status ts_comm_broadcast(ts_comm *comm, void *buf, size_t count,
-                            ts_dtype dtype, int root);
-ts_status ts_comm_broadcast_start(ts_comm *comm, void *buf, size_t count,
-                                  ts_dtype dtype, int root,
+ts_status ts_comm_broadcast(ts_comm *comm, void *buf, size_t count, ts_dtype dtype, int root);
+ts_status ts_comm_broadcast_start(ts_comm *comm, void *buf, size_t count, ts_dtype dtype, int root,
                                   ts_comm_request **req);
 
 /* send / recv: point to point with `peer` (a rank of this communicator, not
@@ -312,16 +297,13 @@ ts_status ts_comm_broadcast_start(ts_comm *comm, void *buf, size_t count,
  * send may wait until the peer posts its recv, so two ranks that exchange
  * must use the `_start` forms (or order their calls).
  *   bytes: count * elem_size. */
-ts_status ts_comm_send(ts_comm *comm, const void *buf, size_t count,
-                       ts_dtype dtype, int peer, int tag);
-ts_status ts_comm_send_start(ts_comm *comm, const void *buf, size_t count,
-                             ts_dtype dtype, int peer, int tag,
-                             ts_comm_request **req);
-ts_status ts_comm_recv(ts_comm *comm, void *buf, size_t count, ts_dtype dtype,
-                       int peer, int tag);
-ts_status ts_comm_recv_start(ts_comm *comm, void *buf, size_t count,
-                             ts_dtype dtype, int peer, int tag,
-                             ts_comm_request **req);
+ts_status ts_comm_send(ts_comm *comm, const void *buf, size_t count, ts_dtype dtype, int peer,
+                       int tag);
+ts_status ts_comm_send_start(ts_comm *comm, const void *buf, size_t count, ts_dtype dtype, int peer,
+                             int tag, ts_comm_request **req);
+ts_status ts_comm_recv(ts_comm *comm, void *buf, size_t count, ts_dtype dtype, int peer, int tag);
+ts_status ts_comm_recv_start(ts_comm *comm, void *buf, size_t count, ts_dtype dtype, int peer,
+                             int tag, ts_comm_request **req);
 
 /* barrier: returns when every rank has entered it. bytes: 0. */
 ts_status ts_comm_barrier(ts_comm *comm);
@@ -373,8 +355,7 @@ void ts_comm_counters_reset(ts_comm *comm);
  * Outputs: buf — NUL-terminated text; *len (may be NULL) — its length.
  * Failure: TS_ERR_INVALID if it does not fit (buf then holds a truncated,
  *          NUL-terminated prefix and *len the length needed). */
-ts_status ts_comm_counters_json(const ts_comm *comm, char *buf, size_t cap,
-                                size_t *len);
+ts_status ts_comm_counters_json(const ts_comm *comm, char *buf, size_t cap, size_t *len);
 
 /* nccl-tests' bus-bandwidth factor for an op on n ranks (PERFORMANCE.md):
  * all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n;
@@ -384,16 +365,15 @@ ts_status ts_comm_counters_json(const ts_comm *comm, char *buf, size_t cap,
 double ts_comm_busbw_factor(ts_comm_op op, int n);
 /* algbw = bytes / seconds and busbw = algbw * ts_comm_busbw_factor(op, n), in
  * bytes per second (0 when seconds <= 0). Either output may be NULL. */
-void ts_comm_bandwidth(ts_comm_op op, int n, uint64_t bytes, double seconds,
-                       double *algbw, double *busbw);
+void ts_comm_bandwidth(ts_comm_op op, int n, uint64_t bytes, double seconds, double *algbw,
+                       double *busbw);
 
 /* The uneven-split rule used across tessera for cutting `total` elements into
  * `nparts` contiguous parts (as torch.tensor_split does): the first
  * total % nparts parts get one element more. Outputs part `part`'s offset and
  * count (either may be NULL). Use it to build counts for all_gatherv and
  * reduce_scatter_v. */
-void ts_comm_block_range(size_t total, int nparts, int part, size_t *offset,
-                         size_t *count);
+void ts_comm_block_range(size_t total, int nparts, int part, size_t *offset, size_t *count);
 
 /* Prints this rank's last TS_COMM_RECENT operations over all communicators,
  * oldest first (axis, op, per-axis sequence number, count, dtype, bytes, and
@@ -427,36 +407,29 @@ typedef struct ts_comm_ops {
     int version;      /* TS_COMM_OPS_VERSION                            */
     const char *name; /* "mpi", "nccl", ... (static storage)            */
 
-    ts_status (*all_reduce)(void *ctx, const void *send, void *recv,
-                            size_t count, ts_dtype dtype, ts_reduce_op op,
+    ts_status (*all_reduce)(void *ctx, const void *send, void *recv, size_t count, ts_dtype dtype,
+                            ts_reduce_op op, void **req);
+    ts_status (*all_gather)(void *ctx, const void *send, void *recv, size_t count, ts_dtype dtype,
                             void **req);
-    ts_status (*all_gather)(void *ctx, const void *send, void *recv,
-                            size_t count, ts_dtype dtype, void **req);
     /* counts and displs (offsets in elements into recv) of every rank. */
-    ts_status (*all_gatherv)(void *ctx, const void *send, void *recv,
-                             const size_t *counts, const size_t *displs,
-                             ts_dtype dtype, void **req);
-    ts_status (*reduce_scatter)(void *ctx, const void *send, void *recv,
-                                size_t count, ts_dtype dtype, ts_reduce_op op,
-                                void **req);
+    ts_status (*all_gatherv)(void *ctx, const void *send, void *recv, const size_t *counts,
+                             const size_t *displs, ts_dtype dtype, void **req);
+    ts_status (*reduce_scatter)(void *ctx, const void *send, void *recv, size_t count,
+                                ts_dtype dtype, ts_reduce_op op, void **req);
     /* blocks packed in send; this rank receives counts[rank] elements. */
-    ts_status (*reduce_scatter_v)(void *ctx, const void *send, void *recv,
-                                  const size_t *counts, ts_dtype dtype,
-                                  ts_reduce_op op, void **req);
-    ts_status (*all_to_all)(void *ctx, const void *send, void *recv,
-                            size_t count, ts_dtype dtype, void **req);
-    ts_status (*all_to_allv)(void *ctx, const void *send,
-                             const size_t *send_counts,
-                             const size_t *send_displs, void *recv,
-                             const size_t *recv_counts,
-                             const size_t *recv_displs, ts_dtype dtype,
-                             void **req);
-    ts_status (*broadcast)(void *ctx, void *buf, size_t count, ts_dtype dtype,
-                           int root, void **req);
-    ts_status (*send)(void *ctx, const void *buf, size_t count, ts_dtype dtype,
-                      int peer, int tag, void **req);
-    ts_status (*recv)(void *ctx, void *buf, size_t count, ts_dtype dtype,
-                      int peer, int tag, void **req);
+    ts_status (*reduce_scatter_v)(void *ctx, const void *send, void *recv, const size_t *counts,
+                                  ts_dtype dtype, ts_reduce_op op, void **req);
+    ts_status (*all_to_all)(void *ctx, const void *send, void *recv, size_t count, ts_dtype dtype,
+                            void **req);
+    ts_status (*all_to_allv)(void *ctx, const void *send, const size_t *send_counts,
+                             const size_t *send_displs, void *recv, const size_t *recv_counts,
+                             const size_t *recv_displs, ts_dtype dtype, void **req);
+    ts_status (*broadcast)(void *ctx, void *buf, size_t count, ts_dtype dtype, int root,
+                           void **req);
+    ts_status (*send)(void *ctx, const void *buf, size_t count, ts_dtype dtype, int peer, int tag,
+                      void **req);
+    ts_status (*recv)(void *ctx, void *buf, size_t count, ts_dtype dtype, int peer, int tag,
+                      void **req);
     /* Optional (NULL): the core runs a one-element i32 all_reduce instead. */
     ts_status (*barrier)(void *ctx, void **req);
 
@@ -476,8 +449,8 @@ typedef struct ts_comm_ops {
      * (by key, ties by parent rank), `new_size` entries, this rank at
      * `new_rank`; the backend must produce that order. For color < 0:
      * members NULL, new_size 0, new_rank -1, and *new_ctx must be set NULL. */
-    ts_status (*split)(void *ctx, int color, int key, const int *members,
-                       int new_size, int new_rank, void **new_ctx);
+    ts_status (*split)(void *ctx, int color, int key, const int *members, int new_size,
+                       int new_rank, void **new_ctx);
     /* Releases a context (local). */
     void (*free)(void *ctx);
     /* Optional (NULL: the core calls _Exit): ends the whole job with `code`. */
@@ -492,9 +465,8 @@ typedef struct ts_comm_ops {
  * Outputs: *out, released with ts_comm_free.
  * Failure: TS_ERR_INVALID for a version mismatch, a missing required slot, a
  *          bad name, rank or size; TS_ERR_NOMEM. */
-ts_status ts_comm_create(const ts_comm_ops *ops, void *ctx, const char *name,
-                         int rank, int size, const int *world_ranks,
-                         double timeout_s, ts_comm **out);
+ts_status ts_comm_create(const ts_comm_ops *ops, void *ctx, const char *name, int rank, int size,
+                         const int *world_ranks, double timeout_s, ts_comm **out);
 
 /* The backend context of `comm` (for a backend's own helpers, e.g. the NCCL
  * backend bootstrapping over an MPI communicator: prefer ts_comm_broadcast of

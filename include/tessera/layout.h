@@ -164,9 +164,9 @@ typedef struct ts_layout_axis {
 } ts_layout_axis;
 
 typedef struct ts_layout {
-    int ndim;                   /* 0..TS_MAX_DIMS                           */
-    int64_t shape[TS_MAX_DIMS]; /* the global shape, every extent >= 0      */
-    int naxes;                  /* 0..TS_LAYOUT_MAX_AXES                    */
+    int ndim;                                /* 0..TS_MAX_DIMS                           */
+    int64_t shape[TS_MAX_DIMS];              /* the global shape, every extent >= 0      */
+    int naxes;                               /* 0..TS_LAYOUT_MAX_AXES                    */
     ts_layout_axis axes[TS_LAYOUT_MAX_AXES]; /* in nesting order (above)    */
 } ts_layout;
 
@@ -180,8 +180,7 @@ ts_status ts_layout_init(ts_layout *l, int ndim, const int64_t *shape);
  * Failure: TS_ERR_INVALID for a bad or duplicate name, size < 1, a shard
  * dimension outside 0..ndim-1, an unknown kind, or a full layout; `l` is
  * then unchanged. */
-ts_status ts_layout_add_axis(ts_layout *l, const char *name, int size,
-                             ts_placement p);
+ts_status ts_layout_add_axis(ts_layout *l, const char *name, int size, ts_placement p);
 
 /* Sets the placement of axis `axis` (an index 0..naxes-1).
  * Failure: TS_ERR_INVALID as for ts_layout_add_axis; `l` is then unchanged. */
@@ -213,13 +212,11 @@ int ts_layout_equal(const ts_layout *a, const ts_layout *b);
  *          exactly, in row-major order of those coordinates along each dim.
  * Failure: TS_ERR_INVALID for an invalid layout or a coordinate out of range
  *          (outputs untouched). */
-ts_status ts_layout_local_block(const ts_layout *l, const int *coords,
-                                int64_t *offset, int64_t *shape);
-/* The same, one output each. */
-ts_status ts_layout_local_shape(const ts_layout *l, const int *coords,
+ts_status ts_layout_local_block(const ts_layout *l, const int *coords, int64_t *offset,
                                 int64_t *shape);
-ts_status ts_layout_local_offset(const ts_layout *l, const int *coords,
-                                 int64_t *offset);
+/* The same, one output each. */
+ts_status ts_layout_local_shape(const ts_layout *l, const int *coords, int64_t *shape);
+ts_status ts_layout_local_offset(const ts_layout *l, const int *coords, int64_t *offset);
 
 /* Writes the placements as "tp:S(0) dp:R pp:P" ("-" for no axes) into buf
  * (cap bytes; TS_LAYOUT_DESCRIBE_MAX always suffices) and returns buf. A
@@ -228,8 +225,7 @@ const char *ts_layout_describe(const ts_layout *l, char *buf, size_t cap);
 
 /* Writes the shape as "[8x12]" ("[]" for 0 dimensions) into buf (cap bytes;
  * 96 always suffice) and returns buf. */
-const char *ts_layout_shape_str(int ndim, const int64_t *shape, char *buf,
-                                size_t cap);
+const char *ts_layout_shape_str(int ndim, const int64_t *shape, char *buf, size_t cap);
 
 /* ===========================================================================
  * 3. Redistribution
@@ -268,9 +264,8 @@ const char *ts_layout_shape_str(int ndim, const int64_t *shape, char *buf,
  *          coordinate, a tensor of the wrong shape or device, or a sum of a
  *          dtype other than f32, bf16, i32; TS_ERR_NOMEM; TS_ERR_COMM from the
  *          collective. On failure *out is cleared (nothing to free). */
-ts_status ts_redistribute(const ts_layout *from, const ts_layout *to, int axis,
-                          ts_comm *axis_comm, const int *coords,
-                          const ts_tensor *in, ts_tensor *out);
+ts_status ts_redistribute(const ts_layout *from, const ts_layout *to, int axis, ts_comm *axis_comm,
+                          const int *coords, const ts_tensor *in, ts_tensor *out);
 
 /* The collective ts_redistribute runs for a change from `from` to `to`:
  * TS_COMM_ALL_REDUCE, TS_COMM_REDUCE_SCATTER, TS_COMM_ALL_GATHER or
@@ -318,8 +313,8 @@ void ts_layout_plan_init(ts_layout_plan *p);
  * Failure: TS_ERR_INVALID for an empty name, one of TS_NAME_MAX characters
  * or more, a name already in the plan, an invalid layout or stage < -1;
  * TS_ERR_NOMEM. The plan is unchanged on failure. */
-ts_status ts_layout_plan_add(ts_layout_plan *p, const char *name,
-                             const ts_layout *layout, int stage);
+ts_status ts_layout_plan_add(ts_layout_plan *p, const char *name, const ts_layout *layout,
+                             int stage);
 
 /* The entry called `name`, or NULL. The pointer is valid until the next
  * ts_layout_plan_add or ts_layout_plan_free. */

@@ -143,8 +143,7 @@ typedef struct ts_mesh ts_mesh;
  *   - a bad order string;
  *   - pipeline groups that differ between the two meshes (possible only when
  *     pp is not the slowest axis of the order and edp != dp). */
-ts_status ts_mesh_create(const ts_mesh_sizes *sizes, const char *order,
-                         ts_mesh **out);
+ts_status ts_mesh_create(const ts_mesh_sizes *sizes, const char *order, ts_mesh **out);
 
 /* Frees a mesh; NULL is a no-op. */
 void ts_mesh_destroy(ts_mesh *mesh);
@@ -167,8 +166,7 @@ int ts_mesh_coord(const ts_mesh *mesh, int rank, ts_mesh_axis axis);
  * except that its coordinate along `axis` is `coord`. E.g. the next pipeline
  * stage of rank r is ts_mesh_rank_at(m, r, TS_AXIS_PP, stage + 1). Returns -1
  * for a rank, axis or coordinate out of range. */
-int ts_mesh_rank_at(const ts_mesh *mesh, int rank, ts_mesh_axis axis,
-                    int coord);
+int ts_mesh_rank_at(const ts_mesh *mesh, int rank, ts_mesh_axis axis, int coord);
 
 /* ---------------------------------------------------------------------------
  * Groups. `axes` is a token: one axis name or several joined by '-', e.g.
@@ -191,8 +189,7 @@ typedef struct ts_mesh_groups {
  * Outputs: on TS_OK, `out` owns its `ranks` array; on failure `out` is
  *          zeroed and holds nothing. TS_ERR_NOMEM if the array cannot be had.
  */
-ts_status ts_mesh_groups_init(ts_mesh_groups *out, const ts_mesh *mesh,
-                              const char *axes);
+ts_status ts_mesh_groups_init(ts_mesh_groups *out, const ts_mesh *mesh, const char *axes);
 
 /* Releases the ranks array and zeroes the struct; a zeroed struct is a no-op.
  */
@@ -214,8 +211,8 @@ typedef struct ts_mesh_group {
  *          members NULL tells it).
  * Outputs: *out on TS_OK. TS_ERR_INVALID for a bad token, a rank outside
  *          [0, world), or `capacity` below the group size. */
-ts_status ts_mesh_group_of(const ts_mesh *mesh, const char *axes, int rank,
-                           ts_mesh_group *out, int *members, int capacity);
+ts_status ts_mesh_group_of(const ts_mesh *mesh, const char *axes, int rank, ts_mesh_group *out,
+                           int *members, int capacity);
 
 /* ---------------------------------------------------------------------------
  * JSON, the shape `tessera plan --json` prints under its mesh:
@@ -228,9 +225,9 @@ ts_status ts_mesh_group_of(const ts_mesh *mesh, const char *axes, int rank,
  * — every single axis, plus the product groups Megatron-LM builds
  * communicators for (TS_MESH_JSON_TOKENS lists them).
  * ------------------------------------------------------------------------- */
-#define TS_MESH_JSON_TOKENS                                                    \
-    "tp", "cp", "dp", "pp", "dp-cp", "tp-cp", "tp-dp", "tp-dp-cp", "tp-pp",    \
-        "ep", "etp", "edp", "etp-ep", "etp-ep-pp"
+#define TS_MESH_JSON_TOKENS                                                                        \
+    "tp", "cp", "dp", "pp", "dp-cp", "tp-cp", "tp-dp", "tp-dp-cp", "tp-pp", "ep", "etp", "edp",    \
+        "etp-ep", "etp-ep-pp"
 
 /* snprintf-style: writes at most `cap` bytes (NUL included) into `buf`, which
  * may be NULL when cap is 0, and returns the length of the whole JSON text

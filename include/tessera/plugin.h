@@ -431,18 +431,14 @@ typedef struct ts_host {
      * started operation progress: *done = 1 when it completed (the request
      * is then released), 0 when it is still running. */
     ts_status (*test)(ts_comm_request *req, int *done);
-    ts_status (*all_gather_start)(ts_comm *comm, const void *send, void *recv,
-                                  size_t count, ts_dtype dtype,
-                                  ts_comm_request **req);
-    ts_status (*reduce_scatter_start)(ts_comm *comm, const void *send,
-                                      void *recv, size_t count, ts_dtype dtype,
-                                      ts_reduce_op op, ts_comm_request **req);
-    ts_status (*send_start)(ts_comm *comm, const void *buf, size_t count,
-                            ts_dtype dtype, int peer, int tag,
-                            ts_comm_request **req);
-    ts_status (*recv_start)(ts_comm *comm, void *buf, size_t count,
-                            ts_dtype dtype, int peer, int tag,
-                            ts_comm_request **req);
+    ts_status (*all_gather_start)(ts_comm *comm, const void *send, void *recv, size_t count,
+                                  ts_dtype dtype, ts_comm_request **req);
+    ts_status (*reduce_scatter_start)(ts_comm *comm, const void *send, void *recv, size_t count,
+                                      ts_dtype dtype, ts_reduce_op op, ts_comm_request **req);
+    ts_status (*send_start)(ts_comm *comm, const void *buf, size_t count, ts_dtype dtype, int peer,
+                            int tag, ts_comm_request **req);
+    ts_status (*recv_start)(ts_comm *comm, void *buf, size_t count, ts_dtype dtype, int peer,
+                            int tag, ts_comm_request **req);
     /* --- metrics ------------------------------------------------------------ */
     /* Reports a number for this step's metrics line: it appears as
      * "plugins":{"<name>":{"<key>":value}} in the JSONL metrics (the last

@@ -37,8 +37,7 @@ typedef enum ts_status {
 /* Sets the last-error message (printf-style) prefixed with "[rank r/w] " when
  * the rank is known, and returns `code` so that callers can write
  * `return ts_error(TS_ERR_CONFIG, "...")`. */
-ts_status ts_error(ts_status code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+ts_status ts_error(ts_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The message of the most recent failure on this thread ("" if none). The
  * string is owned by the core and valid until the next ts_error call. */
@@ -51,17 +50,17 @@ const char *ts_status_name(ts_status st);
 void ts_error_set_rank(int rank, int world);
 
 /* Propagates a failure to the caller. */
-#define TS_TRY(expr)                                                           \
-    do {                                                                       \
-        ts_status ts_try_status_ = (expr);                                     \
-        if (ts_try_status_ != TS_OK) return ts_try_status_;                    \
+#define TS_TRY(expr)                                                                               \
+    do {                                                                                           \
+        ts_status ts_try_status_ = (expr);                                                         \
+        if (ts_try_status_ != TS_OK) return ts_try_status_;                                        \
     } while (0)
 
 /* Aborts the process on a broken invariant of our own (never on bad input). */
 void ts_assert_fail(const char *expr, const char *file, int line);
-#define TS_ASSERT(cond)                                                        \
-    do {                                                                       \
-        if (!(cond)) ts_assert_fail(#cond, __FILE__, __LINE__);                \
+#define TS_ASSERT(cond)                                                                            \
+    do {                                                                                           \
+        if (!(cond)) ts_assert_fail(#cond, __FILE__, __LINE__);                                    \
     } while (0)
 
 /* ---------------------------------------------------------------------------
@@ -86,14 +85,20 @@ const char *ts_dtype_name(ts_dtype dt);
 /* bf16 is the upper half of an IEEE f32. Conversion rounds to nearest, ties to
  * even; NaN stays NaN. */
 static inline uint16_t ts_f32_to_bf16(float f) {
-    union { float f; uint32_t u; } v = {f};
+    union {
+        float f;
+        uint32_t u;
+    } v = {f};
     if ((v.u & 0x7f800000u) == 0x7f800000u && (v.u & 0x007fffffu))
         return (uint16_t)((v.u >> 16) | 0x40u); /* quiet NaN */
     uint32_t rounding = 0x7fffu + ((v.u >> 16) & 1u);
     return (uint16_t)((v.u + rounding) >> 16);
 }
 static inline float ts_bf16_to_f32(uint16_t h) {
-    union { uint32_t u; float f; } v = {(uint32_t)h << 16};
+    union {
+        uint32_t u;
+        float f;
+    } v = {(uint32_t)h << 16};
     return v.f;
 }
 
@@ -152,11 +157,11 @@ int64_t ts_tensor_numel(const ts_tensor *t);
 size_t ts_tensor_bytes(const ts_tensor *t);
 
 /* Fills in `t` and allocates its data through the accounted allocator. */
-ts_status ts_tensor_alloc(ts_tensor *t, const char *name, ts_dtype dtype,
-                          int ndim, const int64_t *shape, ts_mem_category cat);
+ts_status ts_tensor_alloc(ts_tensor *t, const char *name, ts_dtype dtype, int ndim,
+                          const int64_t *shape, ts_mem_category cat);
 /* Fills in `t` as a view onto memory owned by someone else. */
-void ts_tensor_view(ts_tensor *t, const char *name, ts_dtype dtype, int ndim,
-                    const int64_t *shape, void *data, ts_mem_category cat);
+void ts_tensor_view(ts_tensor *t, const char *name, ts_dtype dtype, int ndim, const int64_t *shape,
+                    void *data, ts_mem_category cat);
 /* Releases owned data (a view is left alone) and clears the struct. */
 void ts_tensor_free(ts_tensor *t);
 

@@ -30,7 +30,8 @@ void ts_cpu_attention_forward(float *out,       /* (B, T, C) */
                 const float *k = base + t2 * C3 + C;
                 float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-                for (int i = 0; i < hs; i++) s += q[i] * k[i];
+                for (int i = 0; i < hs; i++)
+                    s += q[i] * k[i];
                 s *= scale;
                 a[t2] = s;
                 mx = s > mx ? s : mx;
@@ -41,14 +42,18 @@ void ts_cpu_attention_forward(float *out,       /* (B, T, C) */
                 sum += a[t2];
             }
             float inv = 1.0f / sum;
-            for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
-            for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
+            for (int t2 = 0; t2 <= t; t2++)
+                a[t2] *= inv;
+            for (int t2 = t + 1; t2 < T; t2++)
+                a[t2] = 0.0f;
             float *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
-            for (int i = 0; i < hs; i++) o[i] = 0.0f;
+            for (int i = 0; i < hs; i++)
+                o[i] = 0.0f;
             for (int t2 = 0; t2 <= t; t2++) {
                 const float *v = base + t2 * C3 + 2 * (size_t)C;
                 float w = a[t2];
-                for (int i = 0; i < hs; i++) o[i] += w * v[i];
+                for (int i = 0; i < hs; i++)
+                    o[i] += w * v[i];
             }
         }
     }
@@ -79,16 +84,21 @@ void ts_cpu_attention_backward(float *dqkv,       /* (B, T, 3C) */
                 float *dv = dbase + t2 * C3 + 2 * (size_t)C;
                 float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-                for (int i = 0; i < hs; i++) s += dy[i] * v[i];
+                for (int i = 0; i < hs; i++)
+                    s += dy[i] * v[i];
                 dpre[t2] = s;
                 float w = a[t2];
-                for (int i = 0; i < hs; i++) dv[i] += w * dy[i];
+                for (int i = 0; i < hs; i++)
+                    dv[i] += w * dy[i];
             }
             /* through the softmax and the scale */
             float dot = 0.0f;
-            for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * dpre[t2];
-            for (int t2 = 0; t2 <= t; t2++) dpre[t2] = a[t2] * (dpre[t2] - dot) * scale;
-            for (int t2 = t + 1; t2 < T; t2++) dpre[t2] = 0.0f;
+            for (int t2 = 0; t2 <= t; t2++)
+                dot += a[t2] * dpre[t2];
+            for (int t2 = 0; t2 <= t; t2++)
+                dpre[t2] = a[t2] * (dpre[t2] - dot) * scale;
+            for (int t2 = t + 1; t2 < T; t2++)
+                dpre[t2] = 0.0f;
             /* through q k^T: dq and dk */
             const float *q = base + t * C3;
             float *dq = dbase + t * C3;

@@ -34,26 +34,23 @@ int ts_cpu_get_threads(void);
 
 /* --- GEMM (CBLAS) ----------------------------------------------------------
  * out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be NULL. */
-void ts_cpu_matmul_forward(float *out, const float *inp, const float *weight,
-                           const float *bias, int N, int C, int OC);
+void ts_cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
+                           int N, int C, int OC);
 /* dinp (N, C) += dout (N, OC) @ weight (OC, C)
  * dweight (OC, C) += dout^T @ inp
  * dbias (OC) += column sums of dout
  * Any of dinp, dweight, dbias may be NULL to skip that product. */
-void ts_cpu_matmul_backward(float *dinp, float *dweight, float *dbias,
-                            const float *dout, const float *inp,
-                            const float *weight, int N, int C, int OC);
+void ts_cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int N, int C, int OC);
 
 /* --- token + learned position embedding -----------------------------------
  * out (B, T, C) = wte[tokens[b,t]] + wpe[pos0 + t]
  * tokens (B, T) are ids in [0, V); wte (V, C); wpe (maxT, C). */
-void ts_cpu_embedding_forward(float *out, const int32_t *tokens,
-                              const float *wte, const float *wpe, int B, int T,
-                              int C, int pos0);
+void ts_cpu_embedding_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                              int B, int T, int C, int pos0);
 /* dwte (V, C) += scatter of dout by token; dwpe (maxT, C) += sum over b. */
-void ts_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout,
-                               const int32_t *tokens, int B, int T, int C,
-                               int pos0);
+void ts_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                               int B, int T, int C, int pos0);
 
 /* The same, cut for a vocabulary-parallel embedding (a rank holds rows
  * [v0, v0 + V_loc) of wte) and with positions added separately, which lets
@@ -67,46 +64,40 @@ void ts_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout,
  * ts_cpu_embedding_forward bit for bit. */
 void ts_cpu_embedding_shard_forward(float *out, const int32_t *tokens, const float *wte, int v0,
                                     int V_loc, int N, int C);
-void ts_cpu_embedding_shard_backward(float *dwte, const float *dout, const int32_t *tokens,
-                                     int v0, int V_loc, int N, int C);
+void ts_cpu_embedding_shard_backward(float *dwte, const float *dout, const int32_t *tokens, int v0,
+                                     int V_loc, int N, int C);
 void ts_cpu_position_forward(float *out, const float *wpe, int B, int T, int C, int pos0);
 void ts_cpu_position_backward(float *dwpe, const float *dout, int B, int T, int C, int pos0);
 
 /* --- LayerNorm (eps 1e-5) -------------------------------------------------
  * out (N, C) = (inp - mean) * rstd * weight + bias; mean, rstd (N) saved. */
 #define TS_LAYERNORM_EPS 1e-5f
-void ts_cpu_layernorm_forward(float *out, float *mean, float *rstd,
-                              const float *inp, const float *weight,
-                              const float *bias, int N, int C);
-void ts_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias,
-                               const float *dout, const float *inp,
-                               const float *weight, const float *mean,
+void ts_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C);
+void ts_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
                                const float *rstd, int N, int C);
 
 /* --- GELU, tanh approximation ----------------------------------------------
  * out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 void ts_cpu_gelu_forward(float *out, const float *inp, size_t n);
-void ts_cpu_gelu_backward(float *dinp, const float *inp, const float *dout,
-                          size_t n);
+void ts_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 
 /* --- causal multi-head self-attention --------------------------------------
  * qkv (B, T, 3C) holds q, k, v side by side, each (B, T, NH, C/NH).
  * att (B, NH, T, T) receives the softmax probabilities (row t is zero past t),
  * scaled by 1/sqrt(C/NH) before the softmax; out (B, T, C) = att @ v. */
-void ts_cpu_attention_forward(float *out, float *att, const float *qkv, int B,
-                              int T, int C, int NH);
+void ts_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH);
 /* dqkv (B, T, 3C) += gradient through att @ v, the softmax and q k^T.
  * scratch (B, NH, T, T) is workspace the kernel overwrites. */
-void ts_cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
-                               const float *qkv, const float *att, int B,
-                               int T, int C, int NH);
+void ts_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH);
 
 /* --- residual add -----------------------------------------------------------
  * out (n) = a + b;  backward: da += dout, db += dout (either may be NULL). */
-void ts_cpu_residual_forward(float *out, const float *a, const float *b,
-                             size_t n);
-void ts_cpu_residual_backward(float *da, float *db, const float *dout,
-                              size_t n);
+void ts_cpu_residual_forward(float *out, const float *a, const float *b, size_t n);
+void ts_cpu_residual_backward(float *da, float *db, const float *dout, size_t n);
 
 /* --- softmax cross-entropy over a padded vocabulary ------------------------
  * logits (N, Vp), only the first V columns are real; columns [V, Vp) never
@@ -114,14 +105,12 @@ void ts_cpu_residual_backward(float *da, float *db, const float *dout,
  * masked position (loss 0, no gradient).
  * losses (N) = logsumexp(row) - row[target];  lse (N) = logsumexp(row)
  * (lse is saved for the backward). */
-void ts_cpu_crossentropy_forward(float *losses, float *lse,
-                                 const float *logits, const int32_t *targets,
-                                 int N, int V, int Vp);
+void ts_cpu_crossentropy_forward(float *losses, float *lse, const float *logits,
+                                 const int32_t *targets, int N, int V, int Vp);
 /* dlogits (N, Vp) = (softmax(row) - onehot(target)) * dloss, written (=), and
  * 0 in the padded columns and in masked rows. dlogits may alias logits. */
-void ts_cpu_crossentropy_backward(float *dlogits, const float *logits,
-                                  const float *lse, const int32_t *targets,
-                                  float dloss, int N, int V, int Vp);
+void ts_cpu_crossentropy_backward(float *dlogits, const float *logits, const float *lse,
+                                  const int32_t *targets, float dloss, int N, int V, int Vp);
 
 /* --- vocabulary-parallel cross-entropy -------------------------------------
  * A rank holds columns [v0, v0 + Vp_loc) of the padded vocabulary; the real
@@ -150,9 +139,8 @@ void ts_cpu_ce_shard_backward(float *dlogits, const float *logits, const float *
  *   mhat = m / (1 - beta1^t);   vhat = v / (1 - beta2^t)
  *   param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param)
  * t is the 1-based step count. */
-void ts_cpu_adamw(float *param, float *m, float *v, const float *grad,
-                  size_t n, float lr, float beta1, float beta2, float eps,
-                  float weight_decay, int t, float grad_scale);
+void ts_cpu_adamw(float *param, float *m, float *v, const float *grad, size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale);
 
 /* --- reductions and conversions -------------------------------------------- */
 /* Sum of squares, accumulated in double, deterministic for a thread count. */

@@ -45,10 +45,12 @@ void ts_cpu_crossentropy_forward(float *losses,          /* (N) */
         const float *x = logits + (size_t)n * Vp;
         float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-        for (int c = 0; c < V; c++) mx = x[c] > mx ? x[c] : mx;
+        for (int c = 0; c < V; c++)
+            mx = x[c] > mx ? x[c] : mx;
         float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-        for (int c = 0; c < V; c++) s += ce_expf(x[c] - mx);
+        for (int c = 0; c < V; c++)
+            s += ce_expf(x[c] - mx);
         float l = mx + logf(s);
         lse[n] = l;
         losses[n] = targets[n] < 0 ? 0.0f : l - x[targets[n]];
@@ -57,10 +59,12 @@ void ts_cpu_crossentropy_forward(float *losses,          /* (N) */
 
 /* One row of the gradient, out of place or in place. */
 static void ce_row(float *restrict d, const float *restrict x, float l, float dloss, int V) {
-    for (int c = 0; c < V; c++) d[c] = ce_expf(x[c] - l) * dloss;
+    for (int c = 0; c < V; c++)
+        d[c] = ce_expf(x[c] - l) * dloss;
 }
 static void ce_row_inplace(float *d, float l, float dloss, int V) {
-    for (int c = 0; c < V; c++) d[c] = ce_expf(d[c] - l) * dloss;
+    for (int c = 0; c < V; c++)
+        d[c] = ce_expf(d[c] - l) * dloss;
 }
 
 void ts_cpu_crossentropy_backward(float *dlogits,         /* (N, Vp) */
@@ -87,7 +91,7 @@ void ts_cpu_crossentropy_backward(float *dlogits,         /* (N, Vp) */
 }
 
 /* --- vocabulary-parallel pieces (see cpu_kernels.h) ------------------------ */
-void ts_cpu_ce_shard_max(float *rowmax,      /* (N) */
+void ts_cpu_ce_shard_max(float *rowmax,       /* (N) */
                          const float *logits, /* (N, Vp_loc) */
                          int N, int V_loc, int Vp_loc) {
 #pragma omp parallel for schedule(static)
@@ -95,14 +99,15 @@ void ts_cpu_ce_shard_max(float *rowmax,      /* (N) */
         const float *x = logits + (size_t)n * Vp_loc;
         float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-        for (int c = 0; c < V_loc; c++) mx = x[c] > mx ? x[c] : mx;
+        for (int c = 0; c < V_loc; c++)
+            mx = x[c] > mx ? x[c] : mx;
         rowmax[n] = mx;
     }
 }
 
-void ts_cpu_ce_shard_sumexp(float *stats,          /* (N, 2) */
-                            const float *logits,   /* (N, Vp_loc) */
-                            const float *rowmax,   /* (N) global */
+void ts_cpu_ce_shard_sumexp(float *stats,           /* (N, 2) */
+                            const float *logits,    /* (N, Vp_loc) */
+                            const float *rowmax,    /* (N) global */
                             const int32_t *targets, /* (N) global ids */
                             int v0, int N, int V_loc, int Vp_loc) {
 #pragma omp parallel for schedule(static)
@@ -110,7 +115,8 @@ void ts_cpu_ce_shard_sumexp(float *stats,          /* (N, 2) */
         const float *x = logits + (size_t)n * Vp_loc;
         float mx = rowmax[n], s = 0.0f;
 #pragma omp simd reduction(+ : s)
-        for (int c = 0; c < V_loc; c++) s += ce_expf(x[c] - mx);
+        for (int c = 0; c < V_loc; c++)
+            s += ce_expf(x[c] - mx);
         int t = targets[n] - v0;
         stats[2 * n] = s;
         stats[2 * n + 1] = targets[n] >= 0 && t >= 0 && t < V_loc ? x[t] : 0.0f;

@@ -24,7 +24,8 @@ void ts_cpu_embedding_forward(float *out,            /* (B, T, C) */
         float *o = out + (size_t)n * C;
         const float *e = wte + (size_t)tokens[n] * C;
         const float *p = wpe + (size_t)(pos0 + t) * C;
-        for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+        for (int c = 0; c < C; c++)
+            o[c] = e[c] + p[c];
     }
 }
 
@@ -43,7 +44,8 @@ void ts_cpu_embedding_backward(float *dwte,           /* (V, C) */
             float *dp = dwpe + (size_t)(pos0 + t) * C;
             for (int b = 0; b < B; b++) {
                 const float *d = dout + ((size_t)b * T + t) * C;
-                for (int c = 0; c < C; c++) dp[c] += d[c];
+                for (int c = 0; c < C; c++)
+                    dp[c] += d[c];
             }
         }
         /* dwte: each block of channels is owned by one thread. */
@@ -54,7 +56,8 @@ void ts_cpu_embedding_backward(float *dwte,           /* (V, C) */
             for (int n = 0; n < N; n++) {
                 float *de = dwte + (size_t)tokens[n] * C + c0;
                 const float *d = dout + (size_t)n * C + c0;
-                for (int j = 0; j < w; j++) de[j] += d[j];
+                for (int j = 0; j < w; j++)
+                    de[j] += d[j];
             }
         }
     }
@@ -70,11 +73,13 @@ void ts_cpu_embedding_shard_forward(float *out,            /* (N, C) */
         float *o = out + (size_t)n * C;
         int r = tokens[n] - v0;
         if (r < 0 || r >= V_loc) {
-            for (int c = 0; c < C; c++) o[c] = 0.0f;
+            for (int c = 0; c < C; c++)
+                o[c] = 0.0f;
             continue;
         }
         const float *e = wte + (size_t)r * C;
-        for (int c = 0; c < C; c++) o[c] = e[c];
+        for (int c = 0; c < C; c++)
+            o[c] = e[c];
     }
 }
 
@@ -92,7 +97,8 @@ void ts_cpu_embedding_shard_backward(float *dwte,           /* (V_loc, C) */
             if (r < 0 || r >= V_loc) continue;
             float *de = dwte + (size_t)r * C + c0;
             const float *d = dout + (size_t)n * C + c0;
-            for (int j = 0; j < w; j++) de[j] += d[j];
+            for (int j = 0; j < w; j++)
+                de[j] += d[j];
         }
     }
 }
@@ -105,7 +111,8 @@ void ts_cpu_position_forward(float *out,       /* (B, T, C) */
     for (int n = 0; n < N; n++) {
         float *o = out + (size_t)n * C;
         const float *p = wpe + (size_t)(pos0 + n % T) * C;
-        for (int c = 0; c < C; c++) o[c] += p[c];
+        for (int c = 0; c < C; c++)
+            o[c] += p[c];
     }
 }
 
@@ -117,7 +124,8 @@ void ts_cpu_position_backward(float *dwpe,       /* (maxT, C) */
         float *dp = dwpe + (size_t)(pos0 + t) * C;
         for (int b = 0; b < B; b++) {
             const float *d = dout + ((size_t)b * T + t) * C;
-            for (int c = 0; c < C; c++) dp[c] += d[c];
+            for (int c = 0; c < C; c++)
+                dp[c] += d[c];
         }
     }
 }

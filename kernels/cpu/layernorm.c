@@ -26,13 +26,16 @@ void ts_cpu_layernorm_forward(float *out,          /* (N, C) */
         float *o = out + (size_t)n * C;
         float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-        for (int c = 0; c < C; c++) s += x[c];
+        for (int c = 0; c < C; c++)
+            s += x[c];
         float m = s / (float)C;
         float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
-        for (int c = 0; c < C; c++) ss += (x[c] - m) * (x[c] - m);
+        for (int c = 0; c < C; c++)
+            ss += (x[c] - m) * (x[c] - m);
         float r = 1.0f / sqrtf(ss / (float)C + TS_LAYERNORM_EPS);
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * weight[c] + bias[c];
+        for (int c = 0; c < C; c++)
+            o[c] = (x[c] - m) * r * weight[c] + bias[c];
         mean[n] = m;
         rstd[n] = r;
     }

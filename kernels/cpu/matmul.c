@@ -24,7 +24,8 @@ void ts_cpu_matmul_forward(float *out,          /* (N, OC) */
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *row = out + (size_t)n * OC;
-        for (int o = 0; o < OC; o++) row[o] += bias[o];
+        for (int o = 0; o < OC; o++)
+            row[o] += bias[o];
     }
 }
 
@@ -50,8 +51,10 @@ void ts_cpu_matmul_backward(float *dinp,         /* (N, C) or NULL */
         float acc[MATMUL_COL_BLOCK] = {0};
         for (int n = 0; n < N; n++) {
             const float *row = dout + (size_t)n * OC + o0;
-            for (int j = 0; j < w; j++) acc[j] += row[j];
+            for (int j = 0; j < w; j++)
+                acc[j] += row[j];
         }
-        for (int j = 0; j < w; j++) dbias[o0 + j] += acc[j];
+        for (int j = 0; j < w; j++)
+            dbias[o0 + j] += acc[j];
     }
 }

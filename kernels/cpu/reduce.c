@@ -25,28 +25,33 @@ double ts_cpu_sumsq(const float *x, /* (n) */ size_t n) {
         size_t hi = n * (size_t)(tid + 1) / (size_t)nth;
         double s = 0.0;
 #pragma omp simd reduction(+ : s)
-        for (size_t i = lo; i < hi; i++) s += (double)x[i] * (double)x[i];
+        for (size_t i = lo; i < hi; i++)
+            s += (double)x[i] * (double)x[i];
         partial[tid] = s;
         if (tid == 0) team = nth;
     }
     double total = 0.0;
-    for (int i = 0; i < team; i++) total += partial[i];
+    for (int i = 0; i < team; i++)
+        total += partial[i];
     return total;
 }
 
 void ts_cpu_round_bf16(float *x, /* (n) */ size_t n) {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] = ts_bf16_to_f32(ts_f32_to_bf16(x[i]));
+    for (size_t i = 0; i < n; i++)
+        x[i] = ts_bf16_to_f32(ts_f32_to_bf16(x[i]));
 }
 
 void ts_cpu_f32_to_bf16(uint16_t *out, /* (n) */ const float *in, /* (n) */
                         size_t n) {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) out[i] = ts_f32_to_bf16(in[i]);
+    for (size_t i = 0; i < n; i++)
+        out[i] = ts_f32_to_bf16(in[i]);
 }
 
 void ts_cpu_bf16_to_f32(float *out, /* (n) */ const uint16_t *in, /* (n) */
                         size_t n) {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) out[i] = ts_bf16_to_f32(in[i]);
+    for (size_t i = 0; i < n; i++)
+        out[i] = ts_bf16_to_f32(in[i]);
 }

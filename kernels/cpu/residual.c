@@ -8,7 +8,8 @@ void ts_cpu_residual_forward(float *out,     /* (n) */
                              const float *b, /* (n) */
                              size_t n) {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
 }
 
 void ts_cpu_residual_backward(float *da,         /* (n) or NULL */
@@ -24,6 +25,7 @@ void ts_cpu_residual_backward(float *da,         /* (n) or NULL */
     } else if (da || db) {
         float *d = da ? da : db;
 #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++) d[i] += dout[i];
+        for (size_t i = 0; i < n; i++)
+            d[i] += dout[i];
     }
 }

@@ -16,4 +16,6 @@ void ts_cpu_set_threads(int n) {
     openblas_set_num_threads(n);
 }
 
-int ts_cpu_get_threads(void) { return omp_get_max_threads(); }
+int ts_cpu_get_threads(void) {
+    return omp_get_max_threads();
+}

@@ -43,8 +43,8 @@ static const ts_plugin_key dp_keys[] = {
 };
 
 typedef struct dp_bucket {
-    float *base;     /* lowest address of the bucket's gradients */
-    size_t count;    /* f32 elements                             */
+    float *base;  /* lowest address of the bucket's gradients */
+    size_t count; /* f32 elements                             */
     ts_comm_request *req;
     int done;
     double t_start, t_done;
@@ -57,7 +57,7 @@ typedef struct dp_state {
     int overlap;
     ts_comm *comm; /* dp-cp: every rank holding a part of the batch */
     dp_bucket buckets[DP_MAX_BUCKETS];
-    int nbuckets;  /* closed buckets this step                      */
+    int nbuckets; /* closed buckets this step                      */
     float *open_base;
     size_t open_count;
     double t_backward_end;
@@ -126,11 +126,12 @@ static ts_status dp_grad_ready(ts_plugin_ctx *ctx, const ts_plugin_hook_event *e
     (void)ctx;
     (void)user;
     if (ev->grad->dtype != TS_F32)
-        return dp.host->error(dp.ctx, TS_ERR_INVALID, "gradient %s is %d, not f32",
-                              ev->grad->name, (int)ev->grad->dtype);
+        return dp.host->error(dp.ctx, TS_ERR_INVALID, "gradient %s is %d, not f32", ev->grad->name,
+                              (int)ev->grad->dtype);
     float *g = ev->grad->data;
     size_t n = 1;
-    for (int d = 0; d < ev->grad->ndim; d++) n *= (size_t)ev->grad->shape[d];
+    for (int d = 0; d < ev->grad->ndim; d++)
+        n *= (size_t)ev->grad->shape[d];
     /* Gradients arrive in reverse order of use; adjacent ones extend the
      * open bucket downwards in memory. */
     if (dp.open_count > 0 && g + n != dp.open_base) TS_TRY(dp_close_bucket());
@@ -141,8 +142,7 @@ static ts_status dp_grad_ready(ts_plugin_ctx *ctx, const ts_plugin_hook_event *e
     return dp.overlap ? dp_progress() : TS_OK;
 }
 
-static ts_status dp_before_forward(ts_plugin_ctx *ctx, const ts_plugin_hook_event *ev,
-                                   void *user) {
+static ts_status dp_before_forward(ts_plugin_ctx *ctx, const ts_plugin_hook_event *ev, void *user) {
     (void)ctx;
     (void)user;
     TS_TRY(dp_bind());
@@ -215,8 +215,8 @@ static ts_status dp_init(const ts_host *host, ts_plugin_ctx *ctx) {
     TS_TRY(host->config_float(ctx, "bucket_mb", &mb));
     TS_TRY(host->config_bool(ctx, "overlap", &dp.overlap));
     dp.bucket_bytes = mb * 1024.0 * 1024.0;
-    TS_TRY(host->register_axis(ctx, "dp", size < 0 ? TS_PLUGIN_AXIS_AUTO : (int)size,
-                               TS_MESH_DENSE));
+    TS_TRY(
+        host->register_axis(ctx, "dp", size < 0 ? TS_PLUGIN_AXIS_AUTO : (int)size, TS_MESH_DENSE));
     TS_TRY(host->register_transform(ctx, "dp_batch", TS_PHASE_SHARD_DATA, dp_transform, NULL));
     TS_TRY(host->register_hook(ctx, TS_HOOK_BEFORE_FORWARD, dp_before_forward, NULL));
     TS_TRY(host->register_hook(ctx, TS_HOOK_GRAD_READY, dp_grad_ready, NULL));

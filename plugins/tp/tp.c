@@ -79,8 +79,8 @@ static ts_status tp_transform(ts_plugin_ctx *ctx, ts_layout_plan *plan, void *us
                                       "tp = %d",
                                       where, e->name, (long long)e->layout.shape[dim],
                                       strcmp(e->name, "wte") == 0 ? "rows (padded_vocab)"
-                                      : strstr(e->name, "qkv") ? "channels (heads x head size)"
-                                                               : "channels",
+                                      : strstr(e->name, "qkv")    ? "channels (heads x head size)"
+                                                                  : "channels",
                                       dim, ax->size);
             }
             ax->placement = ts_placement_shard(dim);
@@ -89,8 +89,8 @@ static ts_status tp_transform(ts_plugin_ctx *ctx, ts_layout_plan *plan, void *us
                 char where[128];
                 tp.host->config_where(ctx, "sequence_parallel", where, sizeof where);
                 return tp.host->error(ctx, TS_ERR_CONFIG,
-                                      "%s: seq_len = %lld is not divisible by tp = %d",
-                                      where, (long long)e->layout.shape[1], ax->size);
+                                      "%s: seq_len = %lld is not divisible by tp = %d", where,
+                                      (long long)e->layout.shape[1], ax->size);
             }
             ax->placement = ts_placement_shard(1);
         }

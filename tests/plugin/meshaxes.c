@@ -18,8 +18,11 @@ static ts_status meshaxes_init(const ts_host *host, ts_plugin_ctx *ctx) {
     static const struct {
         const char *name;
         ts_mesh_kind mesh;
-    } axes[] = {{"tp", TS_MESH_DENSE}, {"cp", TS_MESH_DENSE}, {"pp", TS_MESH_DENSE},
-                {"ep", TS_MESH_EXPERT}, {"etp", TS_MESH_EXPERT}};
+    } axes[] = {{"tp", TS_MESH_DENSE},
+                {"cp", TS_MESH_DENSE},
+                {"pp", TS_MESH_DENSE},
+                {"ep", TS_MESH_EXPERT},
+                {"etp", TS_MESH_EXPERT}};
     for (int i = 0; i < 5; i++) {
         int given = 0;
         int64_t size = 1;
@@ -32,8 +35,15 @@ static ts_status meshaxes_init(const ts_host *host, ts_plugin_ctx *ctx) {
 }
 
 static const ts_plugin_descriptor meshaxes_descriptor = {
-    TS_PLUGIN_ABI_VERSION, sizeof(ts_plugin_descriptor), "meshaxes", "1.0.0",
-    "test plugin: claims the mesh axes its keys size", meshaxes_keys, 5, meshaxes_init, NULL,
+    TS_PLUGIN_ABI_VERSION,
+    sizeof(ts_plugin_descriptor),
+    "meshaxes",
+    "1.0.0",
+    "test plugin: claims the mesh axes its keys size",
+    meshaxes_keys,
+    5,
+    meshaxes_init,
+    NULL,
 };
 
 TS_PLUGIN_EXPORT const ts_plugin_descriptor *tessera_plugin_descriptor(void) {

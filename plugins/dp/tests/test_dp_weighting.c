@@ -49,7 +49,8 @@ int main(int argc, char **argv) {
     const ts_key_spec *core = ts_config_core_keys(&n);
     int bad = check(ts_config_create(&cfg), "config") ||
               check(ts_config_register(cfg, core, n), "keys") ||
-              check(ts_config_load(cfg, ini), "load") || check(ts_plugins_create(&reg), "registry") ||
+              check(ts_config_load(cfg, ini), "load") ||
+              check(ts_plugins_create(&reg), "registry") ||
               check(ts_plugins_load(reg, cfg), "load dp");
     unlink(ini);
     ts_mesh_sizes sizes;
@@ -84,8 +85,10 @@ int main(int argc, char **argv) {
     ev.param = ev.grad = NULL;
     bad |= check(ts_plugins_run_hooks(reg, &ev), "before_optimizer");
     if (fabsf(grad - 2.5f) > 1e-6f) {
-        fprintf(stderr, "FAIL: rank %d: reduced gradient %g, expected 2.5 (2 would be the mean "
-                "of the ranks' means)\n", rank, (double)grad);
+        fprintf(stderr,
+                "FAIL: rank %d: reduced gradient %g, expected 2.5 (2 would be the mean "
+                "of the ranks' means)\n",
+                rank, (double)grad);
         bad = 1;
     } else if (rank == 0) {
         printf("reduced gradient %g on both ranks: the mean over all 8 tokens\n", (double)grad);
