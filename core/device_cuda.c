@@ -19,7 +19,8 @@
  *   TS_DEVICE_HOST_BACKING  the same pool over host memory standing in for the
  *                           device, so the pool's logic is tested on any
  *                           machine (tests/gpu.cmake, device_alloc_host);
- *   neither                 stubs: no device (the core's CPU-only build).
+ *   neither                 no device: every call reports that this build has
+ *                           no CUDA (the core's CPU-only build).
  *
  * What it does not do: streams other than the compute stream (a block's
  * users on other streams must have finished before it is freed, see
