@@ -245,11 +245,74 @@ static void print_groups(const ts_mesh *mesh, FILE *f) {
 
 /* What `plan` estimates for rank 0 (the largest shards under the uneven
  * rule): bytes per memory category, and bytes per step per group and op. */
+typedef struct plan_comm {
+    const char *group, *op;
+    uint64_t calls, bytes;
+} plan_comm;
+
 typedef struct plan_estimate {
     size_t params, grads, optim, acts, batch;
-    size_t grad_allreduce; /* over the batch group, when the batch is cut */
-    const char *batch_group;
+    int ncomm;
+    plan_comm comm[8]; /* per step, bytes as the communicator counts them */
 } plan_estimate;
+
+static void plan_count(plan_estimate *e, const char *group, const char *op, uint64_t calls,
+                       uint64_t bytes) {
+    if (calls == 0) return;
+    for (int i = 0; i < e->ncomm; i++)
+        if (strcmp(e->comm[i].group, group) == 0 && strcmp(e->comm[i].op, op) == 0) {
+            e->comm[i].calls += calls;
+            e->comm[i].bytes += bytes;
+            return;
+        }
+    if (e->ncomm < 8) e->comm[e->ncomm++] = (plan_comm){group, op, calls, bytes};
+}
+
+/* The tensor-parallel and pipeline traffic of rank 0's modules per step, as
+ * plugins/tp/README.md and plugins/pp/README.md derive it. */
+static void plan_count_model(plan_estimate *e, const ts_train_shape *sh,
+                             const ts_model_shard *shard, int pp) {
+    int L = sh->model.layers, m = sh->micro_batches, tp = shard->tp, sp = shard->sp;
+    uint64_t N = (uint64_t)sh->B * sh->T, C = (uint64_t)sh->model.d_model, H = 4 * N * C;
+    int here[TS_MODEL_MAX_MODULES];
+    for (int i = 0; i < L + 2; i++) here[i] = pp > 1 ? shard->module_chunk[i] >= 0 : 1;
+    if (tp > 1) {
+        uint64_t partial = 0; /* per step: gradients of weights used on slices */
+        for (int i = 0; i < L + 2; i++) {
+            if (!here[i]) continue;
+            if (i == 0) { /* embedding */
+                plan_count(e, "tp", sp ? "reduce_scatter" : "all_reduce", (uint64_t)m, m * H);
+                if (sp) plan_count(e, "tp", "all_gather", (uint64_t)m, m * H);
+                partial += (uint64_t)sh->model.context * C;
+            } else if (i == L + 1) { /* head */
+                plan_count(e, "tp", "all_reduce", 2ull * m, m * 12 * N);
+                plan_count(e, "tp", sp ? "reduce_scatter" : "all_reduce", (uint64_t)m, m * H);
+                if (sp) plan_count(e, "tp", "all_gather", 2ull * m, 2 * m * H);
+                partial += 2 * C;
+            } else if (sp) {
+                plan_count(e, "tp", "all_gather", 6ull * m, 6 * m * H);
+                plan_count(e, "tp", "reduce_scatter", 4ull * m, 4 * m * H);
+                partial += 6 * C;
+            } else {
+                plan_count(e, "tp", "all_reduce", 4ull * m, 4 * m * H);
+            }
+        }
+        if (sp) {
+            int n = 0;
+            for (int i = 0; i < L + 2; i++) n += here[i] ? (i == 0 ? 1 : i == L + 1 ? 2 : 6) : 0;
+            plan_count(e, "tp", "all_reduce", (uint64_t)n, 4 * partial);
+        }
+    }
+    if (pp > 1) {
+        uint64_t hl = H / (sp ? (uint64_t)tp : 1), out = 0, in = 0;
+        for (int c = 0; c < shard->chunks; c++) {
+            out += shard->module_chunk[L + 1] != c; /* activations go downstream */
+            in += shard->module_chunk[0] != c;      /* gradients go upstream */
+        }
+        plan_count(e, "pp", "send", (out + in) * m, (out + in) * m * hl);
+        plan_count(e, "pp", "recv", (out + in) * m, (out + in) * m * hl);
+    }
+}
 
 static ts_status plan_estimate_make(const ts_config *cfg, const ts_mesh *mesh,
                                     const ts_layout_plan *plan, const ts_train_shape *sh,
@@ -318,8 +381,10 @@ static ts_status plan_estimate_make(const ts_config *cfg, const ts_mesh *mesh,
         e->acts = (size_t)sim->peak_in_flight[0] * (biggest + hidden) + ws;
     }
     e->batch = (size_t)sh->micro_batches * sh->B * sh->T * 2 * sizeof(int32_t);
-    e->batch_group = batch_dp && batch_cp ? "dp-cp" : batch_dp ? "dp" : batch_cp ? "cp" : NULL;
-    if (e->batch_group) e->grad_allreduce = numel * 4;
+    /* Gradients reduce over every rank holding a part of the batch: the
+     * mesh's dp-cp group (the same ranks as dp when cp is 1). */
+    if (batch_dp || batch_cp) plan_count(e, "dp-cp", "all_reduce", 1, numel * 4);
+    plan_count_model(e, sh, &shard, pp);
     return TS_OK;
 }
 
@@ -395,8 +460,10 @@ static int cmd_plan(int argc, char **argv) {
             printf("%s,\"memory\":{\"params\":%zu,\"grads\":%zu,\"optimizer\":%zu,"
                    "\"activations\":%zu,\"batch\":%zu},\"comm\":{",
                    buf, est.params, est.grads, est.optim, est.acts, est.batch);
-            if (est.batch_group)
-                printf("\"%s\":{\"all_reduce\":%zu}", est.batch_group, est.grad_allreduce);
+            for (int i = 0; i < est.ncomm; i++)
+                printf("%s\"%s.%s\":{\"calls\":%llu,\"bytes\":%llu}", i ? "," : "",
+                       est.comm[i].group, est.comm[i].op, (unsigned long long)est.comm[i].calls,
+                       (unsigned long long)est.comm[i].bytes);
             printf("},\"schedule\":\"%s\",\"bubble\":%.6f}\n",
                    sim.stages ? ts_plugins_scheduler_name(reg, 0) : "default", bubble);
             free(buf);
@@ -422,11 +489,10 @@ static int cmd_plan(int argc, char **argv) {
                sim.stages > 1 ? "at most the schedule's micro-batches" : "one micro-batch", shape.B,
                shape.T, est.batch);
         printf("communication per step:\n");
-        if (est.batch_group)
-            printf("  %-6s all_reduce %zu bytes (gradients)\n", est.batch_group,
-                   est.grad_allreduce);
-        else
-            printf("  none\n");
+        for (int i = 0; i < est.ncomm; i++)
+            printf("  %-6s %-15s %8llu calls %14llu bytes\n", est.comm[i].group, est.comm[i].op,
+                   (unsigned long long)est.comm[i].calls, (unsigned long long)est.comm[i].bytes);
+        if (est.ncomm == 0) printf("  none\n");
         if (sim.stages) {
             printf("pipeline schedule %s, %d micro-batches (unit-time model: every forward and "
                    "backward takes one slot):\n",

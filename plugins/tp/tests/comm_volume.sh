@@ -9,6 +9,8 @@ for sp in false true; do
     run_mpi 2 "$TESSERA" train model.ini --set parallel.plugins=tp --set tp.size=2 \
         --set tp.sequence_parallel=$sp --set train.steps=2 --set train.metrics=m.jsonl \
         > run.txt 2>&1 || { cat run.txt; fail "run failed"; }
+    "$TESSERA" plan model.ini --set parallel.plugins=tp --set tp.size=2 \
+        --set tp.sequence_parallel=$sp --world 2 --json > plan.json || fail "plan failed"
     python3 - "$sp" <<'PY' || fail "sequence_parallel=$sp"
 import json, sys
 sp = sys.argv[1] == "true"
@@ -38,6 +40,10 @@ for line in open("m.jsonl"):
     assert set(got) == set(want), (sorted(got), sorted(want))
     for op, (calls, nbytes) in want.items():
         assert got[op]["calls"] == calls and got[op]["bytes"] == nbytes, (op, got[op], calls, nbytes)
+# tessera plan predicts the same traffic without running anything.
+plan = json.load(open("plan.json"))["comm"]
+for op, (calls, nbytes) in want.items():
+    assert plan["tp." + op] == {"calls": calls, "bytes": nbytes}, (op, plan.get("tp." + op))
 print("sequence_parallel=%s: %s" % (sys.argv[1], ", ".join(
     "%s %d calls %d bytes" % (op, c, b) for op, (c, b) in sorted(want.items()))))
 PY
