@@ -1,7 +1,10 @@
 /*
  * model.c — GPT-2 parameters, initialisation and the three module kinds
  * (embedding, transformer block, head: final LayerNorm + tied LM head +
- * cross-entropy). The math lives in kernels/cpu; this file wires buffers.
+ * cross-entropy). The math lives in the kernels; this file wires buffers.
+ * Every tensor is allocated, copied and computed on through the model's
+ * backend (m->be, backend.h), so the same code runs on the CPU and on a GPU;
+ * the host reads only the per-token losses (for the loss sum).
  *
  * Not here: the optimizer (optim.c), the training loop and schedules
  * (train.c), checkpoints (checkpoint.c).
@@ -13,13 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_kernels.h"
 #include "rng.h"
 
 /* ---------------------------------------------------------------------------
  * Saved state: one allocation of floats per micro-batch slot.
  * ------------------------------------------------------------------------- */
 typedef struct saved_table {
+    const ts_backend *be; /* where the slots are allocated */
     int cap;
     float **slot;
     const float **input; /* the module's input x of that micro-batch */
@@ -45,7 +48,7 @@ static float *saved_alloc(saved_table *t, int mb, size_t floats, const float *in
         t->cap = cap;
     }
     TS_ASSERT(t->slot[mb] == NULL); /* one forward per micro-batch in flight */
-    t->slot[mb] = ts_mem_alloc(TS_MEM_ACTS, floats * sizeof(float));
+    t->slot[mb] = t->be->alloc(TS_MEM_ACTS, floats * sizeof(float));
     t->input[mb] = input;
     return t->slot[mb];
 }
@@ -74,13 +77,13 @@ static float *saved_get(saved_table *t, int mb) {
 }
 
 static void saved_release(saved_table *t, int mb) {
-    ts_mem_free(t->slot[mb]);
+    t->be->free(t->slot[mb]);
     t->slot[mb] = NULL;
 }
 
 static void saved_destroy(saved_table *t) {
     for (int i = 0; i < t->cap; i++)
-        ts_mem_free(t->slot[i]);
+        t->be->free(t->slot[i]);
     free(t->slot);
     free(t->input);
     t->slot = NULL;
@@ -93,28 +96,53 @@ static void saved_destroy(saved_table *t) {
  * ------------------------------------------------------------------------- */
 static float *model_work(ts_model *m, size_t floats) {
     if (floats > m->work_floats) {
-        ts_mem_free(m->work);
-        m->work = ts_mem_alloc(TS_MEM_ACTS, floats * sizeof(float));
+        m->be->free(m->work);
+        m->work = m->be->alloc(TS_MEM_ACTS, floats * sizeof(float));
         m->work_floats = m->work ? floats : 0;
     }
     return m->work;
 }
 
-static void round_if_bf16(const ts_model *m, float *x, size_t n) {
-    if (m->dtype == TS_BF16) ts_cpu_round_bf16(x, n);
+static ts_status round_if_bf16(const ts_model *m, float *x, size_t n) {
+    return m->dtype == TS_BF16 ? m->be->round_bf16(x, n) : TS_OK;
+}
+
+/* A device failure while staging a weight leaves no sane way on: abort, as
+ * the core does on any device failure. */
+static void weight_fail(const ts_param *p) {
+    fprintf(stderr, "tessera: staging %s: %s\n", p->value.name, ts_last_error());
+    TS_ASSERT(!"a weight could not be staged");
 }
 
 const float *ts_model_weight(ts_model *m, const ts_param *p, int slot) {
     if (m->dtype == TS_F32) return p->value.data;
     size_t n = (size_t)ts_tensor_numel(&p->value);
     if (n > m->stage_floats[slot]) {
-        ts_mem_free(m->stage[slot]);
-        m->stage[slot] = ts_mem_alloc(TS_MEM_ACTS, n * sizeof(float));
+        m->be->free(m->stage[slot]);
+        m->stage[slot] = m->be->alloc(TS_MEM_ACTS, n * sizeof(float));
         m->stage_floats[slot] = m->stage[slot] ? n : 0;
-        TS_ASSERT(m->stage[slot] != NULL);
+        if (!m->stage[slot]) weight_fail(p);
     }
-    ts_cpu_bf16_to_f32(m->stage[slot], p->value.data, n);
+    if (m->be->bf16_to_f32(m->stage[slot], p->value.data, n)) weight_fail(p);
     return m->stage[slot];
+}
+
+/* The host's copy of n floats of device memory `x`: x itself on the CPU,
+ * else copied into the model's host staging buffer. */
+static ts_status host_view(ts_model *m, const float *x, size_t n, const float **host) {
+    if (m->be->kind == TS_DEVICE_CPU) {
+        *host = x;
+        return TS_OK;
+    }
+    if (n > m->host_stage_floats) {
+        ts_mem_free(m->host_stage);
+        m->host_stage = ts_mem_alloc(TS_MEM_OTHER, n * sizeof(float));
+        m->host_stage_floats = m->host_stage ? n : 0;
+        if (!m->host_stage) return TS_ERR_NOMEM;
+    }
+    TS_TRY(m->be->to_host(m->host_stage, x, n * sizeof(float)));
+    *host = m->host_stage;
+    return TS_OK;
 }
 
 float *ts_model_param_f32(ts_model *m) {
@@ -131,28 +159,6 @@ static int local_T(const ts_model *m, int T) {
     return m->shard.sp ? T / m->shard.tp : T;
 }
 
-/* out[n, c] += bias[c] over N rows. */
-static void add_bias(float *out, const float *bias, int N, int C) {
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        float *o = out + (size_t)n * C;
-        for (int c = 0; c < C; c++)
-            o[c] += bias[c];
-    }
-}
-
-/* dbias[c] += sum over N rows of dout[n, c] (columns split over threads, rows
- * in order: deterministic). */
-static void bias_grad(float *dbias, const float *dout, int N, int C) {
-#pragma omp parallel for schedule(static)
-    for (int c = 0; c < C; c++) {
-        float s = 0.0f;
-        for (int n = 0; n < N; n++)
-            s += dout[(size_t)n * C + c];
-        dbias[c] += s;
-    }
-}
-
 /* --- the tensor-parallel collectives, derived from the shard description.
  * Hidden states are (B, T, C) row-major; under sequence parallelism a rank
  * holds (B, T/tp, C), a slice of every sequence, so a gather or scatter along
@@ -160,8 +166,8 @@ static void bias_grad(float *dbias, const float *dout, int N, int C) {
  * rank. With tp == 1 each is a copy (or nothing). */
 static float *tp_stage(ts_model *m, size_t floats) {
     if (floats > m->tp_stage_floats) {
-        ts_mem_free(m->tp_stage);
-        m->tp_stage = ts_mem_alloc(TS_MEM_COMM, floats * sizeof(float));
+        m->be->free(m->tp_stage);
+        m->tp_stage = m->be->alloc(TS_MEM_COMM, floats * sizeof(float));
         m->tp_stage_floats = m->tp_stage ? floats : 0;
     }
     return m->tp_stage;
@@ -180,12 +186,7 @@ static ts_status sp_gather(ts_model *m, float *full, const float *local, int B, 
     float *stage = tp_stage(m, blk * tp);
     if (!stage) return TS_ERR_NOMEM;
     TS_TRY(ts_comm_all_gather(m->shard.tp_comm, local, stage, blk, TS_F32));
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int r = 0; r < tp; r++)
-        for (int b = 0; b < B; b++)
-            memcpy(full + ((size_t)b * T + (size_t)r * Tl) * C,
-                   stage + r * blk + (size_t)b * Tl * C, (size_t)Tl * C * sizeof(float));
-    return TS_OK;
+    return m->be->seq_from_stage(full, stage, tp, B, T, C);
 }
 
 /* local (B, T/tp, C) = this rank's sequence slice of the sum over ranks of
@@ -196,11 +197,7 @@ static ts_status sp_reduce_scatter(ts_model *m, float *local, const float *full,
     size_t blk = (size_t)B * Tl * C;
     float *stage = tp_stage(m, blk * tp);
     if (!stage) return TS_ERR_NOMEM;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int r = 0; r < tp; r++)
-        for (int b = 0; b < B; b++)
-            memcpy(stage + r * blk + (size_t)b * Tl * C,
-                   full + ((size_t)b * T + (size_t)r * Tl) * C, (size_t)Tl * C * sizeof(float));
+    TS_TRY(m->be->seq_to_stage(stage, full, tp, B, T, C));
     return ts_comm_reduce_scatter(m->shard.tp_comm, stage, local, blk, TS_F32, TS_REDUCE_SUM);
 }
 
@@ -258,15 +255,17 @@ static ts_status embedding_forward(ts_module *mod, ts_step_ctx *ctx, const ts_te
     int Vl = (int)e->wte->value.shape[0], v0 = (int)e->wte->block_offset[0];
     float *partial = m->shard.sp ? model_work(m, N * C) : out;
     if (!partial) return TS_ERR_NOMEM;
-    ts_cpu_embedding_shard_forward(partial, ctx->tokens, ts_model_weight(m, e->wte, 0), v0, Vl,
-                                   (int)N, C);
+    const ts_backend *be = m->be;
+    TS_TRY(be->embedding_shard_forward(partial, ctx->tokens, ts_model_weight(m, e->wte, 0), v0, Vl,
+                                       (int)N, C));
     const float *h;
     if (m->shard.tp > 1) TS_TRY(tp_leave(m, partial, out, B, T, C, &h));
-    ts_cpu_position_forward(out, ts_model_weight(m, e->wpe, 1), B, Tl, C,
-                            m->shard.sp ? m->shard.tp_rank * Tl : 0);
-    round_if_bf16(m, out, Nl * C);
+    TS_TRY(be->position_forward(out, ts_model_weight(m, e->wpe, 1), B, Tl, C,
+                                m->shard.sp ? m->shard.tp_rank * Tl : 0));
+    TS_TRY(round_if_bf16(m, out, Nl * C));
     int64_t shape[3] = {B, Tl, C};
     ts_tensor_view(y, "embedding.out", TS_F32, 3, shape, out, TS_MEM_ACTS);
+    y->device = be->kind;
     return TS_OK;
 }
 
@@ -276,8 +275,8 @@ static ts_status embedding_backward(ts_module *mod, ts_step_ctx *ctx, const ts_t
     embedding_impl *e = mod->impl;
     ts_model *m = mod->model;
     int B = ctx->B, T = ctx->T, C = m->cfg.d_model, Tl = local_T(m, T);
-    ts_cpu_position_backward(grad_of(e->wpe), dy->data, B, Tl, C,
-                             m->shard.sp ? m->shard.tp_rank * Tl : 0);
+    TS_TRY(m->be->position_backward(grad_of(e->wpe), dy->data, B, Tl, C,
+                                    m->shard.sp ? m->shard.tp_rank * Tl : 0));
     /* The lookup needs the gradient of every position: gather the slices. */
     const float *dfull = dy->data;
     if (m->shard.sp) {
@@ -287,7 +286,7 @@ static ts_status embedding_backward(ts_module *mod, ts_step_ctx *ctx, const ts_t
         dfull = buf;
     }
     int Vl = (int)e->wte->value.shape[0], v0 = (int)e->wte->block_offset[0];
-    ts_cpu_embedding_shard_backward(grad_of(e->wte), dfull, ctx->tokens, v0, Vl, B * T, C);
+    TS_TRY(m->be->embedding_shard_backward(grad_of(e->wte), dfull, ctx->tokens, v0, Vl, B * T, C));
     saved_release(&e->saved, ctx->mb);
     return TS_OK;
 }
@@ -314,7 +313,9 @@ typedef struct block_impl {
 typedef struct block_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* (Nl, C), (Nl), (Nl)           */
     float *qkv;                       /* (N, 3Cl)                       */
-    float *att;                       /* (B, NHl, T, T)                 */
+    float *att;                       /* the backend's saved attention
+                                         state: (B, NHl, T, T) probabilities
+                                         on the CPU, lse (B, NHl, T) on CUDA */
     float *atty;                      /* (N, Cl)                        */
     float *res2;                      /* (Nl, C) x + attention branch   */
     float *ln2, *ln2_mean, *ln2_rstd; /* (Nl, C), (Nl), (Nl)           */
@@ -322,9 +323,10 @@ typedef struct block_acts {
     float *out;                       /* (Nl, C) res2 + MLP branch      */
 } block_acts;
 
-static size_t block_carve(block_acts *a, float *base, int B, int T, int C, int NH, int tp, int sp) {
+/* att_floats: the backend's attention_saved_floats(B, NH/tp, T). */
+static size_t block_carve(block_acts *a, float *base, int B, int T, int C, int tp, int sp,
+                          size_t att_floats) {
     size_t N = (size_t)B * T, Nl = sp ? N / tp : N, Cl = (size_t)C / tp, off = 0;
-    size_t NHl = (size_t)NH / tp;
 #define CARVE(field, count)                                                                        \
     do {                                                                                           \
         if (a) a->field = base + off;                                                              \
@@ -334,7 +336,7 @@ static size_t block_carve(block_acts *a, float *base, int B, int T, int C, int N
     CARVE(ln1_mean, Nl);
     CARVE(ln1_rstd, Nl);
     CARVE(qkv, N * 3 * Cl);
-    CARVE(att, (size_t)B * NHl * T * T);
+    CARVE(att, att_floats);
     CARVE(atty, N * Cl);
     CARVE(res2, Nl * C);
     CARVE(ln2, Nl * C);
@@ -352,64 +354,75 @@ static size_t block_fwd_work(int B, int T, int C) {
     return 2 * (size_t)B * T * C;
 }
 
-/* Backward workspace, in floats (see block_backward). */
-static size_t block_bwd_work(int B, int T, int C, int NH, int tp) {
-    size_t N = (size_t)B * T, Cl = (size_t)C / tp, NHl = (size_t)NH / tp;
-    return N * 4 * Cl * 2 + N * C * 4 + N * Cl + N * 3 * Cl + (size_t)B * NHl * T * T;
+/* Backward workspace, in floats (see block_backward); scratch_floats: the
+ * backend's attention_scratch_floats(B, NH/tp, T). */
+static size_t block_bwd_work(int B, int T, int C, int tp, size_t scratch_floats) {
+    size_t N = (size_t)B * T, Cl = (size_t)C / tp;
+    return N * 4 * Cl * 2 + N * C * 4 + N * Cl + N * 3 * Cl + scratch_floats;
+}
+
+/* The CPU attention's saved state and scratch: (B, NH, T, T) each. The
+ * public memory estimates below count those. */
+static size_t cpu_att_floats(int B, int NH, int T) {
+    return (size_t)B * NH * T * T;
 }
 
 static ts_status block_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor *x, ts_tensor *y) {
     block_impl *b = mod->impl;
     ts_model *m = mod->model;
+    const ts_backend *be = m->be;
     int tp = m->shard.tp, sp = m->shard.sp;
     int B = ctx->B, T = ctx->T, C = m->cfg.d_model, NH = m->cfg.heads;
     int Cl = C / tp, NHl = NH / tp, Tl = local_T(m, T);
     int N = B * T, Nl = B * Tl;
-    size_t floats = block_carve(NULL, NULL, B, T, C, NH, tp, sp);
+    size_t att_floats = be->attention_saved_floats(B, NHl, T);
+    size_t floats = block_carve(NULL, NULL, B, T, C, tp, sp, att_floats);
     float *base = saved_alloc(&b->saved, ctx->mb, floats, x->data);
     if (!base) return TS_ERR_NOMEM;
     block_acts a;
-    block_carve(&a, base, B, T, C, NH, tp, sp);
+    block_carve(&a, base, B, T, C, tp, sp, att_floats);
     float *work = model_work(m, block_fwd_work(B, T, C));
     if (!work) return TS_ERR_NOMEM;
     float *gathered = work, *partial = work + (size_t)N * C;
     const float *xin = x->data, *full, *h;
 
     /* Attention branch. */
-    ts_cpu_layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, xin, ts_model_weight(m, b->ln1w, 1),
-                             ts_model_weight(m, b->ln1b, 2), Nl, C);
-    round_if_bf16(m, a.ln1, (size_t)Nl * C);
+    TS_TRY(be->layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, xin, ts_model_weight(m, b->ln1w, 1),
+                                 ts_model_weight(m, b->ln1b, 2), Nl, C));
+    TS_TRY(round_if_bf16(m, a.ln1, (size_t)Nl * C));
     TS_TRY(tp_enter(m, a.ln1, gathered, B, T, C, &full));
-    ts_cpu_matmul_forward(a.qkv, full, ts_model_weight(m, b->qkvw, 0),
-                          ts_model_weight(m, b->qkvb, 1), N, C, 3 * Cl);
-    round_if_bf16(m, a.qkv, (size_t)N * 3 * Cl);
-    ts_cpu_attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
-    round_if_bf16(m, a.atty, (size_t)N * Cl);
-    ts_cpu_matmul_forward(partial, a.atty, ts_model_weight(m, b->projw, 0), NULL, N, Cl, C);
+    TS_TRY(be->matmul_forward(a.qkv, full, ts_model_weight(m, b->qkvw, 0),
+                              ts_model_weight(m, b->qkvb, 1), N, C, 3 * Cl));
+    TS_TRY(round_if_bf16(m, a.qkv, (size_t)N * 3 * Cl));
+    TS_TRY(be->attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl));
+    TS_TRY(round_if_bf16(m, a.atty, (size_t)N * Cl));
+    TS_TRY(be->matmul_forward(partial, a.atty, ts_model_weight(m, b->projw, 0), NULL, N, Cl, C));
     TS_TRY(tp_leave(m, partial, a.res2, B, T, C, &h));
-    ts_cpu_residual_forward(a.res2, h, xin, (size_t)Nl * C);
-    add_bias(a.res2, ts_model_weight(m, b->projb, 1), Nl, C);
-    round_if_bf16(m, a.res2, (size_t)Nl * C);
+    TS_TRY(be->residual_forward(a.res2, h, xin, (size_t)Nl * C));
+    TS_TRY(be->add_bias(a.res2, ts_model_weight(m, b->projb, 1), Nl, C));
+    TS_TRY(round_if_bf16(m, a.res2, (size_t)Nl * C));
 
     /* MLP branch. */
-    ts_cpu_layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, ts_model_weight(m, b->ln2w, 1),
-                             ts_model_weight(m, b->ln2b, 2), Nl, C);
-    round_if_bf16(m, a.ln2, (size_t)Nl * C);
+    TS_TRY(be->layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2,
+                                 ts_model_weight(m, b->ln2w, 1), ts_model_weight(m, b->ln2b, 2), Nl,
+                                 C));
+    TS_TRY(round_if_bf16(m, a.ln2, (size_t)Nl * C));
     TS_TRY(tp_enter(m, a.ln2, gathered, B, T, C, &full));
-    ts_cpu_matmul_forward(a.fch, full, ts_model_weight(m, b->fcw, 0), ts_model_weight(m, b->fcb, 1),
-                          N, C, 4 * Cl);
-    round_if_bf16(m, a.fch, (size_t)N * 4 * Cl);
-    ts_cpu_gelu_forward(a.fch_gelu, a.fch, (size_t)N * 4 * Cl);
-    round_if_bf16(m, a.fch_gelu, (size_t)N * 4 * Cl);
-    ts_cpu_matmul_forward(partial, a.fch_gelu, ts_model_weight(m, b->fcprojw, 0), NULL, N, 4 * Cl,
-                          C);
+    TS_TRY(be->matmul_forward(a.fch, full, ts_model_weight(m, b->fcw, 0),
+                              ts_model_weight(m, b->fcb, 1), N, C, 4 * Cl));
+    TS_TRY(round_if_bf16(m, a.fch, (size_t)N * 4 * Cl));
+    TS_TRY(be->gelu_forward(a.fch_gelu, a.fch, (size_t)N * 4 * Cl));
+    TS_TRY(round_if_bf16(m, a.fch_gelu, (size_t)N * 4 * Cl));
+    TS_TRY(be->matmul_forward(partial, a.fch_gelu, ts_model_weight(m, b->fcprojw, 0), NULL, N,
+                              4 * Cl, C));
     TS_TRY(tp_leave(m, partial, a.out, B, T, C, &h));
-    ts_cpu_residual_forward(a.out, h, a.res2, (size_t)Nl * C);
-    add_bias(a.out, ts_model_weight(m, b->fcprojb, 1), Nl, C);
-    round_if_bf16(m, a.out, (size_t)Nl * C);
+    TS_TRY(be->residual_forward(a.out, h, a.res2, (size_t)Nl * C));
+    TS_TRY(be->add_bias(a.out, ts_model_weight(m, b->fcprojb, 1), Nl, C));
+    TS_TRY(round_if_bf16(m, a.out, (size_t)Nl * C));
 
     int64_t shape[3] = {B, Tl, C};
     ts_tensor_view(y, mod->name, TS_F32, 3, shape, a.out, TS_MEM_ACTS);
+    y->device = be->kind;
     return TS_OK;
 }
 
@@ -417,57 +430,60 @@ static ts_status block_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tenso
                                 ts_tensor *dx) {
     block_impl *b = mod->impl;
     ts_model *m = mod->model;
+    const ts_backend *be = m->be;
     int tp = m->shard.tp, sp = m->shard.sp;
     int B = ctx->B, T = ctx->T, C = m->cfg.d_model, NH = m->cfg.heads;
     int Cl = C / tp, NHl = NH / tp, Tl = local_T(m, T);
     size_t N = (size_t)B * T, Nl = (size_t)B * Tl;
     block_acts a;
-    block_carve(&a, saved_get(&b->saved, ctx->mb), B, T, C, NH, tp, sp);
+    block_carve(&a, saved_get(&b->saved, ctx->mb), B, T, C, tp, sp,
+                be->attention_saved_floats(B, NHl, T));
 
     /* Workspace: dfch_gelu, dfch (N, 4Cl); dfull, dln, dres2, gathered
-     * (N, C); datty (N, Cl); dqkv (N, 3Cl); datt (B, NHl, T, T). */
-    float *w = model_work(m, block_bwd_work(B, T, C, NH, tp));
+     * (N, C); datty (N, Cl); dqkv (N, 3Cl); the attention's scratch. */
+    float *w = model_work(m, block_bwd_work(B, T, C, tp, be->attention_scratch_floats(B, NHl, T)));
     if (!w) return TS_ERR_NOMEM;
     float *dfch_gelu = w, *dfch = dfch_gelu + N * 4 * Cl;
     float *dfull = dfch + N * 4 * Cl, *dln = dfull + N * C, *dres2 = dln + N * C;
     float *gathered = dres2 + N * C, *datty = gathered + N * C;
     float *dqkv = datty + N * Cl, *datt = dqkv + N * 3 * Cl;
-    memset(dfch_gelu, 0, N * 4 * Cl * 2 * sizeof(float));
-    memset(dln, 0, N * C * sizeof(float));
-    memset(datty, 0, (N * Cl + N * 3 * Cl) * sizeof(float));
+    TS_TRY(be->zero(dfch_gelu, N * 4 * Cl * 2 * sizeof(float)));
+    TS_TRY(be->zero(dln, N * C * sizeof(float)));
+    TS_TRY(be->zero(datty, (N * Cl + N * 3 * Cl) * sizeof(float)));
     const float *dout = dy->data, *din, *full, *dh;
 
     /* MLP branch: the row-parallel fcproj needs the gradient of every row. */
-    bias_grad(grad_of(b->fcprojb), dout, (int)Nl, C);
+    TS_TRY(be->bias_grad(grad_of(b->fcprojb), dout, (int)Nl, C));
     TS_TRY(tp_enter(m, dout, dfull, B, T, C, &din));
-    ts_cpu_matmul_backward(dfch_gelu, grad_of(b->fcprojw), NULL, din, a.fch_gelu,
-                           ts_model_weight(m, b->fcprojw, 0), (int)N, 4 * Cl, C);
-    ts_cpu_gelu_backward(dfch, a.fch, dfch_gelu, N * 4 * Cl);
+    TS_TRY(be->matmul_backward(dfch_gelu, grad_of(b->fcprojw), NULL, din, a.fch_gelu,
+                               ts_model_weight(m, b->fcprojw, 0), (int)N, 4 * Cl, C));
+    TS_TRY(be->gelu_backward(dfch, a.fch, dfch_gelu, N * 4 * Cl));
     TS_TRY(tp_enter(m, a.ln2, gathered, B, T, C, &full));
-    ts_cpu_matmul_backward(dln, grad_of(b->fcw), grad_of(b->fcb), dfch, full,
-                           ts_model_weight(m, b->fcw, 0), (int)N, C, 4 * Cl);
+    TS_TRY(be->matmul_backward(dln, grad_of(b->fcw), grad_of(b->fcb), dfch, full,
+                               ts_model_weight(m, b->fcw, 0), (int)N, C, 4 * Cl));
     /* dln holds partial sums over tp (column-parallel input gradient). */
     TS_TRY(tp_leave(m, dln, dfull, B, T, C, &dh));
-    memcpy(dres2, dout, Nl * C * sizeof(float));
-    ts_cpu_layernorm_backward(dres2, grad_of(b->ln2w), grad_of(b->ln2b), dh, a.res2,
-                              ts_model_weight(m, b->ln2w, 1), a.ln2_mean, a.ln2_rstd, (int)Nl, C);
+    TS_TRY(be->copy(dres2, dout, Nl * C * sizeof(float)));
+    TS_TRY(be->layernorm_backward(dres2, grad_of(b->ln2w), grad_of(b->ln2b), dh, a.res2,
+                                  ts_model_weight(m, b->ln2w, 1), a.ln2_mean, a.ln2_rstd, (int)Nl,
+                                  C));
     /* Attention branch. */
-    bias_grad(grad_of(b->projb), dres2, (int)Nl, C);
+    TS_TRY(be->bias_grad(grad_of(b->projb), dres2, (int)Nl, C));
     TS_TRY(tp_enter(m, dres2, dfull, B, T, C, &din));
-    ts_cpu_matmul_backward(datty, grad_of(b->projw), NULL, din, a.atty,
-                           ts_model_weight(m, b->projw, 0), (int)N, Cl, C);
-    ts_cpu_attention_backward(dqkv, datt, datty, a.qkv, a.att, B, T, Cl, NHl);
-    memset(dln, 0, N * C * sizeof(float));
+    TS_TRY(be->matmul_backward(datty, grad_of(b->projw), NULL, din, a.atty,
+                               ts_model_weight(m, b->projw, 0), (int)N, Cl, C));
+    TS_TRY(be->attention_backward(dqkv, datt, datty, a.qkv, a.atty, a.att, B, T, Cl, NHl));
+    TS_TRY(be->zero(dln, N * C * sizeof(float)));
     TS_TRY(tp_enter(m, a.ln1, gathered, B, T, C, &full));
-    ts_cpu_matmul_backward(dln, grad_of(b->qkvw), grad_of(b->qkvb), dqkv, full,
-                           ts_model_weight(m, b->qkvw, 0), (int)N, C, 3 * Cl);
+    TS_TRY(be->matmul_backward(dln, grad_of(b->qkvw), grad_of(b->qkvb), dqkv, full,
+                               ts_model_weight(m, b->qkvw, 0), (int)N, C, 3 * Cl));
     TS_TRY(tp_leave(m, dln, dfull, B, T, C, &dh));
     float *dxin = dx->data;
-    memcpy(dxin, dres2, Nl * C * sizeof(float));
+    TS_TRY(be->copy(dxin, dres2, Nl * C * sizeof(float)));
     /* The block's input is the previous module's output, kept alive by it. */
-    ts_cpu_layernorm_backward(dxin, grad_of(b->ln1w), grad_of(b->ln1b), dh,
-                              saved_input(&b->saved, ctx->mb), ts_model_weight(m, b->ln1w, 1),
-                              a.ln1_mean, a.ln1_rstd, (int)Nl, C);
+    TS_TRY(be->layernorm_backward(dxin, grad_of(b->ln1w), grad_of(b->ln1b), dh,
+                                  saved_input(&b->saved, ctx->mb), ts_model_weight(m, b->ln1w, 1),
+                                  a.ln1_mean, a.ln1_rstd, (int)Nl, C));
     saved_release(&b->saved, ctx->mb);
     return TS_OK;
 }
@@ -526,30 +542,40 @@ static ts_status head_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor 
     if (!base) return TS_ERR_NOMEM;
     head_acts a;
     head_carve(&a, base, N, Nl, C, Vpl);
-    ts_cpu_layernorm_forward(a.lnf, a.mean, a.rstd, x->data, ts_model_weight(m, h->lnfw, 1),
-                             ts_model_weight(m, h->lnfb, 2), (int)Nl, C);
-    round_if_bf16(m, a.lnf, Nl * C);
+    const ts_backend *be = m->be;
+    TS_TRY(be->layernorm_forward(a.lnf, a.mean, a.rstd, x->data, ts_model_weight(m, h->lnfw, 1),
+                                 ts_model_weight(m, h->lnfb, 2), (int)Nl, C));
+    TS_TRY(round_if_bf16(m, a.lnf, Nl * C));
     float *work = model_work(m, N * C + 3 * N);
     if (!work) return TS_ERR_NOMEM;
     float *stats = work + N * C, *rowmax = stats + 2 * N;
     const float *full;
     TS_TRY(tp_enter(m, a.lnf, work, B, T, C, &full));
-    ts_cpu_matmul_forward(a.logits, full, ts_model_weight(m, h->wte, 0), NULL, (int)N, C, Vpl);
-    round_if_bf16(m, a.logits, N * (size_t)Vpl);
+    TS_TRY(be->matmul_forward(a.logits, full, ts_model_weight(m, h->wte, 0), NULL, (int)N, C, Vpl));
+    TS_TRY(round_if_bf16(m, a.logits, N * (size_t)Vpl));
     /* Cross-entropy over the vocabulary shards: max, then sum-exp and the
      * target's logit, each reduced over tp. */
-    ts_cpu_ce_shard_max(rowmax, a.logits, (int)N, Vl, Vpl);
+    TS_TRY(be->ce_shard_max(rowmax, a.logits, (int)N, Vl, Vpl));
     if (m->shard.tp > 1)
         TS_TRY(ts_comm_all_reduce(m->shard.tp_comm, rowmax, rowmax, N, TS_F32, TS_REDUCE_MAX));
-    ts_cpu_ce_shard_sumexp(stats, a.logits, rowmax, ctx->targets, v0, (int)N, Vl, Vpl);
+    TS_TRY(be->ce_shard_sumexp(stats, a.logits, rowmax, ctx->targets, v0, (int)N, Vl, Vpl));
     TS_TRY(tp_all_reduce(m, stats, 2 * N));
+    TS_TRY(be->ce_shard_loss(a.losses, a.lse, rowmax, stats, ctx->targets, (int)N));
+    /* The loss sum, on the host: the losses copied down, the targets' host
+     * copy (the same array on the CPU). */
+    const int32_t *targets = ctx->targets_host;
+    if (!targets) {
+        if (be->kind != TS_DEVICE_CPU)
+            return ts_error(TS_ERR_INVALID, "model: the step has no host copy of the targets");
+        targets = ctx->targets;
+    }
+    const float *losses;
+    TS_TRY(host_view(m, a.losses, N, &losses));
     double sum = 0.0;
     int64_t valid = 0;
     for (size_t i = 0; i < N; i++) {
-        a.lse[i] = rowmax[i] + logf(stats[2 * i]);
-        a.losses[i] = ctx->targets[i] < 0 ? 0.0f : a.lse[i] - stats[2 * i + 1];
-        if (ctx->targets[i] < 0) continue;
-        sum += a.losses[i];
+        if (targets[i] < 0) continue;
+        sum += losses[i];
         valid++;
     }
     ctx->loss_sum += sum;
@@ -569,22 +595,23 @@ static ts_status head_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor
     head_vocab(h, m, &v0, &Vl, &Vpl);
     head_acts a;
     head_carve(&a, saved_get(&h->saved, ctx->mb), N, Nl, C, Vpl);
+    const ts_backend *be = m->be;
     /* In place: the logits become their gradient. */
-    ts_cpu_ce_shard_backward(a.logits, a.logits, a.lse, ctx->targets, ctx->dloss, v0, (int)N, Vl,
-                             Vpl);
+    TS_TRY(be->ce_shard_backward(a.logits, a.logits, a.lse, ctx->targets, ctx->dloss, v0, (int)N,
+                                 Vl, Vpl));
     float *work = model_work(m, 3 * N * C);
     if (!work) return TS_ERR_NOMEM;
     float *dlnf = work, *gathered = work + N * C, *reduced = gathered + N * C;
-    memset(dlnf, 0, N * C * sizeof(float));
+    TS_TRY(be->zero(dlnf, N * C * sizeof(float)));
     const float *full, *dh;
     TS_TRY(tp_enter(m, a.lnf, gathered, B, T, C, &full));
-    ts_cpu_matmul_backward(dlnf, grad_of(h->wte), NULL, a.logits, full,
-                           ts_model_weight(m, h->wte, 0), (int)N, C, Vpl);
+    TS_TRY(be->matmul_backward(dlnf, grad_of(h->wte), NULL, a.logits, full,
+                               ts_model_weight(m, h->wte, 0), (int)N, C, Vpl));
     TS_TRY(tp_leave(m, dlnf, reduced, B, T, C, &dh));
-    memset(dx->data, 0, Nl * C * sizeof(float));
-    ts_cpu_layernorm_backward(dx->data, grad_of(h->lnfw), grad_of(h->lnfb), dh,
-                              saved_input(&h->saved, ctx->mb), ts_model_weight(m, h->lnfw, 1),
-                              a.mean, a.rstd, (int)Nl, C);
+    TS_TRY(be->zero(dx->data, Nl * C * sizeof(float)));
+    TS_TRY(be->layernorm_backward(dx->data, grad_of(h->lnfw), grad_of(h->lnfb), dh,
+                                  saved_input(&h->saved, ctx->mb), ts_model_weight(m, h->lnfw, 1),
+                                  a.mean, a.rstd, (int)Nl, C));
     saved_release(&h->saved, ctx->mb);
     return TS_OK;
 }
@@ -762,6 +789,7 @@ static ts_status model_build_modules(ts_model *m) {
     if (module_local(m, 0)) {
         embedding_impl *e = calloc(1, sizeof *e);
         if (!e) return ts_error(TS_ERR_NOMEM, "model: out of memory");
+        e->saved.be = m->be;
         e->wte = ts_model_param(m, "wte");
         e->wpe = ts_model_param(m, "wpe");
         ts_module *mod = m->modules[0] = module_new(m, &embedding_ops, "embedding", e);
@@ -773,6 +801,7 @@ static ts_status model_build_modules(ts_model *m) {
         if (!module_local(m, 1 + l)) continue;
         block_impl *b = calloc(1, sizeof *b);
         if (!b) return ts_error(TS_ERR_NOMEM, "model: out of memory");
+        b->saved.be = m->be;
         char nm[TS_NAME_MAX];
         ts_param **slots[12] = {&b->ln1w, &b->ln1b, &b->qkvw, &b->qkvb, &b->projw,   &b->projb,
                                 &b->ln2w, &b->ln2b, &b->fcw,  &b->fcb,  &b->fcprojw, &b->fcprojb};
@@ -793,6 +822,7 @@ static ts_status model_build_modules(ts_model *m) {
     if (module_local(m, L + 1)) {
         head_impl *h = calloc(1, sizeof *h);
         if (!h) return ts_error(TS_ERR_NOMEM, "model: out of memory");
+        h->saved.be = m->be;
         h->lnfw = ts_model_param(m, "lnf.weight");
         h->lnfb = ts_model_param(m, "lnf.bias");
         h->wte = ts_model_param(m, "wte");
@@ -851,7 +881,7 @@ static ts_status model_check_shard(const ts_model_config *c, const ts_model_shar
 }
 
 ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype, uint64_t seed,
-                          const ts_model_shard *shard, ts_model **out) {
+                          const ts_model_shard *shard, const ts_backend *be, ts_model **out) {
     *out = NULL;
     TS_TRY(ts_model_config_check(cfg));
     ts_model_shard one = {.tp = 1};
@@ -866,6 +896,7 @@ ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype, uint64_t s
     ts_model *m = calloc(1, sizeof *m);
     if (!m) return ts_error(TS_ERR_NOMEM, "model: out of memory");
     m->cfg = *cfg;
+    m->be = be ? be : ts_backend_cpu();
     m->shard = *shard;
     if (m->shard.tp == 1) m->shard.sp = 0; /* nothing to cut along T */
     if (m->shard.pp < 1) {                 /* the whole model here, one chunk */
@@ -927,8 +958,8 @@ ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype, uint64_t s
     m->numel = total;
     m->global_numel = global;
     size_t esz = ts_dtype_size(dtype);
-    m->param_data = ts_mem_alloc(TS_MEM_PARAMS, total * esz);
-    m->grad_data = ts_mem_alloc(TS_MEM_GRADS, total * sizeof(float));
+    m->param_data = m->be->alloc(TS_MEM_PARAMS, total * esz);
+    m->grad_data = m->be->alloc(TS_MEM_GRADS, total * sizeof(float));
     if (!m->param_data || !m->grad_data) {
         free(decl);
         ts_model_destroy(m);
@@ -942,6 +973,7 @@ ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype, uint64_t s
                        (char *)m->param_data + off * esz, TS_MEM_PARAMS);
         ts_tensor_view(&p->grad, decl[i].name, TS_F32, decl[i].ndim, local[i], m->grad_data + off,
                        TS_MEM_GRADS);
+        p->value.device = p->grad.device = m->be->kind;
         p->offset = off;
         p->global_offset = goffs[i];
         p->tied_copy = tied_copy[i];
@@ -960,24 +992,38 @@ ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype, uint64_t s
     }
     free(decl);
     free(goffs);
-    /* Initialise: f32 directly, or through a staging copy rounded to bf16. */
+    /* Initialise on the host: f32 directly, or through a staging copy rounded
+     * to bf16; on a device, into a host image of the parameters uploaded at
+     * the end. */
+    int on_host = m->be->kind == TS_DEVICE_CPU;
+    ts_status st = TS_OK;
+    char *image = on_host ? m->param_data : ts_mem_alloc(TS_MEM_OTHER, total * esz);
+    if (!image) {
+        ts_model_destroy(m);
+        return TS_ERR_NOMEM;
+    }
     for (int i = 0; i < n; i++) {
         ts_param *p = &m->params[i];
         int64_t cnt = ts_tensor_numel(&p->value);
+        void *dst = image + p->offset * esz;
         if (dtype == TS_F32) {
-            param_init_values(p->value.data, p, seed);
+            param_init_values(dst, p, seed);
         } else {
             float *tmp = ts_mem_alloc(TS_MEM_OTHER, (size_t)cnt * sizeof(float));
             if (!tmp) {
+                if (!on_host) ts_mem_free(image);
                 ts_model_destroy(m);
                 return TS_ERR_NOMEM;
             }
             param_init_values(tmp, p, seed);
-            ts_cpu_f32_to_bf16(p->value.data, tmp, (size_t)cnt);
+            /* Host memory either way: the CPU's conversion. */
+            st = ts_backend_cpu()->f32_to_bf16(dst, tmp, (size_t)cnt);
             ts_mem_free(tmp);
         }
     }
-    ts_status st = model_build_modules(m);
+    if (!on_host && !st) st = m->be->from_host(m->param_data, image, total * esz);
+    if (!on_host) ts_mem_free(image);
+    if (!st) st = model_build_modules(m);
     if (st) {
         ts_model_destroy(m);
         return st;
@@ -991,12 +1037,15 @@ void ts_model_destroy(ts_model *m) {
     for (int i = 0; i < m->nmodules; i++)
         if (m->modules[i]) m->modules[i]->ops->destroy(m->modules[i]);
     free(m->modules);
-    ts_mem_free(m->param_data);
-    ts_mem_free(m->grad_data);
-    ts_mem_free(m->work);
-    ts_mem_free(m->tp_stage);
-    for (int i = 0; i < 4; i++)
-        ts_mem_free(m->stage[i]);
+    if (m->be) {
+        m->be->free(m->param_data);
+        m->be->free(m->grad_data);
+        m->be->free(m->work);
+        m->be->free(m->tp_stage);
+        for (int i = 0; i < 4; i++)
+            m->be->free(m->stage[i]);
+    }
+    ts_mem_free(m->host_stage);
     free(m->params);
     free(m);
 }
@@ -1007,12 +1056,8 @@ ts_param *ts_model_param(ts_model *m, const char *name) {
     return NULL;
 }
 
-void ts_model_zero_grad(ts_model *m) {
-    float *g = m->grad_data;
-    size_t n = m->numel;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++)
-        g[i] = 0.0f;
+ts_status ts_model_zero_grad(ts_model *m) {
+    return m->be->zero(m->grad_data, m->numel * sizeof(float));
 }
 
 /* Copies the block of p between its place in the whole tensor (`whole`, the
@@ -1120,12 +1165,13 @@ ts_status ts_model_backward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, cons
         if (m->shard.module_chunk[i] == chunk) idx[cnt++] = i;
     if (cnt == 0) return ts_error(TS_ERR_INTERNAL, "model: chunk %d has no module here", chunk);
     /* Between the modules of the chunk, two buffers alternate. */
-    float *buf = cnt > 1 ? ts_mem_alloc(TS_MEM_ACTS, 2 * n * sizeof(float)) : NULL;
+    float *buf = cnt > 1 ? m->be->alloc(TS_MEM_ACTS, 2 * n * sizeof(float)) : NULL;
     if (cnt > 1 && !buf) return TS_ERR_NOMEM;
     int64_t shape[3] = {ctx->B, Tl, m->cfg.d_model};
     ts_tensor grads[2];
     ts_tensor_view(&grads[0], "dx0", TS_F32, 3, shape, buf, TS_MEM_ACTS);
     ts_tensor_view(&grads[1], "dx1", TS_F32, 3, shape, buf ? buf + n : NULL, TS_MEM_ACTS);
+    grads[0].device = grads[1].device = m->be->kind;
     ts_status st = TS_OK;
     const ts_tensor *in = dy;
     for (int k = cnt - 1; k >= 0 && !st; k--) {
@@ -1135,7 +1181,7 @@ ts_status ts_model_backward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, cons
         if (!st && ctx->module_done) st = ctx->module_done(ctx->module_done_user, i);
         in = out;
     }
-    ts_mem_free(buf);
+    m->be->free(buf);
     return st;
 }
 
@@ -1203,7 +1249,7 @@ static size_t module_saved_floats(const ts_model_config *c, int tp, int sp, int 
     size_t N = (size_t)B * T, Nl = sp ? N / tp : N, C = (size_t)c->d_model;
     if (i == 0) return Nl * C;
     if (i == c->layers + 1) return head_carve(NULL, NULL, N, Nl, c->d_model, c->padded_vocab / tp);
-    return block_carve(NULL, NULL, B, T, c->d_model, c->heads, tp, sp);
+    return block_carve(NULL, NULL, B, T, c->d_model, tp, sp, cpu_att_floats(B, c->heads / tp, T));
 }
 
 static int shard_module_chunk(const ts_model_shard *s, int i) {
@@ -1231,7 +1277,8 @@ void ts_model_activation_bytes(const ts_model_config *c, const ts_model_shard *s
     /* The shared workspace grows to the largest request of any module, forward
      * or backward; the two dx buffers alternate between modules in backward. */
     size_t ws = block_fwd_work(B, T, c->d_model);
-    size_t need[] = {block_bwd_work(B, T, c->d_model, c->heads, tp), N * C + 3 * N, 3 * N * C};
+    size_t need[] = {block_bwd_work(B, T, c->d_model, tp, cpu_att_floats(B, c->heads / tp, T)),
+                     N * C + 3 * N, 3 * N * C};
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         if (need[i] > ws) ws = need[i];
     *workspace = sizeof(float) * (ws + 2 * Nl * C);

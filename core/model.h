@@ -28,13 +28,21 @@
  * weights. With bf16 the parameters are stored in bf16 (the compute copy),
  * the optimizer keeps f32 master weights, gradients accumulate in f32, and
  * every activation is rounded to bf16 at each op boundary; the CPU computes
- * in f32 on values of bf16 precision.
+ * in f32 on values of bf16 precision (and so does CUDA, with the same
+ * rounding: the backend's round_bf16).
+ *
+ * Devices: the model's tensors (parameters, gradients, activations, the
+ * workspaces) live on its backend's device (backend.h: the CPU, or one GPU)
+ * and every kernel runs there. The host touches only the per-token losses
+ * of the head (copied down for the loss sum) and the host arrays of
+ * ts_model_gather / ts_model_scatter.
  */
 #ifndef TESSERA_CORE_MODEL_H
 #define TESSERA_CORE_MODEL_H
 
 #include <stdint.h>
 
+#include "backend.h"
 #include "module.h"
 #include "tessera/comm.h"
 #include "tessera/layout.h"
@@ -97,6 +105,7 @@ typedef struct ts_param {
 } ts_param;
 
 struct ts_model {
+    const ts_backend *be; /* where every tensor below lives (borrowed) */
     ts_model_config cfg;
     ts_model_shard shard;
     ts_dtype dtype; /* TS_F32 or TS_BF16: storage of parameters      */
@@ -104,8 +113,8 @@ struct ts_model {
     ts_param *params;
     size_t numel;        /* elements in this rank's blocks                 */
     size_t global_numel; /* elements in all parameters, unsharded      */
-    void *param_data;    /* numel elements of dtype                       */
-    float *grad_data;    /* numel f32                                     */
+    void *param_data;    /* numel elements of dtype (device memory)       */
+    float *grad_data;    /* numel f32 (device memory)                     */
 
     int nmodules;        /* embedding, L blocks, head                      */
     ts_module **modules; /* NULL for a module another pipeline rank runs */
@@ -121,6 +130,9 @@ struct ts_model {
     /* bf16 mode: f32 staging for the weights of the op being run. */
     float *stage[4];
     size_t stage_floats[4];
+    /* Off the CPU: host staging for the head's losses. */
+    float *host_stage;
+    size_t host_stage_floats;
 };
 
 /* Checks the shape (C % NH, Vp >= V, ...); messages name the [model] key. */
@@ -132,9 +144,11 @@ ts_status ts_model_config_check(const ts_model_config *cfg);
  * from (seed, name, GLOBAL index i), so every rank's block of a sharded
  * tensor holds exactly the values of the unsharded one. `shard` may be NULL
  * (one rank); it is copied. Shapes that the tp size does not divide are
- * errors naming the [model] key. */
+ * errors naming the [model] key. `be` (borrowed, kept by the model; NULL =
+ * the CPU) is where the tensors live and the kernels run: the values are
+ * drawn on the host and uploaded. */
 ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype, uint64_t seed,
-                          const ts_model_shard *shard, ts_model **out);
+                          const ts_model_shard *shard, const ts_backend *be, ts_model **out);
 
 /* The dimension each parameter is cut along under tensor parallelism
  * (-1: replicated): the placement S(d) on the tp axis that the modules
@@ -144,16 +158,18 @@ int ts_model_tp_shard_dim(const char *name);
 /* Every rank's f32 values of every parameter (`local`, numel elements in
  * this rank's layout) assembled into the unsharded flat layout (`full`,
  * global_numel elements, on every rank of the tp group). Collective over tp.
- * With tp == 1 it is a copy. */
+ * With tp == 1 it is a copy. Both are HOST arrays (the trainer copies
+ * device arrays down first). */
 ts_status ts_model_gather(ts_model *m, const float *local, float *full);
-/* The reverse: this rank's blocks cut out of the unsharded flat `full`. */
+/* The reverse: this rank's blocks cut out of the unsharded flat `full`
+ * (host arrays too). */
 void ts_model_scatter(const ts_model *m, const float *full, float *local);
 void ts_model_destroy(ts_model *m);
 
 /* The parameter called `name`, or NULL. */
 ts_param *ts_model_param(ts_model *m, const char *name);
-/* Sets every gradient to zero. */
-void ts_model_zero_grad(ts_model *m);
+/* Sets every gradient to zero (on the device: enqueued). */
+ts_status ts_model_zero_grad(ts_model *m);
 
 /* Forward of model chunk `chunk` (its modules, in order) for micro-batch
  * ctx->mb: x is the hidden state entering it (ignored when the chunk starts
@@ -185,7 +201,9 @@ ts_status ts_model_loss(ts_model *m, ts_step_ctx *ctx, double *mean_loss);
 
 /* Parameter access for the modules: an f32 pointer to p's values, staged
  * through `slot` (0 for the large weight of an op, 1-3 for small vectors)
- * when the parameters are bf16. Valid until the next call with that slot. */
+ * when the parameters are bf16. Valid until the next call with that slot.
+ * Device memory of the model's backend. A device failure while staging
+ * aborts the process (the core's rule for device failures). */
 const float *ts_model_weight(ts_model *m, const ts_param *p, int slot);
 /* f32 view of the flat parameter values (fp32 mode only; NULL in bf16). */
 float *ts_model_param_f32(ts_model *m);
@@ -209,7 +227,10 @@ int ts_model_param_table(const ts_model_config *cfg, char (*names)[TS_NAME_MAX],
  * one micro-batch's forward until its backward (every module's saved state),
  * and `workspace` bytes of backward scratch shared by all micro-batches.
  * With k micro-batches in flight the activation peak is k * saved +
- * workspace, exactly as the allocator counts it. */
+ * workspace, exactly as the allocator counts it. These count the CPU
+ * backend's attention state, (B, NH/tp, T, T) saved and as much scratch; on
+ * CUDA the attention saves (B, NH/tp, T) and needs no scratch, so they are
+ * upper bounds there. */
 void ts_model_activation_bytes(const ts_model_config *cfg, const ts_model_shard *shard, int B,
                                int T, size_t *saved, size_t *workspace);
 /* The same for the modules of one chunk only (the chunk's `saved` bytes). */

@@ -35,10 +35,14 @@ typedef struct ts_step_ctx {
     int B, T;               /* sequences and tokens per sequence            */
     const int32_t *tokens;  /* (B, T) inputs                                */
     const int32_t *targets; /* (B, T) next tokens; -1 = masked position     */
-    float dloss;            /* d(objective)/d(one token's loss): 1 / (valid
-                               tokens in the global batch)                  */
-    double loss_sum;        /* out: the head adds the sum of token losses   */
-    int64_t valid_tokens;   /* out: the head adds the unmasked positions    */
+    /* tokens and targets are memory of the model's device. targets_host is
+     * the host's copy of targets, which the head reads for the loss sum;
+     * NULL on the CPU means `targets` itself. */
+    const int32_t *targets_host;
+    float dloss;          /* d(objective)/d(one token's loss): 1 / (valid
+                             tokens in the global batch)                  */
+    double loss_sum;      /* out: the head adds the sum of token losses   */
+    int64_t valid_tokens; /* out: the head adds the unmasked positions    */
     /* Optional: called after each module's backward with the module's index
      * in the model (gradient-ready hooks start reductions from here). */
     ts_status (*module_done)(void *user, int module);

@@ -1,13 +1,13 @@
 /*
  * optim.c — AdamW over the model's flat arrays, the LR schedule, clipping.
+ * The moments and master weights are allocated and updated through the
+ * model's backend (the CPU or one GPU).
  */
 #include "optim.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "cpu_kernels.h"
 
 float ts_lr_at(const ts_optim_config *c, int64_t step) {
     if (c->warmup > 0 && step < c->warmup) return c->lr * (float)(step + 1) / (float)c->warmup;
@@ -29,20 +29,22 @@ ts_status ts_optimizer_create(const ts_optim_config *cfg, ts_model *model, ts_op
     ts_optimizer *o = calloc(1, sizeof *o);
     if (!o) return ts_error(TS_ERR_NOMEM, "optimizer: out of memory");
     o->cfg = *cfg;
+    o->be = model->be;
     o->numel = model->numel;
     size_t bytes = model->numel * sizeof(float);
-    o->m = ts_mem_alloc(TS_MEM_OPTIM, bytes);
-    o->v = ts_mem_alloc(TS_MEM_OPTIM, bytes);
+    o->m = o->be->alloc(TS_MEM_OPTIM, bytes);
+    o->v = o->be->alloc(TS_MEM_OPTIM, bytes);
+    ts_status st = TS_OK;
     if (model->dtype == TS_F32) {
         o->master = model->param_data;
     } else {
-        o->master = ts_mem_alloc(TS_MEM_OPTIM, bytes);
+        o->master = o->be->alloc(TS_MEM_OPTIM, bytes);
         o->owns_master = 1;
-        if (o->master) ts_cpu_bf16_to_f32(o->master, model->param_data, model->numel);
+        if (o->master) st = o->be->bf16_to_f32(o->master, model->param_data, model->numel);
     }
-    if (!o->m || !o->v || !o->master) {
+    if (!o->m || !o->v || !o->master || st) {
         ts_optimizer_destroy(o);
-        return TS_ERR_NOMEM;
+        return st ? st : TS_ERR_NOMEM;
     }
     *out = o;
     return TS_OK;
@@ -50,20 +52,23 @@ ts_status ts_optimizer_create(const ts_optim_config *cfg, ts_model *model, ts_op
 
 void ts_optimizer_destroy(ts_optimizer *o) {
     if (!o) return;
-    ts_mem_free(o->m);
-    ts_mem_free(o->v);
-    if (o->owns_master) ts_mem_free(o->master);
+    o->be->free(o->m);
+    o->be->free(o->v);
+    if (o->owns_master) o->be->free(o->master);
     free(o);
 }
 
-void ts_optimizer_step(ts_optimizer *o, ts_model *model, int64_t step, float lr, float grad_scale) {
+ts_status ts_optimizer_step(ts_optimizer *o, ts_model *model, int64_t step, float lr,
+                            float grad_scale) {
     const ts_optim_config *c = &o->cfg;
     for (int i = 0; i < model->nparams; i++) {
         const ts_param *p = &model->params[i];
         size_t off = p->offset, n = (size_t)ts_tensor_numel(&p->value);
-        ts_cpu_adamw(o->master + off, o->m + off, o->v + off, model->grad_data + off, n, lr,
-                     c->beta1, c->beta2, c->eps, p->decay ? c->weight_decay : 0.0f, (int)(step + 1),
-                     grad_scale);
+        TS_TRY(o->be->adamw(o->master + off, o->m + off, o->v + off, model->grad_data + off, n, lr,
+                            c->beta1, c->beta2, c->eps, p->decay ? c->weight_decay : 0.0f,
+                            (int)(step + 1), grad_scale));
     }
-    if (model->dtype == TS_BF16) ts_cpu_f32_to_bf16(model->param_data, o->master, model->numel);
+    if (model->dtype == TS_BF16)
+        TS_TRY(o->be->f32_to_bf16(model->param_data, o->master, model->numel));
+    return TS_OK;
 }

@@ -7,6 +7,8 @@
  * parameters are bf16, the f32 master copy) have one f32 element per
  * parameter element, at the same offsets. Weight decay applies to tensors
  * whose ts_param.decay is set (the 2-D weights), as in GPT-2 / llm.c.
+ * The arrays live with the model's tensors, on its backend's device, and the
+ * update runs there (backend.h: adamw).
  */
 #ifndef TESSERA_CORE_OPTIM_H
 #define TESSERA_CORE_OPTIM_H
@@ -29,8 +31,10 @@ typedef struct ts_optim_config {
 
 typedef struct ts_optimizer {
     ts_optim_config cfg;
+    const ts_backend *be; /* the model's: where the arrays live (borrowed) */
     size_t numel;
-    float *m, *v;  /* first and second moments (TS_MEM_OPTIM)          */
+    float *m, *v;  /* first and second moments (TS_MEM_OPTIM), on the
+                      model's device                                    */
     float *master; /* f32 master weights: the model's own array in fp32
                       mode, a TS_MEM_OPTIM copy in bf16 mode            */
     int owns_master;
@@ -49,9 +53,10 @@ float ts_grad_clip_scale(const ts_optim_config *cfg, double grad_norm);
 
 /* One AdamW update of every parameter with the gradients scaled by
  * grad_scale; `step` is 0-based (bias correction uses step + 1). In bf16
- * mode the bf16 parameters are refreshed from the master weights. */
-void ts_optimizer_step(ts_optimizer *opt, ts_model *model, int64_t step, float lr,
-                       float grad_scale);
+ * mode the bf16 parameters are refreshed from the master weights. Fails
+ * only on a device error. */
+ts_status ts_optimizer_step(ts_optimizer *opt, ts_model *model, int64_t step, float lr,
+                            float grad_scale);
 
 #ifdef __cplusplus
 }

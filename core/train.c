@@ -8,6 +8,12 @@
  * is normalised by the number of valid target tokens of the whole global
  * batch, so accumulation over micro-batches gives the same gradient as one
  * large batch.
+ *
+ * Devices ([train] device): the model and optimizer live on the backend's
+ * device (backend.h). The host reads the batch and counts its valid targets,
+ * then uploads tokens and targets once per step; checkpoints, exports and
+ * llm.c weights pass through host buffers (to_host before writing,
+ * from_host after reading). device = cuda drives one GPU on one rank.
  */
 #include "train.h"
 
@@ -24,6 +30,7 @@
 #include "data.h"
 #include "parallel.h"
 #include "schedule.h"
+#include "tessera/device.h"
 #include "trace.h"
 
 struct ts_trainer {
@@ -70,8 +77,12 @@ struct ts_trainer {
     int64_t ckpt_every;
     FILE *metrics;
 
-    int32_t *tokens, *targets; /* (global_batch, T) of the current step */
+    const ts_backend *be;      /* the model's device (opened here)      */
+    int32_t *tokens, *targets; /* (global_batch, T) of the current step,
+                                  in host memory                        */
     ts_step_ctx *ctx;          /* one per micro-batch                   */
+    /* The batch on the device (the host arrays themselves on the CPU). */
+    int32_t *tokens_dev, *targets_dev;
 };
 
 static double now_seconds(void) {
@@ -379,10 +390,13 @@ static ts_status trainer_norm_owners(ts_trainer *t) {
 static ts_status trainer_grad_norm(ts_trainer *t, double *norm) {
     ts_model *m = t->model;
     double local = 0.0;
-    for (int p = 0; p < m->nparams; p++)
-        if (t->norm_owner[p])
-            local +=
-                ts_cpu_sumsq(m->params[p].grad.data, (size_t)ts_tensor_numel(&m->params[p].grad));
+    for (int p = 0; p < m->nparams; p++) {
+        if (!t->norm_owner[p]) continue;
+        double s = 0.0;
+        TS_TRY(
+            t->be->sumsq(&s, m->params[p].grad.data, (size_t)ts_tensor_numel(&m->params[p].grad)));
+        local += s;
+    }
     if (t->par && t->par->size > 1) {
         /* Two f32 words carry the double exactly enough: hi + lo. */
         float mine[2] = {(float)local, (float)(local - (double)(float)local)}, sum[2];
@@ -435,7 +449,7 @@ static ts_status trainer_module_done(void *user, int module) {
     return TS_OK;
 }
 
-static void trainer_set_master(ts_trainer *t, const float *full);
+static ts_status trainer_set_master(ts_trainer *t, const float *full);
 
 ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *reg,
                             ts_trainer **out) {
@@ -474,12 +488,22 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
     int threads = (int)ts_config_int(cfg, "train", "threads");
     ts_cpu_set_threads(threads > 0 ? threads : trainer_default_threads());
 
-    if (strcmp(ts_config_str(cfg, "train", "device"), "cpu") != 0)
-        CHECK(key_error(cfg, "train", "device",
-                        "'%s': the CUDA kernels, allocator and NCCL communicator are built and "
-                        "tested on their own (ctest -L cuda), but the trainer runs on the CPU "
-                        "only so far",
-                        ts_config_str(cfg, "train", "device")));
+    const char *device = ts_config_str(cfg, "train", "device");
+    if (strcmp(device, "cpu") == 0) {
+        t->be = ts_backend_cpu();
+    } else {
+        if (par && par->size > 1)
+            CHECK(key_error(cfg, "train", "device",
+                            "device = %s trains on one GPU (one rank) so far; this job has %d "
+                            "ranks (NCCL communicators are not wired into the trainer yet)",
+                            device, par->size));
+        st = ts_backend_open(TS_DEVICE_CUDA, &t->be);
+        if (st) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", ts_last_error());
+            CHECK(key_error(cfg, "train", "device", "device = %s: %s", device, msg));
+        }
+    }
 
     t->epochs = ts_config_int(cfg, "data", "epochs");
     t->steps = ts_config_int(cfg, "train", "steps");
@@ -531,7 +555,7 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
         CHECK(trainer_tensor_split(t, &shard));
         CHECK(trainer_pipeline_split(t, &shard));
     }
-    CHECK(ts_model_create(&t->mcfg, dtype, seed, &shard, &t->model));
+    CHECK(ts_model_create(&t->mcfg, dtype, seed, &shard, t->be, &t->model));
     ts_optim_config oc = {
         .lr = (float)ts_config_float(cfg, "train", "lr"),
         .min_lr = (float)ts_config_float(cfg, "train", "min_lr"),
@@ -550,7 +574,7 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
         float *full = ts_mem_alloc(TS_MEM_OTHER, t->model->global_numel * sizeof(float));
         if (!full) CHECK(TS_ERR_NOMEM);
         st = ts_llmc_load(init + 5, t->model, full);
-        if (!st) trainer_set_master(t, full);
+        if (!st) st = trainer_set_master(t, full);
         ts_mem_free(full);
         if (st) goto fail;
     }
@@ -599,6 +623,14 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
     t->ctx = calloc((size_t)t->micro_batches, sizeof *t->ctx);
     if (!t->tokens || !t->targets || !t->ctx)
         CHECK(ts_error(TS_ERR_NOMEM, "trainer: out of memory for batches"));
+    if (t->be->kind == TS_DEVICE_CPU) {
+        t->tokens_dev = t->tokens;
+        t->targets_dev = t->targets;
+    } else {
+        t->tokens_dev = t->be->alloc(TS_MEM_OTHER, toks * sizeof(int32_t));
+        t->targets_dev = t->be->alloc(TS_MEM_OTHER, toks * sizeof(int32_t));
+        if (!t->tokens_dev || !t->targets_dev) CHECK(TS_ERR_NOMEM);
+    }
 
     const char *resume = ts_config_str(cfg, "train", "resume");
     int resumed = 0;
@@ -634,10 +666,10 @@ void ts_trainer_destroy(ts_trainer *t) {
     if (t->metrics) fclose(t->metrics);
     free(t->snap);
     size_t slots = (size_t)t->micro_batches * (t->chunks > 0 ? t->chunks : 1);
-    for (size_t i = 0; t->act_in && i < slots; i++) {
-        ts_mem_free(t->act_in[i]);
-        ts_mem_free(t->grad_in[i]);
-        ts_mem_free(t->grad_out[i]);
+    for (size_t i = 0; t->be && t->act_in && i < slots; i++) {
+        t->be->free(t->act_in[i]);
+        t->be->free(t->grad_in[i]);
+        t->be->free(t->grad_out[i]);
     }
     free(t->act_in);
     free(t->grad_in);
@@ -651,11 +683,16 @@ void ts_trainer_destroy(ts_trainer *t) {
     free(t->norm_owner);
     ts_layout_plan_free(&t->plan);
     ts_schedule_free(&t->schedule);
+    if (t->be && t->be->kind != TS_DEVICE_CPU) {
+        t->be->free(t->tokens_dev);
+        t->be->free(t->targets_dev);
+    }
     ts_mem_free(t->tokens);
     ts_mem_free(t->targets);
     free(t->ctx);
     ts_optimizer_destroy(t->optim);
     ts_model_destroy(t->model);
+    ts_backend_close(t->be);
     ts_dataset_close(t->data);
     free(t);
 }
@@ -664,12 +701,41 @@ ts_train_state *ts_trainer_state(ts_trainer *t) {
     return &t->state;
 }
 
+/* This rank's blocks of the unsharded flat host array `full` written into
+ * `dev`, an array (numel f32) of the model's device. */
+static ts_status trainer_scatter(ts_trainer *t, const float *full, float *dev) {
+    ts_model *m = t->model;
+    if (t->be->kind == TS_DEVICE_CPU) {
+        ts_model_scatter(m, full, dev);
+        return TS_OK;
+    }
+    float *host = ts_mem_alloc(TS_MEM_OTHER, m->numel * sizeof(float));
+    if (!host) return TS_ERR_NOMEM;
+    ts_model_scatter(m, full, host);
+    ts_status st = t->be->from_host(dev, host, m->numel * sizeof(float));
+    ts_mem_free(host);
+    return st;
+}
+
+/* The host's view of `dev` (numel f32 of the model's device): `dev` itself
+ * on the CPU, else a copy in `host` (numel floats). */
+static ts_status trainer_host(ts_trainer *t, const float *dev, float *host, const float **out) {
+    if (t->be->kind == TS_DEVICE_CPU) {
+        *out = dev;
+        return TS_OK;
+    }
+    TS_TRY(t->be->to_host(host, dev, t->model->numel * sizeof(float)));
+    *out = host;
+    return TS_OK;
+}
+
 /* Sets the master weights (and, in bf16, the parameters) from the
  * unsharded flat array: this rank's blocks are cut out of it. */
-static void trainer_set_master(ts_trainer *t, const float *full) {
-    ts_model_scatter(t->model, full, t->optim->master);
+static ts_status trainer_set_master(ts_trainer *t, const float *full) {
+    TS_TRY(trainer_scatter(t, full, t->optim->master));
     if (t->model->dtype == TS_BF16)
-        ts_cpu_f32_to_bf16(t->model->param_data, t->optim->master, t->model->numel);
+        TS_TRY(t->be->f32_to_bf16(t->model->param_data, t->optim->master, t->model->numel));
+    return TS_OK;
 }
 
 /* The unsharded copy of a local f32 array (numel) — the array itself when
@@ -706,10 +772,10 @@ ts_status ts_trainer_load(ts_trainer *t, const char *path) {
         st = key_error(t->cfg, "train", "seed",
                        "seed = %llu, but checkpoint %s was trained with seed %llu",
                        (unsigned long long)t->state.seed, path, (unsigned long long)meta.seed);
+    if (!st) st = trainer_set_master(t, buf);
+    if (!st) st = trainer_scatter(t, buf + n, t->optim->m);
+    if (!st) st = trainer_scatter(t, buf + 2 * n, t->optim->v);
     if (!st) {
-        trainer_set_master(t, buf);
-        ts_model_scatter(m, buf + n, t->optim->m);
-        ts_model_scatter(m, buf + 2 * n, t->optim->v);
         t->state.step = meta.step;
         t->state.data_cursor = meta.data_cursor;
     }
@@ -722,28 +788,44 @@ ts_status ts_trainer_load(ts_trainer *t, const char *path) {
 static ts_status trainer_save(ts_trainer *t, char *path, size_t size) {
     ts_model *m = t->model;
     int cut = trainer_cut(t);
-    size_t n = m->global_numel;
+    size_t n = m->global_numel, ln = m->numel;
+    int dev = t->be->kind != TS_DEVICE_CPU;
     float *buf = cut ? ts_mem_alloc(TS_MEM_OTHER, 3 * n * sizeof(float)) : NULL;
-    if (cut && !buf) return TS_ERR_NOMEM;
-    const float *a, *b, *c;
-    ts_status st = trainer_full(t, t->optim->master, buf, &a);
-    if (!st) st = trainer_full(t, t->optim->m, buf ? buf + n : NULL, &b);
-    if (!st) st = trainer_full(t, t->optim->v, buf ? buf + 2 * n : NULL, &c);
+    float *host = dev ? ts_mem_alloc(TS_MEM_OTHER, 3 * ln * sizeof(float)) : NULL;
+    if ((cut && !buf) || (dev && !host)) {
+        ts_mem_free(buf);
+        return TS_ERR_NOMEM;
+    }
+    const float *la, *lb, *lc, *a, *b, *c;
+    ts_status st = trainer_host(t, t->optim->master, host, &la);
+    if (!st) st = trainer_host(t, t->optim->m, host ? host + ln : NULL, &lb);
+    if (!st) st = trainer_host(t, t->optim->v, host ? host + 2 * ln : NULL, &lc);
+    if (!st) st = trainer_full(t, la, buf, &a);
+    if (!st) st = trainer_full(t, lb, buf ? buf + n : NULL, &b);
+    if (!st) st = trainer_full(t, lc, buf ? buf + 2 * n : NULL, &c);
     ts_ckpt_meta meta = {t->state.step, t->state.data_cursor, t->state.seed};
     if (!st && t->rank0) st = ts_checkpoint_save(t->ckpt_dir, m, &meta, a, b, c, path, size);
     ts_mem_free(buf);
+    ts_mem_free(host);
     return st;
 }
 
 ts_status ts_trainer_export(ts_trainer *t, const char *path) {
     ts_model *m = t->model;
+    int dev = t->be->kind != TS_DEVICE_CPU;
     float *buf =
         trainer_cut(t) ? ts_mem_alloc(TS_MEM_OTHER, m->global_numel * sizeof(float)) : NULL;
-    if (trainer_cut(t) && !buf) return TS_ERR_NOMEM;
-    const float *full;
-    ts_status st = trainer_full(t, t->optim->master, buf, &full);
+    float *host = dev ? ts_mem_alloc(TS_MEM_OTHER, m->numel * sizeof(float)) : NULL;
+    if ((trainer_cut(t) && !buf) || (dev && !host)) {
+        ts_mem_free(buf);
+        return TS_ERR_NOMEM;
+    }
+    const float *local, *full;
+    ts_status st = trainer_host(t, t->optim->master, host, &local);
+    if (!st) st = trainer_full(t, local, buf, &full);
     if (!st && t->rank0) st = ts_llmc_save(path, m, full);
     ts_mem_free(buf);
+    ts_mem_free(host);
     return st;
 }
 
@@ -787,6 +869,10 @@ static ts_status trainer_load_batch(ts_trainer *t, int64_t *valid) {
     int64_t n = 0;
     for (size_t i = 0; i < seq * T; i++)
         n += t->targets[i] >= 0;
+    if (t->be->kind != TS_DEVICE_CPU) {
+        TS_TRY(t->be->from_host(t->tokens_dev, t->tokens, seq * T * sizeof(int32_t)));
+        TS_TRY(t->be->from_host(t->targets_dev, t->targets, seq * T * sizeof(int32_t)));
+    }
     return ts_batch_valid_total(t->batch_comm, n, valid);
 }
 
@@ -820,7 +906,7 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
     ts_status st = TS_OK;
     switch (a->kind) {
     case TS_ACT_RECV_ACT:
-        t->act_in[slot] = ts_mem_alloc(TS_MEM_ACTS, n * sizeof(float));
+        t->act_in[slot] = t->be->alloc(TS_MEM_ACTS, n * sizeof(float));
         if (!t->act_in[slot]) return TS_ERR_NOMEM;
         st = ts_comm_recv(t->pp_comm, t->act_in[slot], n, TS_F32, a->peer,
                           trainer_tag(0, vstage - 1, mb));
@@ -833,8 +919,9 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
             *c = (ts_step_ctx){.mb = mb,
                                .B = t->B,
                                .T = t->T,
-                               .tokens = t->tokens + off,
-                               .targets = t->targets + off,
+                               .tokens = t->tokens_dev + off,
+                               .targets = t->targets_dev + off,
+                               .targets_host = t->targets + off,
                                .dloss = valid > 0 ? 1.0f / (float)valid : 0.0f,
                                .module_done = trainer_module_done,
                                .module_done_user = t};
@@ -842,6 +929,7 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
         }
         ts_tensor x;
         ts_tensor_view(&x, "act.in", TS_F32, 3, shape, t->act_in[slot], TS_MEM_ACTS);
+        x.device = t->be->kind;
         double before = c->loss_sum;
         if (!st)
             st = ts_model_forward_chunk(m, c, chunk, ts_model_chunk_first(m, chunk) ? NULL : &x,
@@ -858,7 +946,7 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
         cat = TS_TRACE_CAT_P2P;
         break;
     case TS_ACT_RECV_GRAD:
-        t->grad_in[slot] = ts_mem_alloc(TS_MEM_ACTS, n * sizeof(float));
+        t->grad_in[slot] = t->be->alloc(TS_MEM_ACTS, n * sizeof(float));
         if (!t->grad_in[slot]) return TS_ERR_NOMEM;
         st = ts_comm_recv(t->pp_comm, t->grad_in[slot], n, TS_F32, a->peer,
                           trainer_tag(1, vstage, mb));
@@ -870,18 +958,20 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
         TS_TRY(trainer_wait(&t->act_req[slot]));
         ts_tensor dy, dx;
         ts_tensor_view(&dy, "grad.in", TS_F32, 3, shape, t->grad_in[slot], TS_MEM_ACTS);
+        dy.device = t->be->kind;
         int first = ts_model_chunk_first(m, chunk);
         if (!first) {
-            t->grad_out[slot] = ts_mem_alloc(TS_MEM_ACTS, n * sizeof(float));
+            t->grad_out[slot] = t->be->alloc(TS_MEM_ACTS, n * sizeof(float));
             if (!t->grad_out[slot]) return TS_ERR_NOMEM;
         }
         ts_tensor_view(&dx, "grad.out", TS_F32, 3, shape, t->grad_out[slot], TS_MEM_ACTS);
+        dx.device = t->be->kind;
         t->hooks_on = index == last_backward[chunk];
         st = ts_model_backward_chunk(m, c, chunk, ts_model_chunk_last(m, chunk) ? NULL : &dy,
                                      first ? NULL : &dx);
         t->hooks_on = 0;
-        ts_mem_free(t->grad_in[slot]);
-        ts_mem_free(t->act_in[slot]);
+        t->be->free(t->grad_in[slot]);
+        t->be->free(t->act_in[slot]);
         t->grad_in[slot] = t->act_in[slot] = NULL;
         if (!st) st = trainer_hook(t, TS_HOOK_AFTER_BACKWARD, mb, NULL);
         t->compute_s += now_seconds() - t0;
@@ -920,7 +1010,7 @@ static ts_status trainer_optimizer_step(ts_trainer *t, double *norm, float *lr) 
     TS_TRY(trainer_grad_norm(t, norm));
     float scale = ts_grad_clip_scale(&t->optim->cfg, *norm);
     *lr = ts_lr_at(&t->optim->cfg, t->state.step);
-    ts_optimizer_step(t->optim, m, t->state.step, *lr, scale);
+    TS_TRY(ts_optimizer_step(t->optim, m, t->state.step, *lr, scale));
     TS_TRY(trainer_hook(t, TS_HOOK_AFTER_OPTIMIZER, -1, NULL));
     ts_trace_span(t->trace, "optimizer_step", TS_TRACE_CAT_COMPUTE, t1, now_seconds(), -1,
                   t->pp_rank, -1);
@@ -932,7 +1022,7 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
     ts_trace_set_step(t->trace, t->state.step + 1);
     int64_t valid = 0;
     TS_TRY(trainer_load_batch(t, &valid));
-    ts_model_zero_grad(t->model);
+    TS_TRY(ts_model_zero_grad(t->model));
     memset(t->ctx, 0, (size_t)t->micro_batches * sizeof *t->ctx);
     t->compute_s = 0.0;
     double loss_sum = 0.0, norm = 0.0;
@@ -951,7 +1041,7 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
             size_t slots = (size_t)t->micro_batches * t->chunks;
             for (size_t k = 0; k < slots; k++) {
                 TS_TRY(trainer_wait(&t->grad_req[k]));
-                ts_mem_free(t->grad_out[k]);
+                t->be->free(t->grad_out[k]);
                 t->grad_out[k] = NULL;
             }
             TS_TRY(trainer_optimizer_step(t, &norm, &lr));
@@ -989,12 +1079,18 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
 
 static void trainer_print_header(ts_trainer *t);
 
+/* Memory counters of the model's device: the host allocator's on the CPU,
+ * the device allocator's on a GPU. */
+static ts_mem_counter trainer_mem(const ts_trainer *t, ts_mem_category cat) {
+    return t->be->kind == TS_DEVICE_CPU ? ts_mem_stats(cat) : ts_device_mem_stats(cat);
+}
+
 /* Per pipeline stage: the measured bubble of the step and the activation
  * peak so far (KiB), gathered over the pipeline group (collective). */
 static ts_status trainer_stage_stats(ts_trainer *t, const ts_step_stats *s, float *bubble,
                                      int32_t *peak_kib) {
     float b = (float)s->bubble;
-    int32_t k = (int32_t)(ts_mem_stats(TS_MEM_ACTS).peak / 1024);
+    int32_t k = (int32_t)(trainer_mem(t, TS_MEM_ACTS).peak / 1024);
     if (!t->pp_comm || t->pp == 1) {
         bubble[0] = b;
         peak_kib[0] = k;
@@ -1007,14 +1103,14 @@ static ts_status trainer_stage_stats(ts_trainer *t, const ts_step_stats *s, floa
 static ts_status trainer_write_metrics(ts_trainer *t, const ts_step_stats *s, const float *bubble,
                                        const int32_t *peak_kib) {
     FILE *f = t->metrics;
-    ts_mem_counter total = ts_mem_stats(TS_MEM_NCAT);
+    ts_mem_counter total = trainer_mem(t, TS_MEM_NCAT);
     fprintf(f,
             "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.9g,\"grad_norm\":%.9g,"
             "\"tokens_per_s\":%.6g,\"step_ms\":%.6g,\"peak_mem_bytes\":%zu,\"mem\":{",
             (long long)s->step, s->loss, (double)s->lr, s->grad_norm, s->tokens_per_s, s->step_ms,
             total.peak);
     for (int c = 0; c <= TS_MEM_NCAT; c++) {
-        ts_mem_counter k = ts_mem_stats((ts_mem_category)c);
+        ts_mem_counter k = trainer_mem(t, (ts_mem_category)c);
         fprintf(f, "%s\"%s\":{\"allocated\":%zu,\"reserved\":%zu,\"peak\":%zu}", c ? "," : "",
                 ts_mem_category_name((ts_mem_category)c), k.allocated, k.reserved, k.peak);
     }
@@ -1054,7 +1150,7 @@ ts_status ts_trainer_run(ts_trainer *t) {
         if (t->par) ts_parallel_snapshot_take(t->par, t->snap);
         ts_step_stats s;
         TS_TRY(ts_trainer_step(t, &s));
-        ts_mem_counter total = ts_mem_stats(TS_MEM_NCAT);
+        ts_mem_counter total = trainer_mem(t, TS_MEM_NCAT);
         if (t->rank0 && (s.step % t->log_every == 0 || s.step == t->steps)) {
             printf("step %5lld/%lld | loss %.6f | lr %.3e | norm %.4f | %8.0f tok/s | "
                    "%8.1f ms | peak %.1f MiB\n",
@@ -1088,10 +1184,15 @@ ts_status ts_trainer_run(ts_trainer *t) {
 
 static void trainer_print_header(ts_trainer *t) {
     const ts_model_config *c = &t->mcfg;
+    char device[32];
+    if (t->be->kind == TS_DEVICE_CPU)
+        snprintf(device, sizeof device, "cpu");
+    else
+        snprintf(device, sizeof device, "%s:%d", t->be->name, ts_device_current());
     printf("model: gpt2 layers=%d d_model=%d heads=%d vocab=%d (padded %d) context=%d, "
-           "%zu parameters, %s\n",
+           "%zu parameters, %s, device %s\n",
            c->layers, c->d_model, c->heads, c->vocab, c->padded_vocab, c->context, t->model->numel,
-           ts_dtype_name(t->model->dtype));
+           ts_dtype_name(t->model->dtype), device);
     printf("data: %s\n", ts_dataset_describe(t->data));
     double h = ts_dataset_entropy_rate(t->data);
     printf("loss at uniform prediction ln(vocab) = %.4f", log((double)c->vocab));

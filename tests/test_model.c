@@ -37,7 +37,7 @@ static const ts_model_config tiny = {
 
 static ts_model *make_model(ts_dtype dt, uint64_t seed) {
     ts_model *m = NULL;
-    if (ts_model_create(&tiny, dt, seed, NULL, &m) != TS_OK) {
+    if (ts_model_create(&tiny, dt, seed, NULL, NULL, &m) != TS_OK) {
         fprintf(stderr, "model: %s\n", ts_last_error());
         exit(1);
     }

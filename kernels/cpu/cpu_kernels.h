@@ -133,6 +133,17 @@ void ts_cpu_ce_shard_backward(float *dlogits, const float *logits, const float *
                               const int32_t *targets, float dloss, int v0, int N, int V_loc,
                               int Vp_loc);
 
+/* 3. as a kernel: lse (N) = rowmax + log(stats[., 0]); losses (N) = lse -
+ * stats[., 1], or 0 where targets (N) is masked (-1). (model_extra.c) */
+void ts_cpu_ce_shard_loss(float *losses, float *lse, const float *rowmax, const float *stats,
+                          const int32_t *targets, int N);
+
+/* --- biases (model_extra.c) --------------------------------------------------
+ * add_bias   out (N, C) += bias (C) on every row
+ * bias_grad  dbias (C) += column sums of dout (N, C), rows in order */
+void ts_cpu_add_bias(float *out, const float *bias, int N, int C);
+void ts_cpu_bias_grad(float *dbias, const float *dout, int N, int C);
+
 /* --- AdamW (decoupled weight decay, Loshchilov & Hutter 2019) --------------
  * For each i:  g = grad[i] * grad_scale
  *   m = beta1 m + (1-beta1) g;  v = beta2 v + (1-beta2) g^2

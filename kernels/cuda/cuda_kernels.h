@@ -243,6 +243,27 @@ ts_status ts_cuda_round_bf16(float *x, size_t n);
 ts_status ts_cuda_f32_to_bf16(uint16_t *out, const float *in, size_t n);
 ts_status ts_cuda_bf16_to_f32(float *out, const uint16_t *in, size_t n);
 
+/* --- the model's small kernels and memory operations (model_extra.cu) ----------
+ * As ts_cpu_add_bias, ts_cpu_bias_grad (each column's rows summed in order, as
+ * the CPU sums them)
+ * and ts_cpu_ce_shard_loss (log on the device: within an ulp):
+ *   add_bias       out (N, C) += bias (C)
+ *   bias_grad      dbias (C) += column sums of dout (N, C)
+ *   ce_shard_loss  lse (N) = rowmax + log(stats[., 0]); losses (N) = lse -
+ *                  stats[., 1], 0 where targets (N) is -1 */
+ts_status ts_cuda_add_bias(float *out, const float *bias, int N, int C);
+ts_status ts_cuda_bias_grad(float *dbias, const float *dout, int N, int C);
+ts_status ts_cuda_ce_shard_loss(float *losses, float *lse, const float *rowmax, const float *stats,
+                                const int32_t *targets, int N);
+/* Stream-ordered on ts_cuda_stream(): zero `bytes` of device memory; copy
+ * device to device; the sequence-parallel staging of a hidden state (B, T, C)
+ * against per-rank blocks (tp, B, T/tp, C): seq_from_stage full = stage's
+ * blocks put back in sequence order, seq_to_stage the reverse. */
+ts_status ts_cuda_zero(void *ptr, size_t bytes);
+ts_status ts_cuda_copy(void *dst, const void *src, size_t bytes);
+ts_status ts_cuda_seq_from_stage(float *full, const float *stage, int tp, int B, int T, int C);
+ts_status ts_cuda_seq_to_stage(float *stage, const float *full, int tp, int B, int T, int C);
+
 #ifdef __cplusplus
 }
 #endif

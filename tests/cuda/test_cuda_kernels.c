@@ -3,7 +3,7 @@
  *
  *   test_cuda_kernels FAMILY     (matmul_f32, matmul_bf16, embedding, layernorm,
  *                                 gelu, attention, residual, crossentropy,
- *                                 adamw, reduce)
+ *                                 adamw, reduce, model_extra)
  *
  * Each run draws fresh random inputs (the seed is time-based and printed;
  * TS_TEST_SEED=S replays one), uploads the same inputs to both backends, and
@@ -621,10 +621,70 @@ static void test_reduce(void) {
     free(x), free(y), free(s), free(hb), free(hf);
 }
 
+/* --- the model's small kernels and memory operations (model_extra.cu) ------------------------ */
+static void test_model_extra(void) {
+    int N = 1 + rnd_int(300), C = 1 + rnd_int(1000);
+    size_t n = (size_t)N * C;
+    printf("model_extra N=%d C=%d\n", N, C);
+    float *out = host_rand(n, 1.0f), *bias = host_rand(C, 1.0f), *db = host_rand(C, 1.0f);
+    float *d_out = dev_f(out, n), *d_bias = dev_f(bias, C), *d_db = dev_f(db, C);
+    ts_cpu_add_bias(out, bias, N, C);
+    CALL(ts_cuda_add_bias(d_out, d_bias, N, C));
+    check("add_bias out (+=)", d_out, out, n, TOL_F32);
+    ts_cpu_bias_grad(db, out, N, C);
+    CALL(ts_cuda_bias_grad(d_db, d_out, N, C));
+    check("bias_grad dbias (+=)", d_db, db, C, TOL_F32);
+
+    /* cross-entropy's last step: sum-exps >= 1 (the max's own term), some
+     * targets masked */
+    float *rowmax = host_rand(N, 5.0f), *stats = host_rand(2 * (size_t)N, 5.0f);
+    int32_t *tgt = malloc(N * sizeof *tgt);
+    for (int i = 0; i < N; i++) {
+        stats[2 * i] = 1.0f + fabsf(stats[2 * i]) * 100.0f;
+        tgt[i] = rnd_int(4) == 0 ? -1 : rnd_int(1000);
+    }
+    float *losses = malloc(N * sizeof *losses), *lse = malloc(N * sizeof *lse);
+    float *d_rowmax = dev_f(rowmax, N), *d_stats = dev_f(stats, 2 * (size_t)N);
+    int32_t *d_tgt = dev_from(tgt, N * sizeof *tgt);
+    float *d_losses = dev_nan(N), *d_lse = dev_nan(N);
+    ts_cpu_ce_shard_loss(losses, lse, rowmax, stats, tgt, N);
+    CALL(ts_cuda_ce_shard_loss(d_losses, d_lse, d_rowmax, d_stats, d_tgt, N));
+    check("ce_shard_loss losses", d_losses, losses, N, TOL_F32);
+    check("ce_shard_loss lse", d_lse, lse, N, TOL_F32);
+
+    /* zero, device copy */
+    float *zeros = calloc(n, sizeof *zeros), *d_copy = dev_nan(n);
+    CALL(ts_cuda_copy(d_copy, d_out, n * sizeof(float)));
+    check_bits("copy", d_copy, out, n * sizeof(float));
+    CALL(ts_cuda_zero(d_copy, n * sizeof(float)));
+    check_bits("zero", d_copy, zeros, n * sizeof(float));
+
+    /* the sequence-parallel staging: (B, T, C) against (tp, B, T/tp, C) */
+    int tp = 1 + rnd_int(4), B = 1 + rnd_int(4), T = tp * (1 + rnd_int(16)), Cs = 1 + rnd_int(64);
+    int Tl = T / tp;
+    size_t ns = (size_t)B * T * Cs;
+    float *full = host_rand(ns, 1.0f), *stage = malloc(ns * sizeof *stage);
+    for (int r = 0; r < tp; r++)
+        for (int b = 0; b < B; b++)
+            memcpy(stage + ((size_t)r * B + b) * Tl * Cs,
+                   full + ((size_t)b * T + (size_t)r * Tl) * Cs, (size_t)Tl * Cs * sizeof(float));
+    float *d_full = dev_f(full, ns), *d_stage = dev_nan(ns), *d_back = dev_nan(ns);
+    CALL(ts_cuda_seq_to_stage(d_stage, d_full, tp, B, T, Cs));
+    check_bits("seq_to_stage", d_stage, stage, ns * sizeof(float));
+    CALL(ts_cuda_seq_from_stage(d_back, d_stage, tp, B, T, Cs));
+    check_bits("seq_from_stage", d_back, full, ns * sizeof(float));
+
+    cudaFree(d_out), cudaFree(d_bias), cudaFree(d_db), cudaFree(d_rowmax), cudaFree(d_stats);
+    cudaFree(d_tgt), cudaFree(d_losses), cudaFree(d_lse), cudaFree(d_copy), cudaFree(d_full);
+    cudaFree(d_stage), cudaFree(d_back);
+    free(out), free(bias), free(db), free(rowmax), free(stats), free(tgt), free(losses), free(lse);
+    free(zeros), free(full), free(stage);
+}
+
 int main(int argc, char **argv) {
-    static const char *families[] = {"matmul_f32", "matmul_bf16", "embedding", "layernorm",
-                                     "gelu",       "attention",   "residual",  "crossentropy",
-                                     "adamw",      "reduce"};
+    static const char *families[] = {"matmul_f32", "matmul_bf16", "embedding",  "layernorm",
+                                     "gelu",       "attention",   "residual",   "crossentropy",
+                                     "adamw",      "reduce",      "model_extra"};
     int nfam = (int)(sizeof families / sizeof *families), fam = -1;
     for (int i = 0; argc == 2 && i < nfam; i++)
         if (strcmp(argv[1], families[i]) == 0) fam = i;
@@ -660,6 +720,7 @@ int main(int argc, char **argv) {
     case 7: test_crossentropy(); break;
     case 8: test_adamw(); break;
     case 9: test_reduce(); break;
+    case 10: test_model_extra(); break;
     }
     ts_cuda_free();
     printf("%s: %s (%d failed checks)\n", families[fam], g_failures ? "FAIL" : "PASS", g_failures);

@@ -1,0 +1,174 @@
+/*
+ * backend.h — where the model's tensors live and its kernels run: one table
+ * of memory operations and kernels per device kind (CPU, CUDA).
+ *
+ * The model, the optimizer and the trainer never touch tensor memory
+ * directly: they allocate, zero, copy and compute through the backend of the
+ * model (ts_model.be). The CPU backend (backend_cpu.c) wraps the host
+ * allocator and the reference kernels of kernels/cpu — bit for bit the
+ * computation the model did before the table existed. The CUDA backend
+ * (backend_cuda.c) wraps the caching device allocator (device.h) and the
+ * kernels of kernels/cuda; it exists only in builds with CUDA
+ * (TESSERA_HAVE_CUDA).
+ *
+ * Pointers. Every tensor argument is memory of the backend's device,
+ * allocated with its `alloc`; only to_host / from_host (and the host double
+ * of sumsq) touch host memory. Kernel semantics and argument order are those
+ * of kernels/cpu/cpu_kernels.h (`out` first, inputs, dimensions last; every
+ * backward kernel accumulates += except the cross-entropy backward, which
+ * writes =). Operations are stream-ordered on the device: to_host returns
+ * when the data has arrived; everything else may return as soon as it is
+ * enqueued. Every slot is required (no optional entries).
+ *
+ * Attention is the one op whose saved state differs between backends: the
+ * CPU saves the probabilities att (B, NH, T, T) and its backward needs a
+ * scratch of the same size; CUDA saves lse (B, NH, T) and needs no scratch,
+ * but its backward reads the forward's output. The model sizes both through
+ * attention_saved_floats / attention_scratch_floats and always passes `out`.
+ *
+ * Errors: every operation returns ts_status (a failed launch, a CUDA error)
+ * with the message in ts_last_error(); alloc returns NULL and sets it.
+ *
+ * Not here: communication (tessera/comm.h; device buffers go to NCCL
+ * communicators, which this backend does not create), the host-side
+ * checkpoint and data paths (host buffers, copied with to_host/from_host).
+ */
+#ifndef TESSERA_CORE_BACKEND_H
+#define TESSERA_CORE_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessera/tessera.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ts_backend {
+    ts_device kind;   /* TS_DEVICE_CPU or TS_DEVICE_CUDA                  */
+    const char *name; /* "cpu", "cuda"                                    */
+
+    /* --- memory -------------------------------------------------------------
+     * alloc: `bytes` zero-filled under `cat` (NULL and the last error on
+     * failure); free: a block from alloc (NULL ignored). zero: `bytes` of
+     * device memory set to 0. copy: device to device (no overlap). to_host /
+     * from_host: between device memory and host memory; to_host waits until
+     * the bytes are on the host. sync: waits for all enqueued work. */
+    void *(*alloc)(ts_mem_category cat, size_t bytes);
+    void (*free)(void *ptr);
+    ts_status (*zero)(void *ptr, size_t bytes);
+    ts_status (*copy)(void *dst, const void *src, size_t bytes);
+    ts_status (*to_host)(void *host, const void *src, size_t bytes);
+    ts_status (*from_host)(void *dst, const void *host, size_t bytes);
+    ts_status (*sync)(void);
+
+    /* --- GEMM: out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC or NULL);
+     * backward: dinp (N, C) +=, dweight (OC, C) +=, dbias (OC) += (each may
+     * be NULL). */
+    ts_status (*matmul_forward)(float *out, const float *inp, const float *weight,
+                                const float *bias, int N, int C, int OC);
+    ts_status (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, int N, int C, int OC);
+
+    /* --- embedding, vocabulary-parallel (rows [v0, v0 + V_loc) of wte) ------
+     * embedding_shard_forward  out (N, C) = wte[tok - v0] or 0 (=)
+     * embedding_shard_backward dwte (V_loc, C) += scatter of dout (N, C)
+     * position_forward         out (B, T, C) += wpe[pos0 + t]
+     * position_backward        dwpe (maxT, C) += sum over b of dout */
+    ts_status (*embedding_shard_forward)(float *out, const int32_t *tokens, const float *wte,
+                                         int v0, int V_loc, int N, int C);
+    ts_status (*embedding_shard_backward)(float *dwte, const float *dout, const int32_t *tokens,
+                                          int v0, int V_loc, int N, int C);
+    ts_status (*position_forward)(float *out, const float *wpe, int B, int T, int C, int pos0);
+    ts_status (*position_backward)(float *dwpe, const float *dout, int B, int T, int C, int pos0);
+
+    /* --- LayerNorm: out (N, C), mean, rstd (N) saved; backward += --------- */
+    ts_status (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                                   const float *weight, const float *bias, int N, int C);
+    ts_status (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                                    const float *inp, const float *weight, const float *mean,
+                                    const float *rstd, int N, int C);
+
+    /* --- element-wise: gelu (n), residual out = a + b (n), bias ------------
+     * add_bias  out (N, C) += bias (C)
+     * bias_grad dbias (C) += column sums of dout (N, C) */
+    ts_status (*gelu_forward)(float *out, const float *inp, size_t n);
+    ts_status (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    ts_status (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+    ts_status (*add_bias)(float *out, const float *bias, int N, int C);
+    ts_status (*bias_grad)(float *dbias, const float *dout, int N, int C);
+
+    /* --- causal self-attention over qkv (B, T, 3C), out (B, T, C) ----------
+     * attention_saved_floats   floats of `saved` for (B, NH, T)
+     * attention_scratch_floats floats of the backward's `scratch` (may be 0;
+     *                          scratch may then be NULL)
+     * attention_forward        out (=), saved (=)
+     * attention_backward       dqkv (B, T, 3C) += ..., given dout, qkv and
+     *                          the forward's out and saved */
+    size_t (*attention_saved_floats)(int B, int NH, int T);
+    size_t (*attention_scratch_floats)(int B, int NH, int T);
+    ts_status (*attention_forward)(float *out, float *saved, const float *qkv, int B, int T, int C,
+                                   int NH);
+    ts_status (*attention_backward)(float *dqkv, float *scratch, const float *dout,
+                                    const float *qkv, const float *out, const float *saved, int B,
+                                    int T, int C, int NH);
+
+    /* --- vocabulary-parallel cross-entropy (cpu_kernels.h has the recipe) ---
+     * ce_shard_max, ce_shard_sumexp, ce_shard_backward as ts_cpu_ce_shard_*;
+     * ce_shard_loss: lse (N) = rowmax + log(stats[.,0]); losses (N) = lse -
+     * stats[.,1], 0 where the target is masked (step 3 of the recipe). */
+    ts_status (*ce_shard_max)(float *rowmax, const float *logits, int N, int V_loc, int Vp_loc);
+    ts_status (*ce_shard_sumexp)(float *stats, const float *logits, const float *rowmax,
+                                 const int32_t *targets, int v0, int N, int V_loc, int Vp_loc);
+    ts_status (*ce_shard_loss)(float *losses, float *lse, const float *rowmax, const float *stats,
+                               const int32_t *targets, int N);
+    ts_status (*ce_shard_backward)(float *dlogits, const float *logits, const float *lse,
+                                   const int32_t *targets, float dloss, int v0, int N, int V_loc,
+                                   int Vp_loc);
+
+    /* --- optimizer and reductions ------------------------------------------
+     * adamw as ts_cpu_adamw; sumsq: *out (a HOST double) = sum of x^2 (n),
+     * accumulated in double (waits for the result). */
+    ts_status (*adamw)(float *param, float *m, float *v, const float *grad, size_t n, float lr,
+                       float beta1, float beta2, float eps, float weight_decay, int t,
+                       float grad_scale);
+    ts_status (*sumsq)(double *out, const float *x, size_t n);
+
+    /* --- bf16: round in place; conversions (nearest, ties to even) --------- */
+    ts_status (*round_bf16)(float *x, size_t n);
+    ts_status (*f32_to_bf16)(uint16_t *out, const float *in, size_t n);
+    ts_status (*bf16_to_f32)(float *out, const uint16_t *in, size_t n);
+
+    /* --- sequence-parallel staging: hidden states (B, T, C) against the
+     * per-rank blocks stage (tp, B, T/tp, C) of an all-gather / reduce-scatter
+     * seq_from_stage  full (B, T, C) = the blocks of stage (tp, B, T/tp, C)
+     * seq_to_stage    stage (tp, B, T/tp, C) = full (B, T, C) cut by rank */
+    ts_status (*seq_from_stage)(float *full, const float *stage, int tp, int B, int T, int C);
+    ts_status (*seq_to_stage)(float *stage, const float *full, int tp, int B, int T, int C);
+} ts_backend;
+
+/* The CPU backend: always available, never fails. */
+const ts_backend *ts_backend_cpu(void);
+/* The CUDA backend's table, without any initialisation (use
+ * ts_backend_open); NULL, with the last error "this build has no CUDA", in a
+ * build without CUDA. */
+const ts_backend *ts_backend_cuda(void);
+
+/* The backend of `device`, ready for use. For TS_DEVICE_CUDA this selects
+ * the GPU (ts_device_init(-1): the launcher's local rank), creates the
+ * kernels' context (ts_cuda_init) and makes its stream the compute stream of
+ * the device allocator, once per process. Failure: TS_ERR_INVALID when this
+ * build has no CUDA or no CUDA device is visible (the message says which),
+ * or any error of the initialisation. */
+ts_status ts_backend_open(ts_device device, const ts_backend **out);
+
+/* Releases what ts_backend_open(TS_DEVICE_CUDA) set up (waits for the
+ * device, resets the compute stream, frees the kernels' context). Call after
+ * every block of the backend has been freed. A no-op for the CPU or NULL. */
+void ts_backend_close(const ts_backend *be);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TESSERA_CORE_BACKEND_H */

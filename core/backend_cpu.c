@@ -1,0 +1,222 @@
+/*
+ * backend_cpu.c — the CPU backend (backend.h): the accounted host allocator
+ * and the reference kernels of kernels/cpu, wrapped to return ts_status.
+ *
+ * Nothing here computes differently from calling the ts_cpu_* kernels
+ * directly: the CPU path is bit for bit what it was before the backend table.
+ */
+#include <string.h>
+
+#include "backend.h"
+#include "cpu_kernels.h"
+
+static void *cpu_alloc(ts_mem_category cat, size_t bytes) {
+    return ts_mem_alloc(cat, bytes);
+}
+static void cpu_free(void *ptr) {
+    ts_mem_free(ptr);
+}
+static ts_status cpu_zero(void *ptr, size_t bytes) {
+    if (bytes) memset(ptr, 0, bytes);
+    return TS_OK;
+}
+static ts_status cpu_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes) memcpy(dst, src, bytes);
+    return TS_OK;
+}
+static ts_status cpu_sync(void) {
+    return TS_OK;
+}
+
+static ts_status cpu_matmul_forward(float *out, const float *inp, const float *weight,
+                                    const float *bias, int N, int C, int OC) {
+    ts_cpu_matmul_forward(out, inp, weight, bias, N, C, OC);
+    return TS_OK;
+}
+static ts_status cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                     const float *inp, const float *weight, int N, int C, int OC) {
+    ts_cpu_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    return TS_OK;
+}
+
+static ts_status cpu_embedding_shard_forward(float *out, const int32_t *tokens, const float *wte,
+                                             int v0, int V_loc, int N, int C) {
+    ts_cpu_embedding_shard_forward(out, tokens, wte, v0, V_loc, N, C);
+    return TS_OK;
+}
+static ts_status cpu_embedding_shard_backward(float *dwte, const float *dout, const int32_t *tokens,
+                                              int v0, int V_loc, int N, int C) {
+    ts_cpu_embedding_shard_backward(dwte, dout, tokens, v0, V_loc, N, C);
+    return TS_OK;
+}
+static ts_status cpu_position_forward(float *out, const float *wpe, int B, int T, int C, int pos0) {
+    ts_cpu_position_forward(out, wpe, B, T, C, pos0);
+    return TS_OK;
+}
+static ts_status cpu_position_backward(float *dwpe, const float *dout, int B, int T, int C,
+                                       int pos0) {
+    ts_cpu_position_backward(dwpe, dout, B, T, C, pos0);
+    return TS_OK;
+}
+
+static ts_status cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                       const float *weight, const float *bias, int N, int C) {
+    ts_cpu_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+    return TS_OK;
+}
+static ts_status cpu_layernorm_backward(float *dinp, float *dweight, float *dbias,
+                                        const float *dout, const float *inp, const float *weight,
+                                        const float *mean, const float *rstd, int N, int C) {
+    ts_cpu_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    return TS_OK;
+}
+
+static ts_status cpu_gelu_forward(float *out, const float *inp, size_t n) {
+    ts_cpu_gelu_forward(out, inp, n);
+    return TS_OK;
+}
+static ts_status cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    ts_cpu_gelu_backward(dinp, inp, dout, n);
+    return TS_OK;
+}
+static ts_status cpu_residual_forward(float *out, const float *a, const float *b, size_t n) {
+    ts_cpu_residual_forward(out, a, b, n);
+    return TS_OK;
+}
+static ts_status cpu_add_bias(float *out, const float *bias, int N, int C) {
+    ts_cpu_add_bias(out, bias, N, C);
+    return TS_OK;
+}
+static ts_status cpu_bias_grad(float *dbias, const float *dout, int N, int C) {
+    ts_cpu_bias_grad(dbias, dout, N, C);
+    return TS_OK;
+}
+
+/* Saved: the probabilities att (B, NH, T, T); scratch: their gradient. */
+static size_t cpu_attention_floats(int B, int NH, int T) {
+    return (size_t)B * NH * T * T;
+}
+static ts_status cpu_attention_forward(float *out, float *saved, const float *qkv, int B, int T,
+                                       int C, int NH) {
+    ts_cpu_attention_forward(out, saved, qkv, B, T, C, NH);
+    return TS_OK;
+}
+static ts_status cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
+                                        const float *qkv, const float *out, const float *saved,
+                                        int B, int T, int C, int NH) {
+    (void)out;
+    ts_cpu_attention_backward(dqkv, scratch, dout, qkv, saved, B, T, C, NH);
+    return TS_OK;
+}
+
+static ts_status cpu_ce_shard_max(float *rowmax, const float *logits, int N, int V_loc,
+                                  int Vp_loc) {
+    ts_cpu_ce_shard_max(rowmax, logits, N, V_loc, Vp_loc);
+    return TS_OK;
+}
+static ts_status cpu_ce_shard_sumexp(float *stats, const float *logits, const float *rowmax,
+                                     const int32_t *targets, int v0, int N, int V_loc, int Vp_loc) {
+    ts_cpu_ce_shard_sumexp(stats, logits, rowmax, targets, v0, N, V_loc, Vp_loc);
+    return TS_OK;
+}
+static ts_status cpu_ce_shard_loss(float *losses, float *lse, const float *rowmax,
+                                   const float *stats, const int32_t *targets, int N) {
+    ts_cpu_ce_shard_loss(losses, lse, rowmax, stats, targets, N);
+    return TS_OK;
+}
+static ts_status cpu_ce_shard_backward(float *dlogits, const float *logits, const float *lse,
+                                       const int32_t *targets, float dloss, int v0, int N,
+                                       int V_loc, int Vp_loc) {
+    ts_cpu_ce_shard_backward(dlogits, logits, lse, targets, dloss, v0, N, V_loc, Vp_loc);
+    return TS_OK;
+}
+
+static ts_status cpu_adamw(float *param, float *m, float *v, const float *grad, size_t n, float lr,
+                           float beta1, float beta2, float eps, float weight_decay, int t,
+                           float grad_scale) {
+    ts_cpu_adamw(param, m, v, grad, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
+    return TS_OK;
+}
+static ts_status cpu_sumsq(double *out, const float *x, size_t n) {
+    *out = ts_cpu_sumsq(x, n);
+    return TS_OK;
+}
+static ts_status cpu_round_bf16(float *x, size_t n) {
+    ts_cpu_round_bf16(x, n);
+    return TS_OK;
+}
+static ts_status cpu_f32_to_bf16(uint16_t *out, const float *in, size_t n) {
+    ts_cpu_f32_to_bf16(out, in, n);
+    return TS_OK;
+}
+static ts_status cpu_bf16_to_f32(float *out, const uint16_t *in, size_t n) {
+    ts_cpu_bf16_to_f32(out, in, n);
+    return TS_OK;
+}
+
+/* Rank r's block of the staging buffer holds rows [r*T/tp, (r+1)*T/tp) of
+ * every sequence. */
+static ts_status cpu_seq_from_stage(float *full, const float *stage, int tp, int B, int T, int C) {
+    int Tl = T / tp;
+    size_t blk = (size_t)B * Tl * C;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int r = 0; r < tp; r++)
+        for (int b = 0; b < B; b++)
+            memcpy(full + ((size_t)b * T + (size_t)r * Tl) * C,
+                   stage + r * blk + (size_t)b * Tl * C, (size_t)Tl * C * sizeof(float));
+    return TS_OK;
+}
+static ts_status cpu_seq_to_stage(float *stage, const float *full, int tp, int B, int T, int C) {
+    int Tl = T / tp;
+    size_t blk = (size_t)B * Tl * C;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int r = 0; r < tp; r++)
+        for (int b = 0; b < B; b++)
+            memcpy(stage + r * blk + (size_t)b * Tl * C,
+                   full + ((size_t)b * T + (size_t)r * Tl) * C, (size_t)Tl * C * sizeof(float));
+    return TS_OK;
+}
+
+static const ts_backend cpu_backend = {
+    .kind = TS_DEVICE_CPU,
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .zero = cpu_zero,
+    .copy = cpu_copy,
+    .to_host = cpu_copy,
+    .from_host = cpu_copy,
+    .sync = cpu_sync,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward,
+    .embedding_shard_forward = cpu_embedding_shard_forward,
+    .embedding_shard_backward = cpu_embedding_shard_backward,
+    .position_forward = cpu_position_forward,
+    .position_backward = cpu_position_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .residual_forward = cpu_residual_forward,
+    .add_bias = cpu_add_bias,
+    .bias_grad = cpu_bias_grad,
+    .attention_saved_floats = cpu_attention_floats,
+    .attention_scratch_floats = cpu_attention_floats,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .ce_shard_max = cpu_ce_shard_max,
+    .ce_shard_sumexp = cpu_ce_shard_sumexp,
+    .ce_shard_loss = cpu_ce_shard_loss,
+    .ce_shard_backward = cpu_ce_shard_backward,
+    .adamw = cpu_adamw,
+    .sumsq = cpu_sumsq,
+    .round_bf16 = cpu_round_bf16,
+    .f32_to_bf16 = cpu_f32_to_bf16,
+    .bf16_to_f32 = cpu_bf16_to_f32,
+    .seq_from_stage = cpu_seq_from_stage,
+    .seq_to_stage = cpu_seq_to_stage,
+};
+
+const ts_backend *ts_backend_cpu(void) {
+    return &cpu_backend;
+}

@@ -1,0 +1,168 @@
+/*
+ * backend_cuda.c — the CUDA backend (backend.h): the caching device
+ * allocator of device.h and the kernels of kernels/cuda, on one GPU.
+ *
+ * Every operation is enqueued on the kernels' stream (ts_cuda_stream), which
+ * ts_backend_open also makes the allocator's compute stream, so zero-fills,
+ * copies and kernels run in one order. to_host and sumsq wait for the device;
+ * nothing else does.
+ *
+ * Not here: several GPUs (NCCL communicators in the mesh are not wired into
+ * the trainer yet), bf16 GEMMs (bf16 mode computes in f32 on values rounded
+ * to bf16, as the CPU does). In a build without CUDA only ts_backend_open's
+ * CPU case and the failures remain.
+ */
+#include "backend.h"
+#include "tessera/device.h"
+
+#ifdef TESSERA_HAVE_CUDA
+
+#include "cuda_kernels.h"
+
+static double *g_sumsq; /* one device double for ts_cuda_sumsq's result */
+static int g_opened;    /* ts_backend_open(CUDA) calls not yet closed  */
+
+static void *cuda_alloc(ts_mem_category cat, size_t bytes) {
+    return ts_device_alloc(cat, bytes);
+}
+static void cuda_free(void *ptr) {
+    ts_device_free(ptr);
+}
+static ts_status cuda_copy_any(void *dst, const void *src, size_t bytes) {
+    return ts_device_copy(dst, src, bytes);
+}
+static ts_status cuda_sync(void) {
+    return ts_cuda_sync();
+}
+
+static ts_status cuda_adamw(float *param, float *m, float *v, const float *grad, size_t n, float lr,
+                            float beta1, float beta2, float eps, float weight_decay, int t,
+                            float grad_scale) {
+    return ts_cuda_adamw(param, m, v, NULL, grad, n, lr, beta1, beta2, eps, weight_decay, t,
+                         grad_scale);
+}
+
+static ts_status cuda_sumsq(double *out, const float *x, size_t n) {
+    if (!g_sumsq) {
+        g_sumsq = ts_device_alloc(TS_MEM_OTHER, sizeof(double));
+        if (!g_sumsq) return TS_ERR_NOMEM;
+    }
+    TS_TRY(ts_cuda_sumsq(g_sumsq, x, n));
+    return ts_device_copy(out, g_sumsq, sizeof(double));
+}
+
+/* Saved: lse (B, NH, T); the backward recomputes the probabilities. */
+static size_t cuda_attention_saved(int B, int NH, int T) {
+    return (size_t)B * NH * T;
+}
+static size_t cuda_attention_scratch(int B, int NH, int T) {
+    (void)B, (void)NH, (void)T;
+    return 0;
+}
+static ts_status cuda_attention_backward(float *dqkv, float *scratch, const float *dout,
+                                         const float *qkv, const float *out, const float *saved,
+                                         int B, int T, int C, int NH) {
+    (void)scratch;
+    return ts_cuda_attention_backward(dqkv, dout, qkv, out, saved, B, T, C, NH);
+}
+
+static const ts_backend cuda_backend = {
+    .kind = TS_DEVICE_CUDA,
+    .name = "cuda",
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .zero = ts_cuda_zero,
+    .copy = ts_cuda_copy,
+    .to_host = cuda_copy_any,
+    .from_host = cuda_copy_any,
+    .sync = cuda_sync,
+    .matmul_forward = ts_cuda_matmul_forward,
+    .matmul_backward = ts_cuda_matmul_backward,
+    .embedding_shard_forward = ts_cuda_embedding_shard_forward,
+    .embedding_shard_backward = ts_cuda_embedding_shard_backward,
+    .position_forward = ts_cuda_position_forward,
+    .position_backward = ts_cuda_position_backward,
+    .layernorm_forward = ts_cuda_layernorm_forward,
+    .layernorm_backward = ts_cuda_layernorm_backward,
+    .gelu_forward = ts_cuda_gelu_forward,
+    .gelu_backward = ts_cuda_gelu_backward,
+    .residual_forward = ts_cuda_residual_forward,
+    .add_bias = ts_cuda_add_bias,
+    .bias_grad = ts_cuda_bias_grad,
+    .attention_saved_floats = cuda_attention_saved,
+    .attention_scratch_floats = cuda_attention_scratch,
+    .attention_forward = ts_cuda_attention_forward,
+    .attention_backward = cuda_attention_backward,
+    .ce_shard_max = ts_cuda_ce_shard_max,
+    .ce_shard_sumexp = ts_cuda_ce_shard_sumexp,
+    .ce_shard_loss = ts_cuda_ce_shard_loss,
+    .ce_shard_backward = ts_cuda_ce_shard_backward,
+    .adamw = cuda_adamw,
+    .sumsq = cuda_sumsq,
+    .round_bf16 = ts_cuda_round_bf16,
+    .f32_to_bf16 = ts_cuda_f32_to_bf16,
+    .bf16_to_f32 = ts_cuda_bf16_to_f32,
+    .seq_from_stage = ts_cuda_seq_from_stage,
+    .seq_to_stage = ts_cuda_seq_to_stage,
+};
+
+const ts_backend *ts_backend_cuda(void) {
+    return &cuda_backend;
+}
+
+static ts_status cuda_open(void) {
+    if (g_opened++) return TS_OK;
+    char why[256];
+    ts_status st = TS_OK;
+    if (!ts_cuda_available(why, sizeof why))
+        st = ts_error(TS_ERR_INVALID, "no CUDA device is visible (%s)", why);
+    if (!st) st = ts_device_init(-1);
+    if (!st) st = ts_cuda_init(ts_device_current());
+    if (st) {
+        g_opened = 0;
+        return st;
+    }
+    /* One stream for kernels, zero-fills and copies. */
+    ts_device_set_stream(ts_cuda_stream());
+    return TS_OK;
+}
+
+void ts_backend_close(const ts_backend *be) {
+    if (!be || be->kind != TS_DEVICE_CUDA || g_opened == 0 || --g_opened > 0) return;
+    ts_device_free(g_sumsq);
+    g_sumsq = NULL;
+    (void)ts_cuda_sync();
+    ts_device_set_stream(NULL);
+    ts_cuda_free();
+}
+
+#else /* a build without CUDA */
+
+static ts_status cuda_open(void) {
+    return ts_error(TS_ERR_INVALID, "this build has no CUDA (configure with -DTESSERA_CUDA=ON "
+                                    "where the CUDA toolkit is installed)");
+}
+
+const ts_backend *ts_backend_cuda(void) {
+    cuda_open();
+    return NULL;
+}
+
+void ts_backend_close(const ts_backend *be) {
+    (void)be;
+}
+
+#endif
+
+ts_status ts_backend_open(ts_device device, const ts_backend **out) {
+    *out = NULL;
+    if (device == TS_DEVICE_CPU) {
+        *out = ts_backend_cpu();
+        return TS_OK;
+    }
+    if (device != TS_DEVICE_CUDA)
+        return ts_error(TS_ERR_INVALID, "backend: unknown device %d", (int)device);
+    TS_TRY(cuda_open());
+    *out = ts_backend_cuda();
+    return TS_OK;
+}

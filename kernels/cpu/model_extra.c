@@ -1,0 +1,39 @@
+/*
+ * model_extra.c — the small kernels the GPT-2 modules need besides the big
+ * ones: a bias added to rows, the bias gradient, and the last step of the
+ * vocabulary-parallel cross-entropy (lse and the per-token losses).
+ *
+ * They moved here from core/model.c unchanged, so that the CUDA twins
+ * (kernels/cuda/model_extra.cu) have a reference to be tested against.
+ */
+#include <math.h>
+
+#include "cpu_kernels.h"
+
+void ts_cpu_add_bias(float *out, const float *bias, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *o = out + (size_t)n * C;
+        for (int c = 0; c < C; c++)
+            o[c] += bias[c];
+    }
+}
+
+/* Columns split over threads, rows summed in order: deterministic. */
+void ts_cpu_bias_grad(float *dbias, const float *dout, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++) {
+        float s = 0.0f;
+        for (int n = 0; n < N; n++)
+            s += dout[(size_t)n * C + c];
+        dbias[c] += s;
+    }
+}
+
+void ts_cpu_ce_shard_loss(float *losses, float *lse, const float *rowmax, const float *stats,
+                          const int32_t *targets, int N) {
+    for (int i = 0; i < N; i++) {
+        lse[i] = rowmax[i] + logf(stats[2 * i]);
+        losses[i] = targets[i] < 0 ? 0.0f : lse[i] - stats[2 * i + 1];
+    }
+}
