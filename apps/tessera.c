@@ -82,6 +82,22 @@ static int wants_help(int argc, char **argv) {
     return 0;
 }
 
+/* --help prints the command's usage (exit 0); no CONFIG prints it on stderr
+ * (exit 2). Returns 1 when the command should stop with *rc. */
+static int cli_usage(int argc, char **argv, const char *usage, int *rc) {
+    if (wants_help(argc, argv)) {
+        fputs(usage, stdout);
+        *rc = 0;
+        return 1;
+    }
+    if (argc < 1) {
+        fputs(usage, stderr);
+        *rc = 2;
+        return 1;
+    }
+    return 0;
+}
+
 /* The options a command accepts beyond --set. */
 typedef struct cli_opts {
     const char *out;        /* export --out            */
@@ -152,14 +168,8 @@ static ts_status start_parallel(int *argc, char ***argv, const ts_config *cfg, t
 }
 
 static int cmd_train(int argc, char **argv) {
-    if (wants_help(argc, argv)) {
-        fputs(usage_train, stdout);
-        return 0;
-    }
-    if (argc < 1) {
-        fputs(usage_train, stderr);
-        return 2;
-    }
+    int rc = 0;
+    if (cli_usage(argc, argv, usage_train, &rc)) return rc;
     ts_config *cfg = NULL;
     ts_plugins *reg = NULL;
     ts_status st = load_config(argc, argv, NULL, &cfg, &reg);
@@ -170,7 +180,7 @@ static int cmd_train(int argc, char **argv) {
     st = start_parallel(&argc, &argv, cfg, reg, &world, &par);
     if (!st) st = ts_trainer_create(cfg, par, reg, &t);
     if (!st) st = ts_trainer_run(t);
-    int rc = st ? fail(st) : 0;
+    rc = st ? fail(st) : 0;
     /* A failure on one rank must not leave its peers waiting. */
     if (rc && world && ts_comm_size(world) > 1) ts_comm_abort(world, rc);
     ts_trainer_destroy(t);
@@ -182,14 +192,8 @@ static int cmd_train(int argc, char **argv) {
 }
 
 static int cmd_export(int argc, char **argv) {
-    if (wants_help(argc, argv)) {
-        fputs(usage_export, stdout);
-        return 0;
-    }
-    if (argc < 1) {
-        fputs(usage_export, stderr);
-        return 2;
-    }
+    int rc = 0;
+    if (cli_usage(argc, argv, usage_export, &rc)) return rc;
     cli_opts opts = {0};
     ts_config *cfg = NULL;
     ts_plugins *reg = NULL;
@@ -218,7 +222,7 @@ static int cmd_export(int argc, char **argv) {
     if (!st)
         printf("exported %s (step %lld, from %s)\n", opts.out, (long long)ts_trainer_state(t)->step,
                checkpoint ? checkpoint : "initialisation");
-    int rc = st ? fail(st) : 0;
+    rc = st ? fail(st) : 0;
     ts_trainer_destroy(t);
     ts_plugins_destroy(reg);
     ts_config_destroy(cfg);
@@ -275,7 +279,8 @@ static void plan_count_model(plan_estimate *e, const ts_train_shape *sh,
     int L = sh->model.layers, m = sh->micro_batches, tp = shard->tp, sp = shard->sp;
     uint64_t N = (uint64_t)sh->B * sh->T, C = (uint64_t)sh->model.d_model, H = 4 * N * C;
     int here[TS_MODEL_MAX_MODULES];
-    for (int i = 0; i < L + 2; i++) here[i] = pp > 1 ? shard->module_chunk[i] >= 0 : 1;
+    for (int i = 0; i < L + 2; i++)
+        here[i] = pp > 1 ? shard->module_chunk[i] >= 0 : 1;
     if (tp > 1) {
         uint64_t partial = 0; /* per step: gradients of weights used on slices */
         for (int i = 0; i < L + 2; i++) {
@@ -299,7 +304,8 @@ static void plan_count_model(plan_estimate *e, const ts_train_shape *sh,
         }
         if (sp) {
             int n = 0;
-            for (int i = 0; i < L + 2; i++) n += here[i] ? (i == 0 ? 1 : i == L + 1 ? 2 : 6) : 0;
+            for (int i = 0; i < L + 2; i++)
+                n += here[i] ? (i == 0 ? 1 : i == L + 1 ? 2 : 6) : 0;
             plan_count(e, "tp", "all_reduce", (uint64_t)n, 4 * partial);
         }
     }
@@ -416,14 +422,8 @@ static ts_status plan_pipeline(ts_plugins *reg, const ts_mesh *mesh, const ts_la
 }
 
 static int cmd_plan(int argc, char **argv) {
-    if (wants_help(argc, argv)) {
-        fputs(usage_plan, stdout);
-        return 0;
-    }
-    if (argc < 1) {
-        fputs(usage_plan, stderr);
-        return 2;
-    }
+    int rc = 0;
+    if (cli_usage(argc, argv, usage_plan, &rc)) return rc;
     cli_opts opts = {0};
     ts_config *cfg = NULL;
     ts_plugins *reg = NULL;
@@ -504,7 +504,7 @@ static int cmd_plan(int argc, char **argv) {
     }
     ts_layout_plan_free(&plan);
     ts_schedule_sim_free(&sim);
-    int rc = st ? fail(st) : 0;
+    rc = st ? fail(st) : 0;
     ts_mesh_destroy(mesh);
     ts_plugins_destroy(reg);
     ts_config_destroy(cfg);
