@@ -317,6 +317,10 @@ static void plan_count_model(plan_estimate *e, const ts_train_shape *sh,
         }
         plan_count(e, "pp", "send", (out + in) * m, (out + in) * m * hl);
         plan_count(e, "pp", "recv", (out + in) * m, (out + in) * m * hl);
+        /* The tied wte: its two copies' gradients summed each step. */
+        if (here[0])
+            plan_count(e, "embedding", "all_reduce", 1,
+                       4 * (uint64_t)sh->model.padded_vocab * C / (uint64_t)tp);
     }
 }
 
@@ -490,7 +494,7 @@ static int cmd_plan(int argc, char **argv) {
                shape.T, est.batch);
         printf("communication per step:\n");
         for (int i = 0; i < est.ncomm; i++)
-            printf("  %-6s %-15s %8llu calls %14llu bytes\n", est.comm[i].group, est.comm[i].op,
+            printf("  %-9s %-15s %8llu calls %14llu bytes\n", est.comm[i].group, est.comm[i].op,
                    (unsigned long long)est.comm[i].calls, (unsigned long long)est.comm[i].bytes);
         if (est.ncomm == 0) printf("  none\n");
         if (sim.stages) {

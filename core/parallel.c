@@ -34,6 +34,22 @@ ts_status ts_parallel_create(ts_comm *world, const ts_mesh_sizes *sizes, const c
         snprintf(p->names[p->ncomms], sizeof p->names[0], "%s", parallel_tokens[i]);
         p->comms[p->ncomms++] = c;
     }
+    /* The embedding group: the first and last pipeline stage of each
+     * pipeline (they both hold the tied wte); a singleton for the others. */
+    int pp = st ? 1 : ts_mesh_axis_size(p->mesh, TS_AXIS_PP);
+    if (!st) {
+        ts_mesh_group g;
+        int stage = ts_mesh_coord(p->mesh, p->rank, TS_AXIS_PP);
+        st = ts_mesh_group_of(p->mesh, "pp", p->rank, &g, NULL, 0);
+        int end = pp > 1 && (stage == 0 || stage == pp - 1);
+        ts_comm *c = NULL;
+        if (!st)
+            st = ts_comm_split(world, end ? g.index : g.count + p->rank, stage, "embedding", &c);
+        if (!st) {
+            snprintf(p->names[p->ncomms], sizeof p->names[0], "embedding");
+            p->comms[p->ncomms++] = c;
+        }
+    }
     if (st) {
         ts_parallel_destroy(p);
         return st;

@@ -2,7 +2,9 @@
  * parallel.h — the parallel context of a run: the world communicator, the
  * mesh built from the axes the plugins registered, and one communicator per
  * mesh group token ("tp", "dp", "dp-cp", "etp-ep", ... — every token of
- * TS_MESH_JSON_TOKENS, plus "world").
+ * TS_MESH_JSON_TOKENS, plus "world"), and "embedding": the first and last
+ * pipeline stage of each pipeline, which both hold the tied wte (a single
+ * rank elsewhere, and everywhere when pp is 1).
  *
  * Every rank creates the same communicators in the same order (splitting is
  * collective), each named by its token so counters and timeout messages name

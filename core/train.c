@@ -52,7 +52,7 @@ struct ts_trainer {
      * (virtual stages chunk * pp + pp_rank). */
     int pp, pp_rank, chunks;
     ts_comm *pp_comm;  /* the pipeline group: comm rank = stage       */
-    ts_comm *tie_comm; /* first and last stage (tied wte), or NULL    */
+    ts_comm *tie_comm; /* first and last stage (tied wte); borrowed    */
     /* Per (micro-batch, chunk): received activations and gradients, the
      * chunk's output, the gradient sent upstream, and pending sends. */
     float **act_in, **grad_in, **grad_out;
@@ -328,19 +328,6 @@ static ts_status trainer_pipeline_split(ts_trainer *t, ts_model_shard *shard) {
     return TS_OK;
 }
 
-/* The embedding group: the first and the last pipeline stage of each
- * pipeline, which both hold wte (Megatron-LM ties them by summing the two
- * copies' gradients every step). Collective over the world. */
-static ts_status trainer_tie_comm(ts_trainer *t) {
-    if (t->pp <= 1) return TS_OK;
-    ts_mesh_group g;
-    TS_TRY(ts_mesh_group_of(t->par->mesh, "pp", t->par->rank, &g, NULL, 0));
-    int end = t->pp_rank == 0 || t->pp_rank == t->pp - 1;
-    int color = end ? g.index : g.count + t->par->rank; /* singletons otherwise */
-    TS_TRY(ts_comm_split(t->par->world, color, t->pp_rank, "embedding", &t->tie_comm));
-    return TS_OK;
-}
-
 /* Which module's backward completes each parameter's gradient: the first
  * module (in model order) that reads it, since backward runs in reverse. */
 static ts_status trainer_ready_after(ts_trainer *t) {
@@ -582,7 +569,7 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
     t->state = (ts_train_state){t->model, t->optim, 0, 0, seed};
     CHECK(trainer_ready_after(t));
     CHECK(trainer_norm_owners(t));
-    CHECK(trainer_tie_comm(t));
+    if (par) t->tie_comm = ts_parallel_comm(par, "embedding");
     if (ts_plugins_num_schedulers(reg) > 1)
         CHECK(ts_error(TS_ERR_CONFIG, "%d schedulers are registered; one is expected",
                        ts_plugins_num_schedulers(reg)));
@@ -677,7 +664,6 @@ void ts_trainer_destroy(ts_trainer *t) {
     free(t->chunk_out);
     free(t->act_req);
     free(t->grad_req);
-    ts_comm_free(t->tie_comm);
     ts_trace_destroy(t->trace);
     free(t->ready_after);
     free(t->norm_owner);
