@@ -856,12 +856,8 @@ static int decl_users(const char *name, int L, int users[2]) {
 }
 
 /* Checks that the tp size divides what it cuts; messages name the key. */
-static ts_status model_check_shard(const ts_model_config *c, const ts_model_shard *s) {
-    int tp = s->tp;
-    if (tp < 1 || s->tp_rank < 0 || s->tp_rank >= tp)
-        return ts_error(TS_ERR_INVALID, "model: tp rank %d of %d", s->tp_rank, tp);
-    if (tp == 1) return TS_OK;
-    if (!s->tp_comm) return ts_error(TS_ERR_INVALID, "model: tp = %d without a communicator", tp);
+ts_status ts_model_tp_check(const ts_model_config *c, int tp) {
+    if (tp <= 1) return TS_OK;
     if (c->heads % tp != 0)
         return ts_error(TS_ERR_CONFIG,
                         "[model] heads = %d is not divisible by tp = %d "
@@ -878,6 +874,15 @@ static ts_status model_check_shard(const ts_model_config *c, const ts_model_shar
                         "(the embedding is cut by vocabulary; set padded_vocab to a multiple)",
                         c->padded_vocab, tp);
     return TS_OK;
+}
+
+static ts_status model_check_shard(const ts_model_config *c, const ts_model_shard *s) {
+    int tp = s->tp;
+    if (tp < 1 || s->tp_rank < 0 || s->tp_rank >= tp)
+        return ts_error(TS_ERR_INVALID, "model: tp rank %d of %d", s->tp_rank, tp);
+    if (tp == 1) return TS_OK;
+    if (!s->tp_comm) return ts_error(TS_ERR_INVALID, "model: tp = %d without a communicator", tp);
+    return ts_model_tp_check(c, tp);
 }
 
 ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype, uint64_t seed,

@@ -150,6 +150,10 @@ ts_status ts_model_config_check(const ts_model_config *cfg);
 ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype, uint64_t seed,
                           const ts_model_shard *shard, const ts_backend *be, ts_model **out);
 
+/* Checks that a tp group of `tp` ranks can cut this model: heads, the MLP
+ * width 4 x d_model and padded_vocab divisible by tp (messages name each). */
+ts_status ts_model_tp_check(const ts_model_config *cfg, int tp);
+
 /* The dimension each parameter is cut along under tensor parallelism
  * (-1: replicated): the placement S(d) on the tp axis that the modules
  * implement. Names as in the model ("wte", "h.0.attn.qkv.weight", ...). */

@@ -229,6 +229,7 @@ static ts_status trainer_tensor_split(ts_trainer *t, ts_model_shard *shard) {
     int tp = ts_mesh_axis_size(t->par->mesh, TS_AXIS_TP);
     *shard = (ts_model_shard){.tp = tp, .tp_rank = ts_parallel_coord(t->par, TS_AXIS_TP)};
     if (tp == 1) return TS_OK;
+    TS_TRY(ts_model_tp_check(&t->mcfg, tp));
     shard->tp_comm = ts_parallel_comm(t->par, "tp");
     for (int i = 0; i < t->plan.count; i++) {
         const ts_layout_plan_entry *e = &t->plan.entries[i];

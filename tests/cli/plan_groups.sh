@@ -69,9 +69,10 @@ check() { # WORLD TP CP PP EP ETP ORDER
     cat > plan.ini <<INI
 [model]
 layers = 4
-d_model = 32
-heads = 4
+d_model = 48
+heads = 12
 vocab = 64
+padded_vocab = 384
 context = 16
 [train]
 micro_batch = 1
