@@ -33,24 +33,7 @@
 
 #include "tessera/comm.h"
 
-static int g_fail; /* failed checks on this rank */
-static int g_world_rank;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            g_fail++;                                                                              \
-            fprintf(stderr, "[world rank %d] FAIL %s:%d: ", g_world_rank, __FILE__, __LINE__);     \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
-
-#define OK(expr)                                                                                   \
-    do {                                                                                           \
-        ts_status ok_st_ = (expr);                                                                 \
-        CHECK(ok_st_ == TS_OK, "%s -> %s: %s", #expr, ts_status_name(ok_st_), ts_last_error());    \
-    } while (0)
+#include "test_ranks.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -836,14 +819,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ts_comm_world_init: %s\n", ts_last_error());
         return 1;
     }
-    g_world_rank = ts_comm_rank(world);
+    check_rank = ts_comm_rank(world);
     int n = ts_comm_size(world);
     if (argc > 1 && strcmp(argv[1], "--timeout-abort") == 0) {
         int rc = run_timeout_abort(world);
         ts_comm_world_finalize(world);
         return rc;
     }
-    int me = g_world_rank;
+    int me = check_rank;
     CHECK(strcmp(ts_comm_name(world), "world") == 0 && strcmp(ts_comm_backend(world), "mpi") == 0,
           "world is '%s' on '%s'", ts_comm_name(world), ts_comm_backend(world));
     CHECK(ts_comm_world_rank(world, me) == me, "world rank mapping");
@@ -875,7 +858,7 @@ int main(int argc, char **argv) {
     ts_comm_free(self);
 
     /* every rank's verdict */
-    int32_t fails = g_fail;
+    int32_t fails = check_failures;
     ts_status st = ts_comm_all_reduce(world, &fails, &fails, 1, TS_I32, TS_REDUCE_SUM);
     if (st) {
         fprintf(stderr, "final all_reduce: %s\n", ts_last_error());

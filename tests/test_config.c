@@ -12,26 +12,7 @@
 
 #include "config.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-#define CHECK_OK(expr)                                                                             \
-    do {                                                                                           \
-        ts_status st_ = (expr);                                                                    \
-        if (st_ != TS_OK) {                                                                        \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, ts_last_error()); \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-static char tmpdir[256];
+#include "test_cases.h"
 
 /* Writes `text` to tmpdir/name and returns the path in a static buffer. */
 static const char *write_file(const char *name, const char *text) {
@@ -320,40 +301,12 @@ static void test_schema_registration(void) {
 }
 
 int main(int argc, char **argv) {
-    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_config.XXXXXX", base);
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 2;
-    }
-    static const struct {
-        const char *name;
-        void (*fn)(void);
-    } cases[] = {
+    static const test_case cases[] = {
         {"parse_typed_getters_and_defaults", test_parse_typed_getters_and_defaults},
         {"set_overrides_and_where", test_set_overrides_and_where},
         {"malformed_files_name_file_line_key", test_malformed_files_name_file_line_key},
         {"malformed_set_is_rejected", test_malformed_set_is_rejected},
         {"schema_registration", test_schema_registration},
     };
-    int ran = 0;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (argc > 1 && strcmp(argv[1], cases[i].name) != 0) continue;
-        printf("== %s\n", cases[i].name);
-        cases[i].fn();
-        ran++;
-    }
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
-    if (!ran) {
-        fprintf(stderr, "unknown test case '%s'\n", argc > 1 ? argv[1] : "");
-        return 2;
-    }
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("all checks passed\n");
-    return 0;
+    return run_cases(argc, argv, "test_config", cases, (int)(sizeof cases / sizeof cases[0]));
 }

@@ -14,26 +14,7 @@
 
 #include "data.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-#define CHECK_OK(expr)                                                                             \
-    do {                                                                                           \
-        ts_status st_ = (expr);                                                                    \
-        if (st_ != TS_OK) {                                                                        \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, ts_last_error()); \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-static char tmpdir[256];
+#include "test_cases.h"
 
 static ts_data_opts synthetic_opts(int vocab, int branching, int64_t n, uint64_t seed) {
     ts_data_opts o = {"synthetic", vocab, seed, 0, n, branching, -1};
@@ -427,16 +408,7 @@ static void test_text_source_reads_bytes(void) {
 }
 
 int main(int argc, char **argv) {
-    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_data.XXXXXX", base);
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 2;
-    }
-    static const struct {
-        const char *name;
-        void (*fn)(void);
-    } cases[] = {
+    static const test_case cases[] = {
         {"synthetic_is_deterministic_per_seed", test_synthetic_is_deterministic_per_seed},
         {"synthetic_entropy_rate_matches_corpus", test_synthetic_entropy_rate_matches_corpus},
         {"windows_are_stream_slices", test_windows_are_stream_slices},
@@ -445,24 +417,5 @@ int main(int argc, char **argv) {
         {"llmc_token_file_round_trip_and_errors", test_llmc_token_file_round_trip_and_errors},
         {"text_source_reads_bytes", test_text_source_reads_bytes},
     };
-    int ran = 0;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (argc > 1 && strcmp(argv[1], cases[i].name) != 0) continue;
-        printf("== %s\n", cases[i].name);
-        cases[i].fn();
-        ran++;
-    }
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
-    if (!ran) {
-        fprintf(stderr, "unknown test case '%s'\n", argc > 1 ? argv[1] : "");
-        return 2;
-    }
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("all checks passed\n");
-    return 0;
+    return run_cases(argc, argv, "test_data", cases, (int)(sizeof cases / sizeof cases[0]));
 }

@@ -33,25 +33,9 @@
 #include "tessera/comm.h"
 #include "tessera/layout.h"
 
-static int g_fail;  /* failed checks on this rank */
 static int g_cases; /* redistributions checked     */
-static int g_rank;  /* world rank, for messages    */
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            g_fail++;                                                                              \
-            fprintf(stderr, "[rank %d] FAIL %s:%d: ", g_rank, __FILE__, __LINE__);                 \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
-
-#define OK(expr)                                                                                   \
-    do {                                                                                           \
-        ts_status ok_st_ = (expr);                                                                 \
-        CHECK(ok_st_ == TS_OK, "%s -> %s: %s", #expr, ts_status_name(ok_st_), ts_last_error());    \
-    } while (0)
+#include "test_ranks.h"
 
 #define FAILS(expr, needle)                                                                        \
     do {                                                                                           \
@@ -582,8 +566,8 @@ static int run_unit(void) {
     ts_mem_counter comm = ts_mem_stats(TS_MEM_COMM), all = ts_mem_stats(TS_MEM_NCAT);
     CHECK(comm.allocated == 0 && all.allocated == 0, "leak: %zu comm bytes, %zu in all",
           comm.allocated, all.allocated);
-    if (g_fail) {
-        printf("test_layout --unit: FAILED: %d checks\n", g_fail);
+    if (check_failures) {
+        printf("test_layout --unit: FAILED: %d checks\n", check_failures);
         return 1;
     }
     printf("test_layout --unit: PASS (%d redistributions) in %.2fs\n", g_cases, now_s() - t0);
@@ -653,26 +637,26 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ts_comm_world_init: %s\n", ts_last_error());
         return 1;
     }
-    g_rank = ts_comm_rank(world);
+    check_rank = ts_comm_rank(world);
     int n = ts_comm_size(world);
     double t0 = now_s();
     mpi_world_axis(world);
-    if (g_rank == 0) printf("  world axis (%d ranks): %.2fs\n", n, now_s() - t0);
+    if (check_rank == 0) printf("  world axis (%d ranks): %.2fs\n", n, now_s() - t0);
     if (n >= 4 && n % 2 == 0) {
         t0 = now_s();
         mpi_two_axes(world);
-        if (g_rank == 0) printf("  tp 2 x dp %d: %.2fs\n", n / 2, now_s() - t0);
+        if (check_rank == 0) printf("  tp 2 x dp %d: %.2fs\n", n / 2, now_s() - t0);
     }
     ts_mem_counter comm = ts_mem_stats(TS_MEM_COMM), all = ts_mem_stats(TS_MEM_NCAT);
     CHECK(comm.allocated == 0 && all.allocated == 0, "leak: %zu comm bytes, %zu in all",
           comm.allocated, all.allocated);
 
-    int32_t fails = g_fail;
+    int32_t fails = check_failures;
     if (ts_comm_all_reduce(world, &fails, &fails, 1, TS_I32, TS_REDUCE_SUM)) {
         fprintf(stderr, "final all_reduce: %s\n", ts_last_error());
         fails = 1;
     }
-    if (g_rank == 0) {
+    if (check_rank == 0) {
         if (fails)
             printf("test_layout: FAILED: %d checks failed over %d ranks\n", (int)fails, n);
         else

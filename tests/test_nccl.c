@@ -36,24 +36,7 @@
 #include "tessera/comm.h"
 #include "tessera/device.h"
 
-static int g_fail;
-static int g_world_rank;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            g_fail++;                                                                              \
-            fprintf(stderr, "[world rank %d] FAIL %s:%d: ", g_world_rank, __FILE__, __LINE__);     \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
-
-#define OK(expr)                                                                                   \
-    do {                                                                                           \
-        ts_status ok_st_ = (expr);                                                                 \
-        CHECK(ok_st_ == TS_OK, "%s -> %s: %s", #expr, ts_status_name(ok_st_), ts_last_error());    \
-    } while (0)
+#include "test_ranks.h"
 
 /* ---------------------------------------------------------------------------
  * Inputs, references, device buffers
@@ -121,7 +104,7 @@ static int check_input(const char *what, const void *got, ts_dtype dt, int r, si
 static void *dev_alloc(size_t bytes) {
     void *p = ts_device_alloc(TS_MEM_COMM, bytes);
     if (!p) {
-        fprintf(stderr, "[world rank %d] ts_device_alloc: %s\n", g_world_rank, ts_last_error());
+        fprintf(stderr, "[world rank %d] ts_device_alloc: %s\n", check_rank, ts_last_error());
         exit(1);
     }
     return p;
@@ -362,7 +345,7 @@ static void case_split(ts_comm *c) {
               "reversed split: rank %d", ts_comm_rank(rev));
         int32_t *h = host_alloc((size_t)n * 4);
         void *s = dev_alloc(4), *g = dev_alloc((size_t)n * 4);
-        int32_t me = g_world_rank;
+        int32_t me = check_rank;
         up(s, &me, 4);
         OK(ts_comm_all_gather(rev, s, g, 1, TS_I32));
         down(h, g, (size_t)n * 4);
@@ -380,7 +363,7 @@ static void case_split(ts_comm *c) {
     if (odd) {
         int m = ts_comm_size(odd);
         void *s = dev_alloc(4);
-        int32_t v = g_world_rank, want = 0;
+        int32_t v = check_rank, want = 0;
         for (int i = 0; i < m; i++)
             want += ts_comm_world_rank(odd, i);
         up(s, &v, 4);
@@ -460,12 +443,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "test_nccl: %s\n", ts_last_error());
         return 1;
     }
-    g_world_rank = ts_comm_rank(world);
+    check_rank = ts_comm_rank(world);
     int n = ts_comm_size(world);
     /* Every rank agrees to skip: fewer than 2 ranks, or fewer GPUs than ranks. */
     int32_t ok = n >= 2 && ts_device_count() >= n, all = 0;
     if (ts_comm_all_reduce(world, &ok, &all, 1, TS_I32, TS_REDUCE_MIN) || !all) {
-        if (g_world_rank == 0)
+        if (check_rank == 0)
             printf("SKIP: test_nccl needs 2+ ranks and a GPU each (%d ranks, %d GPUs here)\n", n,
                    ts_device_count());
         ts_comm_world_finalize(world);
@@ -475,14 +458,14 @@ int main(int argc, char **argv) {
     ts_comm *nccl = NULL;
     ts_status st = ts_comm_nccl_create(world, timeout_mode ? "nccl-dp" : "nccl-world", &nccl);
     if (st) {
-        fprintf(stderr, "[world rank %d] ts_comm_nccl_create: %s\n", g_world_rank, ts_last_error());
+        fprintf(stderr, "[world rank %d] ts_comm_nccl_create: %s\n", check_rank, ts_last_error());
         ts_comm_abort(world, 1);
     }
 
     if (timeout_mode) {
         ts_comm_set_timeout(nccl, 2.0);
         void *b = dev_alloc(1000 * 4);
-        if (g_world_rank == n - 1) {
+        if (check_rank == n - 1) {
             sleep_s(30.0); /* never joins; the others end the job */
         } else {
             ts_comm_all_reduce(nccl, b, b, 1000, TS_F32, TS_REDUCE_SUM);
@@ -492,7 +475,7 @@ int main(int argc, char **argv) {
     }
 
     CHECK(!strcmp(ts_comm_backend(nccl), "nccl"), "backend %s", ts_comm_backend(nccl));
-    CHECK(ts_comm_rank(nccl) == g_world_rank && ts_comm_size(nccl) == n, "rank/size");
+    CHECK(ts_comm_rank(nccl) == check_rank && ts_comm_size(nccl) == n, "rank/size");
     case_all_reduce(nccl);
     case_gather_scatter(nccl);
     case_all_to_all(nccl);
@@ -505,9 +488,9 @@ int main(int argc, char **argv) {
     CHECK(k.calls > 0 && k.bytes > 0, "all_reduce counters are charged");
     ts_comm_free(nccl);
 
-    int32_t mine = g_fail, fails = 0;
+    int32_t mine = check_failures, fails = 0;
     ts_comm_all_reduce(world, &mine, &fails, 1, TS_I32, TS_REDUCE_SUM);
-    if (g_world_rank == 0)
+    if (check_rank == 0)
         printf("test_nccl: %d ranks, %s (%d failed checks)\n", n, fails ? "FAILED" : "ok", fails);
     ts_comm_world_finalize(world);
     return fails ? 1 : 0;
