@@ -24,17 +24,7 @@
 
 static const char *plugin_dir;
 static char tmp_dir[256];
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, #cond);                             \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
+#include "pp_check.h"
 
 /* The plugin under one configuration, and the plan it edited. */
 typedef struct fixture {

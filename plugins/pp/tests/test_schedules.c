@@ -21,17 +21,7 @@ _Static_assert(TS_PLUGIN_ACT_FORWARD == TS_ACT_FORWARD &&
                    TS_PLUGIN_ACT_OPTIMIZER_STEP == TS_ACT_OPTIMIZER_STEP,
                "the generators emit the core's action kinds");
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, #cond);                             \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
+#include "pp_check.h"
 
 #define MAX_STAGES 8
 
