@@ -71,6 +71,23 @@ typedef struct ts_backend {
     ts_status (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                                  const float *inp, const float *weight, int N, int C, int OC);
 
+    /* --- GEMM with a bf16 weight (the model's bf16 mode): the products of
+     * matmul_forward / matmul_backward with weight (OC, C) in bf16, f32
+     * accumulation and f32 results (out =, dinp / dweight / dbias +=).
+     * inp must hold bf16 values (the model rounds every activation that
+     * enters a GEMM), so converting it is exact. dout is f32: CUDA rounds it
+     * to bf16 for the tensor-core products (as mixed-precision training
+     * does; dbias then sums the rounded values), the CPU uses it as it is.
+     * `work`: matmul_bf16_work_bytes(N, C, OC) bytes of device memory for the
+     * converted operands, not kept between calls. */
+    size_t (*matmul_bf16_work_bytes)(int N, int C, int OC);
+    ts_status (*matmul_forward_bf16)(float *out, void *work, const float *inp,
+                                     const uint16_t *weight, const float *bias, int N, int C,
+                                     int OC);
+    ts_status (*matmul_backward_bf16)(float *dinp, float *dweight, float *dbias, void *work,
+                                      const float *dout, const float *inp, const uint16_t *weight,
+                                      int N, int C, int OC);
+
     /* --- embedding, vocabulary-parallel (rows [v0, v0 + V_loc) of wte) ------
      * embedding_shard_forward  out (N, C) = wte[tok - v0] or 0 (=)
      * embedding_shard_backward dwte (V_loc, C) += scatter of dout (N, C)

@@ -3,7 +3,8 @@
  * and the reference kernels of kernels/cpu, wrapped to return ts_status.
  *
  * Nothing here computes differently from calling the ts_cpu_* kernels
- * directly: the CPU path is bit for bit what it was before the backend table.
+ * directly; the bf16 GEMMs widen the bf16 weight into `work` and run the
+ * f32 GEMM (backend.h).
  */
 #include <string.h>
 
@@ -36,6 +37,26 @@ static ts_status cpu_matmul_forward(float *out, const float *inp, const float *w
 static ts_status cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                      const float *inp, const float *weight, int N, int C, int OC) {
     ts_cpu_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    return TS_OK;
+}
+
+/* work: the weight in f32 (OC, C); inp and dout are used as they are. */
+static size_t cpu_matmul_bf16_work_bytes(int N, int C, int OC) {
+    (void)N;
+    return sizeof(float) * (size_t)OC * C;
+}
+static ts_status cpu_matmul_forward_bf16(float *out, void *work, const float *inp,
+                                         const uint16_t *weight, const float *bias, int N, int C,
+                                         int OC) {
+    ts_cpu_bf16_to_f32(work, weight, (size_t)OC * C);
+    ts_cpu_matmul_forward(out, inp, work, bias, N, C, OC);
+    return TS_OK;
+}
+static ts_status cpu_matmul_backward_bf16(float *dinp, float *dweight, float *dbias, void *work,
+                                          const float *dout, const float *inp,
+                                          const uint16_t *weight, int N, int C, int OC) {
+    ts_cpu_bf16_to_f32(work, weight, (size_t)OC * C);
+    ts_cpu_matmul_backward(dinp, dweight, dbias, dout, inp, work, N, C, OC);
     return TS_OK;
 }
 
@@ -189,6 +210,9 @@ static const ts_backend cpu_backend = {
     .sync = cpu_sync,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
+    .matmul_bf16_work_bytes = cpu_matmul_bf16_work_bytes,
+    .matmul_forward_bf16 = cpu_matmul_forward_bf16,
+    .matmul_backward_bf16 = cpu_matmul_backward_bf16,
     .embedding_shard_forward = cpu_embedding_shard_forward,
     .embedding_shard_backward = cpu_embedding_shard_backward,
     .position_forward = cpu_position_forward,

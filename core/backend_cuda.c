@@ -7,10 +7,11 @@
  * copies and kernels run in one order. to_host and sumsq wait for the device;
  * nothing else does.
  *
- * Not here: several GPUs (NCCL communicators in the mesh are not wired into
- * the trainer yet), bf16 GEMMs (bf16 mode computes in f32 on values rounded
- * to bf16, as the CPU does). In a build without CUDA only ts_backend_open's
- * CPU case and the failures remain.
+ * In bf16 mode the GEMMs run on tensor cores: the f32 activations (already
+ * rounded to bf16 by the model) and the gradients flowing back are converted
+ * into the caller's `work`, the weights are the model's bf16 parameters.
+ * In a build without CUDA only ts_backend_open's CPU case and the failures
+ * remain.
  */
 #include "backend.h"
 #include "tessera/device.h"
@@ -51,6 +52,30 @@ static ts_status cuda_sumsq(double *out, const float *x, size_t n) {
     return ts_device_copy(out, g_sumsq, sizeof(double));
 }
 
+/* work: inp (N, C) then dout (N, OC) as bf16, each 256-byte aligned (cuBLAS
+ * picks its tensor-core kernels by alignment). */
+static size_t bf16_bytes(size_t n) {
+    return (n * sizeof(uint16_t) + 255) / 256 * 256;
+}
+static size_t cuda_matmul_bf16_work_bytes(int N, int C, int OC) {
+    return bf16_bytes((size_t)N * C) + bf16_bytes((size_t)N * OC);
+}
+static ts_status cuda_matmul_forward_bf16(float *out, void *work, const float *inp,
+                                          const uint16_t *weight, const float *bias, int N, int C,
+                                          int OC) {
+    uint16_t *x = work;
+    TS_TRY(ts_cuda_f32_to_bf16(x, inp, (size_t)N * C));
+    return ts_cuda_matmul_forward_bf16(out, x, weight, bias, N, C, OC);
+}
+static ts_status cuda_matmul_backward_bf16(float *dinp, float *dweight, float *dbias, void *work,
+                                           const float *dout, const float *inp,
+                                           const uint16_t *weight, int N, int C, int OC) {
+    uint16_t *x = work, *dy = (uint16_t *)((char *)work + bf16_bytes((size_t)N * C));
+    TS_TRY(ts_cuda_f32_to_bf16(dy, dout, (size_t)N * OC));
+    if (dweight) TS_TRY(ts_cuda_f32_to_bf16(x, inp, (size_t)N * C));
+    return ts_cuda_matmul_backward_bf16(dinp, dweight, dbias, dy, x, weight, N, C, OC);
+}
+
 /* Saved: lse (B, NH, T); the backward recomputes the probabilities. */
 static size_t cuda_attention_saved(int B, int NH, int T) {
     return (size_t)B * NH * T;
@@ -78,6 +103,9 @@ static const ts_backend cuda_backend = {
     .sync = cuda_sync,
     .matmul_forward = ts_cuda_matmul_forward,
     .matmul_backward = ts_cuda_matmul_backward,
+    .matmul_bf16_work_bytes = cuda_matmul_bf16_work_bytes,
+    .matmul_forward_bf16 = cuda_matmul_forward_bf16,
+    .matmul_backward_bf16 = cuda_matmul_backward_bf16,
     .embedding_shard_forward = ts_cuda_embedding_shard_forward,
     .embedding_shard_backward = ts_cuda_embedding_shard_backward,
     .position_forward = ts_cuda_position_forward,

@@ -127,6 +127,40 @@ const float *ts_model_weight(ts_model *m, const ts_param *p, int slot) {
     return m->stage[slot];
 }
 
+/* The linear layers: out (N, OC) = inp @ W^T + bias with W the parameter
+ * `w` (OC, C), and its backward. In f32 the backend's f32 GEMMs; in bf16 its
+ * bf16 GEMMs on the bf16 parameter itself (no f32 staging), with operand
+ * scratch in m->mm_work. */
+static void *matmul_work(ts_model *m, int N, int C, int OC) {
+    size_t bytes = m->be->matmul_bf16_work_bytes(N, C, OC);
+    if (bytes > m->mm_work_bytes) {
+        m->be->free(m->mm_work);
+        m->mm_work = m->be->alloc(TS_MEM_ACTS, bytes);
+        m->mm_work_bytes = m->mm_work ? bytes : 0;
+    }
+    return m->mm_work;
+}
+
+static ts_status linear_forward(ts_model *m, float *out, const float *inp, const ts_param *w,
+                                const float *bias, int N, int C, int OC) {
+    if (m->dtype == TS_F32)
+        return m->be->matmul_forward(out, inp, w->value.data, bias, N, C, OC);
+    void *work = matmul_work(m, N, C, OC);
+    if (!work) return TS_ERR_NOMEM;
+    return m->be->matmul_forward_bf16(out, work, inp, w->value.data, bias, N, C, OC);
+}
+
+static ts_status linear_backward(ts_model *m, float *dinp, float *dweight, float *dbias,
+                                 const float *dout, const float *inp, const ts_param *w, int N,
+                                 int C, int OC) {
+    if (m->dtype == TS_F32)
+        return m->be->matmul_backward(dinp, dweight, dbias, dout, inp, w->value.data, N, C, OC);
+    void *work = matmul_work(m, N, C, OC);
+    if (!work) return TS_ERR_NOMEM;
+    return m->be->matmul_backward_bf16(dinp, dweight, dbias, work, dout, inp, w->value.data, N, C,
+                                       OC);
+}
+
 /* The host's copy of n floats of device memory `x`: x itself on the CPU,
  * else copied into the model's host staging buffer. */
 static ts_status host_view(ts_model *m, const float *x, size_t n, const float **host) {
@@ -391,12 +425,11 @@ static ts_status block_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor
                                  ts_model_weight(m, b->ln1b, 2), Nl, C));
     TS_TRY(round_if_bf16(m, a.ln1, (size_t)Nl * C));
     TS_TRY(tp_enter(m, a.ln1, gathered, B, T, C, &full));
-    TS_TRY(be->matmul_forward(a.qkv, full, ts_model_weight(m, b->qkvw, 0),
-                              ts_model_weight(m, b->qkvb, 1), N, C, 3 * Cl));
+    TS_TRY(linear_forward(m, a.qkv, full, b->qkvw, ts_model_weight(m, b->qkvb, 1), N, C, 3 * Cl));
     TS_TRY(round_if_bf16(m, a.qkv, (size_t)N * 3 * Cl));
     TS_TRY(be->attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl));
     TS_TRY(round_if_bf16(m, a.atty, (size_t)N * Cl));
-    TS_TRY(be->matmul_forward(partial, a.atty, ts_model_weight(m, b->projw, 0), NULL, N, Cl, C));
+    TS_TRY(linear_forward(m, partial, a.atty, b->projw, NULL, N, Cl, C));
     TS_TRY(tp_leave(m, partial, a.res2, B, T, C, &h));
     TS_TRY(be->residual_forward(a.res2, h, xin, (size_t)Nl * C));
     TS_TRY(be->add_bias(a.res2, ts_model_weight(m, b->projb, 1), Nl, C));
@@ -408,13 +441,11 @@ static ts_status block_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor
                                  C));
     TS_TRY(round_if_bf16(m, a.ln2, (size_t)Nl * C));
     TS_TRY(tp_enter(m, a.ln2, gathered, B, T, C, &full));
-    TS_TRY(be->matmul_forward(a.fch, full, ts_model_weight(m, b->fcw, 0),
-                              ts_model_weight(m, b->fcb, 1), N, C, 4 * Cl));
+    TS_TRY(linear_forward(m, a.fch, full, b->fcw, ts_model_weight(m, b->fcb, 1), N, C, 4 * Cl));
     TS_TRY(round_if_bf16(m, a.fch, (size_t)N * 4 * Cl));
     TS_TRY(be->gelu_forward(a.fch_gelu, a.fch, (size_t)N * 4 * Cl));
     TS_TRY(round_if_bf16(m, a.fch_gelu, (size_t)N * 4 * Cl));
-    TS_TRY(be->matmul_forward(partial, a.fch_gelu, ts_model_weight(m, b->fcprojw, 0), NULL, N,
-                              4 * Cl, C));
+    TS_TRY(linear_forward(m, partial, a.fch_gelu, b->fcprojw, NULL, N, 4 * Cl, C));
     TS_TRY(tp_leave(m, partial, a.out, B, T, C, &h));
     TS_TRY(be->residual_forward(a.out, h, a.res2, (size_t)Nl * C));
     TS_TRY(be->add_bias(a.out, ts_model_weight(m, b->fcprojb, 1), Nl, C));
@@ -455,12 +486,12 @@ static ts_status block_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tenso
     /* MLP branch: the row-parallel fcproj needs the gradient of every row. */
     TS_TRY(be->bias_grad(grad_of(b->fcprojb), dout, (int)Nl, C));
     TS_TRY(tp_enter(m, dout, dfull, B, T, C, &din));
-    TS_TRY(be->matmul_backward(dfch_gelu, grad_of(b->fcprojw), NULL, din, a.fch_gelu,
-                               ts_model_weight(m, b->fcprojw, 0), (int)N, 4 * Cl, C));
+    TS_TRY(linear_backward(m, dfch_gelu, grad_of(b->fcprojw), NULL, din, a.fch_gelu, b->fcprojw,
+                           (int)N, 4 * Cl, C));
     TS_TRY(be->gelu_backward(dfch, a.fch, dfch_gelu, N * 4 * Cl));
     TS_TRY(tp_enter(m, a.ln2, gathered, B, T, C, &full));
-    TS_TRY(be->matmul_backward(dln, grad_of(b->fcw), grad_of(b->fcb), dfch, full,
-                               ts_model_weight(m, b->fcw, 0), (int)N, C, 4 * Cl));
+    TS_TRY(linear_backward(m, dln, grad_of(b->fcw), grad_of(b->fcb), dfch, full, b->fcw, (int)N,
+                           C, 4 * Cl));
     /* dln holds partial sums over tp (column-parallel input gradient). */
     TS_TRY(tp_leave(m, dln, dfull, B, T, C, &dh));
     TS_TRY(be->copy(dres2, dout, Nl * C * sizeof(float)));
@@ -470,13 +501,13 @@ static ts_status block_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tenso
     /* Attention branch. */
     TS_TRY(be->bias_grad(grad_of(b->projb), dres2, (int)Nl, C));
     TS_TRY(tp_enter(m, dres2, dfull, B, T, C, &din));
-    TS_TRY(be->matmul_backward(datty, grad_of(b->projw), NULL, din, a.atty,
-                               ts_model_weight(m, b->projw, 0), (int)N, Cl, C));
+    TS_TRY(linear_backward(m, datty, grad_of(b->projw), NULL, din, a.atty, b->projw, (int)N, Cl,
+                           C));
     TS_TRY(be->attention_backward(dqkv, datt, datty, a.qkv, a.atty, a.att, B, T, Cl, NHl));
     TS_TRY(be->zero(dln, N * C * sizeof(float)));
     TS_TRY(tp_enter(m, a.ln1, gathered, B, T, C, &full));
-    TS_TRY(be->matmul_backward(dln, grad_of(b->qkvw), grad_of(b->qkvb), dqkv, full,
-                               ts_model_weight(m, b->qkvw, 0), (int)N, C, 3 * Cl));
+    TS_TRY(linear_backward(m, dln, grad_of(b->qkvw), grad_of(b->qkvb), dqkv, full, b->qkvw, (int)N,
+                           C, 3 * Cl));
     TS_TRY(tp_leave(m, dln, dfull, B, T, C, &dh));
     float *dxin = dx->data;
     TS_TRY(be->copy(dxin, dres2, Nl * C * sizeof(float)));
@@ -551,7 +582,7 @@ static ts_status head_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor 
     float *stats = work + N * C, *rowmax = stats + 2 * N;
     const float *full;
     TS_TRY(tp_enter(m, a.lnf, work, B, T, C, &full));
-    TS_TRY(be->matmul_forward(a.logits, full, ts_model_weight(m, h->wte, 0), NULL, (int)N, C, Vpl));
+    TS_TRY(linear_forward(m, a.logits, full, h->wte, NULL, (int)N, C, Vpl));
     TS_TRY(round_if_bf16(m, a.logits, N * (size_t)Vpl));
     /* Cross-entropy over the vocabulary shards: max, then sum-exp and the
      * target's logit, each reduced over tp. */
@@ -605,8 +636,7 @@ static ts_status head_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor
     TS_TRY(be->zero(dlnf, N * C * sizeof(float)));
     const float *full, *dh;
     TS_TRY(tp_enter(m, a.lnf, gathered, B, T, C, &full));
-    TS_TRY(be->matmul_backward(dlnf, grad_of(h->wte), NULL, a.logits, full,
-                               ts_model_weight(m, h->wte, 0), (int)N, C, Vpl));
+    TS_TRY(linear_backward(m, dlnf, grad_of(h->wte), NULL, a.logits, full, h->wte, (int)N, C, Vpl));
     TS_TRY(tp_leave(m, dlnf, reduced, B, T, C, &dh));
     TS_TRY(be->zero(dx->data, Nl * C * sizeof(float)));
     TS_TRY(be->layernorm_backward(dx->data, grad_of(h->lnfw), grad_of(h->lnfb), dh,
@@ -1049,6 +1079,7 @@ void ts_model_destroy(ts_model *m) {
         m->be->free(m->tp_stage);
         for (int i = 0; i < 4; i++)
             m->be->free(m->stage[i]);
+        m->be->free(m->mm_work);
     }
     ts_mem_free(m->host_stage);
     free(m->params);

@@ -127,9 +127,12 @@ struct ts_model {
     /* Tensor parallelism: staging for gathers and scatters along T. */
     float *tp_stage;
     size_t tp_stage_floats;
-    /* bf16 mode: f32 staging for the weights of the op being run. */
+    /* bf16 mode: f32 staging for the weights of the op being run (the
+     * embedding, LayerNorms, biases), and the bf16 GEMMs' operand scratch. */
     float *stage[4];
     size_t stage_floats[4];
+    void *mm_work;
+    size_t mm_work_bytes;
     /* Off the CPU: host staging for the head's losses. */
     float *host_stage;
     size_t host_stage_floats;
