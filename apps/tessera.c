@@ -151,10 +151,6 @@ static ts_status load_config(int argc, char **argv, cli_opts *opts, ts_config **
     return TS_OK;
 }
 
-static ts_comm *parallel_comm_source(void *source, const char *token) {
-    return ts_parallel_comm(source, token);
-}
-
 /* Starts MPI (a singleton without mpirun) and builds the mesh of the axes the
  * plugins registered, with one communicator per group. */
 static ts_status start_parallel(int *argc, char ***argv, const ts_config *cfg, ts_plugins *reg,
@@ -163,7 +159,7 @@ static ts_status start_parallel(int *argc, char ***argv, const ts_config *cfg, t
     ts_mesh_sizes sizes;
     TS_TRY(ts_plugins_mesh_sizes(reg, ts_comm_size(*world), &sizes));
     TS_TRY(ts_parallel_create(*world, &sizes, ts_config_str(cfg, "parallel", "order"), par));
-    ts_plugins_set_comm_source(reg, parallel_comm_source, *par);
+    ts_plugins_set_comm_source(reg, ts_parallel_plugin_comm, *par);
     return TS_OK;
 }
 

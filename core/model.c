@@ -1137,7 +1137,8 @@ ts_status ts_model_gather(ts_model *m, const float *local, float *full) {
             buf = ts_mem_alloc(TS_MEM_COMM, cap * sizeof(float));
             if (!buf) return TS_ERR_NOMEM;
         }
-        st = ts_comm_all_gather(m->shard.tp_comm, local + p->offset, buf, n, TS_F32);
+        st = ts_comm_all_gather(m->shard.tp_host ? m->shard.tp_host : m->shard.tp_comm,
+                                local + p->offset, buf, n, TS_F32);
         /* Rank r's block sits at offset r * (its extent) along shard_dim. */
         ts_param q = *p;
         for (int r = 0; r < tp && !st; r++) {

@@ -75,7 +75,10 @@ typedef struct ts_model_shard {
     int tp;           /* ranks in the tp group; 1 = not cut            */
     int tp_rank;      /* this rank's coordinate on tp                  */
     int sp;           /* sequence parallel: hidden states cut along T  */
-    ts_comm *tp_comm; /* borrowed; NULL when tp == 1              */
+    ts_comm *tp_comm; /* borrowed; NULL when tp == 1: the model's tensors
+                         (device memory; NCCL on GPUs)              */
+    ts_comm *tp_host; /* borrowed; the same group for host memory
+                         (ts_model_gather); tp_comm when NULL        */
     /* Pipeline: which modules (embedding 0, blocks 1..L, head L+1) this
      * rank runs, as its model chunk c (a virtual stage), or -1 for a module
      * another rank runs. pp == 0 means the whole model is here as chunk 0. */

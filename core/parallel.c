@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tessera/device.h" /* ts_comm_nccl_create */
+
 static const char *parallel_tokens[] = {TS_MESH_JSON_TOKENS};
 
 ts_status ts_parallel_create(ts_comm *world, const ts_mesh_sizes *sizes, const char *order,
@@ -69,8 +71,23 @@ ts_status ts_batch_valid_total(ts_comm *batch_comm, int64_t local, int64_t *glob
     return TS_OK;
 }
 
+ts_status ts_parallel_open_device(ts_parallel *p) {
+    if (p->size == 1 || (p->ncomms > 0 && p->dcomms[0])) return TS_OK;
+    ts_status st = TS_OK;
+    for (int i = 0; i < p->ncomms && !st; i++)
+        st = ts_comm_nccl_create(p->comms[i], p->names[i], &p->dcomms[i]);
+    if (st)
+        for (int i = 0; i < p->ncomms; i++) {
+            ts_comm_free(p->dcomms[i]);
+            p->dcomms[i] = NULL;
+        }
+    return st;
+}
+
 void ts_parallel_destroy(ts_parallel *p) {
     if (!p) return;
+    for (int i = 0; i < p->ncomms; i++)
+        ts_comm_free(p->dcomms[i]);
     for (int i = 0; i < p->ncomms; i++)
         ts_comm_free(p->comms[i]);
     ts_mesh_destroy(p->mesh);
@@ -82,6 +99,17 @@ ts_comm *ts_parallel_comm(const ts_parallel *p, const char *token) {
     for (int i = 0; i < p->ncomms; i++)
         if (strcmp(p->names[i], token) == 0) return p->comms[i];
     return NULL;
+}
+
+ts_comm *ts_parallel_data_comm(const ts_parallel *p, const char *token) {
+    for (int i = 0; i < p->ncomms; i++)
+        if (p->dcomms[i] && strcmp(p->names[i], token) == 0) return p->dcomms[i];
+    return ts_parallel_comm(p, token);
+}
+
+ts_comm *ts_parallel_plugin_comm(void *source, const char *token) {
+    if (strncmp(token, "host:", 5) == 0) return ts_parallel_comm(source, token + 5);
+    return ts_parallel_data_comm(source, token);
 }
 
 int ts_parallel_coord(const ts_parallel *p, ts_mesh_axis axis) {
@@ -98,19 +126,29 @@ static ts_comm *parallel_nth(const ts_parallel *p, int i, const char **name) {
     return p->comms[i - 1];
 }
 
-static int parallel_active(const ts_comm *c) {
+/* The counter of the i-th communicator (parallel_nth) and its device twin. */
+static ts_comm_op_counter parallel_counter(const ts_parallel *p, int i, ts_comm_op op) {
+    const char *name;
+    ts_comm_op_counter k = ts_comm_counter(parallel_nth(p, i, &name), op);
+    if (i > 0 && p->dcomms[i - 1]) {
+        ts_comm_op_counter d = ts_comm_counter(p->dcomms[i - 1], op);
+        k.calls += d.calls;
+        k.bytes += d.bytes;
+        k.seconds += d.seconds;
+    }
+    return k;
+}
+
+static int parallel_active(const ts_parallel *p, int i) {
     for (int op = 0; op < TS_COMM_NOPS; op++)
-        if (ts_comm_counter(c, (ts_comm_op)op).calls > 0) return 1;
+        if (parallel_counter(p, i, (ts_comm_op)op).calls > 0) return 1;
     return 0;
 }
 
 void ts_parallel_snapshot_take(const ts_parallel *p, ts_parallel_snapshot *s) {
-    for (int i = 0; i <= p->ncomms; i++) {
-        const char *name;
-        ts_comm *c = parallel_nth(p, i, &name);
+    for (int i = 0; i <= p->ncomms; i++)
         for (int op = 0; op < TS_COMM_NOPS; op++)
-            s->c[i][op] = ts_comm_counter(c, (ts_comm_op)op);
-    }
+            s->c[i][op] = parallel_counter(p, i, (ts_comm_op)op);
 }
 
 ts_status ts_parallel_counters_json(const ts_parallel *p, const ts_parallel_snapshot *since,
@@ -127,10 +165,10 @@ ts_status ts_parallel_counters_json(const ts_parallel *p, const ts_parallel_snap
     PUT("{");
     for (int i = 0; i <= p->ncomms; i++) {
         const char *name;
-        ts_comm *c = parallel_nth(p, i, &name);
+        (void)parallel_nth(p, i, &name);
         int opened = 0;
         for (int op = 0; op < TS_COMM_NOPS; op++) {
-            ts_comm_op_counter k = ts_comm_counter(c, (ts_comm_op)op);
+            ts_comm_op_counter k = parallel_counter(p, i, (ts_comm_op)op);
             if (since) {
                 k.calls -= since->c[i][op].calls;
                 k.bytes -= since->c[i][op].bytes;
@@ -153,10 +191,8 @@ ts_status ts_parallel_counters_json(const ts_parallel *p, const ts_parallel_snap
 
 void ts_parallel_report(const ts_parallel *p, FILE *f) {
     int any = 0;
-    for (int i = 0; i <= p->ncomms; i++) {
-        const char *name;
-        any |= parallel_active(parallel_nth(p, i, &name));
-    }
+    for (int i = 0; i <= p->ncomms; i++)
+        any |= parallel_active(p, i);
     if (!any) return;
     fprintf(f, "communication on rank %d (algbw and busbw as nccl-tests define them):\n", p->rank);
     fprintf(f, "  %-10s %-15s %8s %14s %10s %12s %12s\n", "group", "op", "calls", "bytes",
@@ -165,7 +201,7 @@ void ts_parallel_report(const ts_parallel *p, FILE *f) {
         const char *name;
         ts_comm *c = parallel_nth(p, i, &name);
         for (int op = 0; op < TS_COMM_NOPS; op++) {
-            ts_comm_op_counter k = ts_comm_counter(c, (ts_comm_op)op);
+            ts_comm_op_counter k = parallel_counter(p, i, (ts_comm_op)op);
             if (k.calls == 0) continue;
             double alg = 0, bus = 0;
             ts_comm_bandwidth((ts_comm_op)op, ts_comm_size(c), k.bytes, k.seconds, &alg, &bus);

@@ -10,6 +10,16 @@
  * collective), each named by its token so counters and timeout messages name
  * the axis. A token whose groups are single ranks still gets a communicator
  * (of size 1), so callers never special-case an absent axis.
+ *
+ * Host and device data. These communicators are MPI's: they carry host
+ * memory. When the model lives on GPUs ([train] device = cuda on more than
+ * one rank), ts_parallel_open_device adds an NCCL communicator over the same
+ * ranks for every token, under the same name; ts_parallel_data_comm returns
+ * it, and everything that moves tensors of the model (activations,
+ * gradients, the plugins' collectives: ts_host.comm) uses that one, while
+ * host scalars (loss sums, token counts, the gradient norm, checkpoint
+ * assembly, metrics) stay on ts_parallel_comm. Without device communicators
+ * the two are the same. The counters of a token are the sum of both.
  */
 #ifndef TESSERA_CORE_PARALLEL_H
 #define TESSERA_CORE_PARALLEL_H
@@ -32,6 +42,7 @@ typedef struct ts_parallel {
     int ncomms;
     char names[TS_PARALLEL_MAX_COMMS][16];
     ts_comm *comms[TS_PARALLEL_MAX_COMMS];
+    ts_comm *dcomms[TS_PARALLEL_MAX_COMMS]; /* NCCL, or NULL (see above) */
 } ts_parallel;
 
 /* Builds the mesh (sizes->world must equal the world communicator's size)
@@ -42,6 +53,19 @@ void ts_parallel_destroy(ts_parallel *p);
 
 /* The communicator of a token ("dp", "dp-cp", "world", ...), or NULL. */
 ts_comm *ts_parallel_comm(const ts_parallel *p, const char *token);
+/* Creates the device communicators (NCCL, one per token, collective over
+ * the world in the same order on every rank) on the GPU this process
+ * already selected. A no-op on one rank, where no tensor leaves the device,
+ * and when they exist. Failure (a build without NCCL, NCCL's own): the
+ * error, nothing created. */
+ts_status ts_parallel_open_device(ts_parallel *p);
+/* The communicator that carries the model's tensors for a token: the device
+ * one when ts_parallel_open_device made it, else ts_parallel_comm's. */
+ts_comm *ts_parallel_data_comm(const ts_parallel *p, const char *token);
+/* The plugins' host->comm (plugin.h; a ts_plugins_comm_fn over `source`, a
+ * ts_parallel): ts_parallel_data_comm of a token, or with "host:" before
+ * the token ts_parallel_comm of it. NULL for an unknown token. */
+ts_comm *ts_parallel_plugin_comm(void *source, const char *token);
 /* This rank's coordinate on an axis. */
 int ts_parallel_coord(const ts_parallel *p, ts_mesh_axis axis);
 

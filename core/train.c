@@ -13,7 +13,10 @@
  * device (backend.h). The host reads the batch and counts its valid targets,
  * then uploads tokens and targets once per step; checkpoints, exports and
  * llm.c weights pass through host buffers (to_host before writing,
- * from_host after reading). device = cuda drives one GPU on one rank.
+ * from_host after reading). device = cuda drives one GPU per rank; with
+ * several ranks the model's tensors (tp collectives, pipeline sends, the
+ * plugins' gradient reductions, the tied embedding) travel over the NCCL
+ * communicators of parallel.h and the host's scalars over MPI.
  */
 #include "train.h"
 
@@ -52,6 +55,7 @@ struct ts_trainer {
      * (virtual stages chunk * pp + pp_rank). */
     int pp, pp_rank, chunks;
     ts_comm *pp_comm;  /* the pipeline group: comm rank = stage       */
+    ts_comm *pp_host;  /* the same group for host memory (borrowed)   */
     ts_comm *tie_comm; /* first and last stage (tied wte); borrowed    */
     /* Per (micro-batch, chunk): received activations and gradients, the
      * chunk's output, the gradient sent upstream, and pending sends. */
@@ -230,7 +234,8 @@ static ts_status trainer_tensor_split(ts_trainer *t, ts_model_shard *shard) {
     *shard = (ts_model_shard){.tp = tp, .tp_rank = ts_parallel_coord(t->par, TS_AXIS_TP)};
     if (tp == 1) return TS_OK;
     TS_TRY(ts_model_tp_check(&t->mcfg, tp));
-    shard->tp_comm = ts_parallel_comm(t->par, "tp");
+    shard->tp_comm = ts_parallel_data_comm(t->par, "tp");
+    shard->tp_host = ts_parallel_comm(t->par, "tp");
     for (int i = 0; i < t->plan.count; i++) {
         const ts_layout_plan_entry *e = &t->plan.entries[i];
         int a = ts_layout_axis_index(&e->layout, "tp");
@@ -325,7 +330,8 @@ static ts_status trainer_pipeline_split(ts_trainer *t, ts_model_shard *shard) {
     shard->chunks = t->chunks;
     for (int i = 0; i < L + 2; i++)
         shard->module_chunk[i] = vstage[i] % pp == t->pp_rank ? vstage[i] / pp : -1;
-    t->pp_comm = ts_parallel_comm(t->par, "pp");
+    t->pp_comm = ts_parallel_data_comm(t->par, "pp");
+    t->pp_host = ts_parallel_comm(t->par, "pp");
     return TS_OK;
 }
 
@@ -480,12 +486,10 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
     if (strcmp(device, "cpu") == 0) {
         t->be = ts_backend_cpu();
     } else {
-        if (par && par->size > 1)
-            CHECK(key_error(cfg, "train", "device",
-                            "device = %s trains on one GPU (one rank) so far; this job has %d "
-                            "ranks (NCCL communicators are not wired into the trainer yet)",
-                            device, par->size));
+        /* One GPU per rank (the launcher's local rank); with several ranks
+         * the model's tensors travel over NCCL, host scalars over MPI. */
         st = ts_backend_open(TS_DEVICE_CUDA, &t->be);
+        if (!st && par) st = ts_parallel_open_device(par);
         if (st) {
             char msg[1024];
             snprintf(msg, sizeof msg, "%s", ts_last_error());
@@ -570,7 +574,7 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
     t->state = (ts_train_state){t->model, t->optim, 0, 0, seed};
     CHECK(trainer_ready_after(t));
     CHECK(trainer_norm_owners(t));
-    if (par) t->tie_comm = ts_parallel_comm(par, "embedding");
+    if (par) t->tie_comm = ts_parallel_data_comm(par, "embedding");
     if (ts_plugins_num_schedulers(reg) > 1)
         CHECK(ts_error(TS_ERR_CONFIG, "%d schedulers are registered; one is expected",
                        ts_plugins_num_schedulers(reg)));
@@ -742,7 +746,7 @@ static ts_status trainer_full(ts_trainer *t, const float *local, float *scratch,
     if (t->pp > 1) memset(scratch, 0, t->model->global_numel * sizeof(float));
     TS_TRY(ts_model_gather(t->model, local, scratch));
     if (t->pp > 1)
-        TS_TRY(ts_comm_all_reduce(t->pp_comm, scratch, scratch, t->model->global_numel, TS_F32,
+        TS_TRY(ts_comm_all_reduce(t->pp_host, scratch, scratch, t->model->global_numel, TS_F32,
                                   TS_REDUCE_SUM));
     *full = scratch;
     return TS_OK;
@@ -1039,7 +1043,7 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
     /* The loss lives on the last stage and on every part of the batch. */
     if (t->pp_comm && ts_comm_size(t->pp_comm) > 1) {
         float local = (float)loss_sum, sum = 0.0f;
-        TS_TRY(ts_comm_all_reduce(t->pp_comm, &local, &sum, 1, TS_F32, TS_REDUCE_SUM));
+        TS_TRY(ts_comm_all_reduce(t->pp_host, &local, &sum, 1, TS_F32, TS_REDUCE_SUM));
         loss_sum = sum;
     }
     if (t->batch_comm && ts_comm_size(t->batch_comm) > 1) {
@@ -1083,8 +1087,8 @@ static ts_status trainer_stage_stats(ts_trainer *t, const ts_step_stats *s, floa
         peak_kib[0] = k;
         return TS_OK;
     }
-    TS_TRY(ts_comm_all_gather(t->pp_comm, &b, bubble, 1, TS_F32));
-    return ts_comm_all_gather(t->pp_comm, &k, peak_kib, 1, TS_I32);
+    TS_TRY(ts_comm_all_gather(t->pp_host, &b, bubble, 1, TS_F32));
+    return ts_comm_all_gather(t->pp_host, &k, peak_kib, 1, TS_I32);
 }
 
 static ts_status trainer_write_metrics(ts_trainer *t, const ts_step_stats *s, const float *bubble,

@@ -405,7 +405,11 @@ typedef struct ts_host {
     /* The communicator of a mesh group token ("dp", "tp", "dp-cp", "world",
      * ...) of this rank, borrowed: never free it. NULL before the mesh
      * exists (always during init: ask from transforms, hooks, schedulers and
-     * dispatchers) and for a token the core does not know. */
+     * dispatchers) and for a token the core does not know. It carries the
+     * model's tensors: with [train] device = cuda on several ranks it is an
+     * NCCL communicator over device memory (ts_comm_backend says "nccl").
+     * "host:TOKEN" ("host:dp", ...) names the same group for host memory
+     * (MPI), for scalars a plugin reduces itself; "world" is host memory. */
     ts_comm *(*comm)(ts_plugin_ctx *ctx, const char *token);
     /* The operations of comm.h, with the same meaning and failures (see
      * there). A communication failure returned to the core ends the job. */

@@ -8,9 +8,16 @@
 #                from its step-5 checkpoint repeats the uninterrupted run's
 #                last 5 losses (within 1e-6); the exported weights of the
 #                GPU run are close to the CPU run's.
+#   multi_gpu    (needs 2 GPUs, else exit 77) dp 2, tp 2 with sequence
+#                parallelism, and pp 2 (1F1B) on 2 GPUs over NCCL, each
+#                against the one-rank CPU run (losses within 1e-4, norms
+#                1e-3), and each moving, per step, the same collectives with
+#                the same bytes under the same groups as the same job on 2
+#                CPU ranks over MPI.
 #   no_device    (needs NO GPU, else exit 77) device = cuda fails with a
-#                message naming [train] device and why, exit status non-zero;
-#                on 2 ranks it fails naming [train] device and "one GPU".
+#                message naming [train] device and why, exit status non-zero,
+#                on one rank and on 2 ranks (with dp, where every rank stops
+#                at the same point: no hang).
 . "$(dirname "$0")/lib.sh"
 PROBE=$3
 MODE=$4
@@ -90,6 +97,33 @@ if rel > 1e-3:
     raise SystemExit("relative L2 difference %.2e > 1e-3" % rel)
 PY
     ;;
+multi_gpu)
+    "$PROBE" 2 || exit 77
+    train cpu --set train.device=cpu
+    for c in "dp|--set parallel.plugins=dp" \
+        "tp|--set parallel.plugins=tp --set tp.size=2 --set tp.sequence_parallel=true" \
+        "pp|--set parallel.plugins=pp --set pp.size=2 --set pp.schedule=1f1b --set train.micro_batch=4"; do
+        name=${c%%|*}
+        sets=(${c#*|})
+        for d in cpu cuda; do
+            timeout 300 mpirun --oversubscribe -np 2 "$TESSERA" train "$SRC/configs/tiny.ini" \
+                --set train.steps=10 --set train.device=$d --set train.metrics=${name}_$d.jsonl \
+                "${sets[@]}" > ${name}_$d.txt 2>&1 || { cat ${name}_$d.txt; fail "$name on 2 $d ranks failed"; }
+        done
+        grep -q "device cuda:" ${name}_cuda.txt || fail "$name: the GPU run does not name its device"
+        compare cpu.jsonl ${name}_cuda.jsonl 1e-4 1e-3
+        python3 - ${name}_cpu.jsonl ${name}_cuda.jsonl <<'PY' || fail "$name: the collectives differ"
+import json, sys
+a, b = (list(map(json.loads, open(p))) for p in sys.argv[1:3])
+def moved(m):  # group -> op -> (calls, bytes)
+    return {g: {o: (v["calls"], v["bytes"]) for o, v in ops.items()} for g, ops in m["comm"].items()}
+for x, y in zip(a, b):
+    if moved(x) != moved(y):
+        sys.exit("step %d: MPI %s, NCCL %s" % (x["step"], moved(x), moved(y)))
+print("%s: the same collectives and bytes per step on MPI and NCCL" % sys.argv[2])
+PY
+    done
+    ;;
 no_device)
     [ $have -eq 77 ] || exit 77
     "$TESSERA" train "$SRC/configs/tiny.ini" --set train.device=cuda --set train.steps=1 \
@@ -100,8 +134,8 @@ no_device)
     timeout 120 mpirun --oversubscribe -np 2 "$TESSERA" train "$SRC/configs/tiny.ini" \
         --set parallel.plugins=dp --set train.device=cuda --set train.steps=1 \
         > np2.txt 2>&1 && { cat np2.txt; fail "device = cuda on 2 ranks succeeded"; }
-    grep -q "\[train\] device" np2.txt && grep -q "one GPU" np2.txt ||
-        { cat np2.txt; fail "2 ranks: the message does not name [train] device and one GPU"; }
+    grep -q "\[train\] device" np2.txt && grep -Eq "no CUDA" np2.txt ||
+        { cat np2.txt; fail "2 ranks: the message does not name [train] device and the cause"; }
     ;;
 *) fail "unknown mode '$MODE'" ;;
 esac

@@ -19,10 +19,6 @@
 #include "parallel.h"
 #include "plugin.h"
 
-static ts_comm *comm_source(void *source, const char *token) {
-    return ts_parallel_comm(source, token);
-}
-
 static int check(ts_status st, const char *what) {
     if (st) fprintf(stderr, "FAIL %s: %s\n", what, ts_last_error());
     return st != TS_OK;
@@ -57,7 +53,7 @@ int main(int argc, char **argv) {
     bad = bad || check(ts_plugins_mesh_sizes(reg, 2, &sizes), "sizes") ||
           check(ts_parallel_create(world, &sizes, "tp-cp-ep-dp-pp", &par), "mesh");
     if (bad) return 1;
-    ts_plugins_set_comm_source(reg, comm_source, par);
+    ts_plugins_set_comm_source(reg, ts_parallel_plugin_comm, par);
 
     /* This rank's tokens and their per-token gradient. */
     int64_t local = rank == 0 ? 2 : 6, global = 0;
