@@ -130,6 +130,15 @@ typedef struct ts_backend {
     ts_status (*attention_backward)(float *dqkv, float *scratch, const float *dout,
                                     const float *qkv, const float *out, const float *saved, int B,
                                     int T, int C, int NH);
+    /* The same two in the model's bf16 mode (qkv holds bf16 values), with the
+     * same saved state and scratch: CUDA computes the products on tensor
+     * cores with bf16 operands (probabilities and dout rounded to bf16, f32
+     * accumulation); the CPU runs its f32 kernels. */
+    ts_status (*attention_forward_bf16)(float *out, float *saved, const float *qkv, int B, int T,
+                                        int C, int NH);
+    ts_status (*attention_backward_bf16)(float *dqkv, float *scratch, const float *dout,
+                                         const float *qkv, const float *out, const float *saved,
+                                         int B, int T, int C, int NH);
 
     /* --- vocabulary-parallel cross-entropy (cpu_kernels.h has the recipe) ---
      * ce_shard_max, ce_shard_sumexp, ce_shard_backward as ts_cpu_ce_shard_*;

@@ -7,9 +7,11 @@
  * copies and kernels run in one order. to_host and sumsq wait for the device;
  * nothing else does.
  *
- * In bf16 mode the GEMMs run on tensor cores: the f32 activations (already
- * rounded to bf16 by the model) and the gradients flowing back are converted
- * into the caller's `work`, the weights are the model's bf16 parameters.
+ * In bf16 mode the GEMMs and the attention run on tensor cores: for the
+ * GEMMs the f32 activations (already rounded to bf16 by the model) and the
+ * gradients flowing back are converted into the caller's `work`, the weights
+ * are the model's bf16 parameters; the attention (attention_tc.cu) rounds
+ * its tiles as it loads them.
  * In a build without CUDA only ts_backend_open's CPU case and the failures
  * remain.
  */
@@ -91,6 +93,13 @@ static ts_status cuda_attention_backward(float *dqkv, float *scratch, const floa
     return ts_cuda_attention_backward(dqkv, dout, qkv, out, saved, B, T, C, NH);
 }
 
+static ts_status cuda_attention_backward_bf16(float *dqkv, float *scratch, const float *dout,
+                                              const float *qkv, const float *out,
+                                              const float *saved, int B, int T, int C, int NH) {
+    (void)scratch;
+    return ts_cuda_attention_backward_bf16(dqkv, dout, qkv, out, saved, B, T, C, NH);
+}
+
 static const ts_backend cuda_backend = {
     .kind = TS_DEVICE_CUDA,
     .name = "cuda",
@@ -121,6 +130,8 @@ static const ts_backend cuda_backend = {
     .attention_scratch_floats = cuda_attention_scratch,
     .attention_forward = ts_cuda_attention_forward,
     .attention_backward = cuda_attention_backward,
+    .attention_forward_bf16 = ts_cuda_attention_forward_bf16,
+    .attention_backward_bf16 = cuda_attention_backward_bf16,
     .ce_shard_max = ts_cuda_ce_shard_max,
     .ce_shard_sumexp = ts_cuda_ce_shard_sumexp,
     .ce_shard_loss = ts_cuda_ce_shard_loss,

@@ -427,7 +427,8 @@ static ts_status block_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor
     TS_TRY(tp_enter(m, a.ln1, gathered, B, T, C, &full));
     TS_TRY(linear_forward(m, a.qkv, full, b->qkvw, ts_model_weight(m, b->qkvb, 1), N, C, 3 * Cl));
     TS_TRY(round_if_bf16(m, a.qkv, (size_t)N * 3 * Cl));
-    TS_TRY(be->attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl));
+    TS_TRY((m->dtype == TS_BF16 ? be->attention_forward_bf16 : be->attention_forward)(
+        a.atty, a.att, a.qkv, B, T, Cl, NHl));
     TS_TRY(round_if_bf16(m, a.atty, (size_t)N * Cl));
     TS_TRY(linear_forward(m, partial, a.atty, b->projw, NULL, N, Cl, C));
     TS_TRY(tp_leave(m, partial, a.res2, B, T, C, &h));
@@ -503,7 +504,8 @@ static ts_status block_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tenso
     TS_TRY(tp_enter(m, dres2, dfull, B, T, C, &din));
     TS_TRY(linear_backward(m, datty, grad_of(b->projw), NULL, din, a.atty, b->projw, (int)N, Cl,
                            C));
-    TS_TRY(be->attention_backward(dqkv, datt, datty, a.qkv, a.atty, a.att, B, T, Cl, NHl));
+    TS_TRY((m->dtype == TS_BF16 ? be->attention_backward_bf16 : be->attention_backward)(
+        dqkv, datt, datty, a.qkv, a.atty, a.att, B, T, Cl, NHl));
     TS_TRY(be->zero(dln, N * C * sizeof(float)));
     TS_TRY(tp_enter(m, a.ln1, gathered, B, T, C, &full));
     TS_TRY(linear_backward(m, dln, grad_of(b->qkvw), grad_of(b->qkvb), dqkv, full, b->qkvw, (int)N,

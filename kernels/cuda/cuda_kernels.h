@@ -197,6 +197,20 @@ ts_status ts_cuda_attention_backward(float *dqkv, const float *dout, const float
                                      const float *out, const float *lse, int B, int T, int C,
                                      int NH);
 
+/* --- the same attention on tensor cores, for bf16 mode (attention_tc.cu) --------
+ * Same arguments, saved state (lse) and += rule as above; q, k, v and dout are
+ * rounded to bf16 as they are loaded (exact for the model's bf16-valued
+ * activations), the probabilities and score gradients are rounded to bf16 as
+ * they enter a product, and everything accumulates in f32 (WMMA 16x16x16).
+ * Head sizes up to 64; larger ones run the f32 kernels above. Needs sm_80 or
+ * later. Compared with the CPU kernel on bf16-valued inputs within 1e-2
+ * (tests/cuda/, family `attention_bf16`). */
+ts_status ts_cuda_attention_forward_bf16(float *out, float *lse, const float *qkv, int B, int T,
+                                         int C, int NH);
+ts_status ts_cuda_attention_backward_bf16(float *dqkv, const float *dout, const float *qkv,
+                                          const float *out, const float *lse, int B, int T, int C,
+                                          int NH);
+
 /* --- softmax cross-entropy over a padded vocabulary (crossentropy.cu) ---------
  * As ts_cpu_crossentropy_*: logits (N, Vp), only the first V columns are
  * real; targets (N) a class id in [0, V) or -1 (masked: loss 0, no gradient).

@@ -3,7 +3,7 @@
  *
  *   test_cuda_kernels FAMILY     (matmul_f32, matmul_bf16, embedding, layernorm,
  *                                 gelu, attention, residual, crossentropy,
- *                                 adamw, reduce, model_extra)
+ *                                 adamw, reduce, model_extra, attention_bf16)
  *
  * Each run draws fresh random inputs (the seed is time-based and printed;
  * TS_TEST_SEED=S replays one), uploads the same inputs to both backends, and
@@ -347,13 +347,25 @@ static void test_gelu(void) {
 }
 
 /* --- attention ---------------------------------------------------------------------- */
-static void attention_case(int B, int T, int C, int NH) {
+/* bf16: the tensor-core kernels (attention_tc.cu) on bf16-valued q, k, v
+ * and dout, as the model's bf16 mode hands them over, within TOL_BF16. */
+static void attention_case(int B, int T, int C, int NH, int bf16) {
     int hs = C / NH;
-    printf("attention B=%d T=%d C=%d NH=%d (hs=%d)\n", B, T, C, NH, hs);
+    double tol = bf16 ? TOL_BF16 : TOL_F32;
+    printf("attention%s B=%d T=%d C=%d NH=%d (hs=%d)\n", bf16 ? " bf16" : "", B, T, C, NH, hs);
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
     size_t natt = (size_t)B * NH * T * T, nlse = (size_t)B * NH * T;
     float *qkv = host_rand(nqkv, 2.0f), *dout = host_rand(nout, 1.0f);
     float *dqkv = host_rand(nqkv, 1.0f);
+    if (bf16) {
+        ts_cpu_round_bf16(qkv, nqkv);
+        ts_cpu_round_bf16(dout, nout);
+    }
+    ts_status (*fwd)(float *, float *, const float *, int, int, int, int) =
+        bf16 ? ts_cuda_attention_forward_bf16 : ts_cuda_attention_forward;
+    ts_status (*bwd)(float *, const float *, const float *, const float *, const float *, int,
+                     int, int, int) =
+        bf16 ? ts_cuda_attention_backward_bf16 : ts_cuda_attention_backward;
     float *out = malloc(nout * sizeof *out), *att = malloc(natt * sizeof *att);
     float *scratch = malloc(natt * sizeof *scratch), *lse = malloc(nlse * sizeof *lse);
     /* reference lse: log-sum-exp of the scaled causal scores, in double */
@@ -382,33 +394,37 @@ static void attention_case(int B, int T, int C, int NH) {
     float *d_out = dev_nan(nout), *d_lse = dev_nan(nlse);
 
     ts_cpu_attention_forward(out, att, qkv, B, T, C, NH);
-    CALL(ts_cuda_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH));
-    check("forward out", d_out, out, nout, TOL_F32);
-    check("forward lse (vs double reference)", d_lse, lse, nlse, TOL_F32);
+    CALL(fwd(d_out, d_lse, d_qkv, B, T, C, NH));
+    check("forward out", d_out, out, nout, tol);
+    check("forward lse (vs double reference)", d_lse, lse, nlse, tol);
     /* each backend's backward from its own forward state */
     ts_cpu_attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
-    CALL(ts_cuda_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH));
-    check("backward dqkv (+=)", d_dqkv, dqkv, nqkv, TOL_F32);
+    CALL(bwd(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH));
+    check("backward dqkv (+=)", d_dqkv, dqkv, nqkv, tol);
     /* determinism: a second backward from zero gives the same bits twice */
     float *g1;
     cu(cudaMemset(d_dqkv, 0, nqkv * sizeof(float)), "memset");
     cu(cudaDeviceSynchronize(), "sync");
-    CALL(ts_cuda_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH));
+    CALL(bwd(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH));
     g1 = host_f(d_dqkv, nqkv);
     cu(cudaMemset(d_dqkv, 0, nqkv * sizeof(float)), "memset");
     cu(cudaDeviceSynchronize(), "sync");
-    CALL(ts_cuda_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH));
+    CALL(bwd(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH));
     check_bits("backward dqkv repeatable", d_dqkv, g1, nqkv * sizeof(float));
 
     cudaFree(d_qkv), cudaFree(d_dout), cudaFree(d_dqkv), cudaFree(d_out), cudaFree(d_lse);
     free(qkv), free(dout), free(dqkv), free(out), free(att), free(scratch), free(lse), free(g1);
 }
 
-static void test_attention(void) {
-    attention_case(2, 33 + rnd_int(64), 128, 2); /* hs 64, T not a tile multiple */
-    attention_case(1 + rnd_int(2), 40, 48, 3);   /* hs 16, padded to 32 */
-    attention_case(1, 20 + rnd_int(60), 96, 1);  /* hs 96, padded to 128 */
-    attention_case(2, 1, 64, 4);                 /* a single position */
+static void test_attention(int bf16) {
+    attention_case(2, 33 + rnd_int(64), 128, 2, bf16); /* hs 64, T not a tile multiple */
+    attention_case(1 + rnd_int(2), 40, 48, 3, bf16);   /* hs 16, padded to 32 */
+    attention_case(1, 20 + rnd_int(60), 96, 1, bf16);  /* hs 96: bf16 falls back to f32 */
+    attention_case(2, 1, 64, 4, bf16);                 /* a single position */
+    if (bf16) {
+        attention_case(1, 130 + rnd_int(200), 64, 2, bf16); /* hs 32, several 64-row tiles */
+        attention_case(2, 64 * (1 + rnd_int(3)), 96, 2, bf16); /* hs 48, whole tiles */
+    }
 }
 
 /* --- residual -------------------------------------------------------------------------- */
@@ -684,7 +700,7 @@ static void test_model_extra(void) {
 int main(int argc, char **argv) {
     static const char *families[] = {"matmul_f32", "matmul_bf16", "embedding",  "layernorm",
                                      "gelu",       "attention",   "residual",   "crossentropy",
-                                     "adamw",      "reduce",      "model_extra"};
+                                     "adamw",      "reduce",      "model_extra", "attention_bf16"};
     int nfam = (int)(sizeof families / sizeof *families), fam = -1;
     for (int i = 0; argc == 2 && i < nfam; i++)
         if (strcmp(argv[1], families[i]) == 0) fam = i;
@@ -715,12 +731,13 @@ int main(int argc, char **argv) {
     case 2: test_embedding(); break;
     case 3: test_layernorm(); break;
     case 4: test_gelu(); break;
-    case 5: test_attention(); break;
+    case 5: test_attention(0); break;
     case 6: test_residual(); break;
     case 7: test_crossentropy(); break;
     case 8: test_adamw(); break;
     case 9: test_reduce(); break;
     case 10: test_model_extra(); break;
+    case 11: test_attention(1); break;
     }
     ts_cuda_free();
     printf("%s: %s (%d failed checks)\n", families[fam], g_failures ? "FAIL" : "PASS", g_failures);
