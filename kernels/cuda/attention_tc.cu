@@ -24,10 +24,6 @@
  *
  * Reference: T. Dao, "FlashAttention-2: Faster Attention with Better
  * Parallelism and Work Partitioning", 2023 (Algorithms 1 and 2).
- *
- * The kernels also compile on the host under tests/cuda_emu/cuda_emu.h, which
- * runs them thread by thread against the CPU kernels where no GPU exists
- * (test attention_tc_emulated); keep them to what that header provides.
  */
 #include <cuda_bf16.h>
 #include <math.h>
@@ -380,9 +376,8 @@ __global__ static void __launch_bounds__(TC_THREADS)
 }
 
 /* ---------------------------------------------------------------------------
- * Launchers (left out when tests/cuda_emu runs the kernels above on the host)
+ * Launchers
  * ------------------------------------------------------------------------- */
-#ifndef TS_CUDA_EMULATION
 template <int D>
 static ts_status tc_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
     constexpr size_t sm = tc_fwd_smem<D>();
@@ -436,4 +431,3 @@ ts_status ts_cuda_attention_backward_bf16(float *dqkv, const float *dout, const 
     if (hs <= 64) return tc_backward<64>(dqkv, dout, qkv, out, lse, B, T, C, NH);
     return ts_cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
 }
-#endif /* TS_CUDA_EMULATION */

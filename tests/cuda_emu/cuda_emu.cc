@@ -1,113 +1,403 @@
 /*
- * cuda_emu.cc — the emulator's runtime (cuda_emu.h): the built-in index
- * variables, the shared-memory array, the block scheduler over coroutines.
+ * cuda_emu.cc — the emulator's runtime (include/cuda_emu.h): the block
+ * scheduler over coroutines, launch checks, shared memory, the CUDA runtime
+ * calls over host memory, and cuBLAS's two GEMMs.
  */
 #include "cuda_emu.h"
 
-#include <string.h>
+#include <stdlib.h>
+#include <ucontext.h>
 
-emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
-float emu_lane_slot[1024];
+#include "cublasLt.h"
+#include "cublas_v2.h"
+#include "cuda_runtime_api.h"
 
-/* The kernels' `extern __shared__ unsigned char smem[]`. */
-#define EMU_SMEM_BYTES (228 * 1024) /* the most an sm_90 block may have */
-alignas(128) unsigned char smem[EMU_SMEM_BYTES];
+dim3 threadIdx, blockIdx, blockDim, gridDim;
+double emu_lane_slot[1024];
 
-#define EMU_MAX_THREADS 1024
-#define EMU_STACK (256 * 1024)
-
-static ucontext_t emu_sched, emu_thr[EMU_MAX_THREADS];
-static char *emu_stacks;
-static unsigned emu_cur;
-static int emu_done[EMU_MAX_THREADS];
-static long emu_bars[EMU_MAX_THREADS];
-static void (*emu_body)(void *);
-static void *emu_arg;
+/* ---------------------------------------------------------------------------
+ * Errors and launch limits
+ * ------------------------------------------------------------------------- */
+static cudaError_t emu_error = cudaSuccess; /* what cudaGetLastError reports next */
+static const char *emu_error_what = "";
 
 void emu_fail(const char *what) {
-    fprintf(stderr, "FAIL (emulated block %u,%u thread %u): %s\n", blockIdx.x, blockIdx.y,
-            threadIdx.x, what);
+    fprintf(stderr, "FAIL (emulated block %u,%u,%u thread %u,%u,%u): %s\n", blockIdx.x, blockIdx.y,
+            blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z, what);
     exit(1);
 }
 
-/* Stores queued by store_matrix_sync, written when a round of the block
- * ends (every thread at its next barrier, or done). */
+static void emu_set_error(cudaError_t err, const char *what) {
+    fprintf(stderr, "emulated launch refused: %s\n", what);
+    if (emu_error == cudaSuccess) {
+        emu_error = err;
+        emu_error_what = what;
+    }
+}
+
+#define EMU_SMEM_DEFAULT (48 * 1024)
+#define EMU_SMEM_MAX (163 * 1024)
+static struct {
+    const void *func;
+    int max_dynamic;
+} emu_attrs[64];
+static int emu_nattrs;
+
+cudaError_t emu_func_set_attribute(const void *func, cudaFuncAttribute attr, int value) {
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > EMU_SMEM_MAX)
+        return cudaErrorInvalidValue;
+    for (int i = 0; i < emu_nattrs; i++)
+        if (emu_attrs[i].func == func) {
+            emu_attrs[i].max_dynamic = value;
+            return cudaSuccess;
+        }
+    if (emu_nattrs == 64) return cudaErrorInvalidValue;
+    emu_attrs[emu_nattrs].func = func;
+    emu_attrs[emu_nattrs++].max_dynamic = value;
+    return cudaSuccess;
+}
+
+static size_t emu_smem_limit(const void *func) {
+    for (int i = 0; i < emu_nattrs; i++)
+        if (emu_attrs[i].func == func && emu_attrs[i].max_dynamic > EMU_SMEM_DEFAULT)
+            return (size_t)emu_attrs[i].max_dynamic;
+    return EMU_SMEM_DEFAULT;
+}
+
+/* ---------------------------------------------------------------------------
+ * Shared memory and deferred WMMA stores
+ * ------------------------------------------------------------------------- */
+alignas(256) static unsigned char emu_smem[EMU_SMEM_MAX];
+
+void *emu_dynamic_smem(void) {
+    return emu_smem;
+}
+
+#define EMU_MAX_THREADS 1024
+#define EMU_WARPS (EMU_MAX_THREADS / 32)
 struct emu_store {
     float *p;
     unsigned ldm;
     int col_major;
     float x[16][16];
 };
-static emu_store emu_pending[EMU_MAX_THREADS / 32];
-static int emu_npending;
+/* One pending store per warp at most: a store begins with a warp barrier,
+ * which lands the previous one. */
+static emu_store emu_pending[EMU_WARPS];
+static int emu_has_pending[EMU_WARPS];
 
 void emu_store_later(float *p, unsigned ldm, int col_major, const float (*x)[16]) {
-    if (emu_npending == EMU_MAX_THREADS / 32) emu_fail("too many pending WMMA stores");
-    emu_store *st = &emu_pending[emu_npending++];
+    int w = (int)(emu_tid() / 32);
+    if (emu_has_pending[w]) emu_fail("a WMMA store while the warp's last one is pending");
+    emu_store *st = &emu_pending[w];
     st->p = p;
     st->ldm = ldm;
     st->col_major = col_major;
     memcpy(st->x, x, sizeof st->x);
+    emu_has_pending[w] = 1;
 }
 
-static void emu_flush_stores(void) {
-    for (int i = 0; i < emu_npending; i++) {
-        emu_store *st = &emu_pending[i];
-        for (int r = 0; r < 16; r++)
-            for (int c = 0; c < 16; c++)
-                (st->col_major ? st->p[(size_t)c * st->ldm + r] : st->p[(size_t)r * st->ldm + c]) =
-                    st->x[r][c];
-    }
-    emu_npending = 0;
+static void emu_land_store(int w) {
+    if (!emu_has_pending[w]) return;
+    emu_store *st = &emu_pending[w];
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++)
+            (st->col_major ? st->p[(size_t)c * st->ldm + r] : st->p[(size_t)r * st->ldm + c]) =
+                st->x[r][c];
+    emu_has_pending[w] = 0;
 }
 
-void emu_barrier(void) {
-    emu_bars[emu_cur]++;
+/* ---------------------------------------------------------------------------
+ * The block scheduler
+ * ------------------------------------------------------------------------- */
+#define EMU_STACK (256 * 1024)
+enum { EMU_RUNNABLE, EMU_AT_WARP, EMU_AT_BLOCK, EMU_DONE };
+static ucontext_t emu_sched, emu_thr[EMU_MAX_THREADS];
+static char *emu_stacks;
+static unsigned emu_cur;
+static int emu_state[EMU_MAX_THREADS];
+static void (*emu_fn)(void *);
+static void *emu_arg;
+
+static void emu_wait(int kind) {
+    emu_state[emu_cur] = kind;
     swapcontext(&emu_thr[emu_cur], &emu_sched);
+}
+void emu_block_barrier(void) {
+    emu_wait(EMU_AT_BLOCK);
+}
+void emu_warp_barrier(void) {
+    emu_wait(EMU_AT_WARP);
 }
 
 static void emu_entry(void) {
-    emu_body(emu_arg);
-    emu_done[emu_cur] = 1;
+    emu_fn(emu_arg);
+    emu_state[emu_cur] = EMU_DONE;
 }
 
-void emu_launch(emu_dim3 grid, unsigned block, size_t smem_bytes, void (*body)(void *),
-                void *arg) {
-    if (block > EMU_MAX_THREADS || smem_bytes > EMU_SMEM_BYTES) emu_fail("launch too large");
+static void emu_set_thread(unsigned t) {
+    emu_cur = t;
+    threadIdx = dim3(t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y));
+}
+
+static void emu_run_block(unsigned n) {
+    for (unsigned t = 0; t < n; t++) {
+        getcontext(&emu_thr[t]);
+        emu_thr[t].uc_stack.ss_sp = emu_stacks + (size_t)t * EMU_STACK;
+        emu_thr[t].uc_stack.ss_size = EMU_STACK;
+        emu_thr[t].uc_link = &emu_sched;
+        makecontext(&emu_thr[t], emu_entry, 0);
+        emu_state[t] = EMU_RUNNABLE;
+    }
+    unsigned warps = (n + 31) / 32;
+    for (;;) {
+        for (unsigned t = 0; t < n; t++) {
+            if (emu_state[t] != EMU_RUNNABLE) continue;
+            emu_set_thread(t);
+            swapcontext(&emu_sched, &emu_thr[t]);
+        }
+        /* Release what can be released. */
+        int released = 0;
+        unsigned live = 0, at_block = 0;
+        for (unsigned w = 0; w < warps; w++) {
+            unsigned lo = w * 32, hi = lo + 32 < n ? lo + 32 : n, waiting = 0, done = 0;
+            for (unsigned t = lo; t < hi; t++) {
+                waiting += emu_state[t] == EMU_AT_WARP;
+                done += emu_state[t] == EMU_DONE;
+            }
+            if (waiting && waiting + done == hi - lo) {
+                if (done) emu_fail("a warp barrier (shuffle, __syncwarp) with returned lanes");
+                emu_land_store((int)w);
+                for (unsigned t = lo; t < hi; t++)
+                    emu_state[t] = EMU_RUNNABLE;
+                released = 1;
+            }
+        }
+        for (unsigned t = 0; t < n; t++) {
+            live += emu_state[t] != EMU_DONE;
+            at_block += emu_state[t] == EMU_AT_BLOCK;
+        }
+        if (live == 0) break;
+        if (!released && at_block == live) {
+            for (unsigned w = 0; w < warps; w++)
+                emu_land_store((int)w);
+            for (unsigned t = 0; t < n; t++)
+                if (emu_state[t] == EMU_AT_BLOCK) emu_state[t] = EMU_RUNNABLE;
+            released = 1;
+        }
+        if (!released) {
+            emu_cur = 0;
+            threadIdx = dim3(0, 0, 0);
+            emu_fail("no barrier can be released: threads wait at barriers others never reach");
+        }
+    }
+    for (unsigned w = 0; w < warps; w++)
+        emu_land_store((int)w);
+}
+
+void emu_launch_run(dim3 grid, dim3 block, size_t smem, const void *kernel, void (*fn)(void *),
+                    void *arg) {
+    unsigned n = block.x * block.y * block.z;
+    if (n == 0 || n > EMU_MAX_THREADS || block.z > 64) {
+        emu_set_error(cudaErrorInvalidConfiguration, "block size");
+        return;
+    }
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535) {
+        emu_set_error(cudaErrorInvalidConfiguration, "grid size");
+        return;
+    }
+    if (smem > emu_smem_limit(kernel)) {
+        emu_set_error(cudaErrorInvalidValue,
+                      "dynamic shared memory above the kernel's limit (cudaFuncSetAttribute)");
+        return;
+    }
     if (!emu_stacks) emu_stacks = (char *)malloc((size_t)EMU_MAX_THREADS * EMU_STACK);
     if (!emu_stacks) emu_fail("out of memory for the coroutine stacks");
     gridDim = grid;
-    blockDim = {block, 1, 1};
-    emu_body = body;
+    blockDim = block;
+    emu_fn = fn;
     emu_arg = arg;
-    for (unsigned by = 0; by < grid.y; by++)
-        for (unsigned bx = 0; bx < grid.x; bx++) {
-            blockIdx = {bx, by, 0};
-            memset(smem, 0xff, smem_bytes); /* NaN in every f32 slot */
-            for (unsigned t = 0; t < block; t++) {
-                getcontext(&emu_thr[t]);
-                emu_thr[t].uc_stack.ss_sp = emu_stacks + (size_t)t * EMU_STACK;
-                emu_thr[t].uc_stack.ss_size = EMU_STACK;
-                emu_thr[t].uc_link = &emu_sched;
-                makecontext(&emu_thr[t], emu_entry, 0);
-                emu_done[t] = 0;
-                emu_bars[t] = 0;
+    for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+            for (unsigned bx = 0; bx < grid.x; bx++) {
+                blockIdx = dim3(bx, by, bz);
+                memset(emu_smem, 0xff, smem); /* NaN in every f32 slot */
+                emu_run_block(n);
             }
-            for (long round = 0;; round++) {
-                for (unsigned t = 0; t < block; t++) {
-                    if (emu_done[t]) continue;
-                    emu_cur = t;
-                    threadIdx = {t, 0, 0};
-                    swapcontext(&emu_sched, &emu_thr[t]);
-                }
-                emu_flush_stores();
-                /* Every thread is now done or waiting at its (round+1)-th barrier. */
-                unsigned done = 0;
-                for (unsigned t = 0; t < block; t++) done += emu_done[t] != 0;
-                if (done == block) break;
-                if (done) emu_fail("the threads of a block passed different numbers of barriers");
-                for (unsigned t = 0; t < block; t++)
-                    if (emu_bars[t] != round + 1) emu_fail("barrier counts diverged");
-            }
+}
+
+/* ---------------------------------------------------------------------------
+ * The CUDA runtime over host memory
+ * ------------------------------------------------------------------------- */
+static int emu_device = 0;
+
+cudaError_t cudaGetDeviceCount(int *count) {
+    *count = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) {
+    if (device != 0) return cudaErrorInvalidValue;
+    emu_device = device;
+    return cudaSuccess;
+}
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = emu_error;
+    emu_error = cudaSuccess;
+    return e;
+}
+cudaError_t cudaDeviceSynchronize(void) {
+    return emu_error;
+}
+const char *cudaGetErrorName(cudaError_t err) {
+    switch (err) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    default: return "cudaErrorUnknown";
+    }
+}
+const char *cudaGetErrorString(cudaError_t err) {
+    return err == cudaSuccess ? "no error" : emu_error_what[0] ? emu_error_what : "emulated error";
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags) {
+    (void)flags;
+    *stream = (cudaStream_t)malloc(1);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    free(stream);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    (void)stream;
+    return emu_error;
+}
+cudaError_t cudaMalloc(void **ptr, size_t bytes) {
+    *ptr = aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+    return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFree(void *ptr) {
+    free(ptr);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    (void)kind;
+    if (bytes) memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+    (void)stream;
+    return cudaMemcpy(dst, src, bytes, kind);
+}
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, cudaMemcpyKind kind,
+                              cudaStream_t stream) {
+    (void)kind, (void)stream;
+    if (width > dpitch || width > spitch) return cudaErrorInvalidValue;
+    for (size_t r = 0; r < height; r++)
+        memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    return cudaSuccess;
+}
+cudaError_t cudaMemset(void *ptr, int value, size_t bytes) {
+    if (bytes) memset(ptr, value, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes, cudaStream_t stream) {
+    (void)stream;
+    return cudaMemset(ptr, value, bytes);
+}
+
+/* ---------------------------------------------------------------------------
+ * cuBLAS
+ * ------------------------------------------------------------------------- */
+struct cublasContext {
+    cublasMath_t math;
+};
+struct cublasLtContext {
+    int unused;
+};
+
+cublasStatus_t cublasCreate(cublasHandle_t *handle) {
+    *handle = (cublasHandle_t)calloc(1, sizeof(cublasContext));
+    return *handle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+}
+cublasStatus_t cublasDestroy(cublasHandle_t handle) {
+    free(handle);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
+    (void)stream;
+    return handle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
+}
+cublasStatus_t cublasSetPointerMode(cublasHandle_t handle, cublasPointerMode_t mode) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    return mode == CUBLAS_POINTER_MODE_HOST ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
+}
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    handle->math = mode;
+    return CUBLAS_STATUS_SUCCESS;
+}
+const char *cublasGetStatusName(cublasStatus_t st) {
+    return st == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_EMULATED_ERROR";
+}
+const char *cublasGetStatusString(cublasStatus_t st) {
+    return st == CUBLAS_STATUS_SUCCESS ? "success" : "refused by the emulated cuBLAS";
+}
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle) {
+    *handle = (cublasLtHandle_t)calloc(1, sizeof(cublasLtContext));
+    return *handle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
+    free(handle);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* element (i, j) of op(X), X column-major with leading dimension ld */
+static float emu_elem(const void *X, cudaDataType type, cublasOperation_t op, int ld, int i, int j) {
+    size_t at = op == CUBLAS_OP_N ? (size_t)j * ld + i : (size_t)i * ld + j;
+    return type == CUDA_R_16BF ? ts_bf16_to_f32(((const uint16_t *)X)[at]) : ((const float *)X)[at];
+}
+
+static cublasStatus_t emu_gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                               int n, int k, float alpha, const void *A, cudaDataType at, int lda,
+                               const void *B, cudaDataType bt, int ldb, float beta, float *C,
+                               int ldc) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (m < 0 || n < 0 || k < 0 || ldc < (m > 1 ? m : 1) ||
+        lda < ((ta == CUBLAS_OP_N ? m : k) > 1 ? (ta == CUBLAS_OP_N ? m : k) : 1) ||
+        ldb < ((tb == CUBLAS_OP_N ? k : n) > 1 ? (tb == CUBLAS_OP_N ? k : n) : 1))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            float acc = 0.0f;
+            for (int p = 0; p < k; p++)
+                acc += emu_elem(A, at, ta, lda, i, p) * emu_elem(B, bt, tb, ldb, p, j);
+            float *c = C + (size_t)j * ldc + i;
+            *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
         }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m,
+                           int n, int k, const float *alpha, const float *A, int lda,
+                           const float *B, int ldb, const float *beta, float *C, int ldc) {
+    /* f32 GEMMs must not use TF32: the kernels set CUBLAS_DEFAULT_MATH. */
+    if (!handle || handle->math != CUBLAS_DEFAULT_MATH) return CUBLAS_STATUS_NOT_SUPPORTED;
+    return emu_gemm(handle, ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, *beta,
+                    C, ldc);
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m,
+                            int n, int k, const void *alpha, const void *A, cudaDataType Atype,
+                            int lda, const void *B, cudaDataType Btype, int ldb, const void *beta,
+                            void *C, cudaDataType Ctype, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t algo) {
+    (void)algo;
+    if (Ctype != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F || Atype != Btype)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    return emu_gemm(handle, ta, tb, m, n, k, *(const float *)alpha, A, Atype, lda, B, Btype, ldb,
+                    *(const float *)beta, (float *)C, ldc);
 }

@@ -1,0 +1,62 @@
+/*
+ * cuda_runtime_api.h — the emulator's CUDA runtime (tests/cuda_emu): the
+ * types and calls tessera's kernels and tests use, over host memory, with
+ * one emulated device. Kernels run synchronously at launch, so streams and
+ * synchronisation calls only report the first launch error. C and C++.
+ */
+#ifndef TESSERA_EMU_CUDA_RUNTIME_API_H
+#define TESSERA_EMU_CUDA_RUNTIME_API_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cudaError {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorLaunchOutOfResources = 701,
+} cudaError_t;
+
+typedef struct CUstream_st *cudaStream_t;
+typedef enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4,
+} cudaMemcpyKind;
+typedef enum cudaFuncAttribute {
+    cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+} cudaFuncAttribute;
+#define cudaStreamNonBlocking 0x01
+
+cudaError_t cudaGetDeviceCount(int *count);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaGetLastError(void);
+const char *cudaGetErrorName(cudaError_t err);
+const char *cudaGetErrorString(cudaError_t err);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaMalloc(void **ptr, size_t bytes);
+cudaError_t cudaFree(void *ptr);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream);
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, cudaMemcpyKind kind,
+                              cudaStream_t stream);
+cudaError_t cudaMemset(void *ptr, int value, size_t bytes);
+cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes, cudaStream_t stream);
+/* The emulator's side of cudaFuncSetAttribute (cuda_runtime.h). */
+cudaError_t emu_func_set_attribute(const void *func, cudaFuncAttribute attr, int value);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TESSERA_EMU_CUDA_RUNTIME_API_H */

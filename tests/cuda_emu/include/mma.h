@@ -1,0 +1,2 @@
+/* mma.h — the emulator's nvcuda::wmma (see ../cuda_emu.h). */
+#include "cuda_emu.h"
