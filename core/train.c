@@ -383,12 +383,19 @@ static ts_status trainer_norm_owners(ts_trainer *t) {
 /* The global L2 norm of the gradients, each element counted once. */
 static ts_status trainer_grad_norm(ts_trainer *t, double *norm) {
     ts_model *m = t->model;
+    /* One sum per run of owned parameters adjacent in the flat gradient
+     * array (usually one run: one reduction and one wait for the device). */
     double local = 0.0;
-    for (int p = 0; p < m->nparams; p++) {
-        if (!t->norm_owner[p]) continue;
+    for (int p = 0; p < m->nparams;) {
+        if (!t->norm_owner[p]) {
+            p++;
+            continue;
+        }
+        size_t begin = m->params[p].offset, end = begin;
+        while (p < m->nparams && t->norm_owner[p] && m->params[p].offset == end)
+            end += (size_t)ts_tensor_numel(&m->params[p++].grad);
         double s = 0.0;
-        TS_TRY(
-            t->be->sumsq(&s, m->params[p].grad.data, (size_t)ts_tensor_numel(&m->params[p].grad)));
+        TS_TRY(t->be->sumsq(&s, m->grad_data + begin, end - begin));
         local += s;
     }
     if (t->par && t->par->size > 1) {

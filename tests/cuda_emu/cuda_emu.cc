@@ -13,7 +13,8 @@
 #include "cuda_runtime_api.h"
 
 dim3 threadIdx, blockIdx, blockDim, gridDim;
-double emu_lane_slot[1024];
+double emu_lane_slot[2][1024];
+unsigned char emu_lane_bank[1024];
 
 /* ---------------------------------------------------------------------------
  * Errors and launch limits
@@ -109,19 +110,115 @@ static void emu_land_store(int w) {
 
 /* ---------------------------------------------------------------------------
  * The block scheduler
+ *
+ * Threads are coroutines. On x86-64 a switch saves the callee-saved
+ * registers on the old stack and loads the new stack pointer (emu_switch,
+ * below): ucontext's swapcontext makes a signal-mask system call on every
+ * switch, which made emulated training steps take minutes. Elsewhere, and
+ * under AddressSanitizer (which must see the stack switches), ucontext.
  * ------------------------------------------------------------------------- */
 #define EMU_STACK (256 * 1024)
 enum { EMU_RUNNABLE, EMU_AT_WARP, EMU_AT_BLOCK, EMU_DONE };
-static ucontext_t emu_sched, emu_thr[EMU_MAX_THREADS];
 static char *emu_stacks;
 static unsigned emu_cur;
 static int emu_state[EMU_MAX_THREADS];
 static void (*emu_fn)(void *);
 static void *emu_arg;
 
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_UCONTEXT 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_UCONTEXT 1
+#endif
+#endif
+#if !defined(__x86_64__)
+#define EMU_UCONTEXT 1
+#endif
+
+#ifdef EMU_UCONTEXT
+static ucontext_t emu_sched, emu_thr[EMU_MAX_THREADS];
+static void emu_thread_done(void);
+static void emu_entry(void) {
+    emu_fn(emu_arg);
+    emu_thread_done();
+}
+static void emu_thread_init(unsigned t) {
+    getcontext(&emu_thr[t]);
+    emu_thr[t].uc_stack.ss_sp = emu_stacks + (size_t)t * EMU_STACK;
+    emu_thr[t].uc_stack.ss_size = EMU_STACK;
+    emu_thr[t].uc_link = &emu_sched;
+    makecontext(&emu_thr[t], emu_entry, 0);
+}
+static void emu_to_thread(unsigned t) {
+    swapcontext(&emu_sched, &emu_thr[t]);
+}
+static void emu_to_scheduler(void) {
+    swapcontext(&emu_thr[emu_cur], &emu_sched);
+}
+#else
+/* emu_switch(save, next): pushes rbp, rbx, r12-r15, stores rsp in *save,
+ * switches to `next` and pops the same registers from there. */
+extern "C" void emu_switch(void **save, void *next);
+__asm__(".text\n"
+        ".globl emu_switch\n"
+        ".type emu_switch, @function\n"
+        "emu_switch:\n"
+        "    pushq %rbp\n"
+        "    pushq %rbx\n"
+        "    pushq %r12\n"
+        "    pushq %r13\n"
+        "    pushq %r14\n"
+        "    pushq %r15\n"
+        "    movq %rsp, (%rdi)\n"
+        "    movq %rsi, %rsp\n"
+        "    popq %r15\n"
+        "    popq %r14\n"
+        "    popq %r13\n"
+        "    popq %r12\n"
+        "    popq %rbx\n"
+        "    popq %rbp\n"
+        "    ret\n"
+        ".size emu_switch, .-emu_switch\n");
+static void *emu_sched_sp, *emu_thr_sp[EMU_MAX_THREADS];
+
+static void emu_thread_done(void);
+static void emu_trampoline(void) {
+    emu_fn(emu_arg);
+    emu_thread_done();
+    emu_switch(&emu_thr_sp[emu_cur], emu_sched_sp); /* never resumed */
+    emu_fail("a finished thread was resumed");
+}
+/* A fresh stack whose first switch "returns" into emu_trampoline with the
+ * alignment a function entry expects (rsp = 8 mod 16). */
+static void emu_thread_init(unsigned t) {
+    uintptr_t top = ((uintptr_t)(emu_stacks + (size_t)(t + 1) * EMU_STACK)) & ~(uintptr_t)15;
+    void **sp = (void **)top;
+    *--sp = NULL;                      /* the trampoline's return address */
+    *--sp = (void *)emu_trampoline;    /* where emu_switch's ret goes */
+    for (int r = 0; r < 6; r++) *--sp = NULL; /* rbp rbx r12-r15 */
+    emu_thr_sp[t] = sp;
+}
+static void emu_to_thread(unsigned t) {
+    emu_switch(&emu_sched_sp, emu_thr_sp[t]);
+}
+static void emu_to_scheduler(void) {
+    emu_switch(&emu_thr_sp[emu_cur], emu_sched_sp);
+}
+#endif
+
+/* Per warp: lanes waiting at a warp barrier and lanes returned; the block:
+ * threads waiting at a block barrier and threads not returned. */
+static unsigned emu_warp_wait[EMU_WARPS], emu_warp_done[EMU_WARPS];
+static unsigned emu_block_wait, emu_live;
+
 static void emu_wait(int kind) {
     emu_state[emu_cur] = kind;
-    swapcontext(&emu_thr[emu_cur], &emu_sched);
+    if (kind == EMU_AT_WARP)
+        emu_warp_wait[emu_cur / 32]++;
+    else
+        emu_block_wait++;
+    emu_to_scheduler();
 }
 void emu_block_barrier(void) {
     emu_wait(EMU_AT_BLOCK);
@@ -129,10 +226,10 @@ void emu_block_barrier(void) {
 void emu_warp_barrier(void) {
     emu_wait(EMU_AT_WARP);
 }
-
-static void emu_entry(void) {
-    emu_fn(emu_arg);
+static void emu_thread_done(void) {
     emu_state[emu_cur] = EMU_DONE;
+    emu_warp_done[emu_cur / 32]++;
+    emu_live--;
 }
 
 static void emu_set_thread(unsigned t) {
@@ -140,55 +237,53 @@ static void emu_set_thread(unsigned t) {
     threadIdx = dim3(t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y));
 }
 
+/* Runs the threads of the queue in order, each to its next barrier or its
+ * end, then queues (in thread order) whatever can be released. */
+static unsigned emu_queue[EMU_MAX_THREADS];
+
 static void emu_run_block(unsigned n) {
+    unsigned warps = (n + 31) / 32, nq = n;
     for (unsigned t = 0; t < n; t++) {
-        getcontext(&emu_thr[t]);
-        emu_thr[t].uc_stack.ss_sp = emu_stacks + (size_t)t * EMU_STACK;
-        emu_thr[t].uc_stack.ss_size = EMU_STACK;
-        emu_thr[t].uc_link = &emu_sched;
-        makecontext(&emu_thr[t], emu_entry, 0);
+        emu_thread_init(t);
         emu_state[t] = EMU_RUNNABLE;
+        emu_queue[t] = t;
+        emu_lane_bank[t] = 0;
     }
-    unsigned warps = (n + 31) / 32;
-    for (;;) {
-        for (unsigned t = 0; t < n; t++) {
-            if (emu_state[t] != EMU_RUNNABLE) continue;
-            emu_set_thread(t);
-            swapcontext(&emu_sched, &emu_thr[t]);
+    memset(emu_warp_wait, 0, sizeof emu_warp_wait);
+    memset(emu_warp_done, 0, sizeof emu_warp_done);
+    emu_block_wait = 0;
+    emu_live = n;
+    while (emu_live > 0) {
+        for (unsigned q = 0; q < nq; q++) {
+            emu_set_thread(emu_queue[q]);
+            emu_to_thread(emu_queue[q]);
         }
-        /* Release what can be released. */
-        int released = 0;
-        unsigned live = 0, at_block = 0;
+        nq = 0;
         for (unsigned w = 0; w < warps; w++) {
-            unsigned lo = w * 32, hi = lo + 32 < n ? lo + 32 : n, waiting = 0, done = 0;
-            for (unsigned t = lo; t < hi; t++) {
-                waiting += emu_state[t] == EMU_AT_WARP;
-                done += emu_state[t] == EMU_DONE;
+            unsigned lo = w * 32, lanes = (lo + 32 < n ? 32 : n - lo);
+            if (!emu_warp_wait[w] || emu_warp_wait[w] + emu_warp_done[w] != lanes) continue;
+            if (emu_warp_done[w]) emu_fail("a warp barrier (shuffle, __syncwarp) with returned lanes");
+            emu_land_store((int)w);
+            for (unsigned t = lo; t < lo + lanes; t++) {
+                emu_state[t] = EMU_RUNNABLE;
+                emu_queue[nq++] = t;
             }
-            if (waiting && waiting + done == hi - lo) {
-                if (done) emu_fail("a warp barrier (shuffle, __syncwarp) with returned lanes");
-                emu_land_store((int)w);
-                for (unsigned t = lo; t < hi; t++)
-                    emu_state[t] = EMU_RUNNABLE;
-                released = 1;
+            emu_warp_wait[w] = 0;
+        }
+        if (nq == 0 && emu_live > 0) {
+            if (emu_block_wait != emu_live) {
+                emu_cur = 0;
+                threadIdx = dim3(0, 0, 0);
+                emu_fail("no barrier can be released: threads wait at barriers others never reach");
             }
-        }
-        for (unsigned t = 0; t < n; t++) {
-            live += emu_state[t] != EMU_DONE;
-            at_block += emu_state[t] == EMU_AT_BLOCK;
-        }
-        if (live == 0) break;
-        if (!released && at_block == live) {
             for (unsigned w = 0; w < warps; w++)
                 emu_land_store((int)w);
             for (unsigned t = 0; t < n; t++)
-                if (emu_state[t] == EMU_AT_BLOCK) emu_state[t] = EMU_RUNNABLE;
-            released = 1;
-        }
-        if (!released) {
-            emu_cur = 0;
-            threadIdx = dim3(0, 0, 0);
-            emu_fail("no barrier can be released: threads wait at barriers others never reach");
+                if (emu_state[t] == EMU_AT_BLOCK) {
+                    emu_state[t] = EMU_RUNNABLE;
+                    emu_queue[nq++] = t;
+                }
+            emu_block_wait = 0;
         }
     }
     for (unsigned w = 0; w < warps; w++)
@@ -361,23 +456,36 @@ static float emu_elem(const void *X, cudaDataType type, cublasOperation_t op, in
     return type == CUDA_R_16BF ? ts_bf16_to_f32(((const uint16_t *)X)[at]) : ((const float *)X)[at];
 }
 
+/* op(A) (m x k) and op(B) (k x n) are first copied into f32 rows of A and
+ * columns of B, so that each C element is one contiguous dot product. */
 static cublasStatus_t emu_gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
                                int n, int k, float alpha, const void *A, cudaDataType at, int lda,
                                const void *B, cudaDataType bt, int ldb, float beta, float *C,
                                int ldc) {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (m < 0 || n < 0 || k < 0 || ldc < (m > 1 ? m : 1) ||
-        lda < ((ta == CUBLAS_OP_N ? m : k) > 1 ? (ta == CUBLAS_OP_N ? m : k) : 1) ||
-        ldb < ((tb == CUBLAS_OP_N ? k : n) > 1 ? (tb == CUBLAS_OP_N ? k : n) : 1))
+    int arows = ta == CUBLAS_OP_N ? m : k, brows = tb == CUBLAS_OP_N ? k : n;
+    if (m < 0 || n < 0 || k < 0 || ldc < (m > 1 ? m : 1) || lda < (arows > 1 ? arows : 1) ||
+        ldb < (brows > 1 ? brows : 1))
         return CUBLAS_STATUS_INVALID_VALUE;
+    float *ar = (float *)malloc(((size_t)m * k + (size_t)k * n + 1) * sizeof(float));
+    if (!ar) return CUBLAS_STATUS_ALLOC_FAILED;
+    float *bc = ar + (size_t)m * k;
+    for (int i = 0; i < m; i++)
+        for (int p = 0; p < k; p++)
+            ar[(size_t)i * k + p] = emu_elem(A, at, ta, lda, i, p);
+    for (int j = 0; j < n; j++)
+        for (int p = 0; p < k; p++)
+            bc[(size_t)j * k + p] = emu_elem(B, bt, tb, ldb, p, j);
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
+            const float *x = ar + (size_t)i * k, *y = bc + (size_t)j * k;
             float acc = 0.0f;
             for (int p = 0; p < k; p++)
-                acc += emu_elem(A, at, ta, lda, i, p) * emu_elem(B, bt, tb, ldb, p, j);
+                acc += x[p] * y[p];
             float *c = C + (size_t)j * ldc + i;
             *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
         }
+    free(ar);
     return CUBLAS_STATUS_SUCCESS;
 }
 

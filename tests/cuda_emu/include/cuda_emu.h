@@ -83,14 +83,18 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu) {
     if (mask != 0xffffffffu) emu_fail("__syncwarp with a partial mask is not emulated");
     emu_warp_barrier();
 }
-extern double emu_lane_slot[1024];
+/* A shuffle: write, warp barrier, read. Consecutive shuffles alternate
+ * between two banks of slots, so one barrier each is enough: a lane can only
+ * write a bank again after every lane has passed the barrier that follows
+ * the other bank's reads. */
+extern double emu_lane_slot[2][1024];
+extern unsigned char emu_lane_bank[1024];
 template <class T> static inline T emu_shfl(T v, unsigned from_lane) {
-    unsigned t = emu_tid();
-    emu_lane_slot[t] = (double)v;
+    unsigned t = emu_tid(), b = emu_lane_bank[t];
+    emu_lane_bank[t] = (unsigned char)(b ^ 1u);
+    emu_lane_slot[b][t] = (double)v;
     emu_warp_barrier();
-    T r = (T)emu_lane_slot[(t & ~31u) | (from_lane & 31u)];
-    emu_warp_barrier();
-    return r;
+    return (T)emu_lane_slot[b][(t & ~31u) | (from_lane & 31u)];
 }
 template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int m) {
     (void)mask;
