@@ -21,11 +21,14 @@ foreach(cu ${TESSERA_EMU_CU})
 endforeach()
 file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu)
 
-# The emulated kernels, and the whole library built over them with CUDA on
-# (TESSERA_HAVE_CUDA: the CUDA backend, the device allocator; NCCL stays a
-# stub), as a static library for the emulated programs below.
+# The emulated kernels and NCCL, and the whole library built over them with
+# CUDA and NCCL on (the CUDA backend, the device allocator, core/comm_nccl.c),
+# as a static library for the emulated programs below.
 add_library(tessera_emu_kernels OBJECT ${TESSERA_EMU_GENERATED}
-  ${PROJECT_SOURCE_DIR}/tests/cuda_emu/cuda_emu.cc)
+  ${PROJECT_SOURCE_DIR}/tests/cuda_emu/cuda_emu.cc ${PROJECT_SOURCE_DIR}/tests/cuda_emu/nccl_emu.cc)
+target_link_libraries(tessera_emu_kernels PRIVATE MPI::MPI_C)
+# The C API only (Open MPI's mpi.h pulls in its C++ bindings otherwise).
+target_compile_definitions(tessera_emu_kernels PRIVATE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
 file(GLOB TESSERA_EMU_CORE CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/core/*.c)
 add_library(tessera_emu STATIC ${TESSERA_EMU_CORE} $<TARGET_OBJECTS:tessera_kernels_cpu>
   $<TARGET_OBJECTS:tessera_emu_kernels>)
@@ -35,7 +38,7 @@ foreach(t tessera_emu_kernels tessera_emu)
   target_include_directories(${t} PRIVATE
     ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/core ${PROJECT_SOURCE_DIR}/kernels/cpu
     ${PROJECT_SOURCE_DIR}/kernels/cuda ${TESSERA_CBLAS_INCLUDE})
-  target_compile_definitions(${t} PRIVATE TESSERA_HAVE_CUDA=1)
+  target_compile_definitions(${t} PRIVATE TESSERA_HAVE_CUDA=1 TESSERA_HAVE_NCCL=1)
   set_target_properties(${t} PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
   # `#pragma unroll` is nvcc's.
   target_compile_options(${t} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-unknown-pragmas>)
@@ -48,12 +51,18 @@ add_executable(test_cuda_kernels_emu ${PROJECT_SOURCE_DIR}/tests/cuda/test_cuda_
 # The program and the probe of the training tests, over the emulated library.
 add_executable(tessera_emu_cli ${PROJECT_SOURCE_DIR}/apps/tessera.c)
 add_executable(tessera_cuda_probe_emu ${PROJECT_SOURCE_DIR}/tests/cuda/cuda_probe.c)
-foreach(t test_cuda_kernels_emu tessera_emu_cli tessera_cuda_probe_emu)
+# The GPU side's own tests, unchanged: the NCCL backend, the device allocator,
+# the parallel context's device communicators.
+add_executable(test_nccl_emu ${PROJECT_SOURCE_DIR}/tests/test_nccl.c)
+add_executable(test_device_alloc_emu ${PROJECT_SOURCE_DIR}/tests/test_device_alloc.c)
+add_executable(test_parallel_emu ${PROJECT_SOURCE_DIR}/tests/test_parallel.c)
+foreach(t test_cuda_kernels_emu tessera_emu_cli tessera_cuda_probe_emu test_nccl_emu
+    test_device_alloc_emu test_parallel_emu)
   target_include_directories(${t} BEFORE PRIVATE ${PROJECT_SOURCE_DIR}/tests/cuda_emu/include)
   target_include_directories(${t} PRIVATE
     ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/core ${PROJECT_SOURCE_DIR}/kernels/cpu
     ${PROJECT_SOURCE_DIR}/kernels/cuda)
-  target_compile_definitions(${t} PRIVATE TESSERA_HAVE_CUDA=1)
+  target_compile_definitions(${t} PRIVATE TESSERA_HAVE_CUDA=1 TESSERA_HAVE_NCCL=1)
   target_link_libraries(${t} PRIVATE tessera_emu)
 endforeach()
 
@@ -71,3 +80,32 @@ add_test(NAME cuda_emulated_train_matches_cpu
     ${PROJECT_SOURCE_DIR} $<TARGET_FILE:tessera_cuda_probe_emu> matches_cpu)
 set_tests_properties(cuda_emulated_train_matches_cpu PROPERTIES LABELS cuda TIMEOUT 900
   ENVIRONMENT "${TESSERA_TEST_ENV}")
+# Two emulated GPUs over the emulated NCCL: dp, tp (SP) and pp against the
+# one-rank CPU run, with the same collectives as on CPU ranks.
+add_test(NAME cuda_emulated_train_multi_gpu
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/cuda_train.sh $<TARGET_FILE:tessera_emu_cli>
+    ${PROJECT_SOURCE_DIR} $<TARGET_FILE:tessera_cuda_probe_emu> multi_gpu)
+set_tests_properties(cuda_emulated_train_multi_gpu PROPERTIES LABELS cuda TIMEOUT 1200
+  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+
+foreach(n 2 3)
+  add_test(NAME nccl_emulated_np${n}
+    COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${n} $<TARGET_FILE:test_nccl_emu>)
+  set_tests_properties(nccl_emulated_np${n} PROPERTIES LABELS cuda TIMEOUT 300
+    ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+endforeach()
+add_test(NAME nccl_emulated_timeout
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/run_expect_fail.sh 20
+    "collective timeout after 2s on axis 'nccl-dp': all_reduce #1 \\(count 1000 f32\\) did not complete"
+    "last 16 communication operations on this rank"
+    --
+    ${MPIEXEC_EXECUTABLE} --oversubscribe -np 2 $<TARGET_FILE:test_nccl_emu> --timeout-abort)
+set_tests_properties(nccl_emulated_timeout PROPERTIES LABELS cuda TIMEOUT 90
+  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+add_test(NAME device_alloc_emulated COMMAND test_device_alloc_emu)
+set_tests_properties(device_alloc_emulated PROPERTIES LABELS cuda TIMEOUT 120
+  ENVIRONMENT "${TESSERA_TEST_ENV}")
+add_test(NAME parallel_comms_emulated_np4
+  COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np 4 $<TARGET_FILE:test_parallel_emu>)
+set_tests_properties(parallel_comms_emulated_np4 PROPERTIES LABELS cuda TIMEOUT 120
+  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")

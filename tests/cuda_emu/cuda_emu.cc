@@ -8,9 +8,13 @@
 #include <stdlib.h>
 #include <ucontext.h>
 
+#include <algorithm>
+#include <map>
+
 #include "cublasLt.h"
 #include "cublas_v2.h"
 #include "cuda_runtime_api.h"
+#include "emu_async.h"
 
 dim3 threadIdx, blockIdx, blockDim, gridDim;
 double emu_lane_slot[2][1024];
@@ -324,14 +328,19 @@ void emu_launch_run(dim3 grid, dim3 block, size_t smem, const void *kernel, void
 /* ---------------------------------------------------------------------------
  * The CUDA runtime over host memory
  * ------------------------------------------------------------------------- */
-static int emu_device = 0;
+static int emu_device_count(void) {
+    const char *env = getenv("TS_EMU_DEVICES");
+    int n = env ? atoi(env) : 8;
+    return n < 0 ? 0 : n;
+}
 
 cudaError_t cudaGetDeviceCount(int *count) {
-    *count = 1;
+    *count = emu_device_count();
     return cudaSuccess;
 }
+static int emu_device = 0;
 cudaError_t cudaSetDevice(int device) {
-    if (device != 0) return cudaErrorInvalidValue;
+    if (device < 0 || device >= emu_device_count()) return cudaErrorInvalidValue;
     emu_device = device;
     return cudaSuccess;
 }
@@ -340,40 +349,179 @@ cudaError_t cudaGetLastError(void) {
     emu_error = cudaSuccess;
     return e;
 }
-cudaError_t cudaDeviceSynchronize(void) {
-    return emu_error;
-}
 const char *cudaGetErrorName(cudaError_t err) {
     switch (err) {
     case cudaSuccess: return "cudaSuccess";
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
     default: return "cudaErrorUnknown";
     }
 }
 const char *cudaGetErrorString(cudaError_t err) {
     return err == cudaSuccess ? "no error" : emu_error_what[0] ? emu_error_what : "emulated error";
 }
+
+/* --- streams and events: pending emulated NCCL operations ------------------ */
+struct CUstream_st {
+    std::vector<emu_op *> pending;
+};
+struct CUevent_st {
+    std::vector<emu_op *> ops;
+};
+static CUstream_st emu_default_stream;
+
+bool emu_op_test(emu_op *op) {
+    if (op->done) return true;
+    int flag = 1;
+    if (!op->reqs.empty())
+        MPI_Testall((int)op->reqs.size(), op->reqs.data(), &flag, MPI_STATUSES_IGNORE);
+    if (!flag) return false;
+    op->done = true;
+    if (op->finish) op->finish();
+    op->finish = nullptr;
+    return true;
+}
+void emu_op_wait(emu_op *op) {
+    if (op->done) return;
+    if (!op->reqs.empty())
+        MPI_Waitall((int)op->reqs.size(), op->reqs.data(), MPI_STATUSES_IGNORE);
+    emu_op_test(op);
+}
+void emu_op_unref(emu_op *op) {
+    if (--op->refs == 0) delete op;
+}
+/* Drops the stream's completed operations (in order: a stream completes in order). */
+static void emu_stream_prune(CUstream_st *s) {
+    size_t k = 0;
+    while (k < s->pending.size() && emu_op_test(s->pending[k]))
+        emu_op_unref(s->pending[k++]);
+    s->pending.erase(s->pending.begin(), s->pending.begin() + (long)k);
+}
+static bool emu_overlap(const char *a, size_t na, const char *b, size_t nb) {
+    return a && b && na && nb && a < b + nb && b < a + na;
+}
+void emu_stream_push(cudaStream_t stream, emu_op *op) {
+    CUstream_st *s = stream ? stream : &emu_default_stream;
+    emu_stream_prune(s);
+    for (emu_op *p : s->pending)
+        if (!p->done && (emu_overlap(op->in, op->in_bytes, p->out, p->out_bytes) ||
+                         emu_overlap(op->out, op->out_bytes, p->out, p->out_bytes) ||
+                         emu_overlap(op->out, op->out_bytes, p->in, p->in_bytes)))
+            emu_fail("an NCCL operation touches the buffer of a pending one on its stream "
+                     "(the emulator issues at once; a GPU stream would order them)");
+    s->pending.push_back(op);
+}
+static void emu_stream_drain(CUstream_st *s) {
+    for (emu_op *op : s->pending) {
+        emu_op_wait(op);
+        emu_op_unref(op);
+    }
+    s->pending.clear();
+}
+
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags) {
     (void)flags;
-    *stream = (cudaStream_t)malloc(1);
+    *stream = new CUstream_st;
     return cudaSuccess;
 }
+cudaError_t cudaStreamCreate(cudaStream_t *stream) {
+    return cudaStreamCreateWithFlags(stream, 0);
+}
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-    free(stream);
+    if (!stream) return cudaErrorInvalidValue;
+    for (emu_op *op : stream->pending)
+        emu_op_unref(op); /* NCCL keeps what it still needs */
+    delete stream;
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-    (void)stream;
+    emu_stream_drain(stream ? stream : &emu_default_stream);
     return emu_error;
 }
+cudaError_t cudaDeviceSynchronize(void) {
+    emu_stream_drain(&emu_default_stream);
+    return emu_error;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned flags) {
+    (void)flags;
+    *event = new CUevent_st;
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *event) {
+    return cudaEventCreateWithFlags(event, 0);
+}
+static void emu_event_clear(cudaEvent_t e) {
+    for (emu_op *op : e->ops)
+        emu_op_unref(op);
+    e->ops.clear();
+}
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+    if (!event) return cudaErrorInvalidValue;
+    emu_event_clear(event);
+    delete event;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+    if (!event) return cudaErrorInvalidValue;
+    CUstream_st *s = stream ? stream : &emu_default_stream;
+    emu_stream_prune(s);
+    emu_event_clear(event);
+    for (emu_op *op : s->pending) {
+        op->refs++;
+        event->ops.push_back(op);
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+    if (!event) return cudaErrorInvalidValue;
+    for (emu_op *op : event->ops)
+        if (!emu_op_test(op)) return cudaErrorNotReady;
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+    if (!event) return cudaErrorInvalidValue;
+    for (emu_op *op : event->ops)
+        emu_op_wait(op);
+    return cudaSuccess;
+}
+/* Work issued after this on `stream` waits for the event: here, the host waits. */
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags) {
+    (void)stream, (void)flags;
+    return cudaEventSynchronize(event);
+}
+
+/* --- memory: host blocks, remembered for cudaPointerGetAttributes --------- */
+static std::map<uintptr_t, size_t> emu_blocks; /* start -> bytes */
+
 cudaError_t cudaMalloc(void **ptr, size_t bytes) {
-    *ptr = aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
-    return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
+    size_t padded = (bytes + 255) / 256 * 256 + 256;
+    *ptr = aligned_alloc(256, padded);
+    if (!*ptr) return cudaErrorMemoryAllocation;
+    emu_blocks[(uintptr_t)*ptr] = padded;
+    return cudaSuccess;
 }
 cudaError_t cudaFree(void *ptr) {
+    if (!ptr) return cudaSuccess;
+    auto it = emu_blocks.find((uintptr_t)ptr);
+    if (it == emu_blocks.end()) return cudaErrorInvalidValue;
+    emu_blocks.erase(it);
     free(ptr);
+    return cudaSuccess;
+}
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const void *ptr) {
+    uintptr_t p = (uintptr_t)ptr;
+    auto it = emu_blocks.upper_bound(p);
+    int device = 0;
+    if (it != emu_blocks.begin()) {
+        --it;
+        device = p < it->first + it->second;
+    }
+    attr->type = device ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+    attr->device = device ? emu_device : -1;
+    attr->devicePointer = device ? (void *)ptr : NULL;
+    attr->hostPointer = device ? NULL : (void *)ptr;
     return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
