@@ -1,5 +1,6 @@
-# gpu.cmake — tests of the GPU side of the core (label cuda): the caching
-# device allocator and the NCCL communicator. Built from their sources, like
+# gpu.cmake — tests of the GPU side of the core: the caching device
+# allocator and the NCCL communicator (label cuda; the host-backed pool test
+# runs everywhere, label core). Built from their sources, like
 # test_comm, so they do not depend on how libtessera is assembled.
 #
 #   device_alloc_host  the allocator's pool over host memory: its logic on any
@@ -20,7 +21,7 @@ find_package(Threads REQUIRED)
 target_link_libraries(test_device_alloc_host PRIVATE Threads::Threads)
 add_test(NAME device_alloc_host COMMAND test_device_alloc_host)
 set_tests_properties(device_alloc_host PROPERTIES
-  LABELS cuda ENVIRONMENT "${TESSERA_TEST_ENV}" TIMEOUT 120)
+  LABELS core ENVIRONMENT "${TESSERA_TEST_ENV}" TIMEOUT 120)
 
 if(NOT TARGET tessera_gpu)
   message(STATUS "GPU tests: no tessera_gpu target (TESSERA_CUDA off): only device_alloc_host")

@@ -495,17 +495,30 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 /* --- memory: host blocks, remembered for cudaPointerGetAttributes --------- */
 static std::map<uintptr_t, size_t> emu_blocks; /* start -> bytes */
 
+/* The emulated device's memory: TS_EMU_DEVICE_MIB (default 16 GiB); a
+ * request beyond what is left fails as cudaMalloc does. */
+static size_t emu_in_use;
+static size_t emu_capacity(void) {
+    const char *env = getenv("TS_EMU_DEVICE_MIB");
+    return (size_t)(env ? atoll(env) : 16384) << 20;
+}
+
 cudaError_t cudaMalloc(void **ptr, size_t bytes) {
+    *ptr = NULL;
+    if (bytes > emu_capacity() || emu_in_use > emu_capacity() - bytes)
+        return cudaErrorMemoryAllocation;
     size_t padded = (bytes + 255) / 256 * 256 + 256;
     *ptr = aligned_alloc(256, padded);
     if (!*ptr) return cudaErrorMemoryAllocation;
     emu_blocks[(uintptr_t)*ptr] = padded;
+    emu_in_use += padded;
     return cudaSuccess;
 }
 cudaError_t cudaFree(void *ptr) {
     if (!ptr) return cudaSuccess;
     auto it = emu_blocks.find((uintptr_t)ptr);
     if (it == emu_blocks.end()) return cudaErrorInvalidValue;
+    emu_in_use -= it->second;
     emu_blocks.erase(it);
     free(ptr);
     return cudaSuccess;

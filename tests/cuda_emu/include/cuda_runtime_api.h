@@ -1,8 +1,17 @@
 /*
  * cuda_runtime_api.h — the emulator's CUDA runtime (tests/cuda_emu): the
- * types and calls tessera's kernels and tests use, over host memory, with
- * one emulated device. Kernels run synchronously at launch, so streams and
- * synchronisation calls only report the first launch error. C and C++.
+ * types and calls tessera's kernels and tests use, over host memory.
+ * Each process sees TS_EMU_DEVICES devices (default 8; every MPI rank is its
+ * own process, so ranks never share memory) of TS_EMU_DEVICE_MIB MiB each
+ * (default 16384; cudaMalloc beyond it fails with cudaErrorMemoryAllocation).
+ * Kernels, copies and memsets run synchronously when issued. The only
+ * asynchronous work is the emulated NCCL's (nccl.h), whose operations stay
+ * pending on their stream until their MPI requests complete: cudaEventRecord
+ * captures a stream's pending operations, cudaEventQuery tests them
+ * (cudaErrorNotReady until done), cudaStreamWaitEvent and the synchronize
+ * calls wait for them. cudaPointerGetAttributes knows the blocks of
+ * cudaMalloc. A launch the hardware would refuse sets the error
+ * cudaGetLastError returns. C and C++.
  */
 #ifndef TESSERA_EMU_CUDA_RUNTIME_API_H
 #define TESSERA_EMU_CUDA_RUNTIME_API_H
