@@ -237,6 +237,26 @@ __global__ static void __launch_bounds__(TC_THREADS)
         lse[(size_t)bh * T + q0 + threadIdx.x] = mrow[threadIdx.x] + logf(lrow[threadIdx.x]);
 }
 
+/* The backward kernels' shared memory (tc_bwd_smem bytes): the Q, dO, K, V
+ * tiles, a score tile S and its bf16 companion P (P or dS), two f32
+ * accumulators (dK, dV; dq uses the first) and lse and D per query row. */
+template <int D> struct tc_bwd_tiles {
+    bf16 *Q, *dO, *K, *V, *P;
+    float *S, *acc0, *acc1, *lse, *drow;
+    __device__ explicit tc_bwd_tiles(unsigned char *smem) {
+        Q = (bf16 *)smem;
+        dO = (bf16 *)(smem + tc_tile_bytes<D>());
+        K = (bf16 *)(smem + 2 * tc_tile_bytes<D>());
+        V = (bf16 *)(smem + 3 * tc_tile_bytes<D>());
+        S = (float *)(smem + 4 * tc_tile_bytes<D>());
+        P = (bf16 *)((unsigned char *)S + tc_s_bytes());
+        acc0 = (float *)((unsigned char *)P + tc_p_bytes());
+        acc1 = (float *)((unsigned char *)acc0 + tc_acc_bytes<D>());
+        lse = (float *)((unsigned char *)acc1 + tc_acc_bytes<D>());
+        drow = (float *)((unsigned char *)lse + tc_row_bytes());
+    }
+};
+
 /* ---------------------------------------------------------------------------
  * Backward, dk and dv: one block per (64 keys, batch x head); it walks the
  * query tiles at or after its keys. Warp w owns keys w0..w0+15 and computes
@@ -247,16 +267,9 @@ __global__ static void __launch_bounds__(TC_THREADS)
     tc_dkv_kernel(float *dqkv, const float *dout, const float *qkv, const float *out,
                   const float *lse, int T, int C, int NH, float scale) {
     extern __shared__ __align__(128) unsigned char smem[];
-    bf16 *Qs = (bf16 *)smem;
-    bf16 *dOs = (bf16 *)(smem + tc_tile_bytes<D>());
-    bf16 *Ks = (bf16 *)(smem + 2 * tc_tile_bytes<D>());
-    bf16 *Vs = (bf16 *)(smem + 3 * tc_tile_bytes<D>());
-    float *S = (float *)(smem + 4 * tc_tile_bytes<D>());
-    bf16 *P = (bf16 *)((unsigned char *)S + tc_s_bytes());
-    float *dK = (float *)((unsigned char *)P + tc_p_bytes());
-    float *dV = (float *)((unsigned char *)dK + tc_acc_bytes<D>());
-    float *lse_s = (float *)((unsigned char *)dV + tc_acc_bytes<D>());
-    float *drow_s = (float *)((unsigned char *)lse_s + tc_row_bytes());
+    tc_bwd_tiles<D> m(smem);
+    bf16 *Qs = m.Q, *dOs = m.dO, *Ks = m.K, *Vs = m.V, *P = m.P;
+    float *S = m.S, *dK = m.acc0, *dV = m.acc1, *lse_s = m.lse, *drow_s = m.drow;
     constexpr int LDO = tc_ldo<D>();
 
     int bh = blockIdx.y, b = bh / NH, h = bh % NH, hs = C / NH;
@@ -319,15 +332,9 @@ __global__ static void __launch_bounds__(TC_THREADS)
     tc_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *out,
                  const float *lse, int T, int C, int NH, float scale) {
     extern __shared__ __align__(128) unsigned char smem[];
-    bf16 *Qs = (bf16 *)smem;
-    bf16 *dOs = (bf16 *)(smem + tc_tile_bytes<D>());
-    bf16 *Ks = (bf16 *)(smem + 2 * tc_tile_bytes<D>());
-    bf16 *Vs = (bf16 *)(smem + 3 * tc_tile_bytes<D>());
-    float *S = (float *)(smem + 4 * tc_tile_bytes<D>());
-    bf16 *dS = (bf16 *)((unsigned char *)S + tc_s_bytes());
-    float *dQ = (float *)((unsigned char *)dS + tc_p_bytes());
-    float *lse_s = (float *)((unsigned char *)dQ + 2 * tc_acc_bytes<D>());
-    float *drow_s = (float *)((unsigned char *)lse_s + tc_row_bytes());
+    tc_bwd_tiles<D> m(smem);
+    bf16 *Qs = m.Q, *dOs = m.dO, *Ks = m.K, *Vs = m.V, *dS = m.P;
+    float *S = m.S, *dQ = m.acc0, *lse_s = m.lse, *drow_s = m.drow;
     constexpr int LDO = tc_ldo<D>();
 
     int bh = blockIdx.y, b = bh / NH, h = bh % NH, hs = C / NH;
