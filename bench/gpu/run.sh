@@ -11,10 +11,10 @@
 #      and prints tokens/s, ms/step and MFU = model FLOP/s (bench_step's
 #      "flops per step" over its median step time) / the measured GEMM peak.
 #
-# Step 4 needs the core's CUDA device path: [train] device = cuda has to reach
-# a trainer that allocates on the device and calls the ts_cuda_* kernels of
-# kernels/cuda/. Until the core has it, bench_step fails or runs on the CPU;
-# the script reports that and still prints steps 1-3.
+# The training step runs the model's bf16 mode as configs/gpt2-124m.ini sets
+# it: bf16 parameters, GEMMs (cuBLAS) and attention (attention_tc.cu) on
+# tensor cores, f32 master weights, moments and reductions. If bench_step
+# fails, the script says so and still prints steps 1-3.
 #
 # Usage: bench/gpu/run.sh            (from anywhere; BUILD=dir overrides build-gpu,
 #                                     STEPS=n the timed training steps, default 10)
