@@ -355,8 +355,13 @@ static ts_status plan_estimate_make(const ts_config *cfg, const ts_mesh *mesh,
     const ts_layout_plan_entry *act = ts_layout_plan_find((ts_layout_plan *)plan, "act.x");
     int a = act ? ts_layout_axis_index(&act->layout, "tp") : -1;
     if (a >= 0 && act->layout.axes[a].placement.kind == TS_PLACEMENT_SHARD) shard.sp = 1;
+    /* The attention's state is the device's: its backend's table (a build
+     * without CUDA plans device = cuda with the CPU's, an upper bound). */
+    const ts_backend *be = ts_backend_cpu();
+    if (strcmp(ts_config_str(cfg, "train", "device"), "cuda") == 0 && ts_backend_cuda())
+        be = ts_backend_cuda();
     size_t saved = 0, ws = 0;
-    ts_model_activation_bytes(&sh->model, &shard, sh->B, sh->T, &saved, &ws);
+    ts_model_activation_bytes(&sh->model, &shard, be, sh->B, sh->T, &saved, &ws);
     e->acts = saved + ws; /* the one-stage schedule holds one micro-batch */
     if (sim->stages > 1) {
         /* Rank 0 runs the virtual stages 0, pp, 2pp, ...; it holds the saved
@@ -379,7 +384,7 @@ static ts_status plan_estimate_make(const ts_config *cfg, const ts_mesh *mesh,
         }
         size_t biggest = 0;
         for (int c = 0; c < sim->chunks; c++) {
-            size_t b = ts_model_chunk_saved_bytes(&sh->model, &shard, sh->B, sh->T, c);
+            size_t b = ts_model_chunk_saved_bytes(&sh->model, &shard, be, sh->B, sh->T, c);
             if (b > biggest) biggest = b;
         }
         size_t hidden = sizeof(float) * sh->B * (shard.sp ? sh->T / shard.tp : sh->T) *

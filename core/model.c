@@ -1283,40 +1283,51 @@ ts_status ts_model_layout_plan(const ts_model_config *cfg, int global_batch, int
     return st;
 }
 
+/* The attention's saved and scratch floats on `be` (NULL: the CPU's). */
+static size_t att_saved_floats(const ts_backend *be, int B, int NH, int T) {
+    return be ? be->attention_saved_floats(B, NH, T) : cpu_att_floats(B, NH, T);
+}
+static size_t att_scratch_floats(const ts_backend *be, int B, int NH, int T) {
+    return be ? be->attention_scratch_floats(B, NH, T) : cpu_att_floats(B, NH, T);
+}
+
 /* Saved floats of module i for one micro-batch. */
-static size_t module_saved_floats(const ts_model_config *c, int tp, int sp, int B, int T, int i) {
+static size_t module_saved_floats(const ts_model_config *c, const ts_backend *be, int tp, int sp,
+                                  int B, int T, int i) {
     size_t N = (size_t)B * T, Nl = sp ? N / tp : N, C = (size_t)c->d_model;
     if (i == 0) return Nl * C;
     if (i == c->layers + 1) return head_carve(NULL, NULL, N, Nl, c->d_model, c->padded_vocab / tp);
-    return block_carve(NULL, NULL, B, T, c->d_model, tp, sp, cpu_att_floats(B, c->heads / tp, T));
+    return block_carve(NULL, NULL, B, T, c->d_model, tp, sp,
+                       att_saved_floats(be, B, c->heads / tp, T));
 }
 
 static int shard_module_chunk(const ts_model_shard *s, int i) {
     return !s || s->pp < 1 ? 0 : s->module_chunk[i];
 }
 
-size_t ts_model_chunk_saved_bytes(const ts_model_config *c, const ts_model_shard *shard, int B,
-                                  int T, int chunk) {
+size_t ts_model_chunk_saved_bytes(const ts_model_config *c, const ts_model_shard *shard,
+                                  const ts_backend *be, int B, int T, int chunk) {
     int tp = shard ? shard->tp : 1, sp = shard && tp > 1 ? shard->sp : 0;
     size_t floats = 0;
     for (int i = 0; i < c->layers + 2; i++)
         if (shard_module_chunk(shard, i) == chunk)
-            floats += module_saved_floats(c, tp, sp, B, T, i);
+            floats += module_saved_floats(c, be, tp, sp, B, T, i);
     return sizeof(float) * floats;
 }
 
-void ts_model_activation_bytes(const ts_model_config *c, const ts_model_shard *shard, int B, int T,
-                               size_t *saved, size_t *workspace) {
+void ts_model_activation_bytes(const ts_model_config *c, const ts_model_shard *shard,
+                               const ts_backend *be, int B, int T, size_t *saved,
+                               size_t *workspace) {
     int tp = shard ? shard->tp : 1, sp = shard && tp > 1 ? shard->sp : 0;
     size_t N = (size_t)B * T, Nl = sp ? N / tp : N, C = (size_t)c->d_model;
     *saved = 0;
     int chunks = shard && shard->pp >= 1 ? shard->chunks : 1;
     for (int k = 0; k < chunks; k++)
-        *saved += ts_model_chunk_saved_bytes(c, shard, B, T, k);
+        *saved += ts_model_chunk_saved_bytes(c, shard, be, B, T, k);
     /* The shared workspace grows to the largest request of any module, forward
      * or backward; the two dx buffers alternate between modules in backward. */
     size_t ws = block_fwd_work(B, T, c->d_model);
-    size_t need[] = {block_bwd_work(B, T, c->d_model, tp, cpu_att_floats(B, c->heads / tp, T)),
+    size_t need[] = {block_bwd_work(B, T, c->d_model, tp, att_scratch_floats(be, B, c->heads / tp, T)),
                      N * C + 3 * N, 3 * N * C};
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         if (need[i] > ws) ws = need[i];

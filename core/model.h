@@ -232,20 +232,20 @@ ts_status ts_model_layout_plan(const ts_model_config *cfg, int global_batch, int
 int ts_model_param_table(const ts_model_config *cfg, char (*names)[TS_NAME_MAX],
                          int64_t (*shapes)[3], int *ndim);
 
-/* The activation memory of micro-batches of B x T (on one rank of the tp
- * group `shard`, which may be NULL): `saved` bytes held from
+/* The activation memory of micro-batches of B x T in f32 (on one rank of
+ * the tp group `shard`, which may be NULL), on backend `be` (NULL: the
+ * CPU's; the attention's state differs, backend.h): `saved` bytes held from
  * one micro-batch's forward until its backward (every module's saved state),
  * and `workspace` bytes of backward scratch shared by all micro-batches.
  * With k micro-batches in flight the activation peak is k * saved +
- * workspace, exactly as the allocator counts it. These count the CPU
- * backend's attention state, (B, NH/tp, T, T) saved and as much scratch; on
- * CUDA the attention saves (B, NH/tp, T) and needs no scratch, so they are
- * upper bounds there. */
-void ts_model_activation_bytes(const ts_model_config *cfg, const ts_model_shard *shard, int B,
-                               int T, size_t *saved, size_t *workspace);
+ * workspace, exactly as the allocator counts it. bf16 adds the staging of
+ * weights and GEMM operands, not counted here. */
+void ts_model_activation_bytes(const ts_model_config *cfg, const ts_model_shard *shard,
+                               const ts_backend *be, int B, int T, size_t *saved,
+                               size_t *workspace);
 /* The same for the modules of one chunk only (the chunk's `saved` bytes). */
-size_t ts_model_chunk_saved_bytes(const ts_model_config *cfg, const ts_model_shard *shard, int B,
-                                  int T, int chunk);
+size_t ts_model_chunk_saved_bytes(const ts_model_config *cfg, const ts_model_shard *shard,
+                                  const ts_backend *be, int B, int T, int chunk);
 
 /* FLOPs of one forward+backward of B x T tokens, counted as 2 per
  * multiply-add for every GEMM (forward 1x, backward 2x) and for the two

@@ -97,6 +97,13 @@ add_test(NAME cuda_emulated_train_multi_gpu
     ${PROJECT_SOURCE_DIR} $<TARGET_FILE:tessera_cuda_probe_emu> multi_gpu)
 set_tests_properties(cuda_emulated_train_multi_gpu PROPERTIES LABELS emulated TIMEOUT 1200
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+# The memory ledger on four emulated GPUs (tp 4, with and without SP): the
+# allocator's activation peak equals `tessera plan`'s estimate for the GPU.
+add_test(NAME tp_memory_emulated_gpu
+  COMMAND bash ${PROJECT_SOURCE_DIR}/plugins/tp/tests/memory.sh $<TARGET_FILE:tessera_emu_cli>
+    ${PROJECT_SOURCE_DIR} cuda)
+set_tests_properties(tp_memory_emulated_gpu PROPERTIES LABELS emulated TIMEOUT 900
+  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
 endif()
 
 foreach(n 2 3)

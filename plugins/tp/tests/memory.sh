@@ -5,9 +5,13 @@
 #    and sequence parallelism lowers it (both figures printed);
 #  - the full logits (N x Vp floats) never exist on one rank: with a
 #    vocabulary of 8192 they alone would exceed the whole measured peak.
+# Usage: memory.sh TESSERA SRC [DEVICE] — DEVICE cpu (default) or cuda (one
+# GPU per rank; `tessera plan` then counts the GPU attention's state).
 . "$2/tests/cli/multirank.sh"
+DEVICE=${1:-cpu}
 write_config
-common=(--set model.vocab=8192 --set parallel.plugins=tp --set tp.size=4 --set train.steps=2)
+common=(--set model.vocab=8192 --set parallel.plugins=tp --set tp.size=4 --set train.steps=2
+    --set train.device=$DEVICE)
 for sp in false true; do
     run_mpi 4 "$TESSERA" train model.ini "${common[@]}" --set tp.sequence_parallel=$sp \
         --set train.metrics=$sp.jsonl > $sp.txt 2>&1 || { cat $sp.txt; fail "run failed"; }
