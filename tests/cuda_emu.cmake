@@ -104,6 +104,13 @@ add_test(NAME tp_memory_emulated_gpu
     ${PROJECT_SOURCE_DIR} cuda)
 set_tests_properties(tp_memory_emulated_gpu PROPERTIES LABELS emulated TIMEOUT 900
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+# Recovery across topologies on emulated GPUs: dp 2 x tp 2 (SP) for 10 steps,
+# resumed on pp 2 for 10 more, against one CPU rank.
+add_test(NAME resume_on_another_topology_emulated_gpu
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/resume_topology.sh $<TARGET_FILE:tessera_emu_cli>
+    ${PROJECT_SOURCE_DIR} cuda)
+set_tests_properties(resume_on_another_topology_emulated_gpu PROPERTIES LABELS emulated
+  TIMEOUT 900 ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
 endif()
 
 foreach(n 2 3)
