@@ -15,6 +15,8 @@
  * In a build without CUDA only ts_backend_open's CPU case and the failures
  * remain.
  */
+#include <stdlib.h>
+
 #include "backend.h"
 #include "tessera/device.h"
 
@@ -54,28 +56,59 @@ static ts_status cuda_sumsq(double *out, const float *x, size_t n) {
     return ts_device_copy(out, g_sumsq, sizeof(double));
 }
 
-/* work: inp (N, C) then dout (N, OC) as bf16, each 256-byte aligned (cuBLAS
- * picks its tensor-core kernels by alignment). */
+/* The bf16 GEMMs convert their f32 operands into `work` and multiply a
+ * chunk of rows at a time, so that the scratch stays within
+ * TESSERA_BF16_GEMM_SCRATCH_KB KiB (default 65536: 64 MiB) however many rows
+ * there are — the LM head's backward would otherwise need N x Vp bf16 (1.6 GB
+ * for GPT-2 at 16 x 1024 tokens). Rows go in multiples of 64, at least 64. */
+static size_t gemm_scratch_budget(void) {
+    static size_t budget;
+    if (!budget) {
+        const char *env = getenv("TESSERA_BF16_GEMM_SCRATCH_KB");
+        long long kb = env ? atoll(env) : 65536;
+        budget = (size_t)(kb > 0 ? kb : 65536) << 10;
+    }
+    return budget;
+}
+static int gemm_chunk_rows(int N, int C, int OC) {
+    size_t per_row = 2 * ((size_t)C + (size_t)OC), rows = gemm_scratch_budget() / per_row;
+    rows = rows < 64 ? 64 : rows / 64 * 64;
+    return rows >= (size_t)N ? N : (int)rows;
+}
+/* work: rows x C then rows x OC bf16, each 256-byte aligned (cuBLAS picks
+ * its tensor-core kernels by alignment). */
 static size_t bf16_bytes(size_t n) {
     return (n * sizeof(uint16_t) + 255) / 256 * 256;
 }
 static size_t cuda_matmul_bf16_work_bytes(int N, int C, int OC) {
-    return bf16_bytes((size_t)N * C) + bf16_bytes((size_t)N * OC);
+    size_t rows = (size_t)gemm_chunk_rows(N, C, OC);
+    return bf16_bytes(rows * C) + bf16_bytes(rows * OC);
 }
 static ts_status cuda_matmul_forward_bf16(float *out, void *work, const float *inp,
                                           const uint16_t *weight, const float *bias, int N, int C,
                                           int OC) {
     uint16_t *x = work;
-    TS_TRY(ts_cuda_f32_to_bf16(x, inp, (size_t)N * C));
-    return ts_cuda_matmul_forward_bf16(out, x, weight, bias, N, C, OC);
+    int rows = gemm_chunk_rows(N, C, OC);
+    for (int n0 = 0; n0 < N; n0 += rows) {
+        int m = N - n0 < rows ? N - n0 : rows;
+        TS_TRY(ts_cuda_f32_to_bf16(x, inp + (size_t)n0 * C, (size_t)m * C));
+        TS_TRY(ts_cuda_matmul_forward_bf16(out + (size_t)n0 * OC, x, weight, bias, m, C, OC));
+    }
+    return TS_OK;
 }
 static ts_status cuda_matmul_backward_bf16(float *dinp, float *dweight, float *dbias, void *work,
                                            const float *dout, const float *inp,
                                            const uint16_t *weight, int N, int C, int OC) {
-    uint16_t *x = work, *dy = (uint16_t *)((char *)work + bf16_bytes((size_t)N * C));
-    TS_TRY(ts_cuda_f32_to_bf16(dy, dout, (size_t)N * OC));
-    if (dweight) TS_TRY(ts_cuda_f32_to_bf16(x, inp, (size_t)N * C));
-    return ts_cuda_matmul_backward_bf16(dinp, dweight, dbias, dy, x, weight, N, C, OC);
+    int rows = gemm_chunk_rows(N, C, OC);
+    uint16_t *x = work, *dy = (uint16_t *)((char *)work + bf16_bytes((size_t)rows * C));
+    for (int n0 = 0; n0 < N; n0 += rows) {
+        int m = N - n0 < rows ? N - n0 : rows;
+        TS_TRY(ts_cuda_f32_to_bf16(dy, dout + (size_t)n0 * OC, (size_t)m * OC));
+        if (dweight) TS_TRY(ts_cuda_f32_to_bf16(x, inp + (size_t)n0 * C, (size_t)m * C));
+        TS_TRY(ts_cuda_matmul_backward_bf16(dinp ? dinp + (size_t)n0 * C : NULL, dweight, dbias,
+                                            dy, x, weight, m, C, OC));
+    }
+    return TS_OK;
 }
 
 /* Saved: lse (B, NH, T); the backward recomputes the probabilities. */

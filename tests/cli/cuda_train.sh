@@ -4,7 +4,8 @@
 #   matches_cpu  (needs a GPU, else exit 77 = skipped) configs/tiny.ini for 10
 #                steps in f32 on the CPU and on the GPU: the losses agree
 #                within 1e-4 relative at every step and the gradient norms
-#                within 1e-3; bf16 on both within 2e-2; a GPU run resumed
+#                within 1e-3; bf16 on both within 2e-2, and the GPU's bf16
+#                GEMMs in chunks of 64 rows within 1e-3 of whole; a GPU run resumed
 #                from its step-5 checkpoint repeats the uninterrupted run's
 #                last 5 losses (within 1e-6); the exported weights of the
 #                GPU run are close to the CPU run's.
@@ -68,6 +69,11 @@ matches_cpu)
     train cpu_bf16 --set train.device=cpu --set train.dtype=bf16
     train gpu_bf16 --set train.device=cuda --set train.dtype=bf16
     compare cpu_bf16.jsonl gpu_bf16.jsonl 2e-2 1e-1
+    # The bf16 GEMMs in chunks of 64 rows (a 64 KiB operand scratch instead
+    # of whole operands): the same training up to f32 summation order.
+    TESSERA_BF16_GEMM_SCRATCH_KB=64 train gpu_bf16_chunked --set train.device=cuda \
+        --set train.dtype=bf16
+    compare gpu_bf16.jsonl gpu_bf16_chunked.jsonl 1e-3 1e-2
     # Resume: the step-5 checkpoint alone (the step-10 one moved away).
     mkdir -p resume && cp ckpt_gpu/ckpt-00000005.tsck resume/ || fail "no step-5 checkpoint"
     train resumed --set train.device=cuda --set train.checkpoint_dir=resume \
