@@ -154,11 +154,13 @@ typedef struct ts_backend {
                                    int Vp_loc);
 
     /* --- optimizer and reductions ------------------------------------------
-     * adamw as ts_cpu_adamw; sumsq: *out (a HOST double) = sum of x^2 (n),
+     * adamw as ts_cpu_adamw, and when param_bf16 (n) is not NULL it also
+     * receives the updated parameters rounded to bf16 (CUDA in the same pass:
+     * the fused AdamW of cuda_kernels.h); sumsq: *out (a HOST double) = sum of x^2 (n),
      * accumulated in double (waits for the result). */
-    ts_status (*adamw)(float *param, float *m, float *v, const float *grad, size_t n, float lr,
-                       float beta1, float beta2, float eps, float weight_decay, int t,
-                       float grad_scale);
+    ts_status (*adamw)(float *param, float *m, float *v, uint16_t *param_bf16, const float *grad,
+                       size_t n, float lr, float beta1, float beta2, float eps,
+                       float weight_decay, int t, float grad_scale);
     ts_status (*sumsq)(double *out, const float *x, size_t n);
 
     /* --- bf16: round in place; conversions (nearest, ties to even) --------- */

@@ -40,12 +40,6 @@ static ts_status cuda_sync(void) {
     return ts_cuda_sync();
 }
 
-static ts_status cuda_adamw(float *param, float *m, float *v, const float *grad, size_t n, float lr,
-                            float beta1, float beta2, float eps, float weight_decay, int t,
-                            float grad_scale) {
-    return ts_cuda_adamw(param, m, v, NULL, grad, n, lr, beta1, beta2, eps, weight_decay, t,
-                         grad_scale);
-}
 
 static ts_status cuda_sumsq(double *out, const float *x, size_t n) {
     if (!g_sumsq) {
@@ -169,7 +163,7 @@ static const ts_backend cuda_backend = {
     .ce_shard_sumexp = ts_cuda_ce_shard_sumexp,
     .ce_shard_loss = ts_cuda_ce_shard_loss,
     .ce_shard_backward = ts_cuda_ce_shard_backward,
-    .adamw = cuda_adamw,
+    .adamw = ts_cuda_adamw,
     .sumsq = cuda_sumsq,
     .round_bf16 = ts_cuda_round_bf16,
     .f32_to_bf16 = ts_cuda_f32_to_bf16,

@@ -61,14 +61,14 @@ void ts_optimizer_destroy(ts_optimizer *o) {
 ts_status ts_optimizer_step(ts_optimizer *o, ts_model *model, int64_t step, float lr,
                             float grad_scale) {
     const ts_optim_config *c = &o->cfg;
+    /* In bf16 the step also writes the bf16 parameters (one pass). */
+    uint16_t *bf16 = model->dtype == TS_BF16 ? model->param_data : NULL;
     for (int i = 0; i < model->nparams; i++) {
         const ts_param *p = &model->params[i];
         size_t off = p->offset, n = (size_t)ts_tensor_numel(&p->value);
-        TS_TRY(o->be->adamw(o->master + off, o->m + off, o->v + off, model->grad_data + off, n, lr,
-                            c->beta1, c->beta2, c->eps, p->decay ? c->weight_decay : 0.0f,
-                            (int)(step + 1), grad_scale));
+        TS_TRY(o->be->adamw(o->master + off, o->m + off, o->v + off, bf16 ? bf16 + off : NULL,
+                            model->grad_data + off, n, lr, c->beta1, c->beta2, c->eps,
+                            p->decay ? c->weight_decay : 0.0f, (int)(step + 1), grad_scale));
     }
-    if (model->dtype == TS_BF16)
-        TS_TRY(o->be->f32_to_bf16(model->param_data, o->master, model->numel));
     return TS_OK;
 }
