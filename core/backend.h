@@ -111,6 +111,12 @@ typedef struct ts_backend {
      * add_bias  out (N, C) += bias (C)
      * bias_grad dbias (C) += column sums of dout (N, C) */
     ts_status (*gelu_forward)(float *out, const float *inp, size_t n);
+    /* bias_gelu_forward: pre (N, C) += bias (C), then out (N, C) = gelu(pre);
+     * with round_bf16 (the model's bf16 mode) pre is rounded to bf16 before
+     * the GELU and out after it. The CPU runs add_bias, round, gelu, round;
+     * CUDA one fused pass. */
+    ts_status (*bias_gelu_forward)(float *out, float *pre, const float *bias, int N, int C,
+                                   int round_bf16);
     ts_status (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
     ts_status (*residual_forward)(float *out, const float *a, const float *b, size_t n);
     ts_status (*add_bias)(float *out, const float *bias, int N, int C);

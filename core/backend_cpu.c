@@ -96,6 +96,15 @@ static ts_status cpu_gelu_forward(float *out, const float *inp, size_t n) {
     ts_cpu_gelu_forward(out, inp, n);
     return TS_OK;
 }
+static ts_status cpu_bias_gelu_forward(float *out, float *pre, const float *bias, int N, int C,
+                                       int round_bf16) {
+    size_t n = (size_t)N * C;
+    ts_cpu_add_bias(pre, bias, N, C);
+    if (round_bf16) ts_cpu_round_bf16(pre, n);
+    ts_cpu_gelu_forward(out, pre, n);
+    if (round_bf16) ts_cpu_round_bf16(out, n);
+    return TS_OK;
+}
 static ts_status cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     ts_cpu_gelu_backward(dinp, inp, dout, n);
     return TS_OK;
@@ -221,6 +230,7 @@ static const ts_backend cpu_backend = {
     .layernorm_forward = cpu_layernorm_forward,
     .layernorm_backward = cpu_layernorm_backward,
     .gelu_forward = cpu_gelu_forward,
+    .bias_gelu_forward = cpu_bias_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
     .residual_forward = cpu_residual_forward,
     .add_bias = cpu_add_bias,

@@ -105,6 +105,11 @@ static ts_status cuda_matmul_backward_bf16(float *dinp, float *dweight, float *d
     return TS_OK;
 }
 
+static ts_status cuda_bias_gelu_forward(float *out, float *pre, const float *bias, int N, int C,
+                                        int round_bf16) {
+    return ts_cuda_bias_gelu_forward(out, pre, pre, bias, N, C, round_bf16);
+}
+
 /* Saved: lse (B, NH, T); the backward recomputes the probabilities. */
 static size_t cuda_attention_saved(int B, int NH, int T) {
     return (size_t)B * NH * T;
@@ -149,6 +154,7 @@ static const ts_backend cuda_backend = {
     .layernorm_forward = ts_cuda_layernorm_forward,
     .layernorm_backward = ts_cuda_layernorm_backward,
     .gelu_forward = ts_cuda_gelu_forward,
+    .bias_gelu_forward = cuda_bias_gelu_forward,
     .gelu_backward = ts_cuda_gelu_backward,
     .residual_forward = ts_cuda_residual_forward,
     .add_bias = ts_cuda_add_bias,

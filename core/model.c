@@ -442,10 +442,9 @@ static ts_status block_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor
                                  C));
     TS_TRY(round_if_bf16(m, a.ln2, (size_t)Nl * C));
     TS_TRY(tp_enter(m, a.ln2, gathered, B, T, C, &full));
-    TS_TRY(linear_forward(m, a.fch, full, b->fcw, ts_model_weight(m, b->fcb, 1), N, C, 4 * Cl));
-    TS_TRY(round_if_bf16(m, a.fch, (size_t)N * 4 * Cl));
-    TS_TRY(be->gelu_forward(a.fch_gelu, a.fch, (size_t)N * 4 * Cl));
-    TS_TRY(round_if_bf16(m, a.fch_gelu, (size_t)N * 4 * Cl));
+    TS_TRY(linear_forward(m, a.fch, full, b->fcw, NULL, N, C, 4 * Cl));
+    TS_TRY(be->bias_gelu_forward(a.fch_gelu, a.fch, ts_model_weight(m, b->fcb, 1), N, 4 * Cl,
+                                 m->dtype == TS_BF16));
     TS_TRY(linear_forward(m, partial, a.fch_gelu, b->fcprojw, NULL, N, 4 * Cl, C));
     TS_TRY(tp_leave(m, partial, a.out, B, T, C, &h));
     TS_TRY(be->residual_forward(a.out, h, a.res2, (size_t)Nl * C));

@@ -166,10 +166,12 @@ ts_status ts_cuda_gelu_backward(float *dinp, const float *inp, const float *dout
  *   pre (N, C) = inp (N, C) + bias (C)   (saved for ts_cuda_gelu_backward;
  *                                         may be NULL, may alias inp)
  *   out (N, C) = gelu(pre)
- * Equals ts_cpu_matmul_forward's bias add followed by ts_cpu_gelu_forward.
- * The backward is ts_cuda_gelu_backward on pre, then the bias gradient. */
+ * with round_bf16, pre is rounded to bf16 before the GELU and out after it
+ * (the model's bf16 mode). Equals ts_cpu_matmul_forward's bias add followed
+ * by ts_cpu_gelu_forward (and the roundings). The backward is
+ * ts_cuda_gelu_backward on pre, then the bias gradient. */
 ts_status ts_cuda_bias_gelu_forward(float *out, float *pre, const float *inp, const float *bias,
-                                    int N, int C);
+                                    int N, int C, int round_bf16);
 
 /* --- causal multi-head self-attention, flash style (attention.cu) ----------------
  * qkv (B, T, 3C) holds q, k, v side by side, each (B, T, NH, hs = C/NH), and

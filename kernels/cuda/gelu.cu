@@ -35,14 +35,20 @@ __global__ static void gelu_backward_kernel(float *dinp, const float *inp, const
 }
 
 /* 2D grid: blockIdx.y walks rows, x covers the channels of a row. */
+__device__ __forceinline__ static float round_to_bf16(float x) {
+    return ts_dev_bf16_to_f32(ts_dev_f32_to_bf16(x));
+}
+
 __global__ static void bias_gelu_kernel(float *out, float *pre, const float *inp, const float *bias,
-                                        int N, int C) {
+                                        int N, int C, int round) {
     for (int row = blockIdx.y; row < N; row += gridDim.y) {
         size_t off = (size_t)row * C;
         for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
             float x = inp[off + c] + bias[c];
+            if (round) x = round_to_bf16(x);
             if (pre) pre[off + c] = x;
-            out[off + c] = gelu_fwd(x);
+            float y = gelu_fwd(x);
+            out[off + c] = round ? round_to_bf16(y) : y;
         }
     }
 }
@@ -63,12 +69,13 @@ ts_status ts_cuda_gelu_backward(float *dinp, const float *inp, const float *dout
 }
 
 ts_status ts_cuda_bias_gelu_forward(float *out, float *pre, const float *inp, const float *bias,
-                                    int N, int C) {
+                                    int N, int C, int round_bf16) {
     TS_CUDA_REQUIRE(N >= 0 && C > 0, "ts_cuda_bias_gelu_forward");
     if (!N) return TS_OK;
     const int threads = 256;
     dim3 grid((unsigned)((C + threads - 1) / threads), (unsigned)(N < 65535 ? N : 65535));
-    bias_gelu_kernel<<<grid, threads, 0, ts_cuda_cur_stream()>>>(out, pre, inp, bias, N, C);
+    bias_gelu_kernel<<<grid, threads, 0, ts_cuda_cur_stream()>>>(out, pre, inp, bias, N, C,
+                                                                 round_bf16);
     TS_CUDA_CHECK_LAUNCH();
     return TS_OK;
 }

@@ -333,13 +333,23 @@ static void test_gelu(void) {
             pre[(size_t)r * C + c] = x[(size_t)r * C + c] + bias[c];
     ts_cpu_gelu_forward(o2, pre, nc);
     float *d_x = dev_f(x, nc), *d_bias = dev_f(bias, C), *d_pre = dev_nan(nc), *d_o2 = dev_nan(nc);
-    CALL(ts_cuda_bias_gelu_forward(d_o2, d_pre, d_x, d_bias, N, C));
+    CALL(ts_cuda_bias_gelu_forward(d_o2, d_pre, d_x, d_bias, N, C, 0));
     check("bias_gelu pre", d_pre, pre, nc, TOL_F32);
     check("bias_gelu out", d_o2, o2, nc, TOL_F32);
     poison(d_o2, nc * sizeof(float));
-    CALL(ts_cuda_bias_gelu_forward(d_o2, d_x, d_x, d_bias, N, C)); /* in place, pre = inp */
+    CALL(ts_cuda_bias_gelu_forward(d_o2, d_x, d_x, d_bias, N, C, 0)); /* in place, pre = inp */
     check("bias_gelu in place: pre", d_x, pre, nc, TOL_F32);
     check("bias_gelu in place: out", d_o2, o2, nc, TOL_F32);
+    /* bf16 mode: pre rounded, GELU of the rounded value, out rounded */
+    ts_cpu_round_bf16(pre, nc);
+    ts_cpu_gelu_forward(o2, pre, nc);
+    ts_cpu_round_bf16(o2, nc);
+    cu(cudaMemcpy(d_x, x, nc * sizeof(float), cudaMemcpyHostToDevice), "upload");
+    poison(d_pre, nc * sizeof(float));
+    poison(d_o2, nc * sizeof(float));
+    CALL(ts_cuda_bias_gelu_forward(d_o2, d_pre, d_x, d_bias, N, C, 1));
+    check_bits("bias_gelu bf16: pre", d_pre, pre, nc * sizeof(float));
+    check("bias_gelu bf16: out (one bf16 ulp)", d_o2, o2, nc, TOL_BF16);
 
     cudaFree(d_inp), cudaFree(d_dout), cudaFree(d_dinp), cudaFree(d_out), cudaFree(d_x);
     cudaFree(d_bias), cudaFree(d_pre), cudaFree(d_o2);
