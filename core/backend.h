@@ -165,8 +165,8 @@ typedef struct ts_backend {
      * the fused AdamW of cuda_kernels.h); sumsq: *out (a HOST double) = sum of x^2 (n),
      * accumulated in double (waits for the result). */
     ts_status (*adamw)(float *param, float *m, float *v, uint16_t *param_bf16, const float *grad,
-                       size_t n, float lr, float beta1, float beta2, float eps,
-                       float weight_decay, int t, float grad_scale);
+                       size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                       int t, float grad_scale);
     ts_status (*sumsq)(double *out, const float *x, size_t n);
 
     /* --- bf16: round in place; conversions (nearest, ties to even) --------- */

@@ -40,7 +40,6 @@ static ts_status cuda_sync(void) {
     return ts_cuda_sync();
 }
 
-
 static ts_status cuda_sumsq(double *out, const float *x, size_t n) {
     if (!g_sumsq) {
         g_sumsq = ts_device_alloc(TS_MEM_OTHER, sizeof(double));
@@ -99,8 +98,8 @@ static ts_status cuda_matmul_backward_bf16(float *dinp, float *dweight, float *d
         int m = N - n0 < rows ? N - n0 : rows;
         TS_TRY(ts_cuda_f32_to_bf16(dy, dout + (size_t)n0 * OC, (size_t)m * OC));
         if (dweight) TS_TRY(ts_cuda_f32_to_bf16(x, inp + (size_t)n0 * C, (size_t)m * C));
-        TS_TRY(ts_cuda_matmul_backward_bf16(dinp ? dinp + (size_t)n0 * C : NULL, dweight, dbias,
-                                            dy, x, weight, m, C, OC));
+        TS_TRY(ts_cuda_matmul_backward_bf16(dinp ? dinp + (size_t)n0 * C : NULL, dweight, dbias, dy,
+                                            x, weight, m, C, OC));
     }
     return TS_OK;
 }

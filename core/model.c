@@ -143,8 +143,7 @@ static void *matmul_work(ts_model *m, int N, int C, int OC) {
 
 static ts_status linear_forward(ts_model *m, float *out, const float *inp, const ts_param *w,
                                 const float *bias, int N, int C, int OC) {
-    if (m->dtype == TS_F32)
-        return m->be->matmul_forward(out, inp, w->value.data, bias, N, C, OC);
+    if (m->dtype == TS_F32) return m->be->matmul_forward(out, inp, w->value.data, bias, N, C, OC);
     void *work = matmul_work(m, N, C, OC);
     if (!work) return TS_ERR_NOMEM;
     return m->be->matmul_forward_bf16(out, work, inp, w->value.data, bias, N, C, OC);
@@ -427,8 +426,8 @@ static ts_status block_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor
     TS_TRY(tp_enter(m, a.ln1, gathered, B, T, C, &full));
     TS_TRY(linear_forward(m, a.qkv, full, b->qkvw, ts_model_weight(m, b->qkvb, 1), N, C, 3 * Cl));
     TS_TRY(round_if_bf16(m, a.qkv, (size_t)N * 3 * Cl));
-    TS_TRY((m->dtype == TS_BF16 ? be->attention_forward_bf16 : be->attention_forward)(
-        a.atty, a.att, a.qkv, B, T, Cl, NHl));
+    TS_TRY((m->dtype == TS_BF16 ? be->attention_forward_bf16
+                                : be->attention_forward)(a.atty, a.att, a.qkv, B, T, Cl, NHl));
     TS_TRY(round_if_bf16(m, a.atty, (size_t)N * Cl));
     TS_TRY(linear_forward(m, partial, a.atty, b->projw, NULL, N, Cl, C));
     TS_TRY(tp_leave(m, partial, a.res2, B, T, C, &h));
@@ -490,8 +489,8 @@ static ts_status block_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tenso
                            (int)N, 4 * Cl, C));
     TS_TRY(be->gelu_backward(dfch, a.fch, dfch_gelu, N * 4 * Cl));
     TS_TRY(tp_enter(m, a.ln2, gathered, B, T, C, &full));
-    TS_TRY(linear_backward(m, dln, grad_of(b->fcw), grad_of(b->fcb), dfch, full, b->fcw, (int)N,
-                           C, 4 * Cl));
+    TS_TRY(linear_backward(m, dln, grad_of(b->fcw), grad_of(b->fcb), dfch, full, b->fcw, (int)N, C,
+                           4 * Cl));
     /* dln holds partial sums over tp (column-parallel input gradient). */
     TS_TRY(tp_leave(m, dln, dfull, B, T, C, &dh));
     TS_TRY(be->copy(dres2, dout, Nl * C * sizeof(float)));
@@ -501,8 +500,8 @@ static ts_status block_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tenso
     /* Attention branch. */
     TS_TRY(be->bias_grad(grad_of(b->projb), dres2, (int)Nl, C));
     TS_TRY(tp_enter(m, dres2, dfull, B, T, C, &din));
-    TS_TRY(linear_backward(m, datty, grad_of(b->projw), NULL, din, a.atty, b->projw, (int)N, Cl,
-                           C));
+    TS_TRY(
+        linear_backward(m, datty, grad_of(b->projw), NULL, din, a.atty, b->projw, (int)N, Cl, C));
     TS_TRY((m->dtype == TS_BF16 ? be->attention_backward_bf16 : be->attention_backward)(
         dqkv, datt, datty, a.qkv, a.atty, a.att, B, T, Cl, NHl));
     TS_TRY(be->zero(dln, N * C * sizeof(float)));
@@ -1326,8 +1325,9 @@ void ts_model_activation_bytes(const ts_model_config *c, const ts_model_shard *s
     /* The shared workspace grows to the largest request of any module, forward
      * or backward; the two dx buffers alternate between modules in backward. */
     size_t ws = block_fwd_work(B, T, c->d_model);
-    size_t need[] = {block_bwd_work(B, T, c->d_model, tp, att_scratch_floats(be, B, c->heads / tp, T)),
-                     N * C + 3 * N, 3 * N * C};
+    size_t need[] = {
+        block_bwd_work(B, T, c->d_model, tp, att_scratch_floats(be, B, c->heads / tp, T)),
+        N * C + 3 * N, 3 * N * C};
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         if (need[i] > ws) ws = need[i];
     *workspace = sizeof(float) * (ws + 2 * Nl * C);

@@ -52,8 +52,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "FAIL: run on 4 ranks\n");
         return 1;
     }
-    ts_mesh_sizes sizes = {.world = 4, .tp = 2, .cp = 1, .ep = 1, .dp = 2, .pp = 1,
-                           .etp = 1, .edp = 4};
+    ts_mesh_sizes sizes = {
+        .world = 4, .tp = 2, .cp = 1, .ep = 1, .dp = 2, .pp = 1, .etp = 1, .edp = 4};
     ts_parallel *par = NULL;
     OK(ts_parallel_create(world, &sizes, NULL, &par));
     if (!par) return 1;
@@ -99,11 +99,11 @@ int main(int argc, char **argv) {
         for (int i = 0; i < NTOKENS; i++)
             CHECK(ts_parallel_data_comm(par, tokens[i]) == ts_parallel_comm(par, tokens[i]),
                   "%s: a device communicator survived a failed open", tokens[i]);
-        if (check_rank == 0)
-            printf("no device communicators here (%s)\n", ts_last_error());
+        if (check_rank == 0) printf("no device communicators here (%s)\n", ts_last_error());
     } else {
         for (int i = 0; i < NTOKENS; i++) {
-            ts_comm *d = ts_parallel_data_comm(par, tokens[i]), *h = ts_parallel_comm(par, tokens[i]);
+            ts_comm *d = ts_parallel_data_comm(par, tokens[i]),
+                    *h = ts_parallel_comm(par, tokens[i]);
             char spelled[32];
             snprintf(spelled, sizeof spelled, "host:%s", tokens[i]);
             CHECK(d != h && strcmp(ts_comm_backend(d), "nccl") == 0, "%s is not NCCL", tokens[i]);

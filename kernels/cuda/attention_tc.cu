@@ -34,8 +34,8 @@
 using namespace nvcuda;
 typedef __nv_bfloat16 bf16;
 
-#define TC_ROWS 64   /* query rows and keys per tile            */
-#define TC_THREADS 128 /* 4 warps x 16 rows                     */
+#define TC_ROWS 64           /* query rows and keys per tile            */
+#define TC_THREADS 128       /* 4 warps x 16 rows                     */
 #define TC_LDS (TC_ROWS + 4) /* f32 (64 x 64) score tiles: ldm multiple of 4 */
 #define TC_LDP (TC_ROWS + 8) /* bf16 (64 x 64) P / dS tiles: ldm multiple of 8 */
 
@@ -121,8 +121,7 @@ __device__ static void tc_row_stats(float *lse_s, float *drow_s, const float *do
 
 /* out (16 x 64, f32, ldm TC_LDS) = A (16 x D, row-major) @ B^T, where B is
  * (64 x D) row-major: the products Q K^T, K Q^T, dO V^T, V dO^T. */
-template <int D>
-__device__ static void tc_abt(float *out, const bf16 *A, const bf16 *B) {
+template <int D> __device__ static void tc_abt(float *out, const bf16 *A, const bf16 *B) {
     for (int n = 0; n < TC_ROWS / 16; n++) {
         acc_frag acc;
         wmma::fill_fragment(acc, 0.0f);
@@ -139,8 +138,7 @@ __device__ static void tc_abt(float *out, const bf16 *A, const bf16 *B) {
 
 /* acc (16 x D, f32, ldm tc_ldo) += A (16 x 64, bf16, ldm TC_LDP) @ B, where B
  * is (64 x D) row-major: the products P V, P^T dO, dS K, dS^T Q. */
-template <int D>
-__device__ static void tc_acc_ab(float *acc_s, const bf16 *A, const bf16 *B) {
+template <int D> __device__ static void tc_acc_ab(float *acc_s, const bf16 *A, const bf16 *B) {
     for (int n = 0; n < D / 16; n++) {
         acc_frag acc;
         wmma::load_matrix_sync(acc, acc_s + n * 16, tc_ldo<D>(), wmma::mem_row_major);
@@ -296,13 +294,12 @@ __global__ static void __launch_bounds__(TC_THREADS)
 #pragma unroll
         for (int j = 0; j < 32; j++) {
             int c = c0 + j, qq = q0 + c;
-            p[j] = (key <= qq && qq < T && key < T)
-                       ? expf(S[r * TC_LDS + c] * scale - lse_s[c])
-                       : 0.0f;
+            p[j] = (key <= qq && qq < T && key < T) ? expf(S[r * TC_LDS + c] * scale - lse_s[c])
+                                                    : 0.0f;
             P[r * TC_LDP + c] = __float2bfloat16_rn(p[j]);
         }
         __syncwarp();
-        tc_acc_ab<D>(dV + w0 * LDO, P + w0 * TC_LDP, dOs);             /* dV += P^T dO */
+        tc_acc_ab<D>(dV + w0 * LDO, P + w0 * TC_LDP, dOs);              /* dV += P^T dO */
         tc_abt<D>(S + w0 * TC_LDS, Vs + (size_t)w0 * tc_ldb<D>(), dOs); /* dP^T */
         __syncwarp();
 #pragma unroll
@@ -361,8 +358,8 @@ __global__ static void __launch_bounds__(TC_THREADS)
 #pragma unroll
         for (int j = 0; j < 32; j++) {
             int k = k0 + c0 + j;
-            p[j] = (k <= q && k < T && q < T) ? expf(S[r * TC_LDS + c0 + j] * scale - lse_s[r])
-                                              : 0.0f;
+            p[j] =
+                (k <= q && k < T && q < T) ? expf(S[r * TC_LDS + c0 + j] * scale - lse_s[r]) : 0.0f;
         }
         __syncwarp();
         tc_abt<D>(S + w0 * TC_LDS, dOs + (size_t)w0 * tc_ldb<D>(), Vs); /* dP */
@@ -404,8 +401,8 @@ static ts_status tc_backward(float *dqkv, const float *dout, const float *qkv, c
     constexpr size_t sm = tc_bwd_smem<D>();
     TS_CUDA_CHECK(cudaFuncSetAttribute(tc_dkv_kernel<D>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    TS_CUDA_CHECK(cudaFuncSetAttribute(tc_dq_kernel<D>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    TS_CUDA_CHECK(cudaFuncSetAttribute(tc_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)sm));
     dim3 grid((unsigned)((T + TC_ROWS - 1) / TC_ROWS), (unsigned)(B * NH));
     float scale = 1.0f / sqrtf((float)(C / NH));
     cudaStream_t s = ts_cuda_cur_stream();

@@ -373,8 +373,8 @@ static void attention_case(int B, int T, int C, int NH, int bf16) {
     }
     ts_status (*fwd)(float *, float *, const float *, int, int, int, int) =
         bf16 ? ts_cuda_attention_forward_bf16 : ts_cuda_attention_forward;
-    ts_status (*bwd)(float *, const float *, const float *, const float *, const float *, int,
-                     int, int, int) =
+    ts_status (*bwd)(float *, const float *, const float *, const float *, const float *, int, int,
+                     int, int) =
         bf16 ? ts_cuda_attention_backward_bf16 : ts_cuda_attention_backward;
     float *out = malloc(nout * sizeof *out), *att = malloc(natt * sizeof *att);
     float *scratch = malloc(natt * sizeof *scratch), *lse = malloc(nlse * sizeof *lse);
@@ -432,7 +432,7 @@ static void test_attention(int bf16) {
     attention_case(1, 20 + rnd_int(60), 96, 1, bf16);  /* hs 96: bf16 falls back to f32 */
     attention_case(2, 1, 64, 4, bf16);                 /* a single position */
     if (bf16) {
-        attention_case(1, 130 + rnd_int(200), 64, 2, bf16); /* hs 32, several 64-row tiles */
+        attention_case(1, 130 + rnd_int(200), 64, 2, bf16);    /* hs 32, several 64-row tiles */
         attention_case(2, 64 * (1 + rnd_int(3)), 96, 2, bf16); /* hs 48, whole tiles */
     }
 }
@@ -708,8 +708,8 @@ static void test_model_extra(void) {
 }
 
 int main(int argc, char **argv) {
-    static const char *families[] = {"matmul_f32", "matmul_bf16", "embedding",  "layernorm",
-                                     "gelu",       "attention",   "residual",   "crossentropy",
+    static const char *families[] = {"matmul_f32", "matmul_bf16", "embedding",   "layernorm",
+                                     "gelu",       "attention",   "residual",    "crossentropy",
                                      "adamw",      "reduce",      "model_extra", "attention_bf16"};
     int nfam = (int)(sizeof families / sizeof *families), fam = -1;
     for (int i = 0; argc == 2 && i < nfam; i++)

@@ -198,9 +198,10 @@ static void emu_trampoline(void) {
 static void emu_thread_init(unsigned t) {
     uintptr_t top = ((uintptr_t)(emu_stacks + (size_t)(t + 1) * EMU_STACK)) & ~(uintptr_t)15;
     void **sp = (void **)top;
-    *--sp = NULL;                      /* the trampoline's return address */
-    *--sp = (void *)emu_trampoline;    /* where emu_switch's ret goes */
-    for (int r = 0; r < 6; r++) *--sp = NULL; /* rbp rbx r12-r15 */
+    *--sp = NULL;                   /* the trampoline's return address */
+    *--sp = (void *)emu_trampoline; /* where emu_switch's ret goes */
+    for (int r = 0; r < 6; r++)
+        *--sp = NULL; /* rbp rbx r12-r15 */
     emu_thr_sp[t] = sp;
 }
 static void emu_to_thread(unsigned t) {
@@ -266,7 +267,8 @@ static void emu_run_block(unsigned n) {
         for (unsigned w = 0; w < warps; w++) {
             unsigned lo = w * 32, lanes = (lo + 32 < n ? 32 : n - lo);
             if (!emu_warp_wait[w] || emu_warp_wait[w] + emu_warp_done[w] != lanes) continue;
-            if (emu_warp_done[w]) emu_fail("a warp barrier (shuffle, __syncwarp) with returned lanes");
+            if (emu_warp_done[w])
+                emu_fail("a warp barrier (shuffle, __syncwarp) with returned lanes");
             emu_land_store((int)w);
             for (unsigned t = lo; t < lo + lanes; t++) {
                 emu_state[t] = EMU_RUNNABLE;
@@ -385,8 +387,7 @@ bool emu_op_test(emu_op *op) {
 }
 void emu_op_wait(emu_op *op) {
     if (op->done) return;
-    if (!op->reqs.empty())
-        MPI_Waitall((int)op->reqs.size(), op->reqs.data(), MPI_STATUSES_IGNORE);
+    if (!op->reqs.empty()) MPI_Waitall((int)op->reqs.size(), op->reqs.data(), MPI_STATUSES_IGNORE);
     emu_op_test(op);
 }
 void emu_op_unref(emu_op *op) {
@@ -612,7 +613,8 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
 }
 
 /* element (i, j) of op(X), X column-major with leading dimension ld */
-static float emu_elem(const void *X, cudaDataType type, cublasOperation_t op, int ld, int i, int j) {
+static float emu_elem(const void *X, cudaDataType type, cublasOperation_t op, int ld, int i,
+                      int j) {
     size_t at = op == CUBLAS_OP_N ? (size_t)j * ld + i : (size_t)i * ld + j;
     return type == CUDA_R_16BF ? ts_bf16_to_f32(((const uint16_t *)X)[at]) : ((const float *)X)[at];
 }
@@ -659,11 +661,11 @@ cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t ta, cublasOp
                     C, ldc);
 }
 
-cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m,
-                            int n, int k, const void *alpha, const void *A, cudaDataType Atype,
-                            int lda, const void *B, cudaDataType Btype, int ldb, const void *beta,
-                            void *C, cudaDataType Ctype, int ldc, cublasComputeType_t compute,
-                            cublasGemmAlgo_t algo) {
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb,
+                            int m, int n, int k, const void *alpha, const void *A,
+                            cudaDataType Atype, int lda, const void *B, cudaDataType Btype, int ldb,
+                            const void *beta, void *C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t algo) {
     (void)algo;
     if (Ctype != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F || Atype != Btype)
         return CUBLAS_STATUS_NOT_SUPPORTED;

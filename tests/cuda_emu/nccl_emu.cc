@@ -176,8 +176,10 @@ static float f16_to_f32(uint16_t h) {
         float f = (float)man / 16777216.0f; /* 2^-24 */
         return sign ? -f : f;
     }
-    if (exp == 31) u = sign | 0x7f800000u | (man << 13);
-    else u = sign | ((exp + 112) << 23) | (man << 13);
+    if (exp == 31)
+        u = sign | 0x7f800000u | (man << 13);
+    else
+        u = sign | ((exp + 112) << 23) | (man << 13);
     float f;
     memcpy(&f, &u, 4);
     return f;
@@ -225,8 +227,8 @@ static void nccl_put(void *p, size_t i, ncclDataType_t t, double v) {
 
 /* out (count) = contributions parts[0..n) (each count elements, one after
  * another) reduced in order; floats accumulate in f32 as the device would. */
-static void nccl_reduce_local(void *out, const char *parts, int n, size_t count,
-                              ncclDataType_t t, ncclRedOp_t op) {
+static void nccl_reduce_local(void *out, const char *parts, int n, size_t count, ncclDataType_t t,
+                              ncclRedOp_t op) {
     size_t es = nccl_size(t);
     int is_float = t == ncclFloat32 || t == ncclBfloat16 || t == ncclFloat16;
     for (size_t i = 0; i < count; i++) {
@@ -247,8 +249,7 @@ static void nccl_reduce_local(void *out, const char *parts, int n, size_t count,
 }
 
 /* --- operations ------------------------------------------------------------ */
-static void nccl_io(emu_op *o, const void *in, size_t in_bytes, const void *out,
-                    size_t out_bytes) {
+static void nccl_io(emu_op *o, const void *in, size_t in_bytes, const void *out, size_t out_bytes) {
     o->in = (const char *)in;
     o->in_bytes = in_bytes;
     o->out = (const char *)out;
@@ -262,7 +263,8 @@ static int nccl_bytes_ok(size_t bytes) {
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
     size_t bytes = count * nccl_size(type);
-    if (!nccl_bytes_ok(bytes * (size_t)comm->size)) return nccl_err(ncclInvalidArgument, "too large");
+    if (!nccl_bytes_ok(bytes * (size_t)comm->size))
+        return nccl_err(ncclInvalidArgument, "too large");
     char *parts = (char *)malloc(bytes * (size_t)comm->size + 1);
     emu_op *o = new emu_op;
     nccl_io(o, send, bytes, recv, bytes);
@@ -281,7 +283,8 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
 ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
     size_t bytes = count * nccl_size(type);
-    if (!nccl_bytes_ok(bytes * (size_t)comm->size)) return nccl_err(ncclInvalidArgument, "too large");
+    if (!nccl_bytes_ok(bytes * (size_t)comm->size))
+        return nccl_err(ncclInvalidArgument, "too large");
     if (root < 0 || root >= comm->size) return nccl_err(ncclInvalidArgument, "bad root");
     int me = comm->rank, n = comm->size;
     char *parts = me == root ? (char *)malloc(bytes * (size_t)n + 1) : NULL;
@@ -298,9 +301,8 @@ ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType
     return ncclSuccess;
 }
 
-ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount,
-                               ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
-                               cudaStream_t stream) {
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount, ncclDataType_t type,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
     size_t bytes = recvcount * nccl_size(type);
     int n = comm->size;
     if (!nccl_bytes_ok(bytes * (size_t)n)) return nccl_err(ncclInvalidArgument, "too large");
@@ -309,8 +311,7 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount,
     emu_op *o = new emu_op;
     nccl_io(o, send, bytes * (size_t)n, recv, bytes);
     o->reqs.resize(1);
-    MPI_Ialltoall(send, (int)bytes, MPI_BYTE, parts, (int)bytes, MPI_BYTE, comm->comm,
-                  &o->reqs[0]);
+    MPI_Ialltoall(send, (int)bytes, MPI_BYTE, parts, (int)bytes, MPI_BYTE, comm->comm, &o->reqs[0]);
     o->finish = [=]() {
         nccl_reduce_local(recv, parts, n, recvcount, type, op);
         free(parts);
@@ -322,14 +323,14 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount,
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, ncclDataType_t type,
                            ncclComm_t comm, cudaStream_t stream) {
     size_t bytes = sendcount * nccl_size(type);
-    if (!nccl_bytes_ok(bytes * (size_t)comm->size)) return nccl_err(ncclInvalidArgument, "too large");
+    if (!nccl_bytes_ok(bytes * (size_t)comm->size))
+        return nccl_err(ncclInvalidArgument, "too large");
     /* In place when send is this rank's block of recv (MPI wants MPI_IN_PLACE). */
     const void *src = send == (const char *)recv + bytes * (size_t)comm->rank ? MPI_IN_PLACE : send;
     emu_op *o = new emu_op;
     nccl_io(o, src == MPI_IN_PLACE ? NULL : send, bytes, recv, bytes * (size_t)comm->size);
     o->reqs.resize(1);
-    MPI_Iallgather(src, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, comm->comm,
-                   &o->reqs[0]);
+    MPI_Iallgather(src, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, comm->comm, &o->reqs[0]);
     emu_stream_push(stream, o);
     return ncclSuccess;
 }

@@ -42,11 +42,11 @@ const char *cublasGetStatusString(cublasStatus_t st);
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m,
                            int n, int k, const float *alpha, const float *A, int lda,
                            const float *B, int ldb, const float *beta, float *C, int ldc);
-cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m,
-                            int n, int k, const void *alpha, const void *A, cudaDataType Atype,
-                            int lda, const void *B, cudaDataType Btype, int ldb, const void *beta,
-                            void *C, cudaDataType Ctype, int ldc, cublasComputeType_t compute,
-                            cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb,
+                            int m, int n, int k, const void *alpha, const void *A,
+                            cudaDataType Atype, int lda, const void *B, cudaDataType Btype, int ldb,
+                            const void *beta, void *C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t algo);
 
 #ifdef __cplusplus
 }

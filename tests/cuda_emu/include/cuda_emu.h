@@ -151,7 +151,8 @@ void emu_launch_run(dim3 grid, dim3 block, size_t smem, const void *kernel, void
                     void *arg);
 template <class F>
 static inline void emu_launch(dim3 grid, dim3 block, size_t smem, const void *kernel, F body) {
-    emu_launch_run(grid, block, smem, kernel, [](void *p) { (*(F *)p)(); }, &body);
+    emu_launch_run(
+        grid, block, smem, kernel, [](void *p) { (*(F *)p)(); }, &body);
 }
 
 /* --- WMMA ----------------------------------------------------------------- */

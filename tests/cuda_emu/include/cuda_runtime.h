@@ -9,8 +9,8 @@
 #include "cuda_runtime_api.h"
 #include "cuda_emu.h"
 
-template <class F> static inline cudaError_t cudaFuncSetAttribute(F *func, cudaFuncAttribute attr,
-                                                                  int value) {
+template <class F>
+static inline cudaError_t cudaFuncSetAttribute(F *func, cudaFuncAttribute attr, int value) {
     return emu_func_set_attribute((const void *)func, attr, value);
 }
 
