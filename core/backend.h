@@ -106,6 +106,15 @@ typedef struct ts_backend {
     ts_status (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                                     const float *inp, const float *weight, const float *mean,
                                     const float *rstd, int N, int C);
+    /* residual_layernorm_forward: res (N, C) = a + b (+ res_bias (C), may be
+     * NULL), then ln_out = layernorm(res) with mean, rstd saved; with
+     * round_bf16, res is rounded to bf16 before the LayerNorm and ln_out
+     * after. res may alias a or b. The CPU runs residual, add_bias, round,
+     * layernorm, round; CUDA one fused pass. */
+    ts_status (*residual_layernorm_forward)(float *res, float *ln_out, float *mean, float *rstd,
+                                            const float *a, const float *b, const float *res_bias,
+                                            const float *weight, const float *bias, int N, int C,
+                                            int round_bf16);
 
     /* --- element-wise: gelu (n), residual out = a + b (n), bias ------------
      * add_bias  out (N, C) += bias (C)

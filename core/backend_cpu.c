@@ -92,6 +92,19 @@ static ts_status cpu_layernorm_backward(float *dinp, float *dweight, float *dbia
     return TS_OK;
 }
 
+static ts_status cpu_residual_layernorm_forward(float *res, float *ln_out, float *mean, float *rstd,
+                                                const float *a, const float *b,
+                                                const float *res_bias, const float *weight,
+                                                const float *bias, int N, int C, int round_bf16) {
+    size_t n = (size_t)N * C;
+    ts_cpu_residual_forward(res, a, b, n);
+    if (res_bias) ts_cpu_add_bias(res, res_bias, N, C);
+    if (round_bf16) ts_cpu_round_bf16(res, n);
+    ts_cpu_layernorm_forward(ln_out, mean, rstd, res, weight, bias, N, C);
+    if (round_bf16) ts_cpu_round_bf16(ln_out, n);
+    return TS_OK;
+}
+
 static ts_status cpu_gelu_forward(float *out, const float *inp, size_t n) {
     ts_cpu_gelu_forward(out, inp, n);
     return TS_OK;
@@ -229,6 +242,7 @@ static const ts_backend cpu_backend = {
     .position_backward = cpu_position_backward,
     .layernorm_forward = cpu_layernorm_forward,
     .layernorm_backward = cpu_layernorm_backward,
+    .residual_layernorm_forward = cpu_residual_layernorm_forward,
     .gelu_forward = cpu_gelu_forward,
     .bias_gelu_forward = cpu_bias_gelu_forward,
     .gelu_backward = cpu_gelu_backward,

@@ -152,6 +152,7 @@ static const ts_backend cuda_backend = {
     .position_backward = ts_cuda_position_backward,
     .layernorm_forward = ts_cuda_layernorm_forward,
     .layernorm_backward = ts_cuda_layernorm_backward,
+    .residual_layernorm_forward = ts_cuda_residual_layernorm_forward,
     .gelu_forward = ts_cuda_gelu_forward,
     .bias_gelu_forward = cuda_bias_gelu_forward,
     .gelu_backward = ts_cuda_gelu_backward,

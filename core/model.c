@@ -431,15 +431,13 @@ static ts_status block_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor
     TS_TRY(round_if_bf16(m, a.atty, (size_t)N * Cl));
     TS_TRY(linear_forward(m, partial, a.atty, b->projw, NULL, N, Cl, C));
     TS_TRY(tp_leave(m, partial, a.res2, B, T, C, &h));
-    TS_TRY(be->residual_forward(a.res2, h, xin, (size_t)Nl * C));
-    TS_TRY(be->add_bias(a.res2, ts_model_weight(m, b->projb, 1), Nl, C));
-    TS_TRY(round_if_bf16(m, a.res2, (size_t)Nl * C));
+    /* res2 = x + attention + proj bias, and the MLP's LayerNorm of it. */
+    TS_TRY(be->residual_layernorm_forward(
+        a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, h, xin, ts_model_weight(m, b->projb, 3),
+        ts_model_weight(m, b->ln2w, 1), ts_model_weight(m, b->ln2b, 2), Nl, C,
+        m->dtype == TS_BF16));
 
     /* MLP branch. */
-    TS_TRY(be->layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2,
-                                 ts_model_weight(m, b->ln2w, 1), ts_model_weight(m, b->ln2b, 2), Nl,
-                                 C));
-    TS_TRY(round_if_bf16(m, a.ln2, (size_t)Nl * C));
     TS_TRY(tp_enter(m, a.ln2, gathered, B, T, C, &full));
     TS_TRY(linear_forward(m, a.fch, full, b->fcw, NULL, N, C, 4 * Cl));
     TS_TRY(be->bias_gelu_forward(a.fch_gelu, a.fch, ts_model_weight(m, b->fcb, 1), N, 4 * Cl,

@@ -149,13 +149,16 @@ ts_status ts_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, 
  * out (n) = a + b;  backward: da += dout, db += dout (either may be NULL). */
 ts_status ts_cuda_residual_forward(float *out, const float *a, const float *b, size_t n);
 ts_status ts_cuda_residual_backward(float *da, float *db, const float *dout, size_t n);
-/* Fused: res (N, C) = a + b, then ln_out (N, C) = layernorm(res) with mean,
- * rstd (N) saved — ts_cpu_residual_forward followed by ts_cpu_layernorm_forward
- * in one pass over memory. res may alias a or b. The backward is the two
+/* Fused: res (N, C) = a + b (+ res_bias (C) when not NULL), then ln_out
+ * (N, C) = layernorm(res) with mean, rstd (N) saved — ts_cpu_residual_forward,
+ * ts_cpu_add_bias and ts_cpu_layernorm_forward in one pass over memory. With
+ * round_bf16 (the model's bf16 mode) res is rounded to bf16 before the
+ * statistics and ln_out after. res may alias a or b. The backward is the
  * separate kernels. */
 ts_status ts_cuda_residual_layernorm_forward(float *res, float *ln_out, float *mean, float *rstd,
-                                             const float *a, const float *b, const float *weight,
-                                             const float *bias, int N, int C);
+                                             const float *a, const float *b, const float *res_bias,
+                                             const float *weight, const float *bias, int N, int C,
+                                             int round_bf16);
 
 /* --- GELU, tanh approximation (gelu.cu) ----------------------------------------
  * out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))

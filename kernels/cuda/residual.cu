@@ -40,10 +40,14 @@ ts_status ts_cuda_residual_backward(float *da, float *db, const float *dout, siz
 /* One warp per row: res = a + b written, then mean and variance from res (two
  * passes, as the CPU: mean first, then the sum of (x - mean)^2), then ln_out.
  * The second and third passes read res back, from L1/L2. */
+__device__ __forceinline__ static float round_to_bf16(float x) {
+    return ts_dev_bf16_to_f32(ts_dev_f32_to_bf16(x));
+}
+
 __global__ static void residual_layernorm_kernel(float *res, float *ln_out, float *mean,
                                                  float *rstd, const float *a, const float *b,
-                                                 const float *weight, const float *bias, int N,
-                                                 int C) {
+                                                 const float *res_bias, const float *weight,
+                                                 const float *bias, int N, int C, int round) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= N) return;
@@ -51,6 +55,8 @@ __global__ static void residual_layernorm_kernel(float *res, float *ln_out, floa
     float s = 0.0f;
     for (int c = lane; c < C; c += 32) {
         float x = a[off + c] + b[off + c];
+        if (res_bias) x += res_bias[c];
+        if (round) x = round_to_bf16(x);
         res[off + c] = x;
         s += x;
     }
@@ -61,8 +67,10 @@ __global__ static void residual_layernorm_kernel(float *res, float *ln_out, floa
         ss += d * d;
     }
     float r = 1.0f / sqrtf(ts_warp_sum(ss) / (float)C + TS_LAYERNORM_EPS);
-    for (int c = lane; c < C; c += 32)
-        ln_out[off + c] = (res[off + c] - m) * r * weight[c] + bias[c];
+    for (int c = lane; c < C; c += 32) {
+        float y = (res[off + c] - m) * r * weight[c] + bias[c];
+        ln_out[off + c] = round ? round_to_bf16(y) : y;
+    }
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = r;
@@ -70,13 +78,14 @@ __global__ static void residual_layernorm_kernel(float *res, float *ln_out, floa
 }
 
 ts_status ts_cuda_residual_layernorm_forward(float *res, float *ln_out, float *mean, float *rstd,
-                                             const float *a, const float *b, const float *weight,
-                                             const float *bias, int N, int C) {
+                                             const float *a, const float *b, const float *res_bias,
+                                             const float *weight, const float *bias, int N, int C,
+                                             int round_bf16) {
     TS_CUDA_REQUIRE(N >= 0 && C > 0, "ts_cuda_residual_layernorm_forward");
     if (!N) return TS_OK;
     const int warps = 8;
     residual_layernorm_kernel<<<(N + warps - 1) / warps, warps * 32, 0, ts_cuda_cur_stream()>>>(
-        res, ln_out, mean, rstd, a, b, weight, bias, N, C);
+        res, ln_out, mean, rstd, a, b, res_bias, weight, bias, N, C, round_bf16);
     TS_CUDA_CHECK_LAUNCH();
     return TS_OK;
 }

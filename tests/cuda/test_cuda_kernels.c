@@ -465,17 +465,36 @@ static void test_residual(void) {
     float *d_w = dev_f(w, C), *d_bias = dev_f(bias, C), *d_ln = dev_nan(n);
     float *d_mean = dev_nan(N), *d_rstd = dev_nan(N);
     poison(d_out, n * sizeof(float));
-    CALL(ts_cuda_residual_layernorm_forward(d_out, d_ln, d_mean, d_rstd, d_a, d_b, d_w, d_bias, N,
-                                            C));
+    CALL(ts_cuda_residual_layernorm_forward(d_out, d_ln, d_mean, d_rstd, d_a, d_b, NULL, d_w,
+                                            d_bias, N, C, 0));
     check("fused residual+layernorm: res", d_out, out, n, TOL_F32);
     check("fused residual+layernorm: out", d_ln, ln, n, TOL_F32);
     check("fused residual+layernorm: mean", d_mean, mean, N, TOL_F32);
     check("fused residual+layernorm: rstd", d_rstd, rstd, N, TOL_F32);
     /* res aliasing a (in-place residual stream) */
-    CALL(
-        ts_cuda_residual_layernorm_forward(d_a, d_ln, d_mean, d_rstd, d_a, d_b, d_w, d_bias, N, C));
+    CALL(ts_cuda_residual_layernorm_forward(d_a, d_ln, d_mean, d_rstd, d_a, d_b, NULL, d_w, d_bias,
+                                            N, C, 0));
     check("fused, res aliasing a: res", d_a, out, n, TOL_F32);
     check("fused, res aliasing a: out", d_ln, ln, n, TOL_F32);
+    /* the block's use in bf16: res = bf16(a + b + res_bias), ln_out rounded */
+    float *rb = host_rand(C, 1.0f);
+    ts_cpu_residual_forward(out, a, b, n);
+    ts_cpu_add_bias(out, rb, N, C);
+    ts_cpu_round_bf16(out, n);
+    ts_cpu_layernorm_forward(ln, mean, rstd, out, w, bias, N, C);
+    ts_cpu_round_bf16(ln, n);
+    float *d_rb = dev_f(rb, C);
+    cu(cudaMemcpy(d_a, a, n * sizeof(float), cudaMemcpyHostToDevice), "upload");
+    poison(d_out, n * sizeof(float));
+    poison(d_ln, n * sizeof(float));
+    CALL(ts_cuda_residual_layernorm_forward(d_out, d_ln, d_mean, d_rstd, d_a, d_b, d_rb, d_w,
+                                            d_bias, N, C, 1));
+    check_bits("fused bf16 (+ bias): res", d_out, out, n * sizeof(float));
+    check("fused bf16 (+ bias): out (one bf16 ulp)", d_ln, ln, n, TOL_BF16);
+    check("fused bf16 (+ bias): mean", d_mean, mean, N, TOL_F32);
+    check("fused bf16 (+ bias): rstd", d_rstd, rstd, N, TOL_F32);
+    cudaFree(d_rb);
+    free(rb);
 
     cudaFree(d_a), cudaFree(d_b), cudaFree(d_dout), cudaFree(d_da), cudaFree(d_db);
     cudaFree(d_out), cudaFree(d_w), cudaFree(d_bias), cudaFree(d_ln), cudaFree(d_mean);
