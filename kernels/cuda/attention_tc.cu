@@ -153,6 +153,24 @@ template <int D> __device__ static void tc_acc_ab(float *acc_s, const bf16 *A, c
     }
 }
 
+/* Where a block and a thread work: batch x head bh = (b, h) from blockIdx.y,
+ * head size hs, the lane, the first of the warp's 16 rows w0, the row stride
+ * of qkv (3C) and the head's first column hcol. */
+struct tc_where {
+    int bh, b, h, hs, lane, w0;
+    size_t C3, hcol;
+    __device__ tc_where(int C, int NH) {
+        bh = blockIdx.y;
+        b = bh / NH;
+        h = bh % NH;
+        hs = C / NH;
+        lane = threadIdx.x % 32;
+        w0 = (threadIdx.x / 32) * 16;
+        C3 = 3 * (size_t)C;
+        hcol = (size_t)h * hs;
+    }
+};
+
 /* ---------------------------------------------------------------------------
  * Forward: one block per (64 query rows, batch x head), the longest rows first.
  * ------------------------------------------------------------------------- */
@@ -171,10 +189,10 @@ __global__ static void __launch_bounds__(TC_THREADS)
     float *lrow = (float *)((unsigned char *)mrow + tc_row_bytes());
     constexpr int LDO = tc_ldo<D>();
 
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH, hs = C / NH;
+    tc_where at(C, NH);
+    int bh = at.bh, b = at.b, hs = at.hs, lane = at.lane, w0 = at.w0;
+    size_t C3 = at.C3, hcol = at.hcol;
     int q0 = (gridDim.x - 1 - blockIdx.x) * TC_ROWS;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, w0 = warp * 16;
-    size_t C3 = 3 * (size_t)C, hcol = (size_t)h * hs;
 
     tc_load<D>(Qs, qkv, b, q0, T, C3, hcol, hs);
     for (int i = threadIdx.x; i < TC_ROWS * LDO; i += TC_THREADS)
@@ -270,10 +288,10 @@ __global__ static void __launch_bounds__(TC_THREADS)
     float *S = m.S, *dK = m.acc0, *dV = m.acc1, *lse_s = m.lse, *drow_s = m.drow;
     constexpr int LDO = tc_ldo<D>();
 
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH, hs = C / NH;
+    tc_where at(C, NH);
+    int bh = at.bh, b = at.b, hs = at.hs, lane = at.lane, w0 = at.w0;
+    size_t C3 = at.C3, hcol = at.hcol;
     int k0 = blockIdx.x * TC_ROWS;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, w0 = warp * 16;
-    size_t C3 = 3 * (size_t)C, hcol = (size_t)h * hs;
 
     tc_load<D>(Ks, qkv, b, k0, T, C3, C + hcol, hs);
     tc_load<D>(Vs, qkv, b, k0, T, C3, 2 * (size_t)C + hcol, hs);
@@ -334,10 +352,10 @@ __global__ static void __launch_bounds__(TC_THREADS)
     float *S = m.S, *dQ = m.acc0, *lse_s = m.lse, *drow_s = m.drow;
     constexpr int LDO = tc_ldo<D>();
 
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH, hs = C / NH;
+    tc_where at(C, NH);
+    int bh = at.bh, b = at.b, hs = at.hs, lane = at.lane, w0 = at.w0;
+    size_t C3 = at.C3, hcol = at.hcol;
     int q0 = (gridDim.x - 1 - blockIdx.x) * TC_ROWS;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, w0 = warp * 16;
-    size_t C3 = 3 * (size_t)C, hcol = (size_t)h * hs;
 
     tc_load<D>(Qs, qkv, b, q0, T, C3, hcol, hs);
     tc_load<D>(dOs, dout, b, q0, T, C, hcol, hs);
