@@ -10,6 +10,7 @@
  * plugin) and exits non-zero: 2 for a bad command line, configuration or
  * plugin, 1 for a failure while running.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,14 +152,31 @@ static ts_status load_config(int argc, char **argv, cli_opts *opts, ts_config **
     return TS_OK;
 }
 
+/* The mesh sizes the plugins' axes give for `world` ranks, then the mesh
+ * (for plan) or the parallel context over `comm` (for train). A failure
+ * says where every axis size came from. */
+static ts_status build_mesh(const ts_config *cfg, ts_plugins *reg, int world, ts_comm *comm,
+                            ts_mesh **mesh, ts_parallel **par) {
+    ts_mesh_sizes sizes;
+    const char *order = ts_config_str(cfg, "parallel", "order");
+    ts_status st = ts_plugins_mesh_sizes(reg, world, &sizes);
+    if (!st && mesh) st = ts_mesh_create(&sizes, order, mesh);
+    if (!st && par) st = ts_parallel_create(comm, &sizes, order, par);
+    if (!st) return TS_OK;
+    char msg[2048], axes[1024], where[512];
+    snprintf(msg, sizeof msg, "%s", ts_last_error_bare());
+    ts_plugins_axes_origin(reg, axes, sizeof axes);
+    ts_config_where(cfg, "parallel", "order", where, sizeof where);
+    return ts_error(st, "%s (axis sizes: %s; %s = %s)", msg, axes, where, order);
+}
+
 /* Starts MPI (a singleton without mpirun) and builds the mesh of the axes the
  * plugins registered, with one communicator per group. */
 static ts_status start_parallel(int *argc, char ***argv, const ts_config *cfg, ts_plugins *reg,
                                 ts_comm **world, ts_parallel **par) {
     TS_TRY(ts_comm_world_init(argc, argv, ts_config_float(cfg, "comm", "timeout_s"), world));
-    ts_mesh_sizes sizes;
-    TS_TRY(ts_plugins_mesh_sizes(reg, ts_comm_size(*world), &sizes));
-    TS_TRY(ts_parallel_create(*world, &sizes, ts_config_str(cfg, "parallel", "order"), par));
+    TS_TRY(ts_config_agree(cfg, *world));
+    TS_TRY(build_mesh(cfg, reg, ts_comm_size(*world), *world, NULL, par));
     ts_plugins_set_comm_source(reg, ts_parallel_plugin_comm, *par);
     return TS_OK;
 }
@@ -438,16 +456,14 @@ static int cmd_plan(int argc, char **argv) {
     if (opts.world < 1) {
         st = ts_error(TS_ERR_CONFIG, "tessera plan: --world N is required");
     } else {
-        ts_mesh_sizes sizes;
-        st = ts_plugins_mesh_sizes(reg, opts.world, &sizes);
-        if (!st) st = ts_mesh_create(&sizes, ts_config_str(cfg, "parallel", "order"), &mesh);
+        st = build_mesh(cfg, reg, opts.world, NULL, &mesh, NULL);
     }
     ts_train_shape shape;
     ts_layout_plan plan;
     ts_layout_plan_init(&plan);
     plan_estimate est;
     if (!st) st = ts_train_shape_resolve(cfg, ts_mesh_axis_size(mesh, TS_AXIS_DP), &shape);
-    if (!st) st = ts_model_tp_check(&shape.model, ts_mesh_axis_size(mesh, TS_AXIS_TP));
+    if (!st) st = ts_train_check_tp(cfg, &shape.model, ts_mesh_axis_size(mesh, TS_AXIS_TP));
     if (!st) st = ts_model_layout_plan(&shape.model, shape.global_batch, shape.T, mesh, &plan);
     if (!st) st = ts_plugins_apply_transforms(reg, &plan);
     ts_schedule_sim sim;
@@ -559,10 +575,26 @@ int main(int argc, char **argv) {
         fputs(usage_main, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    if (strcmp(argv[1], "train") == 0) return cmd_train(argc - 2, argv + 2);
-    if (strcmp(argv[1], "export") == 0) return cmd_export(argc - 2, argv + 2);
-    if (strcmp(argv[1], "plan") == 0) return cmd_plan(argc - 2, argv + 2);
-    if (strcmp(argv[1], "plugins") == 0) return cmd_plugins(argc - 2, argv + 2);
-    fprintf(stderr, "tessera: unknown command '%s'\n\n%s", argv[1], usage_main);
-    return 2;
+    int rc;
+    if (strcmp(argv[1], "train") == 0)
+        rc = cmd_train(argc - 2, argv + 2);
+    else if (strcmp(argv[1], "export") == 0)
+        rc = cmd_export(argc - 2, argv + 2);
+    else if (strcmp(argv[1], "plan") == 0)
+        rc = cmd_plan(argc - 2, argv + 2);
+    else if (strcmp(argv[1], "plugins") == 0)
+        rc = cmd_plugins(argc - 2, argv + 2);
+    else {
+        fprintf(stderr, "tessera: unknown command '%s'\n\n%s", argv[1], usage_main);
+        return 2;
+    }
+    /* What was printed must have reached its destination (a full disk under
+     * `tessera plan > FILE` is a failure, not a silent truncation). */
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "tessera: cannot write the standard output: %s\n",
+                errno ? strerror(errno) : "stream error");
+        if (rc == 0) rc = 1;
+    }
+    return rc;
 }

@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h> /* sysconf */
 
 #include "tessera/tessera.h"
 
@@ -43,6 +44,16 @@ static void alloc_raise_peak(int idx, size_t now) {
     }
 }
 
+/* Physical memory in bytes, 0 when unknown. */
+static size_t alloc_physical_bytes(void) {
+    static size_t phys;
+    if (!phys) {
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && page > 0) phys = (size_t)pages * (size_t)page;
+    }
+    return phys;
+}
+
 static size_t alloc_reserved_bytes(size_t bytes) {
     return sizeof(alloc_header) + ((bytes + ALLOC_ALIGN - 1) / ALLOC_ALIGN) * ALLOC_ALIGN;
 }
@@ -50,6 +61,20 @@ static size_t alloc_reserved_bytes(size_t bytes) {
 void *ts_mem_alloc(ts_mem_category cat, size_t bytes) {
     if ((int)cat < 0 || cat >= TS_MEM_NCAT) {
         ts_error(TS_ERR_INVALID, "allocator: unknown memory category %d", (int)cat);
+        return NULL;
+    }
+    /* Refused before anything is touched: a size whose rounding overflows,
+     * and a request that would take the accounted total beyond the
+     * machine's physical memory (which the kernel might grant, only to
+     * kill the process when the pages are first written). */
+    size_t phys = alloc_physical_bytes();
+    if (bytes > SIZE_MAX - 2 * ALLOC_ALIGN ||
+        (phys && atomic_load(&alloc_reserved[TS_MEM_NCAT]) + bytes > phys)) {
+        ts_error(TS_ERR_NOMEM,
+                 "allocator: %zu bytes of %s (%.1f GiB) would exceed this machine's memory "
+                 "(%.1f GiB, %.1f GiB of it already allocated)",
+                 bytes, alloc_names[cat], (double)bytes / (1 << 30), (double)phys / (1 << 30),
+                 (double)atomic_load(&alloc_reserved[TS_MEM_NCAT]) / (1 << 30));
         return NULL;
     }
     size_t total = alloc_reserved_bytes(bytes);

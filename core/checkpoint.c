@@ -7,12 +7,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "file.h"
 #include "state.h"
 
 /* --- CRC-32, slicing by 8 ------------------------------------------------- */
@@ -69,25 +71,30 @@ static ts_status write_all(int fd, const void *buf, size_t n, const char *path) 
 }
 
 ts_status ts_write_atomic(const char *path, int n, const void *const *bufs, const size_t *sizes) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    /* Only a regular file (or a new path) is replaced; through a link, its
+     * target. The temporary name is unique, so two writers never share it. */
+    char final[4096], tmp[4200];
+    TS_TRY(ts_file_output_path(path, "output file", final, sizeof final));
+    snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", final);
+    int fd = mkstemp(tmp);
     if (fd < 0) return ts_error(TS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     ts_status st = TS_OK;
+    if (fchmod(fd, 0644) != 0)
+        st = ts_error(TS_ERR_IO, "%s: chmod failed: %s", tmp, strerror(errno));
     for (int i = 0; i < n && !st; i++)
         st = write_all(fd, bufs[i], sizes[i], tmp);
     if (!st && fsync(fd) != 0)
         st = ts_error(TS_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
     if (close(fd) != 0 && !st)
         st = ts_error(TS_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
-    if (!st && rename(tmp, path) != 0)
-        st = ts_error(TS_ERR_IO, "%s: rename to %s failed: %s", tmp, path, strerror(errno));
+    if (!st && rename(tmp, final) != 0)
+        st = ts_error(TS_ERR_IO, "%s: rename to %s failed: %s", tmp, final, strerror(errno));
     if (st) {
         unlink(tmp);
         return st;
     }
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
+    snprintf(dir, sizeof dir, "%s", final);
     int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
     if (dfd >= 0) {
         fsync(dfd);
@@ -114,8 +121,9 @@ typedef struct ckpt_header {
     uint64_t numel;         /* elements in each of master, m, v */
     uint64_t payload_bytes; /* tensor table + 3 * numel * 4     */
     uint32_t payload_crc;
-    uint32_t header_crc; /* over the 256 bytes with this field 0 */
-    char reserved[CKPT_HEADER_BYTES - 96];
+    uint32_t header_crc;   /* over the 256 bytes with this field 0 */
+    int64_t skipped_steps; /* 0 in files of older builds            */
+    char reserved[CKPT_HEADER_BYTES - 104];
 } ckpt_header;
 _Static_assert(sizeof(ckpt_header) == CKPT_HEADER_BYTES, "header is 256 bytes");
 
@@ -185,6 +193,7 @@ ts_status ts_checkpoint_save(const char *dir, const ts_model *m, const ts_ckpt_m
     h.step = meta->step;
     h.data_cursor = meta->data_cursor;
     h.seed = meta->seed;
+    h.skipped_steps = meta->skipped_steps;
     h.layers = m->cfg.layers;
     h.d_model = m->cfg.d_model;
     h.heads = m->cfg.heads;
@@ -241,8 +250,8 @@ static ts_status read_exact(FILE *f, void *buf, size_t n, const char *path, cons
 
 ts_status ts_checkpoint_load(const char *path, const ts_model *m, ts_ckpt_meta *meta, float *master,
                              float *mom1, float *mom2) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ts_error(TS_ERR_IO, "checkpoint %s: cannot open: %s", path, strerror(errno));
+    FILE *f;
+    TS_TRY(ts_file_open_read(path, "checkpoint", &f));
     ckpt_header h;
     ts_status s = read_exact(f, &h, sizeof h, path, "the header");
     if (s) {
@@ -329,6 +338,17 @@ ts_status ts_checkpoint_load(const char *path, const ts_model *m, ts_ckpt_meta *
                              "with the same shape and offset",
                              path, i, tab[i].name, expect[i].name);
     }
+    /* A diverged state is never resumed (this build never writes one). */
+    for (size_t i = 0; !s && i < 3 * m->global_numel; i++)
+        if (!isfinite(buf[i]))
+            s = ts_error(TS_ERR_FORMAT,
+                         "checkpoint %s: holds a value that is not finite (%s element %zu): it "
+                         "was written by a run that diverged; resume from an earlier checkpoint",
+                         path,
+                         i < m->global_numel       ? "master weight"
+                         : i < 2 * m->global_numel ? "first moment"
+                                                   : "second moment",
+                         i % m->global_numel);
     if (!s) {
         memcpy(master, buf, arr);
         memcpy(mom1, buf + m->global_numel, arr);
@@ -336,6 +356,7 @@ ts_status ts_checkpoint_load(const char *path, const ts_model *m, ts_ckpt_meta *
         meta->step = h.step;
         meta->data_cursor = h.data_cursor;
         meta->seed = h.seed;
+        meta->skipped_steps = h.skipped_steps;
     }
     free(tab);
     free(expect);

@@ -16,6 +16,8 @@
  */
 #include "config.h"
 
+#include "file.h" /* ts_file_open_read */
+
 #include <ctype.h>
 #include <errno.h>
 #include <float.h>
@@ -264,21 +266,24 @@ static int cfg_check_value(const ts_key_spec *sp, const char *value, char *why, 
 /* schema                                                                     */
 
 #define CFG_ANY_MAX INFINITY
+#define CFG_INT_MAX 2147483647.0      /* a key stored in an int                  */
+#define CFG_I64_MAX 9.2e18            /* below INT64_MAX, exactly representable  */
+#define CFG_FLT_MAX 3.4e38            /* a key stored in a float (< FLT_MAX)     */
 #define CFG_POSITIVE DBL_TRUE_MIN     /* min of a range "> 0" */
 #define CFG_BELOW_ONE (1.0 - 0x1p-53) /* max of a range "< 1" */
 
 static const ts_key_spec cfg_core_keys[] = {
     /* section, name, type, default, min, max, choices, help */
     {"model", "arch", TS_KEY_ENUM, "gpt2", 1, 0, "gpt2", "model architecture"},
-    {"model", "layers", TS_KEY_INT, "2", 1, CFG_ANY_MAX, NULL, "number of transformer blocks"},
-    {"model", "d_model", TS_KEY_INT, "64", 1, CFG_ANY_MAX, NULL, "width of the residual stream"},
-    {"model", "heads", TS_KEY_INT, "4", 1, CFG_ANY_MAX, NULL,
+    {"model", "layers", TS_KEY_INT, "2", 1, 1024, NULL, "number of transformer blocks"},
+    {"model", "d_model", TS_KEY_INT, "64", 1, CFG_INT_MAX, NULL, "width of the residual stream"},
+    {"model", "heads", TS_KEY_INT, "4", 1, CFG_INT_MAX, NULL,
      "attention heads (must divide d_model)"},
     {"model", "vocab", TS_KEY_INT, "256", 2, 65536, NULL,
      "vocabulary size (token ids are stored as uint16)"},
-    {"model", "padded_vocab", TS_KEY_INT, "0", 0, CFG_ANY_MAX, NULL,
+    {"model", "padded_vocab", TS_KEY_INT, "0", 0, CFG_INT_MAX, NULL,
      "embedding rows; 0 = vocab rounded up to a multiple of 128"},
-    {"model", "context", TS_KEY_INT, "64", 1, CFG_ANY_MAX, NULL,
+    {"model", "context", TS_KEY_INT, "64", 1, CFG_INT_MAX, NULL,
      "maximum sequence length (positions)"},
     {"model", "init", TS_KEY_STRING, "random", 1, 0, NULL,
      "initial weights: random, or llmc:PATH (an llm.c checkpoint)"},
@@ -292,42 +297,45 @@ static const ts_key_spec cfg_core_keys[] = {
      "successors per state of the synthetic Markov chain"},
     {"data", "ignore_token", TS_KEY_INT, "-1", -1, 65535, NULL,
      "targets equal to this id are masked: no loss, no gradient (-1 = none)"},
-    {"data", "epochs", TS_KEY_INT, "0", 0, CFG_ANY_MAX, NULL,
+    {"data", "epochs", TS_KEY_INT, "0", 0, CFG_I64_MAX, NULL,
      "passes over the data before training stops cleanly (0 = wrap around forever)"},
 
-    {"train", "steps", TS_KEY_INT, "20", 0, CFG_ANY_MAX, NULL, "optimizer steps to run"},
-    {"train", "seq_len", TS_KEY_INT, "0", 0, CFG_ANY_MAX, NULL, "tokens per sequence; 0 = context"},
-    {"train", "micro_batch", TS_KEY_INT, "4", 1, CFG_ANY_MAX, NULL,
+    {"train", "steps", TS_KEY_INT, "20", 0, CFG_I64_MAX, NULL, "optimizer steps to run"},
+    {"train", "seq_len", TS_KEY_INT, "0", 0, CFG_INT_MAX, NULL, "tokens per sequence; 0 = context"},
+    {"train", "micro_batch", TS_KEY_INT, "4", 1, CFG_INT_MAX, NULL,
      "sequences per micro-batch per rank"},
-    {"train", "global_batch", TS_KEY_INT, "0", 0, CFG_ANY_MAX, NULL,
+    {"train", "global_batch", TS_KEY_INT, "0", 0, CFG_INT_MAX, NULL,
      "sequences per step; 0 = micro_batch x data-parallel size"},
-    {"train", "lr", TS_KEY_FLOAT, "1e-3", 0, CFG_ANY_MAX, NULL, "peak learning rate"},
-    {"train", "warmup", TS_KEY_INT, "0", 0, CFG_ANY_MAX, NULL, "linear warm-up steps"},
-    {"train", "min_lr", TS_KEY_FLOAT, "0", 0, CFG_ANY_MAX, NULL,
+    {"train", "lr", TS_KEY_FLOAT, "1e-3", 0, CFG_FLT_MAX, NULL, "peak learning rate"},
+    {"train", "warmup", TS_KEY_INT, "0", 0, CFG_I64_MAX, NULL, "linear warm-up steps"},
+    {"train", "min_lr", TS_KEY_FLOAT, "0", 0, CFG_FLT_MAX, NULL,
      "learning rate at the end of the cosine decay"},
-    {"train", "decay_steps", TS_KEY_INT, "0", 0, CFG_ANY_MAX, NULL,
+    {"train", "decay_steps", TS_KEY_INT, "0", 0, CFG_I64_MAX, NULL,
      "cosine decay length; 0 = steps"},
     {"train", "beta1", TS_KEY_FLOAT, "0.9", 0, CFG_BELOW_ONE, NULL, "AdamW first-moment decay"},
     {"train", "beta2", TS_KEY_FLOAT, "0.95", 0, CFG_BELOW_ONE, NULL, "AdamW second-moment decay"},
-    {"train", "eps", TS_KEY_FLOAT, "1e-8", CFG_POSITIVE, CFG_ANY_MAX, NULL, "AdamW epsilon"},
-    {"train", "weight_decay", TS_KEY_FLOAT, "0.1", 0, CFG_ANY_MAX, NULL,
+    {"train", "eps", TS_KEY_FLOAT, "1e-8", CFG_POSITIVE, CFG_FLT_MAX, NULL, "AdamW epsilon"},
+    {"train", "weight_decay", TS_KEY_FLOAT, "0.1", 0, CFG_FLT_MAX, NULL,
      "AdamW decoupled weight decay"},
-    {"train", "grad_clip", TS_KEY_FLOAT, "1.0", 0, CFG_ANY_MAX, NULL,
+    {"train", "grad_clip", TS_KEY_FLOAT, "1.0", 0, CFG_FLT_MAX, NULL,
      "global gradient-norm clip; 0 = off"},
-    {"train", "seed", TS_KEY_INT, "1337", 0, CFG_ANY_MAX, NULL, "seed of every random stream"},
+    {"train", "seed", TS_KEY_INT, "1337", 0, CFG_I64_MAX, NULL, "seed of every random stream"},
     {"train", "dtype", TS_KEY_ENUM, "fp32", 1, 0, "fp32|bf16", "compute precision"},
     {"train", "device", TS_KEY_ENUM, "cpu", 1, 0, "cpu|cuda", "where the kernels run"},
-    {"train", "threads", TS_KEY_INT, "0", 0, CFG_ANY_MAX, NULL,
+    {"train", "threads", TS_KEY_INT, "0", 0, 4096, NULL,
      "CPU threads per rank; 0 = cores / ranks on the node"},
     {"train", "metrics", TS_KEY_STRING, "", 1, 0, NULL, "JSON-lines metrics file; empty = none"},
     {"train", "trace", TS_KEY_STRING, "", 1, 0, NULL, "trace file; empty = none"},
     {"train", "checkpoint_dir", TS_KEY_STRING, "", 1, 0, NULL,
      "checkpoint directory; empty = none"},
-    {"train", "checkpoint_every", TS_KEY_INT, "0", 0, CFG_ANY_MAX, NULL,
+    {"train", "checkpoint_every", TS_KEY_INT, "0", 0, CFG_I64_MAX, NULL,
      "steps between checkpoints; 0 = only at the end"},
     {"train", "resume", TS_KEY_ENUM, "no", 1, 0, "no|auto",
      "auto = resume from the latest checkpoint"},
-    {"train", "log_every", TS_KEY_INT, "1", 1, CFG_ANY_MAX, NULL, "steps between progress lines"},
+    {"train", "log_every", TS_KEY_INT, "1", 1, CFG_INT_MAX, NULL, "steps between progress lines"},
+    {"train", "max_skipped_steps", TS_KEY_INT, "3", 1, 1e6, NULL,
+     "steps in a row whose loss or gradient norm is not finite (each skipped, not applied) "
+     "before the run stops"},
 
     {"parallel", "plugins", TS_KEY_STRING, "", 1, 0, NULL,
      "comma-separated plugins to load (dp, tp, ...)"},
@@ -628,8 +636,8 @@ ts_status ts_config_load(ts_config *cfg, const char *path) {
     if (cfg->loaded)
         return ts_error(TS_ERR_INVALID, "config: %s: a configuration file is already loaded (%s)",
                         path, cfg->path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return ts_error(TS_ERR_IO, "config: cannot open %s: %s", path, strerror(errno));
+    FILE *f;
+    TS_TRY(ts_file_open_read(path, "config file", &f));
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
     while (buf) {
@@ -870,6 +878,59 @@ const char *ts_config_where(const ts_config *cfg, const char *section, const cha
     else
         snprintf(buf, (size_t)size, "%s:%d [%s] %s", cfg->path, e->line, section, key);
     return buf;
+}
+
+/* One key's canonical value into buf. */
+static void cfg_canonical_value(const ts_key_spec *sp, const char *text, char *buf, size_t size) {
+    int64_t i;
+    double d;
+    int b;
+    if (sp->type == TS_KEY_INT && !cfg_choice_has(sp->choices, text) && !cfg_parse_int(text, &i))
+        snprintf(buf, size, "%lld", (long long)i);
+    else if (sp->type == TS_KEY_FLOAT && !cfg_parse_float(text, &d))
+        snprintf(buf, size, "%.17g", d);
+    else if (sp->type == TS_KEY_BOOL && !cfg_parse_bool(text, &b))
+        snprintf(buf, size, "%s", b ? "true" : "false");
+    else
+        snprintf(buf, size, "%s", text);
+}
+
+static int cfg_cmp_lines(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+char *ts_config_canonical(const ts_config *cfg) {
+    char **lines = calloc((size_t)cfg->nspecs + 1, sizeof *lines);
+    size_t total = 1;
+    int n = 0, ok = lines != NULL;
+    for (int k = 0; ok && k < cfg->nspecs; k++) {
+        const ts_key_spec *sp = &cfg->specs[k];
+        const cfg_entry *e = cfg_find_entry(cfg, sp->section, sp->name);
+        const char *text = e ? e->value : sp->def ? sp->def : "";
+        char value[CFG_MSG];
+        cfg_canonical_value(sp, text, value, sizeof value);
+        size_t len = strlen(sp->section) + strlen(sp->name) + strlen(value) + 3;
+        lines[n] = malloc(len);
+        if (!lines[n]) {
+            ok = 0;
+            break;
+        }
+        snprintf(lines[n], len, "%s.%s=%s", sp->section, sp->name, value);
+        total += len;
+        n++;
+    }
+    char *out = ok ? malloc(total) : NULL;
+    if (out) {
+        qsort(lines, (size_t)n, sizeof *lines, cfg_cmp_lines);
+        size_t pos = 0;
+        for (int k = 0; k < n; k++)
+            pos += (size_t)sprintf(out + pos, "%s\n", lines[k]);
+        out[pos] = '\0';
+    }
+    for (int k = 0; lines && k < n; k++)
+        free(lines[k]);
+    free(lines);
+    return out;
 }
 
 const char *ts_config_path(const ts_config *cfg) {

@@ -79,6 +79,21 @@ const char *ts_config_where(const ts_config *cfg, const char *section, const cha
 /* The path of the loaded file ("" before ts_config_load). */
 const char *ts_config_path(const ts_config *cfg);
 
+/* The effective configuration as text: one line "section.key=value" per
+ * key of the schema (the value given, or the default), numbers written in
+ * one canonical form (so "1e-3" and "0.001" agree), lines sorted. The
+ * string is malloc'd; the caller frees it. NULL when out of memory. */
+char *ts_config_canonical(const ts_config *cfg);
+
+/* Checks that every rank of `world` runs the same effective configuration
+ * (ts_config_canonical, so after --set): ranks launched with different files
+ * or overrides (an MPMD launch, a stale copy on one node) would otherwise
+ * train apart or fail in an opaque way. Collective over `world`. On a
+ * difference every rank returns TS_ERR_CONFIG with the same message naming
+ * the first differing key, its values and the ranks holding each. */
+typedef struct ts_comm ts_comm;
+ts_status ts_config_agree(const ts_config *cfg, ts_comm *world);
+
 /* The sections that appear in the file (for plugin lookup), in file order. */
 int ts_config_num_sections(const ts_config *cfg);
 const char *ts_config_section(const ts_config *cfg, int i);

@@ -34,7 +34,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "rng.h" /* ts_rng_key, ts_rng_u64, ts_rng_uniform_f64, ts_rng_normal */
+#include "file.h" /* ts_file_open_read */
+#include "rng.h"  /* ts_rng_key, ts_rng_u64, ts_rng_uniform_f64, ts_rng_normal */
 
 #define DATA_LLMC_MAGIC 20240520
 #define DATA_LLMC_VERSION 1
@@ -210,12 +211,12 @@ static ts_status data_open_text(ts_dataset *ds, const ts_data_opts *o, const cha
         return ts_error(TS_ERR_INVALID,
                         "data text:%s: byte tokens need vocab >= 256 (the model has %d)", path,
                         o->vocab);
-    FILE *f = fopen(path, "rb");
-    if (!f) return ts_error(TS_ERR_IO, "data text:%s: cannot open: %s", path, strerror(errno));
+    FILE *f;
+    TS_TRY(ts_file_open_read(path, "data file", &f));
     struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fileno(f), &sb) != 0) {
         fclose(f);
-        return ts_error(TS_ERR_IO, "data text:%s: not a regular file", path);
+        return ts_error(TS_ERR_IO, "data text:%s: cannot stat: %s", path, strerror(errno));
     }
     int64_t n = (int64_t)sb.st_size;
     if (n < 2) {
@@ -249,13 +250,12 @@ static ts_status data_open_text(ts_dataset *ds, const ts_data_opts *o, const cha
 }
 
 static ts_status data_open_tokens(ts_dataset *ds, const ts_data_opts *o, const char *path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return ts_error(TS_ERR_IO, "data tokens:%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    TS_TRY(ts_file_open_read_fd(path, "data file", &fd));
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0) {
         close(fd);
-        return ts_error(TS_ERR_IO, "data tokens:%s: not a regular file", path);
+        return ts_error(TS_ERR_IO, "data tokens:%s: cannot stat: %s", path, strerror(errno));
     }
     size_t size = (size_t)sb.st_size;
     if (size < DATA_LLMC_HEADER_BYTES) {

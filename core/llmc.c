@@ -10,12 +10,14 @@
  * shapes as llm.c's slices, so the mapping is by name only.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "cpu_kernels.h"
+#include "file.h" /* ts_file_open_read */
 #include "state.h"
 
 #define LLMC_MAGIC 20240326
@@ -86,9 +88,8 @@ static ts_status llmc_each(const ts_model *m, ts_status (*fn)(const llmc_param *
 }
 
 static ts_status llmc_header(const char *path, int32_t *h, FILE **fout) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return ts_error(TS_ERR_IO, "llm.c checkpoint %s: cannot open: %s", path, strerror(errno));
+    FILE *f;
+    TS_TRY(ts_file_open_read(path, "llm.c checkpoint", &f));
     if (fread(h, sizeof(int32_t), LLMC_HEADER_INTS, f) != LLMC_HEADER_INTS) {
         fclose(f);
         return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: shorter than its 1024-byte header",
@@ -105,12 +106,27 @@ static ts_status llmc_header(const char *path, int32_t *h, FILE **fout) {
                         "llm.c checkpoint %s: version %d (readable: 3 = f32, 5 = bf16)", path,
                         h[1]);
     }
+    /* The shape, checked here so that a bad header is blamed on the file. */
+    static const char *names[8] = {"", "", "maxT", "V", "L", "NH", "C", "Vp"};
     for (int i = 2; i <= 7; i++)
         if (h[i] <= 0) {
             fclose(f);
-            return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: header field %d is %d", path, i,
-                            h[i]);
+            return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: header %s = %d is not positive",
+                            path, names[i], h[i]);
         }
+    const char *bad = h[4] > TS_MODEL_MAX_MODULES - 2 ? "L (layers) exceeds 1024"
+                      : h[3] < 2 || h[3] > 65536      ? "V (vocab) is outside [2, 65536]"
+                      : h[6] % h[5] != 0              ? "NH (heads) does not divide C (d_model)"
+                      : h[7] < h[3]                   ? "Vp (padded vocab) is below V"
+                      : h[6] > INT32_MAX / 4          ? "C (d_model) is too large"
+                                                      : NULL;
+    if (bad) {
+        fclose(f);
+        return ts_error(TS_ERR_FORMAT,
+                        "llm.c checkpoint %s: header maxT=%d V=%d L=%d NH=%d C=%d Vp=%d: %s "
+                        "(a corrupt file?)",
+                        path, h[2], h[3], h[4], h[5], h[6], h[7], bad);
+    }
     if (fout)
         *fout = f;
     else

@@ -1006,6 +1006,43 @@ const ts_plugin_axis_entry *ts_plugins_axis(const ts_plugins *reg, int i) {
     return i >= 0 && i < reg->naxes ? &reg->axes[i] : NULL;
 }
 
+const char *ts_plugins_axes_origin(const ts_plugins *reg, char *buf, size_t size) {
+    size_t j = 0;
+    buf[0] = '\0';
+    static const char *dense[] = {"tp", "cp", "dp", "pp"};
+    int claimed[4] = {0};
+    for (int i = 0; i < reg->naxes && j + 1 < size; i++) {
+        const ts_plugin_axis_entry *a = &reg->axes[i];
+        for (int k = 0; k < 4; k++)
+            claimed[k] |= strcmp(a->name, dense[k]) == 0;
+        char value[16], where[256] = "";
+        if (a->size == TS_PLUGIN_AXIS_AUTO)
+            snprintf(value, sizeof value, "auto");
+        else
+            snprintf(value, sizeof value, "%d", a->size);
+        int has_size = 0;
+        for (int k = 0; reg->cfg && k < ts_config_num_specs(reg->cfg); k++) {
+            const ts_key_spec *sp = ts_config_spec(reg->cfg, k);
+            has_size |= strcmp(sp->section, a->plugin) == 0 && strcmp(sp->name, "size") == 0;
+        }
+        if (has_size) {
+            char w[200];
+            snprintf(where, sizeof where, ", %s",
+                     ts_config_where(reg->cfg, a->plugin, "size", w, (int)sizeof w));
+        }
+        j += (size_t)snprintf(buf + j, size - j, "%s%s %s (plugin %s%s)", j ? "; " : "", a->name,
+                              value, a->plugin, where);
+    }
+    int any = 0;
+    for (int k = 0; k < 4 && j + 1 < size; k++) {
+        if (claimed[k]) continue;
+        j += (size_t)snprintf(buf + j, size - j, "%s%s", any ? ", " : j ? "; " : "", dense[k]);
+        any = 1;
+    }
+    if (any && j + 1 < size) snprintf(buf + j, size - j, " 1 (no plugin claims them)");
+    return buf;
+}
+
 ts_status ts_plugins_mesh_sizes(const ts_plugins *reg, int world, ts_mesh_sizes *out) {
     /* per ts_mesh_axis; dense unclaimed 1, etp/edp unclaimed 0 (mesh default) */
     int s[TS_AXIS_COUNT] = {1, 1, 1, 1, 1, 0, 0};

@@ -91,6 +91,11 @@ const ts_plugin_axis_entry *ts_plugins_axis(const ts_plugins *reg, int i);
  * TS_ERR_CONFIG, naming the axes, for two auto axes in one mesh or a world
  * the others do not divide. */
 ts_status ts_plugins_mesh_sizes(const ts_plugins *reg, int world, ts_mesh_sizes *out);
+/* Where the axes' sizes come from, for messages about the mesh: for each
+ * claimed axis its size (or auto), the plugin that claims it and, when that
+ * plugin's section has a `size` key, where that key was set; then the
+ * dense axes no plugin claims (size 1). Writes into buf and returns it. */
+const char *ts_plugins_axes_origin(const ts_plugins *reg, char *buf, size_t size);
 
 /* host->comm resolves tokens through this function (e.g. a wrapper around
  * ts_parallel_comm). Until it is set, host->comm answers NULL. */

@@ -42,6 +42,7 @@ typedef struct ts_ckpt_meta {
     int64_t step;
     int64_t data_cursor;
     uint64_t seed;
+    int64_t skipped_steps; /* steps not applied (non-finite) so far */
 } ts_ckpt_meta;
 
 /* Checkpoints hold the UNSHARDED model: master weights and both moments in

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tessera/tessera.h"
 
@@ -30,6 +31,15 @@ ts_status ts_error(ts_status code, const char *fmt, ...) {
 
 const char *ts_last_error(void) {
     return status_message;
+}
+
+const char *ts_last_error_bare(void) {
+    const char *m = status_message;
+    if (strncmp(m, "[rank ", 6) == 0) {
+        const char *end = strstr(m, "] ");
+        if (end) return end + 2;
+    }
+    return m;
 }
 
 const char *ts_status_name(ts_status st) {

@@ -10,16 +10,18 @@
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, fileno, fsync */
 
-#include <errno.h>  /* errno */
-#include <fcntl.h>  /* open, O_DIRECTORY */
-#include <libgen.h> /* dirname */
-#include <math.h>   /* llround, isfinite */
-#include <stdio.h>  /* FILE, fprintf */
-#include <stdlib.h> /* malloc, calloc, realloc, qsort, free */
-#include <string.h> /* memcpy, strlen, strncmp, strerror */
-#include <time.h>   /* clock_gettime */
-#include <unistd.h> /* fsync, close, unlink */
+#include <errno.h>    /* errno */
+#include <fcntl.h>    /* open, O_DIRECTORY */
+#include <libgen.h>   /* dirname */
+#include <math.h>     /* llround, isfinite */
+#include <stdio.h>    /* FILE, fprintf */
+#include <stdlib.h>   /* malloc, calloc, realloc, qsort, free */
+#include <string.h>   /* memcpy, strlen, strncmp, strerror */
+#include <time.h>     /* clock_gettime */
+#include <unistd.h>   /* fsync, close, unlink */
+#include <sys/stat.h> /* fchmod */
 
+#include "file.h" /* ts_file_output_path */
 #include "trace.h"
 
 /* One recorded event; shipped between ranks as raw bytes (same binary). */
@@ -627,15 +629,22 @@ ts_status ts_trace_write(ts_trace *trace, ts_comm *world, const char *path) {
 
     trace_writer w = {.first = 1};
     ts_status st = TS_OK;
-    char *tmp = NULL;
+    char *tmp = NULL, final[4096];
     if (!path || !path[0]) {
         st = ts_error(TS_ERR_INVALID, "trace: no file name given to ts_trace_write");
-    } else if (!(tmp = malloc(strlen(path) + 5))) {
+    } else if ((st = ts_file_output_path(path, "trace", final, sizeof final)) != TS_OK) {
+        /* not a file we may replace */
+    } else if (!(tmp = malloc(strlen(final) + 12))) {
         st = ts_error(TS_ERR_NOMEM, "trace: out of memory");
     } else {
-        sprintf(tmp, "%s.tmp", path);
+        /* A unique temporary name: two runs never write into one. */
+        sprintf(tmp, "%s.tmp.XXXXXX", final);
         w.tmp = tmp;
-        w.f = fopen(tmp, "w");
+        int fd = mkstemp(tmp);
+        if (fd >= 0 && (fchmod(fd, 0644) != 0 || !(w.f = fdopen(fd, "w")))) {
+            close(fd);
+            unlink(tmp);
+        }
         if (!w.f)
             st = ts_error(TS_ERR_IO, "trace: %s: cannot create: %s", tmp, strerror(errno));
         else
@@ -654,7 +663,7 @@ ts_status ts_trace_write(ts_trace *trace, ts_comm *world, const char *path) {
     if (!st) {
         st = write_all_ranks(trace, world, size, &w, path);
         if (!st) {
-            st = finish_file(&w, path);
+            st = finish_file(&w, final);
         } else {
             fclose(w.f);
             unlink(tmp);

@@ -20,6 +20,7 @@
  */
 #include "train.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <math.h>
@@ -27,10 +28,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cpu_kernels.h"
 #include "data.h"
+#include "file.h"
 #include "parallel.h"
 #include "schedule.h"
 #include "tessera/device.h"
@@ -79,7 +82,11 @@ struct ts_trainer {
     int log_every;
     const char *ckpt_dir;
     int64_t ckpt_every;
-    FILE *metrics;
+    ts_dir_lock ckpt_lock;  /* held by rank 0 while it owns ckpt_dir      */
+    ts_file_stream metrics; /* rank 0's JSONL metrics (f NULL: none)     */
+    /* Steps whose loss or gradient norm was not finite: not applied. */
+    int64_t max_skipped, skipped_in_row, skipped_total;
+    int ckpt_due; /* a checkpoint is due at the next applied step      */
 
     const ts_backend *be;      /* the model's device (opened here)      */
     int32_t *tokens, *targets; /* (global_batch, T) of the current step,
@@ -109,8 +116,12 @@ static ts_status key_error(const ts_config *cfg, const char *section, const char
     return ts_error(TS_ERR_CONFIG, "%s: %s", where, msg);
 }
 
+static ts_status key_error_last(const ts_config *cfg, const char *section, const char *key,
+                                ts_status code);
+
 /* The model shape from [model], or from the llm.c checkpoint it starts from
- * (then any shape key given in the INI must agree with the checkpoint). */
+ * (then any shape key given in the INI must agree with the checkpoint, and
+ * a shape the file alone sets that does not fit is blamed on the file). */
 static ts_status trainer_model_config(const ts_config *cfg, ts_model_config *mc) {
     mc->layers = (int)ts_config_int(cfg, "model", "layers");
     mc->d_model = (int)ts_config_int(cfg, "model", "d_model");
@@ -121,7 +132,8 @@ static ts_status trainer_model_config(const ts_config *cfg, ts_model_config *mc)
     const char *init = ts_config_str(cfg, "model", "init");
     if (strncmp(init, "llmc:", 5) == 0) {
         ts_model_config h;
-        TS_TRY(ts_llmc_read_config(init + 5, &h));
+        if (ts_llmc_read_config(init + 5, &h) != TS_OK)
+            return key_error_last(cfg, "model", "init", TS_ERR_FORMAT);
         struct {
             const char *key;
             int *ini;
@@ -152,6 +164,57 @@ static ts_status trainer_model_config(const ts_config *cfg, ts_model_config *mc)
     return ts_model_config_check(mc);
 }
 
+/* a * b into *out; 0 when it does not fit an int64 (or either is negative). */
+static int mul_fits(int64_t a, int64_t b, int64_t *out) {
+    return a >= 0 && b >= 0 && !__builtin_mul_overflow(a, b, out);
+}
+
+/* Every size derived from the shape keys is checked before anything grows
+ * with it: dimensions the kernels take as int (rows B*T, B*heads, 4*C,
+ * padded vocabulary), the element counts of the parameters and of the
+ * largest activations, and the data cursor after the last step; none may
+ * wrap. (Whether the memory exists is the allocator's check.) */
+static ts_status trainer_check_sizes(const ts_config *cfg, const ts_train_shape *s) {
+    const ts_model_config *c = &s->model;
+    int64_t C = c->d_model, L = c->layers, V = c->padded_vocab, P = c->context;
+    int64_t B = s->B, T = s->T, NH = c->heads, v, w, params = 0;
+    if (!mul_fits(B, T, &v) || v > INT32_MAX)
+        return key_error(cfg, "train", "micro_batch",
+                         "micro_batch x seq_len = %lld x %lld rows exceeds %d", (long long)B,
+                         (long long)T, INT32_MAX);
+    if (!mul_fits(B, NH, &v) || v > INT32_MAX)
+        return key_error(cfg, "model", "heads", "micro_batch x heads = %lld x %lld exceeds %d",
+                         (long long)B, (long long)NH, INT32_MAX);
+    if (4 * C > INT32_MAX)
+        return key_error(cfg, "model", "d_model", "d_model = %lld: 4 x d_model exceeds %d",
+                         (long long)C, INT32_MAX);
+    /* Parameters: wte, wpe, L blocks of 12C^2 + 13C, the final LayerNorm;
+     * 16 bytes each with gradients and both moments. */
+    int ok = mul_fits(V, C, &v) && !__builtin_add_overflow(params, v, &params) &&
+             mul_fits(P, C, &v) && !__builtin_add_overflow(params, v, &params) &&
+             mul_fits(C, C, &v) && mul_fits(v, 12, &v) && !__builtin_add_overflow(v, 13 * C, &v) &&
+             mul_fits(v, L, &v) && !__builtin_add_overflow(params, v, &params) &&
+             mul_fits(params, 16, &v);
+    if (!ok)
+        return key_error(cfg, "model", "d_model",
+                         "d_model = %lld with layers = %lld, context = %lld and padded vocabulary "
+                         "%lld: the parameter count does not fit 64 bits",
+                         (long long)C, (long long)L, (long long)P, (long long)V);
+    /* The logits (B, T, Vp) and the attention scores (B, heads, T, T). */
+    if (!mul_fits(B * T, V, &v) || !mul_fits(v, 4, &v) || !mul_fits(B * NH, T, &v) ||
+        !mul_fits(v, T, &v) || !mul_fits(v, 4, &v))
+        return key_error(cfg, "train", "seq_len",
+                         "seq_len = %lld with micro_batch = %lld: the activations' sizes do not "
+                         "fit 64 bits",
+                         (long long)T, (long long)B);
+    int64_t steps = ts_config_int(cfg, "train", "steps");
+    if (!mul_fits(steps, s->global_batch, &w))
+        return key_error(cfg, "train", "steps",
+                         "steps = %lld x global_batch = %d sequences overflow the data cursor",
+                         (long long)steps, s->global_batch);
+    return TS_OK;
+}
+
 ts_status ts_train_shape_resolve(const ts_config *cfg, int dp, ts_train_shape *out) {
     memset(out, 0, sizeof *out);
     TS_TRY(trainer_model_config(cfg, &out->model));
@@ -161,15 +224,34 @@ ts_status ts_train_shape_resolve(const ts_config *cfg, int dp, ts_train_shape *o
         return key_error(cfg, "train", "seq_len", "seq_len = %d exceeds the model's context = %d",
                          out->T, out->model.context);
     out->B = (int)ts_config_int(cfg, "train", "micro_batch");
-    out->global_batch = (int)ts_config_int(cfg, "train", "global_batch");
-    if (out->global_batch == 0) out->global_batch = out->B * dp;
-    if (out->global_batch % (out->B * dp) != 0)
+    int64_t gb = ts_config_int(cfg, "train", "global_batch"), per_step;
+    if (!mul_fits(out->B, dp, &per_step) || per_step > INT32_MAX)
+        return key_error(cfg, "train", "micro_batch",
+                         "micro_batch x dp = %d x %d sequences per step exceeds %d", out->B, dp,
+                         INT32_MAX);
+    if (gb == 0) gb = per_step;
+    if (gb % per_step != 0)
         return key_error(cfg, "train", "global_batch",
-                         "global_batch = %d is not a multiple of micro_batch x dp = %d x %d",
-                         out->global_batch, out->B, dp);
+                         "global_batch = %lld is not a multiple of micro_batch x dp = %d x %d",
+                         (long long)gb, out->B, dp);
+    out->global_batch = (int)gb;
     /* Megatron-LM's rule: m = global_batch / (micro_batch * dp). */
     out->micro_batches = out->global_batch / (out->B * dp);
-    return TS_OK;
+    return trainer_check_sizes(cfg, out);
+}
+
+ts_status ts_train_check_tp(const ts_config *cfg, const ts_model_config *mc, int tp) {
+    ts_status st = ts_model_tp_check(mc, tp);
+    if (!st) return TS_OK;
+    char msg[1024], where[1024] = "", w[256];
+    snprintf(msg, sizeof msg, "%s", ts_last_error_bare());
+    static const char *keys[] = {"heads", "d_model", "padded_vocab"};
+    size_t j = 0;
+    for (int k = 0; k < 3; k++)
+        if (strstr(msg, keys[k]) && ts_config_has(cfg, "model", keys[k]))
+            j += (size_t)snprintf(where + j, sizeof where - j, "%s%s", j ? "; " : "",
+                                  ts_config_where(cfg, "model", keys[k], w, (int)sizeof w));
+    return ts_error(st, "%s%s%s%s", msg, j ? " (" : "", where, j ? ")" : "");
 }
 
 static int trainer_default_threads(void) {
@@ -233,7 +315,7 @@ static ts_status trainer_tensor_split(ts_trainer *t, ts_model_shard *shard) {
     int tp = ts_mesh_axis_size(t->par->mesh, TS_AXIS_TP);
     *shard = (ts_model_shard){.tp = tp, .tp_rank = ts_parallel_coord(t->par, TS_AXIS_TP)};
     if (tp == 1) return TS_OK;
-    TS_TRY(ts_model_tp_check(&t->mcfg, tp));
+    TS_TRY(ts_train_check_tp(t->cfg, &t->mcfg, tp));
     shard->tp_comm = ts_parallel_data_comm(t->par, "tp");
     shard->tp_host = ts_parallel_comm(t->par, "tp");
     for (int i = 0; i < t->plan.count; i++) {
@@ -380,8 +462,10 @@ static ts_status trainer_norm_owners(ts_trainer *t) {
     return TS_OK;
 }
 
-/* The global L2 norm of the gradients, each element counted once. */
-static ts_status trainer_grad_norm(ts_trainer *t, double *norm) {
+/* The global L2 norm of the gradients, each element counted once; NaN on
+ * every rank when any rank's local loss `loss_sum` is not finite, so that
+ * all agree to skip the step. */
+static ts_status trainer_grad_norm(ts_trainer *t, double loss_sum, double *norm) {
     ts_model *m = t->model;
     /* One sum per run of owned parameters adjacent in the flat gradient
      * array (usually one run: one reduction and one wait for the device). */
@@ -398,13 +482,17 @@ static ts_status trainer_grad_norm(ts_trainer *t, double *norm) {
         TS_TRY(t->be->sumsq(&s, m->grad_data + begin, end - begin));
         local += s;
     }
+    int loss_bad = !isfinite(loss_sum);
     if (t->par && t->par->size > 1) {
-        /* Two f32 words carry the double exactly enough: hi + lo. */
-        float mine[2] = {(float)local, (float)(local - (double)(float)local)}, sum[2];
-        TS_TRY(ts_comm_all_reduce(t->par->world, mine, sum, 2, TS_F32, TS_REDUCE_SUM));
+        /* Two f32 words carry the double exactly enough: hi + lo; the third
+         * counts the ranks whose loss is not finite. */
+        float mine[3] = {(float)local, (float)(local - (double)(float)local), (float)loss_bad};
+        float sum[3];
+        TS_TRY(ts_comm_all_reduce(t->par->world, mine, sum, 3, TS_F32, TS_REDUCE_SUM));
         local = (double)sum[0] + (double)sum[1];
+        loss_bad = sum[2] != 0.0f;
     }
-    *norm = sqrt(local);
+    *norm = loss_bad ? NAN : sqrt(local);
     return TS_OK;
 }
 
@@ -452,11 +540,64 @@ static ts_status trainer_module_done(void *user, int module) {
 
 static ts_status trainer_set_master(ts_trainer *t, const float *full);
 
+/* An error about a key wrapping the last error (a file's own message). */
+static ts_status key_error_last(const ts_config *cfg, const char *section, const char *key,
+                                ts_status code) {
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", ts_last_error_bare());
+    ts_status st = key_error(cfg, section, key, "%s", msg);
+    return code ? code : st;
+}
+
+/* Creates [train] checkpoint_dir (with parents), checks that files can be
+ * made in it, locks it for this run, and removes the temporary files a
+ * killed writer left there (no writer can be active: we hold the lock). */
+static ts_status trainer_claim_dir(ts_trainer *t) {
+    ts_status st = ts_file_make_dir(t->ckpt_dir, "directory");
+    if (!st) st = ts_dir_lock_acquire(&t->ckpt_lock, t->ckpt_dir, "directory");
+    if (st) return key_error_last(t->cfg, "train", "checkpoint_dir", st);
+    DIR *d = opendir(t->ckpt_dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "ckpt-", 5) != 0 || !strstr(e->d_name, ".tmp.")) continue;
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", t->ckpt_dir, e->d_name);
+        if (unlink(path) == 0)
+            printf("checkpoint_dir: removed %s, left by an interrupted save\n", path);
+    }
+    if (d) closedir(d);
+    return TS_OK;
+}
+
+/* An output file named by [train] KEY must be creatable at start-up, not
+ * found unwritable at the end of the run. */
+static ts_status trainer_check_output(ts_trainer *t, const char *key, const char *what) {
+    const char *path = ts_config_str(t->cfg, "train", key);
+    if (!path[0]) return TS_OK;
+    ts_status st = ts_file_probe_output(path, what);
+    return st ? key_error_last(t->cfg, "train", key, st) : TS_OK;
+}
+
+/* Opens [train] metrics. A resumed run keeps the lines of the steps up to
+ * the checkpoint and drops those after it (written before a kill, and about
+ * to be written again), so the file holds every step once. */
+static ts_status trainer_open_metrics(ts_trainer *t, int resumed) {
+    const char *path = ts_config_str(t->cfg, "train", "metrics");
+    if (!path[0]) return TS_OK;
+    ts_status st = TS_OK;
+    struct stat sb;
+    if (resumed && stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+        st = ts_file_truncate_steps_after(path, t->state.step);
+    if (!st) st = ts_file_stream_open(&t->metrics, path, "metrics", resumed ? "a" : "w");
+    return st ? key_error_last(t->cfg, "train", "metrics", st) : TS_OK;
+}
+
 ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *reg,
                             ts_trainer **out) {
     *out = NULL;
     ts_trainer *t = calloc(1, sizeof *t);
     if (!t) return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
+    t->ckpt_lock.fd = -1;
     t->cfg = cfg;
     t->par = par;
     t->reg = reg;
@@ -509,10 +650,20 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
     t->log_every = (int)ts_config_int(cfg, "train", "log_every");
     t->ckpt_dir = ts_config_str(cfg, "train", "checkpoint_dir");
     t->ckpt_every = ts_config_int(cfg, "train", "checkpoint_every");
+    t->max_skipped = ts_config_int(cfg, "train", "max_skipped_steps");
     if (t->ckpt_every > 0 && !t->ckpt_dir[0])
         CHECK(key_error(cfg, "train", "checkpoint_every",
                         "checkpoints every %lld steps need [train] checkpoint_dir",
                         (long long)t->ckpt_every));
+    const char *resume = ts_config_str(cfg, "train", "resume");
+    if (strcmp(resume, "auto") == 0 && !t->ckpt_dir[0])
+        CHECK(
+            key_error(cfg, "train", "resume",
+                      "resume = auto needs [train] checkpoint_dir (the directory to resume from)"));
+    /* The outputs are checked before any work: the checkpoint directory is
+     * created, checked writable and locked by the rank that writes it. */
+    if (t->rank0 && t->ckpt_dir[0]) CHECK(trainer_claim_dir(t));
+    if (t->rank0) CHECK(trainer_check_output(t, "trace", "trace"));
 
     uint64_t seed = (uint64_t)ts_config_int(cfg, "train", "seed");
     ts_dtype dtype = strcmp(ts_config_str(cfg, "train", "dtype"), "bf16") == 0 ? TS_BF16 : TS_F32;
@@ -631,9 +782,8 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
         if (!t->tokens_dev || !t->targets_dev) CHECK(TS_ERR_NOMEM);
     }
 
-    const char *resume = ts_config_str(cfg, "train", "resume");
     int resumed = 0;
-    if (strcmp(resume, "auto") == 0 && t->ckpt_dir[0]) {
+    if (strcmp(resume, "auto") == 0) {
         char path[4096];
         int found = 0;
         CHECK(ts_checkpoint_latest(t->ckpt_dir, path, sizeof path, &found));
@@ -645,13 +795,7 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
             printf("resume = auto: no checkpoint in %s, starting from step 0\n", t->ckpt_dir);
         }
     }
-    const char *metrics = ts_config_str(cfg, "train", "metrics");
-    if (metrics[0] && t->rank0) {
-        t->metrics = fopen(metrics, resumed ? "a" : "w");
-        if (!t->metrics)
-            CHECK(
-                key_error(cfg, "train", "metrics", "cannot open %s: %s", metrics, strerror(errno)));
-    }
+    if (t->rank0) CHECK(trainer_open_metrics(t, resumed));
     *out = t;
     return TS_OK;
 fail:
@@ -662,7 +806,8 @@ fail:
 
 void ts_trainer_destroy(ts_trainer *t) {
     if (!t) return;
-    if (t->metrics) fclose(t->metrics);
+    ts_file_stream_close(&t->metrics);
+    ts_dir_lock_release(&t->ckpt_lock);
     free(t->snap);
     size_t slots = (size_t)t->micro_batches * (t->chunks > 0 ? t->chunks : 1);
     for (size_t i = 0; t->be && t->act_in && i < slots; i++) {
@@ -776,15 +921,37 @@ ts_status ts_trainer_load(ts_trainer *t, const char *path) {
     if (!st) {
         t->state.step = meta.step;
         t->state.data_cursor = meta.data_cursor;
+        t->skipped_total = meta.skipped_steps;
     }
     ts_mem_free(buf);
     return st;
+}
+
+/* Fails when this rank's master weights or moments hold a value that is not
+ * finite: such a state is never written as a checkpoint. (A sum of squares
+ * of finite f32 values cannot overflow a double, so it is finite exactly
+ * when every value is.) */
+static ts_status trainer_state_finite(ts_trainer *t) {
+    const char *names[3] = {"master weights", "first moments", "second moments"};
+    const float *arrays[3] = {t->optim->master, t->optim->m, t->optim->v};
+    for (int k = 0; k < 3; k++) {
+        double s = 0.0;
+        TS_TRY(t->be->sumsq(&s, arrays[k], t->model->numel));
+        if (!isfinite(s))
+            return ts_error(TS_ERR_INVALID,
+                            "step %lld: the %s hold values that are not finite; no checkpoint "
+                            "is written (the newest one in %s is kept). Lower [train] lr or set "
+                            "grad_clip",
+                            (long long)t->state.step, names[k], t->ckpt_dir);
+    }
+    return TS_OK;
 }
 
 /* Saves the training state: gathered over tp when the model is cut (every
  * rank takes part), written by world rank 0. */
 static ts_status trainer_save(ts_trainer *t, char *path, size_t size) {
     ts_model *m = t->model;
+    TS_TRY(trainer_state_finite(t));
     int cut = trainer_cut(t);
     size_t n = m->global_numel, ln = m->numel;
     int dev = t->be->kind != TS_DEVICE_CPU;
@@ -801,7 +968,7 @@ static ts_status trainer_save(ts_trainer *t, char *path, size_t size) {
     if (!st) st = trainer_full(t, la, buf, &a);
     if (!st) st = trainer_full(t, lb, buf ? buf + n : NULL, &b);
     if (!st) st = trainer_full(t, lc, buf ? buf + 2 * n : NULL, &c);
-    ts_ckpt_meta meta = {t->state.step, t->state.data_cursor, t->state.seed};
+    ts_ckpt_meta meta = {t->state.step, t->state.data_cursor, t->state.seed, t->skipped_total};
     if (!st && t->rank0) st = ts_checkpoint_save(t->ckpt_dir, m, &meta, a, b, c, path, size);
     ts_mem_free(buf);
     ts_mem_free(host);
@@ -993,8 +1160,12 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
 
 /* The optimizer step: finishes the plugins' gradient reductions, ties the
  * two copies of wte across the first and last pipeline stage, clips by the
- * global norm and updates. */
-static ts_status trainer_optimizer_step(ts_trainer *t, double *norm, float *lr) {
+ * global norm and updates. When the norm or any rank's loss (`loss_sum`,
+ * this rank's part) is not finite, every rank skips the update (*skipped =
+ * 1): the parameters and moments stay as they were, and the plugins'
+ * after-optimizer hooks do not run. */
+static ts_status trainer_optimizer_step(ts_trainer *t, double loss_sum, double *norm, float *lr,
+                                        int *skipped) {
     ts_model *m = t->model;
     double t0 = now_seconds();
     TS_TRY(trainer_hook(t, TS_HOOK_BEFORE_OPTIMIZER, -1, NULL));
@@ -1005,9 +1176,11 @@ static ts_status trainer_optimizer_step(ts_trainer *t, double *norm, float *lr) 
     }
     double t1 = now_seconds();
     ts_trace_span(t->trace, "grad_sync", TS_TRACE_CAT_COLLECTIVE, t0, t1, -1, t->pp_rank, -1);
-    TS_TRY(trainer_grad_norm(t, norm));
-    float scale = ts_grad_clip_scale(&t->optim->cfg, *norm);
+    TS_TRY(trainer_grad_norm(t, loss_sum, norm));
     *lr = ts_lr_at(&t->optim->cfg, t->state.step);
+    *skipped = !isfinite(*norm);
+    if (*skipped) return TS_OK;
+    float scale = ts_grad_clip_scale(&t->optim->cfg, *norm);
     TS_TRY(ts_optimizer_step(t->optim, m, t->state.step, *lr, scale));
     TS_TRY(trainer_hook(t, TS_HOOK_AFTER_OPTIMIZER, -1, NULL));
     ts_trace_span(t->trace, "optimizer_step", TS_TRACE_CAT_COMPUTE, t1, now_seconds(), -1,
@@ -1025,6 +1198,7 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
     t->compute_s = 0.0;
     double loss_sum = 0.0, norm = 0.0;
     float lr = 0.0f;
+    int skipped = 0;
     /* A chunk's gradients are complete after its last backward. */
     int last_backward[t->chunks];
     for (int k = 0; k < t->chunks; k++)
@@ -1042,7 +1216,7 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
                 t->be->free(t->grad_out[k]);
                 t->grad_out[k] = NULL;
             }
-            TS_TRY(trainer_optimizer_step(t, &norm, &lr));
+            TS_TRY(trainer_optimizer_step(t, loss_sum, &norm, &lr, &skipped));
         } else {
             TS_TRY(trainer_action(t, a, i, valid, last_backward, &loss_sum));
         }
@@ -1069,9 +1243,14 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
     stats->step_ms = 1e3 * dt;
     stats->tokens_per_s = (double)t->global_batch * t->T / dt;
     stats->bubble = dt > 0 ? 1.0 - t->compute_s / dt : 0.0;
-    if (!isfinite(stats->loss))
-        return ts_error(TS_ERR_INVALID, "step %lld: the loss is %g; stopping",
-                        (long long)stats->step, stats->loss);
+    stats->skipped = skipped;
+    if (skipped) {
+        t->skipped_in_row++;
+        t->skipped_total++;
+    } else {
+        t->skipped_in_row = 0;
+    }
+    stats->skipped_steps = t->skipped_total;
     return TS_OK;
 }
 
@@ -1098,14 +1277,26 @@ static ts_status trainer_stage_stats(ts_trainer *t, const ts_step_stats *s, floa
     return ts_comm_all_gather(t->pp_host, &k, peak_kib, 1, TS_I32);
 }
 
+/* A JSON number, or null when it is not finite (JSON has no NaN). */
+static void json_num(FILE *f, const char *fmt, double v) {
+    if (isfinite(v))
+        fprintf(f, fmt, v);
+    else
+        fputs("null", f);
+}
+
 static ts_status trainer_write_metrics(ts_trainer *t, const ts_step_stats *s, const float *bubble,
                                        const int32_t *peak_kib) {
-    FILE *f = t->metrics;
+    FILE *f = t->metrics.f;
     ts_mem_counter total = trainer_mem(t, TS_MEM_NCAT);
+    fprintf(f, "{\"step\":%lld,\"loss\":", (long long)s->step);
+    json_num(f, "%.17g", s->loss);
+    fprintf(f, ",\"lr\":%.9g,\"grad_norm\":", (double)s->lr);
+    json_num(f, "%.9g", s->grad_norm);
     fprintf(f,
-            "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.9g,\"grad_norm\":%.9g,"
-            "\"tokens_per_s\":%.6g,\"step_ms\":%.6g,\"peak_mem_bytes\":%zu,\"mem\":{",
-            (long long)s->step, s->loss, (double)s->lr, s->grad_norm, s->tokens_per_s, s->step_ms,
+            ",\"skipped\":%s,\"skipped_steps\":%lld,\"tokens_per_s\":%.6g,\"step_ms\":%.6g,"
+            "\"peak_mem_bytes\":%zu,\"mem\":{",
+            s->skipped ? "true" : "false", (long long)s->skipped_steps, s->tokens_per_s, s->step_ms,
             total.peak);
     for (int c = 0; c <= TS_MEM_NCAT; c++) {
         ts_mem_counter k = trainer_mem(t, (ts_mem_category)c);
@@ -1122,14 +1313,36 @@ static ts_status trainer_write_metrics(ts_trainer *t, const ts_step_stats *s, co
     }
     TS_TRY(ts_plugins_metrics_json(t->reg, buf, sizeof buf));
     fprintf(f, ",\"plugins\":%s,\"pipeline\":{\"stages\":%d,\"bubble\":[", buf, t->pp);
-    for (int k = 0; k < t->pp; k++)
-        fprintf(f, "%s%.4f", k ? "," : "", (double)bubble[k]);
+    for (int k = 0; k < t->pp; k++) {
+        if (k) fputc(',', f);
+        json_num(f, "%.4f", (double)bubble[k]);
+    }
     fprintf(f, "],\"activation_peak_bytes\":[");
     for (int k = 0; k < t->pp; k++)
         fprintf(f, "%s%lld", k ? "," : "", 1024LL * peak_kib[k]);
     fprintf(f, "]}}\n");
-    fflush(f);
-    return TS_OK;
+    return ts_file_stream_flush(&t->metrics);
+}
+
+/* A skipped step's line (every skipped step is printed, whatever
+ * log_every), and the error once max_skipped_steps came in a row. */
+static ts_status trainer_skipped(ts_trainer *t, const ts_step_stats *s) {
+    if (t->rank0) {
+        printf("step %5lld/%lld | skipped: loss %g, grad norm %g are not finite; the update is "
+               "not applied (%lld in a row, [train] max_skipped_steps = %lld)\n",
+               (long long)s->step, (long long)t->steps, s->loss, s->grad_norm,
+               (long long)t->skipped_in_row, (long long)t->max_skipped);
+        fflush(stdout);
+    }
+    if (t->skipped_in_row < t->max_skipped) return TS_OK;
+    char where[512];
+    ts_config_where(t->cfg, "train", "max_skipped_steps", where, sizeof where);
+    return ts_error(TS_ERR_INVALID,
+                    "step %lld: %lld steps in a row had a non-finite loss or gradient norm (%s = "
+                    "%lld); stopping. The weights are those before the first of them; lower "
+                    "[train] lr or set grad_clip",
+                    (long long)s->step, (long long)t->skipped_in_row, where,
+                    (long long)t->max_skipped);
 }
 
 ts_status ts_trainer_run(ts_trainer *t) {
@@ -1149,7 +1362,7 @@ ts_status ts_trainer_run(ts_trainer *t) {
         ts_step_stats s;
         TS_TRY(ts_trainer_step(t, &s));
         ts_mem_counter total = trainer_mem(t, TS_MEM_NCAT);
-        if (t->rank0 && (s.step % t->log_every == 0 || s.step == t->steps)) {
+        if (t->rank0 && !s.skipped && (s.step % t->log_every == 0 || s.step == t->steps)) {
             printf("step %5lld/%lld | loss %.6f | lr %.3e | norm %.4f | %8.0f tok/s | "
                    "%8.1f ms | peak %.1f MiB\n",
                    (long long)s.step, (long long)t->steps, s.loss, (double)s.lr, s.grad_norm,
@@ -1159,9 +1372,21 @@ ts_status ts_trainer_run(ts_trainer *t) {
         float bubble[t->pp];
         int32_t peak_kib[t->pp];
         TS_TRY(trainer_stage_stats(t, &s, bubble, peak_kib));
-        if (t->metrics) TS_TRY(trainer_write_metrics(t, &s, bubble, peak_kib));
+        if (t->metrics.f) TS_TRY(trainer_write_metrics(t, &s, bubble, peak_kib));
+        if (s.skipped) TS_TRY(trainer_skipped(t, &s));
+        /* A checkpoint falls due every checkpoint_every steps and at the
+         * end; one due on a skipped step waits for the next applied step,
+         * so the newest checkpoint never holds the state a skipped step
+         * started from (the state that just diverged). */
         if (t->ckpt_dir[0] &&
-            ((t->ckpt_every > 0 && s.step % t->ckpt_every == 0) || s.step == t->steps)) {
+            ((t->ckpt_every > 0 && s.step % t->ckpt_every == 0) || s.step == t->steps))
+            t->ckpt_due = 1;
+        if (t->ckpt_due && s.skipped && t->rank0) {
+            printf("checkpoint: deferred, step %lld was skipped\n", (long long)s.step);
+            fflush(stdout);
+        }
+        if (t->ckpt_due && !s.skipped) {
+            t->ckpt_due = 0;
             char path[4096];
             /* Data-parallel replicas hold the same state: rank 0 writes it. */
             TS_TRY(trainer_save(t, path, sizeof path));
@@ -1172,6 +1397,7 @@ ts_status ts_trainer_run(ts_trainer *t) {
         }
     }
     (void)c;
+    TS_TRY(ts_file_stream_close(&t->metrics));
     if (t->par && t->rank0) ts_parallel_report(t->par, stdout);
     if (t->trace) {
         TS_TRY(ts_trace_write(t->trace, t->par ? t->par->world : NULL, t->trace_path));

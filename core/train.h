@@ -28,6 +28,10 @@ typedef struct ts_train_shape {
 /* Resolves and checks them; errors name the file, line and key. */
 ts_status ts_train_shape_resolve(const ts_config *cfg, int dp, ts_train_shape *out);
 
+/* ts_model_tp_check for `tp` ranks, its message naming where the [model]
+ * keys it blames were set. */
+ts_status ts_train_check_tp(const ts_config *cfg, const ts_model_config *mc, int tp);
+
 /* What one optimizer step measured. */
 typedef struct ts_step_stats {
     int64_t step; /* 1-based number of the step just taken          */
@@ -36,7 +40,11 @@ typedef struct ts_step_stats {
     double grad_norm; /* before clipping                                */
     double step_ms;
     double tokens_per_s;
-    double bubble; /* this rank's idle fraction: 1 - compute / step    */
+    double bubble;         /* this rank's idle fraction: 1 - compute / step    */
+    int skipped;           /* 1: the loss or gradient norm was not finite and
+                              the update was not applied (the step still counts
+                              and its batch is consumed)                       */
+    int64_t skipped_steps; /* steps skipped so far in this run          */
 } ts_step_stats;
 
 /* Builds everything from cfg (already validated): the model shape (from

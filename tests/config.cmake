@@ -4,13 +4,14 @@
 set(TESSERA_CORE_DIR ${PROJECT_SOURCE_DIR}/core)
 
 add_executable(test_config ${PROJECT_SOURCE_DIR}/tests/test_config.c
-  ${TESSERA_CORE_DIR}/config.c ${TESSERA_CORE_DIR}/status.c ${TESSERA_CORE_DIR}/alloc.c)
+  ${TESSERA_CORE_DIR}/config.c ${TESSERA_CORE_DIR}/status.c ${TESSERA_CORE_DIR}/alloc.c
+  ${TESSERA_CORE_DIR}/file.c)
 target_include_directories(test_config PRIVATE ${PROJECT_SOURCE_DIR}/include ${TESSERA_CORE_DIR})
 target_link_libraries(test_config PRIVATE PkgConfig::INIH m)
 
 add_executable(test_data ${PROJECT_SOURCE_DIR}/tests/test_data.c
   ${TESSERA_CORE_DIR}/data.c ${TESSERA_CORE_DIR}/rng.c ${TESSERA_CORE_DIR}/status.c
-  ${TESSERA_CORE_DIR}/alloc.c)
+  ${TESSERA_CORE_DIR}/alloc.c ${TESSERA_CORE_DIR}/file.c)
 target_include_directories(test_data PRIVATE ${PROJECT_SOURCE_DIR}/include ${TESSERA_CORE_DIR})
 target_link_libraries(test_data PRIVATE m)
 

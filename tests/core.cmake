@@ -8,7 +8,7 @@ foreach(case grad accumulation init lr memory bf16)
   set_tests_properties(model_${case} PROPERTIES LABELS core ENVIRONMENT "${TESSERA_TEST_ENV}")
 endforeach()
 
-foreach(script train_loss_falls bf16_close resume_sigkill llmc_roundtrip bad_input)
+foreach(script train_loss_falls bf16_close resume_sigkill llmc_roundtrip bad_input nonfinite)
   add_test(NAME cli_${script}
     COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/${script}.sh $<TARGET_FILE:tessera_cli> ${PROJECT_SOURCE_DIR})
   set_tests_properties(cli_${script} PROPERTIES LABELS core TIMEOUT 300

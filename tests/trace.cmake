@@ -12,6 +12,7 @@ endif()
 add_executable(test_trace
   ${PROJECT_SOURCE_DIR}/tests/test_trace.c
   ${PROJECT_SOURCE_DIR}/core/trace.c
+  ${PROJECT_SOURCE_DIR}/core/file.c
   ${PROJECT_SOURCE_DIR}/core/comm.c
   ${PROJECT_SOURCE_DIR}/core/comm_mpi.c
   ${PROJECT_SOURCE_DIR}/core/status.c

@@ -42,6 +42,9 @@ ts_status ts_error(ts_status code, const char *fmt, ...) __attribute__((format(p
 /* The message of the most recent failure on this thread ("" if none). The
  * string is owned by the core and valid until the next ts_error call. */
 const char *ts_last_error(void);
+/* The same without the "[rank r/w] " prefix, for wrapping in a new message
+ * (ts_error adds the prefix again). */
+const char *ts_last_error_bare(void);
 
 /* A short name for a status code ("config error", ...). */
 const char *ts_status_name(ts_status st);

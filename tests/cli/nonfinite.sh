@@ -1,0 +1,80 @@
+# A step whose loss or gradient norm is not finite is skipped, not applied:
+# it is counted (skipped, skipped_steps in the metrics, whose non-finite
+# numbers are JSON null), logged, and after [train] max_skipped_steps in a
+# row the run stops with an error naming the key. No checkpoint is written
+# from the state a skipped step started from, and a checkpoint holding
+# non-finite values is refused at load.
+. "$(dirname "$0")/lib.sh"
+
+# Strict JSON: NaN and Infinity are not JSON.
+jsonl_check() { # FILE
+    python3 - "$1" <<'PY' || fail "$1 is not strict JSON lines"
+import json, sys
+def no_constants(c): raise ValueError("non-JSON constant " + c)
+for n, line in enumerate(open(sys.argv[1]), 1):
+    json.loads(line, parse_constant=no_constants)
+PY
+}
+
+# A learning rate so large that the first update overflows the model.
+huge=(--set train.lr=1e30 --set train.grad_clip=0 --set train.warmup=0 --set train.steps=10)
+"$TESSERA" train "$SRC/configs/tiny.ini" "${huge[@]}" --set train.metrics=m.jsonl \
+    --set train.checkpoint_dir=ck --set train.checkpoint_every=1 > out.txt 2>&1
+rc=$?
+cat out.txt
+[ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] || fail "diverging run: exit status $rc (expected a clean failure)"
+grep -q "3 steps in a row had a non-finite loss or gradient norm.*max_skipped_steps = 3" out.txt ||
+    fail "no error naming max_skipped_steps"
+[ "$(grep -c '| skipped:' out.txt)" -eq 3 ] || fail "expected 3 skipped-step lines"
+jsonl_check m.jsonl
+[ "$(metric m.jsonl 1 skipped)" = false ] || fail "step 1 was not applied"
+for s in 2 3 4; do
+    [ "$(metric m.jsonl $s skipped)" = true ] || fail "step $s: not marked skipped"
+    [ "$(metric m.jsonl $s grad_norm)" = null ] || fail "step $s: grad_norm is not null"
+done
+[ "$(metric m.jsonl 4 skipped_steps)" = 3 ] || fail "skipped_steps at step 4 is not 3"
+[ "$(wc -l < m.jsonl)" -eq 4 ] || fail "the run went on after stopping"
+# Checkpoints: step 1 (applied) only; those due at steps 2-4 were deferred.
+ls ck
+[ "$(ls ck | grep -c '^ckpt-')" -eq 1 ] && [ -f ck/ckpt-00000001.tsck ] ||
+    fail "a checkpoint was written from the state a skipped step started from"
+echo "ok: diverging run stopped after 3 skipped steps, no checkpoint of the diverged state"
+
+# A larger max_skipped_steps lets more steps be skipped before stopping.
+"$TESSERA" train "$SRC/configs/tiny.ini" "${huge[@]}" --set train.max_skipped_steps=5 \
+    --set train.metrics=m5.jsonl > out5.txt 2>&1 && fail "max_skipped_steps=5: exit 0"
+[ "$(grep -c '| skipped:' out5.txt)" -eq 5 ] || { cat out5.txt; fail "expected 5 skipped steps"; }
+grep -q "max_skipped_steps = 5" out5.txt || fail "the message does not name --set max_skipped_steps"
+echo "ok: max_skipped_steps = 5 skips 5 steps"
+
+# Resuming from the newest checkpoint (step 1, finite) meets the same
+# divergence and stops again, cleanly: it never loads a non-finite state.
+"$TESSERA" train "$SRC/configs/tiny.ini" "${huge[@]}" --set train.checkpoint_dir=ck \
+    --set train.resume=auto > out_r.txt 2>&1 && fail "resumed diverging run: exit 0"
+grep -q "resumed from ck/ckpt-00000001.tsck" out_r.txt || { cat out_r.txt; fail "did not resume"; }
+
+# A checkpoint file holding a NaN (as an older build could write) with valid
+# checksums is refused with a message, not resumed.
+"$TESSERA" train "$SRC/configs/tiny.ini" --set train.steps=2 --set train.checkpoint_dir=nan \
+    > out_n.txt 2>&1 || { cat out_n.txt; fail "could not write a checkpoint"; }
+python3 - nan/ckpt-00000002.tsck <<'PY'
+import struct, sys, zlib
+path = sys.argv[1]
+b = bytearray(open(path, "rb").read())
+ntensors = struct.unpack_from("<i", b, 68)[0]
+first = 256 + 128 * ntensors            # the first master weight
+struct.pack_into("<f", b, first + 4 * 5, float("nan"))
+crc = zlib.crc32(bytes(b[256:]))         # payload CRC (header offset 88)
+struct.pack_into("<I", b, 88, crc)
+struct.pack_into("<I", b, 92, 0)         # header CRC over the header with it zero
+struct.pack_into("<I", b, 92, zlib.crc32(bytes(b[:256])))
+open(path, "wb").write(b)
+PY
+"$TESSERA" train "$SRC/configs/tiny.ini" --set train.steps=4 --set train.checkpoint_dir=nan \
+    --set train.resume=auto > out_l.txt 2>&1
+rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] || { cat out_l.txt; fail "NaN checkpoint: exit status $rc"; }
+grep -q "ckpt-00000002.tsck: holds a value that is not finite (master weight element 5)" out_l.txt ||
+    { cat out_l.txt; fail "NaN checkpoint: no clear message"; }
+echo "ok: a checkpoint holding NaN is refused"
+echo "PASS"
