@@ -11,6 +11,7 @@
  * plugin, 1 for a failure while running.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,18 +220,24 @@ static int cmd_export(int argc, char **argv) {
         fprintf(stderr, "tessera export: --out PATH is required\n");
         return 2;
     }
-    /* Export what a checkpoint holds, not what resume would do. */
-    st = ts_config_set(cfg, "train.resume=no");
-    ts_trainer *t = NULL;
-    if (!st) st = ts_trainer_create(cfg, NULL, NULL, &t);
+    /* Export what a checkpoint holds, not what resume would do; and leave
+     * the run's own outputs alone: its checkpoint directory (which a run
+     * may hold locked while we read it), metrics and trace. */
     char latest[4096];
     const char *checkpoint = opts.checkpoint;
-    if (!st && !checkpoint) {
+    if (!checkpoint) {
         const char *dir = ts_config_str(cfg, "train", "checkpoint_dir");
         int found = 0;
         if (dir[0]) st = ts_checkpoint_latest(dir, latest, sizeof latest, &found);
         if (found) checkpoint = latest;
     }
+    static const char *quiet[] = {"train.resume=no",
+                                  "train.checkpoint_dir=", "train.checkpoint_every=0",
+                                  "train.metrics=", "train.trace="};
+    for (size_t i = 0; i < sizeof quiet / sizeof quiet[0] && !st; i++)
+        st = ts_config_set(cfg, quiet[i]);
+    ts_trainer *t = NULL;
+    if (!st) st = ts_trainer_create(cfg, NULL, NULL, &t);
     if (!st && checkpoint) st = ts_trainer_load(t, checkpoint);
     if (!st) st = ts_trainer_export(t, opts.out);
     if (!st)
@@ -575,6 +582,11 @@ int main(int argc, char **argv) {
         fputs(usage_main, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    /* A file-size limit or a closed pipe makes write() fail (EFBIG, EPIPE),
+     * which every writer reports naming its file, instead of killing the
+     * process with SIGXFSZ or SIGPIPE. */
+    signal(SIGXFSZ, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN);
     int rc;
     if (strcmp(argv[1], "train") == 0)
         rc = cmd_train(argc - 2, argv + 2);

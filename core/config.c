@@ -888,7 +888,7 @@ static void cfg_canonical_value(const ts_key_spec *sp, const char *text, char *b
     if (sp->type == TS_KEY_INT && !cfg_choice_has(sp->choices, text) && !cfg_parse_int(text, &i))
         snprintf(buf, size, "%lld", (long long)i);
     else if (sp->type == TS_KEY_FLOAT && !cfg_parse_float(text, &d))
-        snprintf(buf, size, "%.17g", d);
+        cfg_fmt_num(d, buf, size); /* the shortest text that reads back as d */
     else if (sp->type == TS_KEY_BOOL && !cfg_parse_bool(text, &b))
         snprintf(buf, size, "%s", b ? "true" : "false");
     else

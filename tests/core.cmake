@@ -8,7 +8,8 @@ foreach(case grad accumulation init lr memory bf16)
   set_tests_properties(model_${case} PROPERTIES LABELS core ENVIRONMENT "${TESSERA_TEST_ENV}")
 endforeach()
 
-foreach(script train_loss_falls bf16_close resume_sigkill llmc_roundtrip bad_input nonfinite)
+foreach(script train_loss_falls bf16_close resume_sigkill llmc_roundtrip bad_input nonfinite
+    outputs checkpoint_dir)
   add_test(NAME cli_${script}
     COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/${script}.sh $<TARGET_FILE:tessera_cli> ${PROJECT_SOURCE_DIR})
   set_tests_properties(cli_${script} PROPERTIES LABELS core TIMEOUT 300
@@ -27,4 +28,11 @@ add_test(NAME cli_resume_on_another_topology
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/resume_topology.sh $<TARGET_FILE:tessera_cli>
     ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_resume_on_another_topology PROPERTIES LABELS core TIMEOUT 300
+  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+
+# Ranks launched with different configurations are refused (3 ranks, MPMD).
+add_test(NAME cli_config_agree
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/config_agree.sh $<TARGET_FILE:tessera_cli>
+    ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_config_agree PROPERTIES LABELS core TIMEOUT 300
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")

@@ -8,7 +8,8 @@ cases=0
 expect() {
     local name=$1 regex=$2
     shift 2
-    "$TESSERA" "$@" > "$name.out" 2>&1
+    # Bounded: a hang is killed (status 137) and fails as a signal would.
+    timeout -s KILL 60 "$TESSERA" "$@" > "$name.out" 2>&1
     local rc=$?
     cases=$((cases + 1))
     [ "$rc" -ne 0 ] || { cat "$name.out"; fail "$name: exit status 0"; }
@@ -98,5 +99,58 @@ expect checkpoint_shape 'ckpt-00000002.tsck.*does not match' train ck.ini --set 
 
 printf 'not an llm.c file at all, but long enough to hold its header...%.0s' $(seq 1 40) > fake.bin
 expect llmc_wrong_magic 'fake.bin.*wrong magic' train heads.ini --set model.heads=2 --set model.init=llmc:fake.bin
+
+# Sizes: parsed as 64 bits and checked against what stores them, never
+# wrapped; absurd ones refused before any work that grows with them.
+expect d_model_wraps 'd_model = 4294967360.*out of range \[1, 2147483647\]' train heads.ini \
+    --set model.heads=2 --set model.d_model=4294967360
+expect layers_absurd 'layers = 1000000000.*out of range \[1, 1024\]' train heads.ini \
+    --set model.heads=2 --set model.layers=1000000000
+expect rows_overflow 'micro_batch x seq_len.*exceeds 2147483647' train heads.ini \
+    --set model.heads=2 --set train.micro_batch=2000000 --set model.context=4096 \
+    --set train.seq_len=4096
+expect params_beyond_memory "would exceed this machine's memory" train heads.ini \
+    --set model.heads=1 --set model.d_model=1000000
+# An llm.c header with an absurd layer count (a corrupt file) is blamed on
+# the file, at once.
+python3 - <<'PY'
+import struct
+with open("huge_layers.bin", "wb") as f:
+    f.write(struct.pack("<256i", 20240326, 3, 64, 256, 1000000000, 4, 64, 256, *([0] * 248)))
+    f.write(b"\0" * 4096)
+PY
+expect llmc_absurd_layers 'huge_layers.bin: header .*L=1000000000.*exceeds 1024' train heads.ini \
+    --set model.heads=2 --set model.init=llmc:huge_layers.bin
+python3 - <<'PY'
+import struct
+with open("bad_heads.bin", "wb") as f:
+    f.write(struct.pack("<256i", 20240326, 3, 64, 256, 2, 5, 64, 256, *([0] * 248)))
+PY
+expect llmc_heads_blamed_on_file '\[model\] init: llm.c checkpoint bad_heads.bin: .*NH \(heads\) does not divide' \
+    train heads.ini --set model.heads=2 --set model.init=llmc:bad_heads.bin
+
+# Inputs must be regular files: a FIFO would block forever.
+mkfifo fifo
+expect fifo_tokens '\[data\] source: data file fifo: is a FIFO' train \
+    heads.ini --set model.heads=2 --set data.source=tokens:fifo
+expect fifo_text '\[data\] source: data file fifo: is a FIFO' train \
+    heads.ini --set model.heads=2 --set data.source=text:fifo
+expect fifo_config 'config file fifo: is a FIFO' train fifo
+expect dir_tokens 'data file \.: is a directory' train heads.ini --set model.heads=2 \
+    --set data.source=tokens:.
+expect fifo_llmc 'llm.c checkpoint fifo: is a FIFO' train heads.ini \
+    --set model.heads=2 --set model.init=llmc:fifo
+
+# resume = auto needs a directory to resume from.
+expect resume_without_dir '\[train\] resume: resume = auto needs \[train\] checkpoint_dir' \
+    train heads.ini --set model.heads=2 --set train.resume=auto
+
+# Layout errors name the keys behind them.
+expect mesh_names_keys 'do not divide the world of 4 ranks.*tp 3 \(plugin tp, --set \[tp\] size\)' \
+    plan heads.ini --set model.heads=2 --world 4 --set parallel.plugins=dp,tp --set tp.size=3
+expect order_names_key 'unknown axis "xx".*--set \[parallel\] order = tp-dp-xx' plan heads.ini \
+    --set model.heads=2 --world 2 --set parallel.plugins=dp --set parallel.order=tp-dp-xx
+expect tp_heads_names_key 'heads = 2 is not divisible by tp = 4.*--set \[model\] heads' plan \
+    heads.ini --set model.heads=2 --world 4 --set parallel.plugins=tp --set tp.size=4
 
 echo "PASS: $cases malformed inputs rejected cleanly"
