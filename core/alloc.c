@@ -44,8 +44,7 @@ static void alloc_raise_peak(int idx, size_t now) {
     }
 }
 
-/* Physical memory in bytes, 0 when unknown. */
-static size_t alloc_physical_bytes(void) {
+size_t ts_physical_memory(void) {
     static size_t phys;
     if (!phys) {
         long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
@@ -67,7 +66,7 @@ void *ts_mem_alloc(ts_mem_category cat, size_t bytes) {
      * and a request that would take the accounted total beyond the
      * machine's physical memory (which the kernel might grant, only to
      * kill the process when the pages are first written). */
-    size_t phys = alloc_physical_bytes();
+    size_t phys = ts_physical_memory();
     if (bytes > SIZE_MAX - 2 * ALLOC_ALIGN ||
         (phys && atomic_load(&alloc_reserved[TS_MEM_NCAT]) + bytes > phys)) {
         ts_error(TS_ERR_NOMEM,

@@ -207,6 +207,16 @@ static ts_status trainer_check_sizes(const ts_config *cfg, const ts_train_shape 
                          "seq_len = %lld with micro_batch = %lld: the activations' sizes do not "
                          "fit 64 bits",
                          (long long)T, (long long)B);
+    /* The step's batch on one rank (tokens and targets, 4 bytes each) must
+     * fit in memory, and its schedule stay a list a person could read. */
+    int64_t rows = (int64_t)s->micro_batches * B, bytes;
+    if (s->micro_batches > TS_TRAIN_MAX_MICRO_BATCHES || !mul_fits(rows, T, &v) ||
+        !mul_fits(v, 8, &bytes) || (ts_physical_memory() && (uint64_t)bytes > ts_physical_memory()))
+        return key_error(cfg, "train", "global_batch",
+                         "global_batch = %d makes %d micro-batches of %lld x %lld tokens per rank "
+                         "and step (at most %d micro-batches, and the batch must fit in memory)",
+                         s->global_batch, s->micro_batches, (long long)B, (long long)T,
+                         TS_TRAIN_MAX_MICRO_BATCHES);
     int64_t steps = ts_config_int(cfg, "train", "steps");
     if (!mul_fits(steps, s->global_batch, &w))
         return key_error(cfg, "train", "steps",
@@ -1009,7 +1019,9 @@ static int64_t trainer_window(const ts_trainer *t, int k, int b) {
 static ts_status trainer_have_data(ts_trainer *t, int *have) {
     int32_t ok = 1;
     if (t->epochs > 0) {
-        int64_t limit = t->epochs * ts_dataset_num_windows(t->data, t->T);
+        int64_t limit;
+        if (!mul_fits(t->epochs, ts_dataset_num_windows(t->data, t->T), &limit))
+            limit = INT64_MAX; /* more windows than any run reads */
         int64_t last = trainer_window(t, t->micro_batches - 1, t->B - 1);
         ok = last < limit;
     }

@@ -25,7 +25,12 @@ typedef struct ts_train_shape {
     int T, B, global_batch, micro_batches;
 } ts_train_shape;
 
-/* Resolves and checks them; errors name the file, line and key. */
+/* At most this many micro-batches per rank and step (global_batch /
+ * (micro_batch x dp)); the schedule lists an action for each. */
+#define TS_TRAIN_MAX_MICRO_BATCHES (1 << 20)
+
+/* Resolves and checks them; errors name the file, line and key. Every size
+ * derived from the keys is checked for overflow before use. */
 ts_status ts_train_shape_resolve(const ts_config *cfg, int dp, ts_train_shape *out);
 
 /* ts_model_tp_check for `tp` ranks, its message naming where the [model]

@@ -139,6 +139,11 @@ ts_mem_counter ts_mem_stats(ts_mem_category cat);
 /* Forgets the peaks (sets each to the current allocation). */
 void ts_mem_reset_peak(void);
 
+/* This machine's physical memory in bytes (0 when unknown). The accounted
+ * allocator refuses a request that would take its total beyond it, since
+ * such memory could be granted and the process killed when it is touched. */
+size_t ts_physical_memory(void);
+
 /* ---------------------------------------------------------------------------
  * Tensors: a contiguous row-major block of one dtype on one device.
  * ------------------------------------------------------------------------- */

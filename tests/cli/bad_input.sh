@@ -109,6 +109,10 @@ expect layers_absurd 'layers = 1000000000.*out of range \[1, 1024\]' train heads
 expect rows_overflow 'micro_batch x seq_len.*exceeds 2147483647' train heads.ini \
     --set model.heads=2 --set train.micro_batch=2000000 --set model.context=4096 \
     --set train.seq_len=4096
+expect micro_batches_absurd 'global_batch = 2147483647 makes 2147483647 micro-batches' train \
+    heads.ini --set model.heads=2 --set train.global_batch=2147483647 --set train.micro_batch=1
+expect steps_overflow_cursor 'steps = 9200000000000000000 x global_batch = 2 sequences overflow' \
+    train heads.ini --set model.heads=2 --set train.steps=9200000000000000000
 expect params_beyond_memory "would exceed this machine's memory" train heads.ini \
     --set model.heads=1 --set model.d_model=1000000
 # An llm.c header with an absurd layer count (a corrupt file) is blamed on
