@@ -334,9 +334,9 @@ ts_status ts_checkpoint_load(const char *path, const ts_model *m, ts_ckpt_meta *
         for (int i = 0; i < ntab && !s; i++)
             if (memcmp(&tab[i], &expect[i], sizeof tab[i]) != 0)
                 s = ts_error(TS_ERR_FORMAT,
-                             "checkpoint %s: tensor %d is '%s', expected '%s' "
+                             "checkpoint %s: tensor %d is '%.*s', expected '%s' "
                              "with the same shape and offset",
-                             path, i, tab[i].name, expect[i].name);
+                             path, i, (int)sizeof tab[i].name, tab[i].name, expect[i].name);
     }
     /* A diverged state is never resumed (this build never writes one). */
     for (size_t i = 0; !s && i < 3 * m->global_numel; i++)

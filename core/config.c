@@ -420,6 +420,11 @@ ts_status ts_config_register(ts_config *cfg, const ts_key_spec *specs, int n) {
         if ((int)sp->type < TS_KEY_INT || sp->type > TS_KEY_ENUM)
             return ts_error(TS_ERR_INVALID, "config: key [%s] %s has unknown type %d", sp->section,
                             sp->name, (int)sp->type);
+        if (sp->type == TS_KEY_INT && sp->choices && strcmp(sp->choices, "auto") != 0)
+            return ts_error(TS_ERR_INVALID,
+                            "config: integer key [%s] %s has choices \"%s\"; the only word an "
+                            "integer key accepts is \"auto\"",
+                            sp->section, sp->name, sp->choices);
         if (sp->type == TS_KEY_ENUM && (!sp->choices || !*sp->choices))
             return ts_error(TS_ERR_INVALID, "config: enum key [%s] %s has no choices", sp->section,
                             sp->name);

@@ -24,7 +24,8 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "schedule.h" /* ts_schedule, ts_action: what schedulers append to */
+#include "plugin_file.h" /* ts_plugin_file_check: the ELF checks before dlopen */
+#include "schedule.h"    /* ts_schedule, ts_action: what schedulers append to */
 
 _Static_assert(TS_PLUGIN_KEY_INT == (int)TS_KEY_INT && TS_PLUGIN_KEY_FLOAT == (int)TS_KEY_FLOAT &&
                    TS_PLUGIN_KEY_BOOL == (int)TS_KEY_BOOL &&
@@ -177,7 +178,8 @@ static int plg_default_ok(const ts_plugin_key *k) {
     char *end;
     switch (k->type) {
     case TS_PLUGIN_KEY_INT:
-        if (plg_choice_has(k->choices, s)) return 1;
+        /* "auto" is the one word an integer key may take (ts_config_int). */
+        if (k->choices && strcmp(k->choices, "auto") == 0 && strcmp(s, "auto") == 0) return 1;
         (void)strtoll(s, &end, 10);
         return *s && !*end;
     case TS_PLUGIN_KEY_FLOAT: (void)strtod(s, &end); return *s && !*end;
@@ -762,6 +764,9 @@ static ts_status plg_check_descriptor(ts_plugin_ctx *ctx, const ts_plugin_descri
             why = "has no help line";
         else if (k->type == TS_PLUGIN_KEY_ENUM && (!k->choices || !*k->choices))
             why = "is an enum without choices";
+        else if (k->type == TS_PLUGIN_KEY_INT && k->choices && strcmp(k->choices, "auto") != 0)
+            why = "is an integer key with choices other than \"auto\" (the one word an integer "
+                  "key takes)";
         else if (k->def && !plg_default_ok(k))
             why = "has a default that is not a value of its type";
         for (int j = 0; !why && j < i; j++)
@@ -771,6 +776,13 @@ static ts_status plg_check_descriptor(ts_plugin_ctx *ctx, const ts_plugin_descri
                             k->name ? k->name : "(null)", why);
     }
     return TS_OK;
+}
+
+ts_status ts_plugin_descriptor_check(const char *name, const char *path,
+                                     const ts_plugin_descriptor *d) {
+    ts_plugin_ctx ctx = {.magic = PLG_CTX_MAGIC, .path = (char *)path}; /* only read */
+    snprintf(ctx.name, sizeof ctx.name, "%s", name);
+    return plg_check_descriptor(&ctx, d);
 }
 
 /* Registers the plugin's keys with the config, section = its name. */
@@ -800,6 +812,11 @@ static ts_status plg_open_file(ts_plugins *reg, const char *name, const char *pa
     ts_status st = TS_OK;
     if (!ctx->path) {
         st = plg_nomem();
+        goto fail;
+    }
+    st = ts_plugin_file_check(path); /* a damaged file: an error, not SIGBUS in dlopen */
+    if (st) {
+        st = plg_wrap(st, "plugin '%s': cannot load ", name);
         goto fail;
     }
     dlerror();

@@ -8,8 +8,8 @@ foreach(case grad accumulation init lr memory bf16)
   set_tests_properties(model_${case} PROPERTIES LABELS core ENVIRONMENT "${TESSERA_TEST_ENV}")
 endforeach()
 
-foreach(script train_loss_falls bf16_close resume_sigkill llmc_roundtrip bad_input nonfinite
-    outputs checkpoint_dir)
+foreach(script train_loss_falls bf16_close resume_sigkill llmc_roundtrip bad_input outputs
+    checkpoint_dir)
   add_test(NAME cli_${script}
     COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/${script}.sh $<TARGET_FILE:tessera_cli> ${PROJECT_SOURCE_DIR})
   set_tests_properties(cli_${script} PROPERTIES LABELS core TIMEOUT 300
@@ -36,3 +36,12 @@ add_test(NAME cli_config_agree
     ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_config_agree PROPERTIES LABELS core TIMEOUT 300
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+
+# Non-finite steps: skipped, counted, stopped after max_skipped_steps; one
+# NaN gradient from the test plugin tessera-poison.so is skipped and training
+# continues.
+add_test(NAME cli_nonfinite
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/nonfinite.sh $<TARGET_FILE:tessera_cli>
+    ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/tests/plugins)
+set_tests_properties(cli_nonfinite PROPERTIES LABELS core TIMEOUT 300
+  ENVIRONMENT "${TESSERA_TEST_ENV}")

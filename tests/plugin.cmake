@@ -1,7 +1,8 @@
 # plugin.cmake — the plugin loader's tests: test plugins built as MODULE
 # libraries tessera-<name>.so (no "lib" prefix, linking nothing of ours) into
 # one directory, test_plugin's cases (one well-formed plugin, every
-# rejection), and the SDK install test (install, build examples/hello-plugin
+# rejection, damaged plugin files), the command line with a truncated plugin,
+# and the SDK install test (install, build examples/hello-plugin
 # against the installed prefix, load it by name from an INI file).
 set(TESSERA_TEST_PLUGIN_DIR ${CMAKE_BINARY_DIR}/tests/plugins)
 
@@ -10,7 +11,7 @@ set(TESSERA_TEST_PLUGIN_DIR ${CMAKE_BINARY_DIR}/tests/plugins)
 set(TESSERA_TEST_PLUGINS
   good:good wrong_major:wrong_major newer_minor:newer_minor wrong_name:misnamed
   no_symbol:no_symbol small_struct:small_struct dup_axis:dup_axis conflict:conflict
-  fail_init:fail_init meshaxes:meshaxes)
+  fail_init:fail_init meshaxes:meshaxes poison:poison)
 set(TESSERA_TEST_PLUGIN_TARGETS)
 foreach(pair ${TESSERA_TEST_PLUGINS})
   string(REPLACE ":" ";" pair ${pair})
@@ -45,11 +46,24 @@ foreach(case
     conflicting_transforms_are_rejected
     failed_init_is_reported
     plugin_named_twice_is_rejected
-    discover_lists_good_and_skips_broken)
+    discover_lists_good_and_skips_broken
+    truncated_plugin_file_is_rejected
+    non_elf_plugin_file_is_rejected
+    plugin_path_that_is_a_directory_is_rejected
+    empty_plugin_file_is_rejected
+    plugin_file_of_another_class_or_machine_is_rejected)
   add_test(NAME plugin_${case} COMMAND test_plugin ${case} ${TESSERA_TEST_PLUGIN_DIR})
   set_tests_properties(plugin_${case} PROPERTIES LABELS core TIMEOUT 30
     ENVIRONMENT "${TESSERA_TEST_ENV}")
 endforeach()
+
+# The command line with a truncated plugin file: an error naming the file and
+# an exit status, not SIGBUS inside dlopen.
+add_test(NAME plugin_truncated_file_fails_train_without_a_signal
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/plugin_damaged_file.sh $<TARGET_FILE:tessera_cli>
+    ${PROJECT_SOURCE_DIR} $<TARGET_FILE:test_plugin_good>)
+set_tests_properties(plugin_truncated_file_fails_train_without_a_signal PROPERTIES
+  LABELS core TIMEOUT 90 ENVIRONMENT "${TESSERA_TEST_ENV}")
 
 # Installs the build into a temporary prefix and builds the out-of-tree example
 # against it; needs cmake/tessera-install.cmake included by the top level.

@@ -289,6 +289,14 @@ static void test_schema_registration(void) {
     CHECK(strstr(ts_last_error(), "[x] k") != NULL);
     ts_key_spec badenum = {"x", "e", TS_KEY_ENUM, "a", 1, 0, NULL, "h"};
     CHECK(ts_config_register(cfg, &badenum, 1) != TS_OK);
+    /* an integer key takes one word, "auto" (read as -1): any other choice
+     * would validate and then not read as an integer (found by fuzz_plugin) */
+    ts_key_spec intwords = {"x", "n", TS_KEY_INT, "max", 1, 0, "max|auto", "h"};
+    CHECK(ts_config_register(cfg, &intwords, 1) != TS_OK);
+    CHECK(strstr(ts_last_error(), "[x] n") && strstr(ts_last_error(), "\"auto\""));
+    ts_key_spec intauto = {"x", "a", TS_KEY_INT, "auto", 1, 0, "auto", "h"};
+    CHECK_OK(ts_config_register(cfg, &intauto, 1));
+    CHECK(ts_config_int(cfg, "x", "a") == -1);
     /* specs are copied: the caller's strings may go away */
     char sec[8] = "zz", key[8] = "kk", def[8] = "3";
     ts_key_spec tmp = {sec, key, TS_KEY_INT, def, 0, 10, NULL, "temporary"};

@@ -2,7 +2,10 @@
  * test_plugin.c — the plugin loader and registry: the good test plugin's
  * registrations (axes, transforms in phase order, hooks, scheduler,
  * dispatcher, INI keys, describe) and every rejection, each checked for the
- * message substrings that name the file, the plugin and the versions.
+ * message substrings that name the file, the plugin and the versions;
+ * damaged plugin files (truncated, not ELF, a directory, empty, another
+ * class, byte order, type or machine) refused before dlopen, without a
+ * signal.
  *
  * usage: test_plugin CASE PLUGIN_DIR   one case (see `cases` below); the test
  *                                      plugins are PLUGIN_DIR/tessera-*.so
@@ -11,14 +14,18 @@
  *                                      before_forward hook (sdk_install.sh)
  * Pure logic: no MPI, no model.
  */
+#include <elf.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
 #include "plugin.h"
+#include "plugin_file.h"
 #include "schedule.h"
 
 static const char *plugin_dir;
@@ -368,6 +375,126 @@ static void discover_lists_good_and_skips_broken(void) {
     ts_plugins_destroy(reg);
 }
 
+/* ------------------------------------------------------------------------- */
+/* damaged plugin files: refused by the checks before dlopen                  */
+
+/* Copies the good test plugin to <tmp_dir>/tessera-<name>.so, cut to `keep`
+ * bytes (< 0: whole; -2: half). Returns the copy's size. */
+static long copy_good_plugin(const char *name, long keep) {
+    char dst[600];
+    snprintf(dst, sizeof dst, "%s/tessera-%s.so", tmp_dir, name);
+    FILE *in = fopen(file_of("good"), "rb"), *out = fopen(dst, "wb");
+    if (!in || !out) {
+        perror("copy_good_plugin");
+        exit(2);
+    }
+    char buf[65536];
+    size_t n;
+    long size = 0;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0) {
+        fwrite(buf, 1, n, out);
+        size += (long)n;
+    }
+    fclose(in);
+    if (fclose(out) != 0) exit(2);
+    if (keep == -2) keep = size / 2;
+    if (keep >= 0) {
+        if (truncate(dst, keep) != 0) exit(2);
+        size = keep;
+    }
+    return size;
+}
+
+/* Overwrites `n` bytes at `offset` of <tmp_dir>/tessera-<name>.so. */
+static void patch_plugin(const char *name, long offset, const void *bytes, size_t n) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/tessera-%s.so", tmp_dir, name);
+    FILE *f = fopen(path, "r+b");
+    if (!f || fseek(f, offset, SEEK_SET) != 0 || fwrite(bytes, 1, n, f) != n || fclose(f) != 0) {
+        perror(path);
+        exit(2);
+    }
+}
+
+static const char *tmp_file_of(const char *name) {
+    static char buf[4][600];
+    static int slot;
+    char *b = buf[slot++ % 4];
+    snprintf(b, 600, "%s/tessera-%s.so", tmp_dir, name);
+    return b;
+}
+
+static const char *ini_loading(const char *name) {
+    static char text[1024];
+    snprintf(text, sizeof text, "[parallel]\nplugins = %s\nplugin_path = %s\n", name, tmp_dir);
+    return text;
+}
+
+static void truncated_plugin_file_is_rejected(void) {
+    /* Half the file: dlopen would map its segments past the end (SIGBUS). */
+    copy_good_plugin("half", -2);
+    expect_load_fails(ini_loading("half"), "plugin 'half': cannot load ", tmp_file_of("half"),
+                      ": truncated: its program headers say ", "bytes are loaded from offset",
+                      "a damaged or partly copied file?", NULL);
+    /* Only the tail lost: the loadable part is whole, the section table is not. */
+    long size = copy_good_plugin("tail", -1);
+    copy_good_plugin("tail", size - 16);
+    expect_load_fails(ini_loading("tail"), "plugin 'tail': cannot load ", tmp_file_of("tail"),
+                      "truncated: its section header table", "ends past the end of the file", NULL);
+    /* Shorter than the ELF header. */
+    copy_good_plugin("stub", 40);
+    expect_load_fails(ini_loading("stub"), tmp_file_of("stub"),
+                      "truncated: 40 bytes, shorter than the 64-byte ELF header", NULL);
+    /* The checker accepts the whole file. */
+    CHECK(ts_plugin_file_check(file_of("good")) == TS_OK);
+}
+
+static void non_elf_plugin_file_is_rejected(void) {
+    write_ini("tessera-text.so", "hello, I am not a shared object\n");
+    expect_load_fails(ini_loading("text"), "plugin 'text': cannot load ", tmp_file_of("text"),
+                      "is not an ELF shared object (it starts with the bytes 68 65 6c 6c", NULL);
+}
+
+static void plugin_path_that_is_a_directory_is_rejected(void) {
+    CHECK(mkdir(tmp_file_of("dir"), 0755) == 0);
+    expect_load_fails(ini_loading("dir"), "plugin 'dir': cannot load ", tmp_file_of("dir"),
+                      "is a directory, not a regular file", NULL);
+    /* A FIFO: refused at once, never opened for a blocking read. */
+    CHECK(mkfifo(tmp_file_of("fifo"), 0644) == 0);
+    expect_load_fails(ini_loading("fifo"), tmp_file_of("fifo"), "is a named pipe (FIFO)", NULL);
+}
+
+static void empty_plugin_file_is_rejected(void) {
+    write_ini("tessera-empty.so", "%s", "");
+    expect_load_fails(ini_loading("empty"), "plugin 'empty': cannot load ", tmp_file_of("empty"),
+                      "is empty (0 bytes)", NULL);
+}
+
+static void plugin_file_of_another_class_or_machine_is_rejected(void) {
+    unsigned char b = ELFCLASS32;
+    copy_good_plugin("class32", -1);
+    patch_plugin("class32", EI_CLASS, &b, 1);
+    expect_load_fails(ini_loading("class32"), tmp_file_of("class32"),
+                      "is a 32-bit ELF file (ELFCLASS32); tessera loads 64-bit plugins only", NULL);
+    b = ELFDATA2MSB;
+    copy_good_plugin("bigendian", -1);
+    patch_plugin("bigendian", EI_DATA, &b, 1);
+    expect_load_fails(ini_loading("bigendian"), tmp_file_of("bigendian"),
+                      "is a big-endian ELF file, but this host is little-endian", NULL);
+    uint16_t machine = EM_AARCH64;
+    copy_good_plugin("arm", -1);
+    patch_plugin("arm", offsetof(Elf64_Ehdr, e_machine), &machine, sizeof machine);
+    expect_load_fails(ini_loading("arm"), tmp_file_of("arm"),
+                      "was built for AArch64 (ELF machine 183), but this host is", NULL);
+    uint16_t type = ET_EXEC;
+    copy_good_plugin("exec", -1);
+    patch_plugin("exec", offsetof(Elf64_Ehdr, e_type), &type, sizeof type);
+    expect_load_fails(
+        ini_loading("exec"), tmp_file_of("exec"),
+        "is an executable (ET_EXEC), not a shared object (ET_DYN): build a plugin with -shared",
+        NULL);
+}
+
 /* `test_plugin load CONFIG`: the driver of tests/sdk_install.sh. */
 static int load_and_print(const char *path) {
     ts_config *cfg = config_for(path);
@@ -424,6 +551,13 @@ int main(int argc, char **argv) {
         {"failed_init_is_reported", failed_init_is_reported},
         {"plugin_named_twice_is_rejected", plugin_named_twice_is_rejected},
         {"discover_lists_good_and_skips_broken", discover_lists_good_and_skips_broken},
+        {"truncated_plugin_file_is_rejected", truncated_plugin_file_is_rejected},
+        {"non_elf_plugin_file_is_rejected", non_elf_plugin_file_is_rejected},
+        {"plugin_path_that_is_a_directory_is_rejected",
+         plugin_path_that_is_a_directory_is_rejected},
+        {"empty_plugin_file_is_rejected", empty_plugin_file_is_rejected},
+        {"plugin_file_of_another_class_or_machine_is_rejected",
+         plugin_file_of_another_class_or_machine_is_rejected},
     };
     int found = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

@@ -77,4 +77,35 @@ rc=$?
 grep -q "ckpt-00000002.tsck: holds a value that is not finite (master weight element 5)" out_l.txt ||
     { cat out_l.txt; fail "NaN checkpoint: no clear message"; }
 echo "ok: a checkpoint holding NaN is refused"
+# A transient blow-up: the plugin writes a NaN into one gradient on step 3
+# (step index 2). That step is skipped and training goes on; the checkpoint
+# due at step 3 is written at step 4. The data hold exactly one global batch,
+# so every step reads the same tokens: if the skipped step left the weights
+# as they were, step 4 of this run computes exactly what step 3 of a run
+# without the NaN computes (same weights, same batch; bit for bit).
+PLUGINS=${3:?the test plugin directory}
+python3 -c "import random; random.seed(7); open('one_batch.txt','wb').write(bytes(random.randrange(256) for _ in range(16 * 64 + 1)))"
+same=(--set data.source=text:one_batch.txt --set train.steps=6 --set parallel.plugin_path=$PLUGINS)
+"$TESSERA" train "$SRC/configs/tiny.ini" "${same[@]}" --set parallel.plugins=poison \
+    --set poison.step=2 --set train.metrics=p.jsonl --set train.checkpoint_dir=ckp \
+    --set train.checkpoint_every=3 > p.txt 2>&1 || { cat p.txt; fail "run with one NaN gradient failed"; }
+"$TESSERA" train "$SRC/configs/tiny.ini" "${same[@]}" --set train.metrics=n.jsonl > n.txt 2>&1 ||
+    { cat n.txt; fail "run without the NaN failed"; }
+jsonl_check p.jsonl
+for s in 1 2 4 5 6; do
+    [ "$(metric p.jsonl $s skipped)" = false ] || fail "step $s was skipped"
+done
+[ "$(metric p.jsonl 3 skipped)" = true ] && [ "$(metric p.jsonl 3 grad_norm)" = null ] ||
+    fail "step 3 was not skipped"
+[ "$(metric p.jsonl 3 loss)" = "$(metric n.jsonl 3 loss)" ] || fail "step 3's forward differs"
+[ "$(metric p.jsonl 6 skipped_steps)" = 1 ] || fail "skipped_steps at the end is not 1"
+for f in loss grad_norm; do
+    a=$(metric p.jsonl 4 $f) b=$(metric n.jsonl 3 $f)
+    [ "$a" = "$b" ] || fail "$f: step 4 after the skipped step is $a, the clean run's step 3 is $b"
+done
+grep -q "checkpoint: deferred, step 3 was skipped" p.txt || fail "no deferral message"
+[ "$(ls ckp | grep '^ckpt-' | tr '\n' ' ')" = "ckpt-00000004.tsck ckpt-00000006.tsck " ] ||
+    fail "checkpoints: $(ls ckp)"
+echo "ok: one NaN gradient: step 3 skipped, training continued; step 4 equals the clean step 3" \
+    "(loss $(metric p.jsonl 4 loss))"
 echo "PASS"

@@ -1,0 +1,257 @@
+/*
+ * fuzz_seeds.c — writes the fuzz targets' seed inputs with the core's own
+ * writers, so a seed is valid for the format the core reads today, and
+ * prints libFuzzer dictionaries built from the core's tables.
+ *
+ * usage: fuzz_seeds TARGET DIR     writes DIR/gen-* for TARGET (config,
+ *                                  tokens, llmc, checkpoint, plugin)
+ *        fuzz_seeds dict TARGET    prints TARGET's dictionary (config: every
+ *                                  section, key and enum word; other targets:
+ *                                  nothing)
+ * tests/fuzz/fuzz.sh runs it into each target's working corpus before a run;
+ * the checked-in seeds of tests/fuzz/corpus were written by it too
+ * (`fuzz_seeds TARGET tests/fuzz/corpus/TARGET`).
+ *
+ * What it does not do: fuzz anything (it is built with the sanitizers but
+ * without libFuzzer's main).
+ */
+#include <errno.h>
+#include <sys/stat.h>
+
+#include "config.h"
+#include "cpu_kernels.h"
+#include "fuzz_common.h"
+#include "rng.h"
+#include "state.h"
+
+static const char *out_dir;
+
+static void die(const char *what) {
+    fprintf(stderr, "fuzz_seeds: %s: %s\n", what, ts_last_error()[0] ? ts_last_error() : "");
+    exit(1);
+}
+
+static void write_file(const char *name, const void *data, size_t n) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", out_dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0) {
+        perror(path);
+        exit(1);
+    }
+}
+
+/* --- config: every core key at its default (required keys a value) ------- */
+static void seeds_config(void) {
+    int n;
+    const ts_key_spec *k = ts_config_core_keys(&n);
+    static char text[1 << 16];
+    size_t j = 0;
+    const char *section = "";
+    for (int i = 0; i < n; i++) {
+        if (strcmp(k[i].section, section) != 0) {
+            section = k[i].section;
+            j += (size_t)snprintf(text + j, sizeof text - j, "%s[%s]\n", j ? "\n" : "", section);
+        }
+        char value[64];
+        const char *v = k[i].def;
+        if (!v) {
+            switch (k[i].type) {
+            case TS_KEY_INT:
+            case TS_KEY_FLOAT:
+                snprintf(value, sizeof value, "%g", k[i].min <= k[i].max ? k[i].max : 1.0);
+                break;
+            case TS_KEY_BOOL: snprintf(value, sizeof value, "true"); break;
+            case TS_KEY_STRING: snprintf(value, sizeof value, "x"); break;
+            case TS_KEY_ENUM:
+                snprintf(value, sizeof value, "%.*s", (int)strcspn(k[i].choices, "|"),
+                         k[i].choices);
+                break;
+            }
+            v = value;
+        }
+        j += (size_t)snprintf(text + j, sizeof text - j, "%s = %s\n", k[i].name, v);
+    }
+    write_file("gen-all-core-keys.ini", text, j);
+    static const char sets[] = "; overrides, as --set\n"
+                               ";set train.steps=7\n;set model.layers=3\n;set bogus\n"
+                               "[model]\nlayers = 2\nd_model = 64\nheads = 4\n"
+                               "[train]\nsteps = 2\nlr = 1e-3\n";
+    write_file("gen-sets.ini", sets, sizeof sets - 1);
+}
+
+/* --- llm.c token files ---------------------------------------------------- */
+static void seeds_tokens(void) {
+    int32_t h[256 + 64];
+    memset(h, 0, sizeof h);
+    h[0] = 20240520;
+    h[1] = 1;
+    h[2] = 128;
+    h[200] = 254; /* vocab 256        */
+    h[201] = 1;   /* shuffle          */
+    h[202] = 8;   /* ignore token 7   */
+    h[203] = 7;   /* T = 8            */
+    h[204] = 5;   /* window 5         */
+    uint16_t *tok = (uint16_t *)(h + 256);
+    for (int i = 0; i < 128; i++)
+        tok[i] = (uint16_t)((i * 37 + 11) % 256);
+    write_file("gen-128-tokens.bin", h, sizeof h);
+    h[2] = 2;
+    h[201] = 0;
+    h[203] = 0;
+    write_file("gen-2-tokens.bin", h, 1024 + 4);
+}
+
+/* --- checkpoints of the tiny model ------------------------------------------ */
+static ts_model *tiny_model(void) {
+    ts_model *m;
+    if (ts_model_create(&fuzz_tiny_model, TS_F32, 42, NULL, NULL, &m) != TS_OK) die("model");
+    return m;
+}
+
+static void seeds_llmc(void) {
+    ts_model *m = tiny_model();
+    size_t n = m->global_numel;
+    float *full = calloc(n, sizeof *full);
+    if (!full) die("out of memory");
+    memcpy(full, ts_model_param_f32(m), n * sizeof *full);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/gen-tiny-f32.llmc", out_dir);
+    if (ts_llmc_save(path, m, full) != TS_OK) die("ts_llmc_save");
+    /* The same as version 5 (bf16), which llm.c writes and tessera reads. */
+    size_t bytes = 1024 + 2 * n;
+    unsigned char *b = calloc(1, bytes);
+    FILE *f = fopen(path, "rb");
+    if (!b || !f || fread(b, 1, 1024, f) != 1024) die("reading the f32 seed back");
+    fclose(f);
+    int32_t version = 5;
+    memcpy(b + 4, &version, 4);
+    /* llm.c's file order is not the flat order, but any values will do. */
+    ts_cpu_f32_to_bf16((uint16_t *)(b + 1024), full, n);
+    write_file("gen-tiny-bf16.llmc", b, bytes);
+    free(b);
+    free(full);
+    ts_model_destroy(m);
+}
+
+static void seeds_checkpoint(void) {
+    ts_model *m = tiny_model();
+    size_t n = m->global_numel;
+    float *mom = calloc(2 * n, sizeof *mom);
+    if (!mom) die("out of memory");
+    uint64_t key = ts_rng_key(5, "fuzz.moments");
+    for (size_t i = 0; i < n; i++) {
+        mom[i] = 0.01f * ts_rng_normal(key, i);
+        mom[n + i] = 1e-4f * (float)(i % 7);
+    }
+    ts_ckpt_meta meta;
+    memset(&meta, 0, sizeof meta);
+    meta.step = 3;
+    meta.data_cursor = 12;
+    meta.seed = 1337;
+    char path[4096], dest[1024];
+    if (ts_checkpoint_save(out_dir, m, &meta, ts_model_param_f32(m), mom, mom + n, path,
+                           sizeof path) != TS_OK)
+        die("ts_checkpoint_save");
+    snprintf(dest, sizeof dest, "%s/gen-tiny.tsck", out_dir);
+    if (rename(path, dest) != 0) {
+        perror(dest);
+        exit(1);
+    }
+    free(mom);
+    ts_model_destroy(m);
+}
+
+/* --- plugin: a small shared object and descriptors -------------------------- */
+static void desc_seed(const char *name, const unsigned char *head, size_t nhead,
+                      const char *const *strs, int nstrs) {
+    static unsigned char b[4096];
+    size_t j = 0;
+    memcpy(b, head, nhead);
+    j = nhead;
+    for (int i = 0; i < nstrs; i++) {
+        size_t len = strlen(strs[i]) + 1;
+        memcpy(b + j, strs[i], len);
+        j += len;
+    }
+    write_file(name, b, j);
+}
+
+static void seeds_plugin(void) {
+#ifdef FUZZ_SEED_PLUGIN
+    FILE *f = fopen(FUZZ_SEED_PLUGIN, "rb");
+    static unsigned char so[1 << 16];
+    size_t n = f ? fread(so, 1, sizeof so, f) : 0;
+    if (!f || n == 0 || n == sizeof so) die("reading the seed plugin " FUZZ_SEED_PLUGIN);
+    fclose(f);
+    write_file("gen-seed-plugin.so", so, n);
+#endif
+    /* tag, flags, minor, nkeys + 1, then per key: type, min, max */
+    static const unsigned char head[] = {
+        FUZZ_DESC_TAG, 0, 0, 6, 0, 1, 64, 1, 0x80, 0x80, 2, 0, 0, 3, 0x80, 0x80, 4, 0x80, 0x80};
+    static const char *const strs[] = {
+        "fuzz",     "1.0",       "a plugin of the fuzzer", /* name, version, description */
+        "size",     "auto",      "auto",
+        "the size", /* name, default, choices, help */
+        "rate",     "0.5",       "\x7f",
+        "a rate",   "verbose",   "no",
+        "\x7f",     "be chatty", "label",
+        "\x7f",     "\x7f",      "a required label",
+        "mode",     "fast",      "fast|slow|auto",
+        "the mode"};
+    desc_seed("gen-descriptor.bin", head, sizeof head, strs, (int)(sizeof strs / sizeof *strs));
+    static const unsigned char head0[] = {FUZZ_DESC_TAG, 0, 0, 1};
+    static const char *const strs0[] = {"fuzz", "0.1", "\x7f"};
+    desc_seed("gen-descriptor-nokeys.bin", head0, sizeof head0, strs0, 3);
+}
+
+/* --- dictionaries ------------------------------------------------------------- */
+static void dict_config(void) {
+    int n;
+    const ts_key_spec *k = ts_config_core_keys(&n);
+    const char *section = "";
+    for (int i = 0; i < n; i++) {
+        if (strcmp(k[i].section, section) != 0) {
+            section = k[i].section;
+            printf("\"[%s]\"\n", section);
+        }
+        printf("\"%s\"\n\"%s.%s=\"\n", k[i].name, k[i].section, k[i].name);
+        for (const char *c = k[i].choices; c && *c;) {
+            size_t len = strcspn(c, "|");
+            printf("\"%.*s\"\n", (int)len, c);
+            c += len + (c[len] == '|');
+        }
+    }
+    printf("\" = \"\n\";set \"\n\"auto\"\n\"1e308\"\n\"9223372036854775807\"\n\"-0\"\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "dict") == 0) {
+        if (strcmp(argv[2], "config") == 0) dict_config();
+        return 0;
+    }
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s TARGET DIR | %s dict TARGET\n", argv[0], argv[0]);
+        return 2;
+    }
+    out_dir = argv[2];
+    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
+        perror(out_dir);
+        return 1;
+    }
+    static const struct {
+        const char *name;
+        void (*fn)(void);
+    } targets[] = {{"config", seeds_config},
+                   {"tokens", seeds_tokens},
+                   {"llmc", seeds_llmc},
+                   {"checkpoint", seeds_checkpoint},
+                   {"plugin", seeds_plugin}};
+    for (size_t i = 0; i < sizeof targets / sizeof *targets; i++)
+        if (strcmp(argv[1], targets[i].name) == 0) {
+            targets[i].fn();
+            return 0;
+        }
+    fprintf(stderr, "fuzz_seeds: unknown target %s\n", argv[1]);
+    return 2;
+}
