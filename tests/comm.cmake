@@ -10,13 +10,13 @@ endif()
 
 add_executable(test_comm
   ${PROJECT_SOURCE_DIR}/tests/test_comm.c
-  ${PROJECT_SOURCE_DIR}/core/comm.c
-  ${PROJECT_SOURCE_DIR}/core/comm_mpi.c
-  ${PROJECT_SOURCE_DIR}/core/status.c
-  ${PROJECT_SOURCE_DIR}/core/alloc.c
-  ${PROJECT_SOURCE_DIR}/core/tensor.c)
+  ${PROJECT_SOURCE_DIR}/core/comm/comm.c
+  ${PROJECT_SOURCE_DIR}/core/comm/comm_mpi.c
+  ${PROJECT_SOURCE_DIR}/core/base/status.c
+  ${PROJECT_SOURCE_DIR}/core/base/alloc.c
+  ${PROJECT_SOURCE_DIR}/core/base/tensor.c)
 target_include_directories(test_comm PRIVATE
-  ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/core)
+  ${PROJECT_SOURCE_DIR}/include ${TESSERA_CORE_INCLUDE_DIRS})
 target_link_libraries(test_comm PRIVATE MPI::MPI_C m)
 
 add_test(NAME comm_np1 COMMAND $<TARGET_FILE:test_comm>)

@@ -4,15 +4,17 @@
 set(TESSERA_CORE_DIR ${PROJECT_SOURCE_DIR}/core)
 
 add_executable(test_config ${PROJECT_SOURCE_DIR}/tests/test_config.c
-  ${TESSERA_CORE_DIR}/config.c ${TESSERA_CORE_DIR}/status.c ${TESSERA_CORE_DIR}/alloc.c
-  ${TESSERA_CORE_DIR}/file.c)
-target_include_directories(test_config PRIVATE ${PROJECT_SOURCE_DIR}/include ${TESSERA_CORE_DIR})
+  ${TESSERA_CORE_DIR}/config/config.c ${TESSERA_CORE_DIR}/base/status.c ${TESSERA_CORE_DIR}/base/alloc.c
+  ${TESSERA_CORE_DIR}/base/file.c)
+target_include_directories(test_config PRIVATE ${PROJECT_SOURCE_DIR}/include
+  ${TESSERA_CORE_INCLUDE_DIRS})
 target_link_libraries(test_config PRIVATE PkgConfig::INIH m)
 
 add_executable(test_data ${PROJECT_SOURCE_DIR}/tests/test_data.c
-  ${TESSERA_CORE_DIR}/data.c ${TESSERA_CORE_DIR}/rng.c ${TESSERA_CORE_DIR}/status.c
-  ${TESSERA_CORE_DIR}/alloc.c ${TESSERA_CORE_DIR}/file.c)
-target_include_directories(test_data PRIVATE ${PROJECT_SOURCE_DIR}/include ${TESSERA_CORE_DIR})
+  ${TESSERA_CORE_DIR}/train/data.c ${TESSERA_CORE_DIR}/base/rng.c ${TESSERA_CORE_DIR}/base/status.c
+  ${TESSERA_CORE_DIR}/base/alloc.c ${TESSERA_CORE_DIR}/base/file.c)
+target_include_directories(test_data PRIVATE ${PROJECT_SOURCE_DIR}/include
+  ${TESSERA_CORE_INCLUDE_DIRS})
 target_link_libraries(test_data PRIVATE m)
 
 # One ctest entry per behaviour; the executable runs the case named by argv[1].

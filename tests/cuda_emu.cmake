@@ -27,21 +27,21 @@ endforeach()
 file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu)
 
 # The emulated kernels and NCCL, and the whole library built over them with
-# CUDA and NCCL on (the CUDA backend, the device allocator, core/comm_nccl.c),
+# CUDA and NCCL on (the CUDA backend, the device allocator, core/comm/comm_nccl.c),
 # as a static library for the emulated programs below.
 add_library(tessera_emu_kernels OBJECT ${TESSERA_EMU_GENERATED}
   ${PROJECT_SOURCE_DIR}/tests/cuda_emu/cuda_emu.cc ${PROJECT_SOURCE_DIR}/tests/cuda_emu/nccl_emu.cc)
 target_link_libraries(tessera_emu_kernels PRIVATE MPI::MPI_C)
 # The C API only (Open MPI's mpi.h pulls in its C++ bindings otherwise).
 target_compile_definitions(tessera_emu_kernels PRIVATE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
-file(GLOB TESSERA_EMU_CORE CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/core/*.c)
+file(GLOB TESSERA_EMU_CORE CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/core/*/*.c)
 add_library(tessera_emu STATIC ${TESSERA_EMU_CORE} $<TARGET_OBJECTS:tessera_kernels_cpu>
   $<TARGET_OBJECTS:tessera_emu_kernels>)
 foreach(t tessera_emu_kernels tessera_emu)
   # The stand-ins come first, so <cuda_runtime.h> and friends are never the toolkit's.
   target_include_directories(${t} BEFORE PRIVATE ${PROJECT_SOURCE_DIR}/tests/cuda_emu/include)
   target_include_directories(${t} PRIVATE
-    ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/core ${PROJECT_SOURCE_DIR}/kernels/cpu
+    ${PROJECT_SOURCE_DIR}/include ${TESSERA_CORE_INCLUDE_DIRS} ${PROJECT_SOURCE_DIR}/kernels/cpu
     ${PROJECT_SOURCE_DIR}/kernels/cuda ${TESSERA_CBLAS_INCLUDE})
   target_compile_definitions(${t} PRIVATE TESSERA_HAVE_CUDA=1 TESSERA_HAVE_NCCL=1)
   set_target_properties(${t} PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
@@ -65,7 +65,7 @@ foreach(t test_cuda_kernels_emu tessera_emu_cli tessera_cuda_probe_emu test_nccl
     test_device_alloc_emu test_parallel_emu)
   target_include_directories(${t} BEFORE PRIVATE ${PROJECT_SOURCE_DIR}/tests/cuda_emu/include)
   target_include_directories(${t} PRIVATE
-    ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/core ${PROJECT_SOURCE_DIR}/kernels/cpu
+    ${PROJECT_SOURCE_DIR}/include ${TESSERA_CORE_INCLUDE_DIRS} ${PROJECT_SOURCE_DIR}/kernels/cpu
     ${PROJECT_SOURCE_DIR}/kernels/cuda)
   target_compile_definitions(${t} PRIVATE TESSERA_HAVE_CUDA=1 TESSERA_HAVE_NCCL=1)
   target_link_libraries(${t} PRIVATE tessera_emu)

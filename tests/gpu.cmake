@@ -12,9 +12,9 @@
 # A test exits 77 to be reported as skipped (SKIP_RETURN_CODE).
 add_executable(test_device_alloc_host
   ${PROJECT_SOURCE_DIR}/tests/test_device_alloc.c
-  ${PROJECT_SOURCE_DIR}/core/device_cuda.c
-  ${PROJECT_SOURCE_DIR}/core/status.c
-  ${PROJECT_SOURCE_DIR}/core/alloc.c)
+  ${PROJECT_SOURCE_DIR}/core/backend/device_cuda.c
+  ${PROJECT_SOURCE_DIR}/core/base/status.c
+  ${PROJECT_SOURCE_DIR}/core/base/alloc.c)
 target_compile_definitions(test_device_alloc_host PRIVATE TS_DEVICE_HOST_BACKING=1)
 target_include_directories(test_device_alloc_host PRIVATE ${PROJECT_SOURCE_DIR}/include)
 find_package(Threads REQUIRED)
@@ -29,11 +29,11 @@ if(NOT TARGET tessera_gpu)
 endif()
 
 set(tessera_gpu_test_core
-  ${PROJECT_SOURCE_DIR}/core/comm.c
-  ${PROJECT_SOURCE_DIR}/core/comm_mpi.c
-  ${PROJECT_SOURCE_DIR}/core/status.c
-  ${PROJECT_SOURCE_DIR}/core/alloc.c
-  ${PROJECT_SOURCE_DIR}/core/tensor.c)
+  ${PROJECT_SOURCE_DIR}/core/comm/comm.c
+  ${PROJECT_SOURCE_DIR}/core/comm/comm_mpi.c
+  ${PROJECT_SOURCE_DIR}/core/base/status.c
+  ${PROJECT_SOURCE_DIR}/core/base/alloc.c
+  ${PROJECT_SOURCE_DIR}/core/base/tensor.c)
 
 add_executable(test_device_alloc ${PROJECT_SOURCE_DIR}/tests/test_device_alloc.c
   ${tessera_gpu_test_core})

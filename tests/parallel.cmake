@@ -7,7 +7,7 @@ if(NOT MPI_C_FOUND)
   return()
 endif()
 add_executable(test_parallel ${PROJECT_SOURCE_DIR}/tests/test_parallel.c)
-target_include_directories(test_parallel PRIVATE ${PROJECT_SOURCE_DIR}/core)
+target_include_directories(test_parallel PRIVATE ${TESSERA_CORE_INCLUDE_DIRS})
 target_link_libraries(test_parallel PRIVATE tessera)
 add_test(NAME parallel_comms_np4
   COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np 4 $<TARGET_FILE:test_parallel>)

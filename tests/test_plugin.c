@@ -442,8 +442,8 @@ static void truncated_plugin_file_is_rejected(void) {
     expect_load_fails(ini_loading("tail"), "plugin 'tail': cannot load ", tmp_file_of("tail"),
                       "truncated: its section header table", "ends past the end of the file", NULL);
     /* Shorter than the ELF header. */
-    copy_good_plugin("stub", 40);
-    expect_load_fails(ini_loading("stub"), tmp_file_of("stub"),
+    copy_good_plugin("short", 40);
+    expect_load_fails(ini_loading("short"), tmp_file_of("short"),
                       "truncated: 40 bytes, shorter than the 64-byte ELF header", NULL);
     /* The checker accepts the whole file. */
     CHECK(ts_plugin_file_check(file_of("good")) == TS_OK);

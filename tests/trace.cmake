@@ -11,15 +11,15 @@ endif()
 
 add_executable(test_trace
   ${PROJECT_SOURCE_DIR}/tests/test_trace.c
-  ${PROJECT_SOURCE_DIR}/core/trace.c
-  ${PROJECT_SOURCE_DIR}/core/file.c
-  ${PROJECT_SOURCE_DIR}/core/comm.c
-  ${PROJECT_SOURCE_DIR}/core/comm_mpi.c
-  ${PROJECT_SOURCE_DIR}/core/status.c
-  ${PROJECT_SOURCE_DIR}/core/alloc.c
-  ${PROJECT_SOURCE_DIR}/core/tensor.c)
+  ${PROJECT_SOURCE_DIR}/core/base/trace.c
+  ${PROJECT_SOURCE_DIR}/core/base/file.c
+  ${PROJECT_SOURCE_DIR}/core/comm/comm.c
+  ${PROJECT_SOURCE_DIR}/core/comm/comm_mpi.c
+  ${PROJECT_SOURCE_DIR}/core/base/status.c
+  ${PROJECT_SOURCE_DIR}/core/base/alloc.c
+  ${PROJECT_SOURCE_DIR}/core/base/tensor.c)
 target_include_directories(test_trace PRIVATE
-  ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/core)
+  ${PROJECT_SOURCE_DIR}/include ${TESSERA_CORE_INCLUDE_DIRS})
 target_link_libraries(test_trace PRIVATE MPI::MPI_C m)
 
 add_test(NAME trace_unit COMMAND $<TARGET_FILE:test_trace>)

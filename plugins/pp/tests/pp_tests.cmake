@@ -3,16 +3,16 @@
 #
 # test_pp_schedules: GPipe, 1F1B and interleaved 1F1B from schedules.c,
 # checked as action lists and under the core's unit-time simulator
-# (core/schedule.c, compiled in so these tests need no libtessera).
+# (core/train/schedule.c, compiled in so these tests need no libtessera).
 add_executable(test_pp_schedules
   ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_schedules.c
   ${CMAKE_CURRENT_SOURCE_DIR}/schedules.c
-  ${PROJECT_SOURCE_DIR}/core/schedule.c
-  ${PROJECT_SOURCE_DIR}/core/status.c)
+  ${PROJECT_SOURCE_DIR}/core/train/schedule.c
+  ${PROJECT_SOURCE_DIR}/core/base/status.c)
 target_include_directories(test_pp_schedules PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}
   ${PROJECT_SOURCE_DIR}/include
-  ${PROJECT_SOURCE_DIR}/core)
+  ${TESSERA_CORE_INCLUDE_DIRS})
 
 # One ctest per property; the argument names the property in test_schedules.c.
 set(pp_schedule_properties

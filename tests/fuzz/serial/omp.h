@@ -2,7 +2,7 @@
  * serial/omp.h — the OpenMP runtime calls of kernels/cpu for the fuzz build,
  * which compiles without OpenMP (tests/fuzz/CMakeLists.txt): one thread, so
  * every kernel runs serially and a fuzz run is reproducible. Not a general
- * OpenMP stub: only the calls the kernels make.
+ * OpenMP replacement: only the calls the kernels make.
  */
 #ifndef TESSERA_FUZZ_SERIAL_OMP_H
 #define TESSERA_FUZZ_SERIAL_OMP_H
