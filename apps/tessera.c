@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_plan.h"
+#include "comm_plan.h"
 #include "config.h"
 #include "parallel.h"
 #include "plugin.h"
@@ -58,13 +60,18 @@ static const char *usage_export =
     "  --set section.key=value   override one key (repeatable)\n";
 
 static const char *usage_plan =
-    "usage: tessera plan CONFIG --world N [--json] [--set ...]\n"
+    "usage: tessera plan CONFIG --world N [--rank R] [--json] [--set ...]\n"
     "\n"
     "Loads CONFIG's plugins and prints, without starting MPI, the mesh they\n"
     "make for N ranks: the size of every axis and every rank group of every\n"
-    "axis and product of axes, dense (tp cp dp pp) and expert (ep etp edp).\n"
+    "axis and product of axes, dense (tp cp dp pp) and expert (ep etp edp);\n"
+    "the layout plan; and for rank R (default 0) the memory it allocates and\n"
+    "the communication of every group per step, from a dry run of two steps:\n"
+    "the real trainer, model and plugins over a backend and communicators that\n"
+    "only count (nothing computed, nothing exchanged).\n"
     "--json prints one object whose \"groups\" maps each axis name to its\n"
-    "groups, each a list of ranks ascending, groups ordered by their first rank.\n";
+    "groups, each a list of ranks ascending, groups ordered by their first rank;\n"
+    "\"memory\" and \"comm\" (\"group.op\": calls and bytes) are rank R's.\n";
 
 static const char *usage_plugins =
     "usage: tessera plugins [--config CONFIG [--set ...]] [--plugin-path DIRS]\n"
@@ -105,6 +112,7 @@ typedef struct cli_opts {
     const char *out;        /* export --out            */
     const char *checkpoint; /* export --checkpoint     */
     int world;              /* plan --world            */
+    int rank;               /* plan --rank             */
     int json;               /* plan --json             */
 } cli_opts;
 
@@ -135,6 +143,12 @@ static ts_status load_config(int argc, char **argv, cli_opts *opts, ts_config **
                 st =
                     ts_error(TS_ERR_CONFIG, "--world '%s': a number of ranks is required", argv[i]);
             opts->world = (int)w;
+        } else if (opts && strcmp(argv[i], "--rank") == 0 && i + 1 < argc) {
+            char *end = NULL;
+            long r = strtol(argv[++i], &end, 10);
+            if (!end || *end || r < 0 || r >= 1 << 20)
+                st = ts_error(TS_ERR_CONFIG, "--rank '%s': a rank number is required", argv[i]);
+            opts->rank = (int)r;
         } else if (opts && strcmp(argv[i], "--json") == 0) {
             opts->json = 1;
         } else {
@@ -268,160 +282,74 @@ static void print_groups(const ts_mesh *mesh, FILE *f) {
     }
 }
 
-/* What `plan` estimates for rank 0 (the largest shards under the uneven
- * rule): bytes per memory category, and bytes per step per group and op. */
-typedef struct plan_comm {
-    const char *group, *op;
-    uint64_t calls, bytes;
-} plan_comm;
+/* What `plan` predicts for one rank: its dry run's allocations per memory
+ * category, and what every group's communicator carried in one step. */
+typedef struct plan_result {
+    size_t params, grads, optim, acts, comm, batch;
+    const ts_parallel *par; /* the dry run's context: its counters    */
+} plan_result;
 
-typedef struct plan_estimate {
-    size_t params, grads, optim, acts, batch;
-    int ncomm;
-    plan_comm comm[8]; /* per step, bytes as the communicator counts them */
-} plan_estimate;
-
-static void plan_count(plan_estimate *e, const char *group, const char *op, uint64_t calls,
-                       uint64_t bytes) {
-    if (calls == 0) return;
-    for (int i = 0; i < e->ncomm; i++)
-        if (strcmp(e->comm[i].group, group) == 0 && strcmp(e->comm[i].op, op) == 0) {
-            e->comm[i].calls += calls;
-            e->comm[i].bytes += bytes;
-            return;
-        }
-    if (e->ncomm < 8) e->comm[e->ncomm++] = (plan_comm){group, op, calls, bytes};
+/* Runs two steps of rank `rank` of the configured world as a dry run: the
+ * real trainer, model, layers, schedule and plugins over the dry-run
+ * backend and communicators (nothing computed, nothing exchanged), so the
+ * prediction and the run cannot drift apart. */
+static ts_status plan_dry_run(const ts_config *cfg, ts_plugins *reg, const ts_mesh_sizes *sizes,
+                              int rank, ts_comm **world, ts_parallel **par, plan_result *r) {
+    const char *order = ts_config_str(cfg, "parallel", "order");
+    TS_TRY(ts_comm_plan_create("world", rank, sizes->world, world));
+    TS_TRY(ts_parallel_create_plan(*world, sizes, order, par));
+    ts_plugins_set_comm_source(reg, ts_parallel_plugin_comm, *par);
+    ts_trainer *t = NULL;
+    TS_TRY(ts_trainer_create_plan(cfg, *par, reg, &t));
+    /* Two steps: the second holds the workspace the first grew while it
+     * saves its activations, the steady state a run reaches. The traffic
+     * counted is the second's (every step's is the same). */
+    ts_step_stats stats;
+    ts_status st = ts_trainer_step(t, &stats);
+    for (int i = 0; i < (*par)->ncomms; i++)
+        ts_comm_counters_reset((*par)->comms[i]);
+    ts_comm_counters_reset(*world);
+    if (!st) st = ts_trainer_step(t, &stats);
+    if (!st) {
+        r->params = ts_backend_plan_stats(TS_MEM_PARAMS).allocated;
+        r->grads = ts_backend_plan_stats(TS_MEM_GRADS).allocated;
+        r->optim = ts_backend_plan_stats(TS_MEM_OPTIM).allocated;
+        r->acts = ts_backend_plan_stats(TS_MEM_ACTS).peak;
+        r->comm = ts_backend_plan_stats(TS_MEM_COMM).peak;
+        r->batch = ts_backend_plan_stats(TS_MEM_OTHER).peak;
+        r->par = *par;
+    }
+    ts_trainer_destroy(t);
+    return st;
 }
 
-/* The tensor-parallel and pipeline traffic of rank 0's modules per step, as
- * plugins/tp/README.md and plugins/pp/README.md derive it. */
-static void plan_count_model(plan_estimate *e, const ts_train_shape *sh,
-                             const ts_model_shard *shard, int pp) {
-    int L = sh->model.layers, m = sh->micro_batches, tp = shard->tp, sp = shard->sp;
-    uint64_t N = (uint64_t)sh->B * sh->T, C = (uint64_t)sh->model.d_model, H = 4 * N * C;
-    int here[TS_MODEL_MAX_MODULES];
-    for (int i = 0; i < L + 2; i++)
-        here[i] = pp > 1 ? shard->module_chunk[i] >= 0 : 1;
-    if (tp > 1) {
-        uint64_t partial = 0; /* per step: gradients of weights used on slices */
-        for (int i = 0; i < L + 2; i++) {
-            if (!here[i]) continue;
-            if (i == 0) { /* embedding */
-                plan_count(e, "tp", sp ? "reduce_scatter" : "all_reduce", (uint64_t)m, m * H);
-                if (sp) plan_count(e, "tp", "all_gather", (uint64_t)m, m * H);
-                partial += (uint64_t)sh->model.context * C;
-            } else if (i == L + 1) { /* head */
-                plan_count(e, "tp", "all_reduce", 2ull * m, m * 12 * N);
-                plan_count(e, "tp", sp ? "reduce_scatter" : "all_reduce", (uint64_t)m, m * H);
-                if (sp) plan_count(e, "tp", "all_gather", 2ull * m, 2 * m * H);
-                partial += 2 * C;
-            } else if (sp) {
-                plan_count(e, "tp", "all_gather", 6ull * m, 6 * m * H);
-                plan_count(e, "tp", "reduce_scatter", 4ull * m, 4 * m * H);
-                partial += 6 * C;
-            } else {
-                plan_count(e, "tp", "all_reduce", 4ull * m, 4 * m * H);
-            }
+/* Calls `fn` for every (group, op) with traffic in the dry run, world last. */
+static void plan_each_comm(const plan_result *r, ts_comm *world,
+                           void (*fn)(const char *group, const char *op,
+                                      const ts_comm_op_counter *c, int first)) {
+    int first = 1;
+    for (int i = 0; i <= r->par->ncomms; i++) {
+        ts_comm *c = i < r->par->ncomms ? r->par->comms[i] : world;
+        for (int op = 0; op < TS_COMM_NOPS; op++) {
+            ts_comm_op_counter k = ts_comm_counter(c, (ts_comm_op)op);
+            if (k.calls == 0) continue;
+            fn(ts_comm_name(c), ts_comm_op_name((ts_comm_op)op), &k, first);
+            first = 0;
         }
-        if (sp) {
-            int n = 0;
-            for (int i = 0; i < L + 2; i++)
-                n += here[i] ? (i == 0 ? 1 : i == L + 1 ? 2 : 6) : 0;
-            plan_count(e, "tp", "all_reduce", (uint64_t)n, 4 * partial);
-        }
-    }
-    if (pp > 1) {
-        uint64_t hl = H / (sp ? (uint64_t)tp : 1), out = 0, in = 0;
-        for (int c = 0; c < shard->chunks; c++) {
-            out += shard->module_chunk[L + 1] != c; /* activations go downstream */
-            in += shard->module_chunk[0] != c;      /* gradients go upstream */
-        }
-        plan_count(e, "pp", "send", (out + in) * m, (out + in) * m * hl);
-        plan_count(e, "pp", "recv", (out + in) * m, (out + in) * m * hl);
-        /* The tied wte: its two copies' gradients summed each step. */
-        if (here[0])
-            plan_count(e, "embedding", "all_reduce", 1,
-                       4 * (uint64_t)sh->model.padded_vocab * C / (uint64_t)tp);
     }
 }
 
-static ts_status plan_estimate_make(const ts_config *cfg, const ts_mesh *mesh,
-                                    const ts_layout_plan *plan, const ts_train_shape *sh,
-                                    const ts_schedule_sim *sim, plan_estimate *e) {
-    int pp = ts_mesh_axis_size(mesh, TS_AXIS_PP);
-    memset(e, 0, sizeof *e);
-    int bf16 = strcmp(ts_config_str(cfg, "train", "dtype"), "bf16") == 0;
-    size_t numel = 0;
-    int coords[TS_LAYOUT_MAX_AXES] = {0};
-    int batch_dp = 0, batch_cp = 0;
-    for (int i = 0; i < plan->count; i++) {
-        const ts_layout_plan_entry *en = &plan->entries[i];
-        if (strcmp(en->name, "data.tokens") == 0)
-            for (int a = 0; a < en->layout.naxes; a++) {
-                const ts_layout_axis *ax = &en->layout.axes[a];
-                if (ax->placement.kind != TS_PLACEMENT_SHARD || ax->size == 1) continue;
-                batch_dp |= strcmp(ax->name, "dp") == 0;
-                batch_cp |= strcmp(ax->name, "cp") == 0;
-            }
-        if (en->kind != TS_PLAN_PARAM) continue;
-        if (en->stage >= 0 && en->stage % pp != 0) continue; /* another stage's */
-        int64_t shape[TS_MAX_DIMS];
-        TS_TRY(ts_layout_local_shape(&en->layout, coords, shape));
-        size_t n = 1;
-        for (int d = 0; d < en->layout.ndim; d++)
-            n *= (size_t)shape[d];
-        numel += n;
-    }
-    e->params = numel * (bf16 ? 2 : 4);
-    e->grads = numel * 4;
-    e->optim = numel * 4 * (bf16 ? 3 : 2);
-    /* The tp cut and sequence parallelism, as the trainer reads them. */
-    ts_model_shard shard = {.tp = ts_mesh_axis_size(mesh, TS_AXIS_TP)};
-    const ts_layout_plan_entry *act = ts_layout_plan_find((ts_layout_plan *)plan, "act.x");
-    int a = act ? ts_layout_axis_index(&act->layout, "tp") : -1;
-    if (a >= 0 && act->layout.axes[a].placement.kind == TS_PLACEMENT_SHARD) shard.sp = 1;
-    /* The attention's state is the device's: its backend's table (a build
-     * without CUDA plans device = cuda with the CPU's, an upper bound). */
-    const ts_backend *be = ts_backend_cpu();
-    if (strcmp(ts_config_str(cfg, "train", "device"), "cuda") == 0 && ts_backend_cuda())
-        be = ts_backend_cuda();
-    size_t saved = 0, ws = 0;
-    ts_model_activation_bytes(&sh->model, &shard, be, sh->B, sh->T, &saved, &ws);
-    e->acts = saved + ws; /* the one-stage schedule holds one micro-batch */
-    if (sim->stages > 1) {
-        /* Rank 0 runs the virtual stages 0, pp, 2pp, ...; it holds the saved
-         * state of as many (micro-batch, chunk) pairs as the schedule keeps in
-         * flight, each at most its largest chunk's (an upper estimate). */
-        int L = sh->model.layers;
-        shard.pp = pp;
-        shard.chunks = sim->chunks;
-        for (int i = 0; i < L + 2; i++) {
-            char name[TS_NAME_MAX];
-            if (i == 0)
-                snprintf(name, sizeof name, "wpe");
-            else if (i == L + 1)
-                snprintf(name, sizeof name, "lnf.weight");
-            else
-                snprintf(name, sizeof name, "h.%d.ln1.weight", i - 1);
-            const ts_layout_plan_entry *en = ts_layout_plan_find((ts_layout_plan *)plan, name);
-            int k = en ? en->stage : 0;
-            shard.module_chunk[i] = k % pp == 0 ? k / pp : -1;
-        }
-        size_t biggest = 0;
-        for (int c = 0; c < sim->chunks; c++) {
-            size_t b = ts_model_chunk_saved_bytes(&sh->model, &shard, be, sh->B, sh->T, c);
-            if (b > biggest) biggest = b;
-        }
-        size_t hidden = sizeof(float) * sh->B * (shard.sp ? sh->T / shard.tp : sh->T) *
-                        sh->model.d_model; /* one received activation */
-        e->acts = (size_t)sim->peak_in_flight[0] * (biggest + hidden) + ws;
-    }
-    e->batch = (size_t)sh->micro_batches * sh->B * sh->T * 2 * sizeof(int32_t);
-    /* Gradients reduce over every rank holding a part of the batch: the
-     * mesh's dp-cp group (the same ranks as dp when cp is 1). */
-    if (batch_dp || batch_cp) plan_count(e, "dp-cp", "all_reduce", 1, numel * 4);
-    plan_count_model(e, sh, &shard, pp);
-    return TS_OK;
+static void plan_comm_json(const char *group, const char *op, const ts_comm_op_counter *c,
+                           int first) {
+    printf("%s\"%s.%s\":{\"calls\":%llu,\"bytes\":%llu}", first ? "" : ",", group, op,
+           (unsigned long long)c->calls, (unsigned long long)c->bytes);
+}
+
+static void plan_comm_text(const char *group, const char *op, const ts_comm_op_counter *c,
+                           int first) {
+    (void)first;
+    printf("  %-9s %-15s %8llu calls %14llu bytes\n", group, op, (unsigned long long)c->calls,
+           (unsigned long long)c->bytes);
 }
 
 /* The pipeline schedule every stage would run, simulated under the
@@ -454,29 +382,45 @@ static ts_status plan_pipeline(ts_plugins *reg, const ts_mesh *mesh, const ts_la
 static int cmd_plan(int argc, char **argv) {
     int rc = 0;
     if (cli_usage(argc, argv, usage_plan, &rc)) return rc;
-    cli_opts opts = {0};
+    cli_opts opts = {.rank = 0};
     ts_config *cfg = NULL;
     ts_plugins *reg = NULL;
     ts_status st = load_config(argc, argv, &opts, &cfg, &reg);
     if (st) return fail(st);
     ts_mesh *mesh = NULL;
+    ts_mesh_sizes sizes;
     if (opts.world < 1) {
         st = ts_error(TS_ERR_CONFIG, "tessera plan: --world N is required");
     } else {
         st = build_mesh(cfg, reg, opts.world, NULL, &mesh, NULL);
+        if (!st) st = ts_plugins_mesh_sizes(reg, opts.world, &sizes);
+        if (!st && opts.rank >= opts.world)
+            st = ts_error(TS_ERR_CONFIG, "tessera plan: --rank %d is not a rank of --world %d",
+                          opts.rank, opts.world);
     }
     ts_train_shape shape;
     ts_layout_plan plan;
     ts_layout_plan_init(&plan);
-    plan_estimate est;
     if (!st) st = ts_train_shape_resolve(cfg, ts_mesh_axis_size(mesh, TS_AXIS_DP), &shape);
-    if (!st) st = ts_train_check_tp(cfg, &shape.model, ts_mesh_axis_size(mesh, TS_AXIS_TP));
     if (!st) st = ts_model_layout_plan(&shape.model, shape.global_batch, shape.T, mesh, &plan);
     if (!st) st = ts_plugins_apply_transforms(reg, &plan);
     ts_schedule_sim sim;
     memset(&sim, 0, sizeof sim);
     if (!st) st = plan_pipeline(reg, mesh, &plan, &shape, &sim);
-    if (!st) st = plan_estimate_make(cfg, mesh, &plan, &shape, &sim, &est);
+    ts_comm *world = NULL;
+    ts_parallel *par = NULL;
+    plan_result est = {0};
+    /* A mesh whose axes nothing implements yet (planning a mesh before its
+     * strategies exist) is still described; only the prediction is missing,
+     * and says why. Any other failure is an error. */
+    char unbound[1024] = "";
+    if (!st) {
+        st = plan_dry_run(cfg, reg, &sizes, opts.rank, &world, &par, &est);
+        if (st == TS_ERR_PLUGIN) {
+            snprintf(unbound, sizeof unbound, "%s", ts_last_error_bare());
+            st = TS_OK;
+        }
+    }
     double bubble = sim.bubble_den ? (double)sim.bubble_num / (double)sim.bubble_den : 0.0;
     if (!st && opts.json) {
         size_t len = ts_mesh_json_format(mesh, NULL, 0);
@@ -486,14 +430,20 @@ static int cmd_plan(int argc, char **argv) {
         } else {
             ts_mesh_json_format(mesh, buf, len + 1);
             buf[len - 1] = '\0'; /* reopen the object: drop its closing brace */
-            printf("%s,\"memory\":{\"params\":%zu,\"grads\":%zu,\"optimizer\":%zu,"
-                   "\"activations\":%zu,\"batch\":%zu},\"comm\":{",
-                   buf, est.params, est.grads, est.optim, est.acts, est.batch);
-            for (int i = 0; i < est.ncomm; i++)
-                printf("%s\"%s.%s\":{\"calls\":%llu,\"bytes\":%llu}", i ? "," : "",
-                       est.comm[i].group, est.comm[i].op, (unsigned long long)est.comm[i].calls,
-                       (unsigned long long)est.comm[i].bytes);
-            printf("},\"schedule\":\"%s\",\"bubble\":%.6f}\n",
+            printf("%s,\"rank\":%d,", buf, opts.rank);
+            if (unbound[0]) {
+                printf("\"unbound\":\"");
+                for (const char *c = unbound; *c; c++)
+                    printf(*c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
+                printf("\",");
+            } else {
+                printf("\"memory\":{\"params\":%zu,\"grads\":%zu,\"optimizer\":%zu,"
+                       "\"activations\":%zu,\"comm\":%zu,\"batch\":%zu},\"comm\":{",
+                       est.params, est.grads, est.optim, est.acts, est.comm, est.batch);
+                plan_each_comm(&est, world, plan_comm_json);
+                printf("},");
+            }
+            printf("\"schedule\":\"%s\",\"bubble\":%.6f}\n",
                    sim.stages ? ts_plugins_scheduler_name(reg, 0) : "default", bubble);
             free(buf);
         }
@@ -510,18 +460,19 @@ static int cmd_plan(int argc, char **argv) {
         print_groups(mesh, stdout);
         printf("layout plan (rank 0's block in 'local'):\n");
         st = ts_layout_plan_print(&plan, stdout);
-        printf("memory per rank (estimate for rank 0):\n"
-               "  params       %12zu bytes\n  grads        %12zu bytes\n"
-               "  optimizer    %12zu bytes\n  activations  %12zu bytes (%s of %d x %d in "
-               "flight, and backward workspace)\n  batch        %12zu bytes\n",
-               est.params, est.grads, est.optim, est.acts,
-               sim.stages > 1 ? "at most the schedule's micro-batches" : "one micro-batch", shape.B,
-               shape.T, est.batch);
-        printf("communication per step:\n");
-        for (int i = 0; i < est.ncomm; i++)
-            printf("  %-9s %-15s %8llu calls %14llu bytes\n", est.comm[i].group, est.comm[i].op,
-                   (unsigned long long)est.comm[i].calls, (unsigned long long)est.comm[i].bytes);
-        if (est.ncomm == 0) printf("  none\n");
+        if (unbound[0]) printf("no prediction of memory and communication: %s\n", unbound);
+        if (!unbound[0])
+            printf("memory of rank %d (a dry run of two steps: what it allocates):\n"
+                   "  params       %12zu bytes\n  grads        %12zu bytes\n"
+                   "  optimizer    %12zu bytes\n  activations  %12zu bytes (peak of steps of %d "
+                   "micro-batches of %d x %d)\n  comm         %12zu bytes (peak of staging)\n"
+                   "  batch        %12zu bytes\n",
+                   opts.rank, est.params, est.grads, est.optim, est.acts, shape.micro_batches,
+                   shape.B, shape.T, est.comm, est.batch);
+        if (!unbound[0]) {
+            printf("communication of rank %d per step:\n", opts.rank);
+            plan_each_comm(&est, world, plan_comm_text);
+        }
         if (sim.stages) {
             printf("pipeline schedule %s, %d micro-batches (unit-time model: every forward and "
                    "backward takes one slot):\n",
@@ -534,6 +485,8 @@ static int cmd_plan(int argc, char **argv) {
     ts_layout_plan_free(&plan);
     ts_schedule_sim_free(&sim);
     rc = st ? fail(st) : 0;
+    ts_parallel_destroy(par);
+    ts_comm_free(world);
     ts_mesh_destroy(mesh);
     ts_plugins_destroy(reg);
     ts_config_destroy(cfg);

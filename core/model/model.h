@@ -1,41 +1,39 @@
 /*
- * model.h — the GPT-2 model: its shape, its parameters and its modules.
+ * model.h — the model runtime: parameters, their flat buffers, modules and
+ * the running of model chunks, for any architecture registered by name
+ * (arch.h; `[model] arch`, GPT-2 first).
  *
- * GPT-2 (Radford et al. 2019) as llm.c trains it: tied token embedding and LM
- * head, learned positions, pre-LN blocks (LayerNorm -> causal attention ->
- * residual, LayerNorm -> MLP 4C with tanh-GELU -> residual), a final LayerNorm
- * and softmax cross-entropy over a vocabulary padded to Vp columns.
+ * What the runtime owns (generic, for every architecture):
+ *  - the parameter registry: the architecture declares every parameter
+ *    (name, global shape, initialisation, weight decay) and which modules
+ *    read it; this rank keeps the parameters its modules read, each as its
+ *    block under the layout plan's placements (ts_layout_local_block);
+ *  - the flat buffers: parameters, gradients and the optimizer state are each
+ *    one allocation, carved into named tensors at the same element offsets,
+ *    so the optimizer runs over flat arrays and a checkpoint is a few writes;
+ *  - stages and chunks: a module runs on the pipeline stage that the plan's
+ *    `stage` fields give its parameters (virtual stage k on pipeline rank
+ *    k % pp as its chunk k / pp); modules of another stage are not built;
+ *  - the runner: a chunk's modules forward in order and backward in reverse,
+ *    with per-micro-batch saved state, a shared backward workspace and the
+ *    module-done callback (gradient-ready hooks).
  *
- * Parameters, their gradients and the optimizer state are each one allocation,
- * carved into named tensors at the same element offsets, so the optimizer runs
- * over flat arrays and a checkpoint is a few large writes.
- *
- * Tensor parallelism (Megatron-LM, Shoeybi et al. 2019): with a tp group of
- * size t > 1 every rank holds 1/t of the sharded tensors — QKV by heads and
- * the MLP's first layer by columns (column parallel), the attention and MLP
- * output projections by input rows (row parallel, partial sums all-reduced
- * once and their biases added after), the tied embedding / LM head by
- * vocabulary (lookup partial sums all-reduced; cross-entropy over the
- * vocabulary shards with max and sum-exp reduced, never the full logits).
- * With sequence parallelism (Korthikanti et al. 2022) the hidden states
- * between those regions are cut along T instead of replicated: all-gather
- * before the column-parallel products, reduce-scatter after the row-parallel
- * ones, and the gradients of weights used on sequence slices (LayerNorms,
- * row-parallel biases, positions) come out partial over tp (grad_partial).
- * The modules derive every collective from that one description.
+ * What a placement implies for the arithmetic is the layers' business
+ * (layers.h): they read each parameter's placement on every cut axis and the
+ * hidden state's, and derive the collectives (column and row parallel
+ * products, vocabulary-parallel embedding and loss, sequence-sliced regions).
+ * Neither the runtime nor the layers know a strategy by name: an axis is
+ * whatever the plan calls it.
  *
  * Precision: with dtype fp32 the parameters are f32 and are the master
  * weights. With bf16 the parameters are stored in bf16 (the compute copy),
  * the optimizer keeps f32 master weights, gradients accumulate in f32, and
- * every activation is rounded to bf16 at each op boundary; the CPU computes
- * in f32 on values of bf16 precision (and so does CUDA, with the same
- * rounding: the backend's round_bf16).
+ * every activation is rounded to bf16 at each op boundary.
  *
- * Devices: the model's tensors (parameters, gradients, activations, the
- * workspaces) live on its backend's device (backend.h: the CPU, or one GPU)
- * and every kernel runs there. The host touches only the per-token losses
- * of the head (copied down for the loss sum) and the host arrays of
- * ts_model_gather / ts_model_scatter.
+ * Devices: the model's tensors live on its backend's device (backend.h: the
+ * CPU, or one GPU) and every kernel runs there. The host touches only the
+ * per-token losses of the head and the host arrays of ts_model_gather /
+ * ts_model_scatter.
  */
 #ifndef TESSERA_CORE_MODEL_H
 #define TESSERA_CORE_MODEL_H
@@ -53,6 +51,7 @@
 extern "C" {
 #endif
 
+/* The shape of the model. GPT-2's keys; an architecture reads what it needs. */
 typedef struct ts_model_config {
     int layers;       /* L                                              */
     int d_model;      /* C                                              */
@@ -68,23 +67,31 @@ typedef enum ts_init_kind {
     TS_INIT_ONES = 2,
 } ts_init_kind;
 
-/* How the model is cut over the tensor-parallel group. */
-/* How the model is cut over the tensor-parallel group and the pipeline. */
 #define TS_MODEL_MAX_MODULES 1026 /* embedding, up to 1024 blocks, head */
+#define TS_MODEL_MAX_AXES TS_LAYOUT_MAX_AXES
+#define TS_MODULE_MAX_PARAMS 16
+
+/* One mesh axis that a model tensor may be cut along, as this rank sees it. */
+typedef struct ts_model_axis {
+    char name[TS_COMM_NAME_MAX]; /* the plan's name for it ("tp", ...)     */
+    int size, coord;
+    /* 1 when the batch (data.tokens) is cut along it: its ranks hold
+     * different tokens (dp, cp). 0: every rank of it reads the same tokens,
+     * so layers may cut weights and hidden states along it. */
+    int cuts_batch;
+    ts_comm *comm; /* the model's tensors (device memory; NCCL on GPUs)   */
+    ts_comm *host; /* the same group for host memory; comm when NULL      */
+} ts_model_axis;
+
+/* Where the model runs: the plan's placements and this rank's place in the
+ * mesh. The pipeline axis is not among `axes`: pipeline stages come from the
+ * plan's stage fields. */
 typedef struct ts_model_shard {
-    int tp;           /* ranks in the tp group; 1 = not cut            */
-    int tp_rank;      /* this rank's coordinate on tp                  */
-    int sp;           /* sequence parallel: hidden states cut along T  */
-    ts_comm *tp_comm; /* borrowed; NULL when tp == 1: the model's tensors
-                         (device memory; NCCL on GPUs)              */
-    ts_comm *tp_host; /* borrowed; the same group for host memory
-                         (ts_model_gather); tp_comm when NULL        */
-    /* Pipeline: which modules (embedding 0, blocks 1..L, head L+1) this
-     * rank runs, as its model chunk c (a virtual stage), or -1 for a module
-     * another rank runs. pp == 0 means the whole model is here as chunk 0. */
-    int pp;
-    int chunks; /* model chunks on this rank                     */
-    int module_chunk[TS_MODEL_MAX_MODULES];
+    const ts_layout_plan *plan; /* borrowed for ts_model_create; NULL: one
+                                   rank, nothing cut                      */
+    int naxes;
+    ts_model_axis axes[TS_MODEL_MAX_AXES];
+    int pp, pp_rank; /* pipeline ranks and this rank's (0, 0: none)        */
 } ts_model_shard;
 
 typedef struct ts_param {
@@ -95,22 +102,51 @@ typedef struct ts_param {
     int64_t global_shape[3];
     int64_t block_offset[3];
     size_t global_offset; /* element offset in the unsharded flat arrays  */
-    int shard_dim;        /* dimension cut over tp, -1 when replicated      */
-    int grad_partial;     /* the gradient is partial over tp (sequence
-                             parallel): sum it over tp before use            */
-    int tied_copy;        /* the LM head's copy of wte on a pipeline rank
-                             without the embedding: the embedding's copy is
-                             the one checkpoints and the gradient norm count */
-    int decay;            /* weight decay applies (2-D weights)              */
+    /* The placement on each of the model's axes (model->axes order). */
+    ts_placement on[TS_MODEL_MAX_AXES];
+    /* Bit a: the gradient is partial over axis a of model->axes (a weight
+     * replicated on an axis that cuts the rows it is applied to): the core
+     * sums it over that axis when the gradient is complete, unless a plugin
+     * provides the reduction (bit clear, see ts_model_set_reducer). */
+    unsigned grad_partial;
+    int tied_copy; /* a copy of a parameter whose owning module runs on
+                      another pipeline rank (GPT-2's LM head's wte): the
+                      owner's copy is the one checkpoints and the gradient
+                      norm count                                       */
+    int decay;     /* weight decay applies (2-D weights)              */
     ts_init_kind init;
     float init_std;
     int64_t init_rows; /* NORMAL: rows initialised (wte: V of Vp)        */
 } ts_param;
 
+/* The architecture's declaration of one parameter. */
+typedef struct ts_param_decl {
+    char name[TS_NAME_MAX];
+    int ndim;
+    int64_t shape[3];
+    int decay;
+    ts_init_kind init;
+    float std;
+    int64_t rows; /* NORMAL: leading-dimension rows initialised           */
+} ts_param_decl;
+
+/* The architecture's declaration of one module: its ops and the parameters
+ * it reads (indices into the declared parameters). The first module reading
+ * a parameter owns it (its stage is the parameter's plan stage); a later
+ * one borrows it (a tied weight). */
+typedef struct ts_module_decl {
+    char name[TS_NAME_MAX];
+    const ts_module_ops *ops;
+    int nparams;
+    int params[TS_MODULE_MAX_PARAMS];
+} ts_module_decl;
+
+typedef struct ts_arch ts_arch;
+
 struct ts_model {
     const ts_backend *be; /* where every tensor below lives (borrowed) */
+    const ts_arch *arch;  /* the definition (static)                   */
     ts_model_config cfg;
-    ts_model_shard shard;
     ts_dtype dtype; /* TS_F32 or TS_BF16: storage of parameters      */
     int nparams;
     ts_param *params;
@@ -119,17 +155,26 @@ struct ts_model {
     void *param_data;    /* numel elements of dtype (device memory)       */
     float *grad_data;    /* numel f32 (device memory)                     */
 
-    int nmodules;        /* embedding, L blocks, head                      */
-    ts_module **modules; /* NULL for a module another pipeline rank runs */
-    int tied_split;      /* wte lives here, and on another pipeline rank too:
-                            its gradient is summed across the two each step */
+    /* The axes that cut something (copied from the shard), and the
+     * placement of the hidden state passed between modules on each. */
+    int naxes;
+    ts_model_axis axes[TS_MODEL_MAX_AXES];
+    ts_placement act[TS_MODEL_MAX_AXES];
+
+    int nmodules;                           /* every module of the architecture               */
+    ts_module **modules;                    /* NULL for a module another pipeline rank runs */
+    int module_chunk[TS_MODEL_MAX_MODULES]; /* chunk on this rank, or -1   */
+    int pp, chunks;                         /* pipeline ranks, model chunks on this rank     */
+    int tied_split;                         /* a parameter read by modules on two pipeline ranks
+                                               lives here: its gradient is summed across them
+                                               each step                                      */
 
     /* Backward workspace shared by all modules (one backward at a time). */
     float *work;
     size_t work_floats;
-    /* Tensor parallelism: staging for gathers and scatters along T. */
-    float *tp_stage;
-    size_t tp_stage_floats;
+    /* Staging for redistributions along the sequence. */
+    float *comm_stage;
+    size_t comm_stage_floats;
     /* bf16 mode: f32 staging for the weights of the op being run (the
      * embedding, LayerNorms, biases), and the bf16 GEMMs' operand scratch. */
     float *stage[4];
@@ -144,32 +189,28 @@ struct ts_model {
 /* Checks the shape (C % NH, Vp >= V, ...); messages name the [model] key. */
 ts_status ts_model_config_check(const ts_model_config *cfg);
 
-/* Builds the model with parameters initialised from `seed`: weights
- * N(0, 0.02), residual output projections N(0, 0.02/sqrt(2L)), biases 0,
- * LayerNorm weights 1, padded wte rows 0. Element i of a tensor is drawn
- * from (seed, name, GLOBAL index i), so every rank's block of a sharded
- * tensor holds exactly the values of the unsharded one. `shard` may be NULL
- * (one rank); it is copied. Shapes that the tp size does not divide are
- * errors naming the [model] key. `be` (borrowed, kept by the model; NULL =
- * the CPU) is where the tensors live and the kernels run: the values are
- * drawn on the host and uploaded. */
+/* Builds the model of architecture `arch` (NULL: GPT-2) with parameters
+ * initialised from `seed`: element i of a tensor is drawn from (seed, name,
+ * GLOBAL index i), so every rank's block of a sharded tensor holds exactly
+ * the values of the unsharded one. `shard` may be NULL (one rank, nothing
+ * cut); it is copied (its plan is read during the call only). Placements the
+ * layers cannot run, stages out of order and shapes the cuts do not divide
+ * are errors naming the tensor and the axis. `be` (borrowed, kept by the
+ * model; NULL = the CPU) is where the tensors live and the kernels run: the
+ * values are drawn on the host and uploaded. */
+ts_status ts_model_create_arch(const ts_arch *arch, const ts_model_config *cfg, ts_dtype dtype,
+                               uint64_t seed, const ts_model_shard *shard, const ts_backend *be,
+                               ts_model **out);
+/* The same for GPT-2. */
 ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype, uint64_t seed,
                           const ts_model_shard *shard, const ts_backend *be, ts_model **out);
 
-/* Checks that a tp group of `tp` ranks can cut this model: heads, the MLP
- * width 4 x d_model and padded_vocab divisible by tp (messages name each). */
-ts_status ts_model_tp_check(const ts_model_config *cfg, int tp);
-
-/* The dimension each parameter is cut along under tensor parallelism
- * (-1: replicated): the placement S(d) on the tp axis that the modules
- * implement. Names as in the model ("wte", "h.0.attn.qkv.weight", ...). */
-int ts_model_tp_shard_dim(const char *name);
-
 /* Every rank's f32 values of every parameter (`local`, numel elements in
  * this rank's layout) assembled into the unsharded flat layout (`full`,
- * global_numel elements, on every rank of the tp group). Collective over tp.
- * With tp == 1 it is a copy. Both are HOST arrays (the trainer copies
- * device arrays down first). */
+ * global_numel elements, on every rank of the axes that cut them).
+ * Collective over those axes; a copy when nothing is cut. Both are HOST
+ * arrays (the trainer copies device arrays down first). Pipeline stages
+ * write only their own parameters. */
 ts_status ts_model_gather(ts_model *m, const float *local, float *full);
 /* The reverse: this rank's blocks cut out of the unsharded flat `full`
  * (host arrays too). */
@@ -183,19 +224,23 @@ ts_status ts_model_zero_grad(ts_model *m);
 
 /* Forward of model chunk `chunk` (its modules, in order) for micro-batch
  * ctx->mb: x is the hidden state entering it (ignored when the chunk starts
- * with the embedding); y receives the state leaving it, owned by the last
- * module's saved state (y->data NULL when the chunk ends with the head). */
+ * with the first module); y receives the state leaving it, owned by the last
+ * module's saved state (y->data NULL when the chunk ends with the last). */
 ts_status ts_model_forward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const ts_tensor *x,
                                  ts_tensor *y);
 /* Backward of model chunk `chunk`: dy is the gradient of its output (NULL
- * when it ends with the head), dx a caller buffer (B, T_local, C) that
- * receives the gradient of its input (NULL when it starts with the
- * embedding). */
+ * when it ends with the last module), dx a caller buffer of the hidden
+ * state's local size (ts_model_hidden_shape) that receives the gradient of
+ * its input (NULL when it starts with the first module). */
 ts_status ts_model_backward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const ts_tensor *dy,
                                   ts_tensor *dx);
-/* Whether chunk `chunk` starts with the embedding / ends with the head. */
+/* Whether chunk `chunk` starts with the first module / ends with the last. */
 int ts_model_chunk_first(const ts_model *m, int chunk);
 int ts_model_chunk_last(const ts_model *m, int chunk);
+/* The local shape of the hidden state passed between modules for a
+ * micro-batch of B sequences of T tokens: (B, T / the axes cutting the
+ * sequence, C). */
+void ts_model_hidden_shape(const ts_model *m, int B, int T, int64_t shape[3]);
 
 /* Forward over all modules for micro-batch ctx->mb, keeping the saved state
  * its backward needs; adds the loss sum and valid-token count into ctx. */
@@ -209,20 +254,15 @@ ts_status ts_model_forward_backward(ts_model *m, ts_step_ctx *ctx);
  * saved state left behind). */
 ts_status ts_model_loss(ts_model *m, ts_step_ctx *ctx, double *mean_loss);
 
-/* Parameter access for the modules: an f32 pointer to p's values, staged
- * through `slot` (0 for the large weight of an op, 1-3 for small vectors)
- * when the parameters are bf16. Valid until the next call with that slot.
- * Device memory of the model's backend. A device failure while staging
- * aborts the process (the core's rule for device failures). */
-const float *ts_model_weight(ts_model *m, const ts_param *p, int slot);
 /* f32 view of the flat parameter values (fp32 mode only; NULL in bf16). */
 float *ts_model_param_f32(ts_model *m);
 
-/* The layout plan of a model of shape `cfg` on `mesh` (nothing allocated): every parameter (kind
- * PARAM, its global shape), the hidden state passed between modules ("act.x", (G, T, C)) and the
- * batch ("data.tokens", "data.targets", (G, T)), G the global batch in sequences. Every dense-mesh
- * axis (tp, cp, dp, pp) appears on every entry, replicated; stage -1 (unassigned). Plugins'
- * transforms then change placements. */
+/* The layout plan of a model of shape `cfg` on `mesh` (nothing allocated):
+ * every parameter (kind PARAM, its global shape), the hidden state passed
+ * between modules ("act.x", (G, T, C)) and the batch ("data.tokens",
+ * "data.targets", (G, T)), G the global batch in sequences. Every dense-mesh
+ * axis (tp, cp, dp, pp) appears on every entry, replicated; stage -1
+ * (unassigned). Plugins' transforms then change placements. */
 ts_status ts_model_layout_plan(const ts_model_config *cfg, int global_batch, int T,
                                const ts_mesh *mesh, ts_layout_plan *plan);
 
@@ -231,21 +271,6 @@ ts_status ts_model_layout_plan(const ts_model_config *cfg, int global_batch, int
  * not NULL (shape[i] has 3 entries, ndim[i] how many are used). */
 int ts_model_param_table(const ts_model_config *cfg, char (*names)[TS_NAME_MAX],
                          int64_t (*shapes)[3], int *ndim);
-
-/* The activation memory of micro-batches of B x T in f32 (on one rank of
- * the tp group `shard`, which may be NULL), on backend `be` (NULL: the
- * CPU's; the attention's state differs, backend.h): `saved` bytes held from
- * one micro-batch's forward until its backward (every module's saved state),
- * and `workspace` bytes of backward scratch shared by all micro-batches.
- * With k micro-batches in flight the activation peak is k * saved +
- * workspace, exactly as the allocator counts it. bf16 adds the staging of
- * weights and GEMM operands, not counted here. */
-void ts_model_activation_bytes(const ts_model_config *cfg, const ts_model_shard *shard,
-                               const ts_backend *be, int B, int T, size_t *saved,
-                               size_t *workspace);
-/* The same for the modules of one chunk only (the chunk's `saved` bytes). */
-size_t ts_model_chunk_saved_bytes(const ts_model_config *cfg, const ts_model_shard *shard,
-                                  const ts_backend *be, int B, int T, int chunk);
 
 /* FLOPs of one forward+backward of B x T tokens, counted as 2 per
  * multiply-add for every GEMM (forward 1x, backward 2x) and for the two

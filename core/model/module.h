@@ -53,26 +53,30 @@ typedef struct ts_module ts_module;
 
 typedef struct ts_module_ops {
     const char *kind;
-    /* x (B, T, C) -> y (B, T, C). The embedding ignores x; the head writes no
-     * y (y->data stays NULL) and accumulates the loss into ctx. */
+    /* x (B, T, C) -> y (B, T, C). The first module ignores x; the last
+     * writes no y (y->data stays NULL) and accumulates the loss into ctx. */
     ts_status (*forward)(ts_module *m, ts_step_ctx *ctx, const ts_tensor *x, ts_tensor *y);
     /* dy (B, T, C) -> dx (B, T, C), accumulating parameter gradients. The
-     * head ignores dy; the embedding writes no dx (dx may be NULL). */
+     * last module ignores dy; the first writes no dx (dx may be NULL). */
     ts_status (*backward)(ts_module *m, ts_step_ctx *ctx, const ts_tensor *dy, ts_tensor *dx);
-    /* Drops the saved state of micro-batch mb without a backward (used after
-     * an evaluation forward). */
-    void (*release)(ts_module *m, int mb);
-    /* Releases saved state of every micro-batch still held, and the module. */
-    void (*destroy)(ts_module *m);
 } ts_module_ops;
+
+/* Saved state per micro-batch slot (layers.h: ts_module_save). */
+typedef struct ts_module_store {
+    int cap;
+    float **slot;
+    const float **input; /* the module's input x of that micro-batch */
+} ts_module_store;
 
 struct ts_module {
     const ts_module_ops *ops;
     char name[TS_NAME_MAX];
     ts_model *model; /* parameters, workspace and precision live here */
-    void *impl;
-    int nparams; /* the parameters it reads: indices into model->params */
+    int index;       /* its place in the model's module list             */
+    int nparams;     /* the parameters it reads: indices into model->params,
+                        in the order the architecture declared them      */
     int param_index[16];
+    ts_module_store saved;
 };
 
 #ifdef __cplusplus

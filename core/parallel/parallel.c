@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm_plan.h"      /* ts_comm_plan_create */
 #include "tessera/device.h" /* ts_comm_nccl_create */
 
 static const char *parallel_tokens[] = {TS_MESH_JSON_TOKENS};
@@ -49,6 +50,51 @@ ts_status ts_parallel_create(ts_comm *world, const ts_mesh_sizes *sizes, const c
             st = ts_comm_split(world, end ? g.index : g.count + p->rank, stage, "embedding", &c);
         if (!st) {
             snprintf(p->names[p->ncomms], sizeof p->names[0], "embedding");
+            p->comms[p->ncomms++] = c;
+        }
+    }
+    if (st) {
+        ts_parallel_destroy(p);
+        return st;
+    }
+    *out = p;
+    return TS_OK;
+}
+
+ts_status ts_parallel_create_plan(ts_comm *world, const ts_mesh_sizes *sizes, const char *order,
+                                  ts_parallel **out) {
+    *out = NULL;
+    ts_parallel *p = calloc(1, sizeof *p);
+    if (!p) return ts_error(TS_ERR_NOMEM, "parallel: out of memory");
+    p->world = world;
+    p->rank = ts_comm_rank(world);
+    p->size = ts_comm_size(world);
+    ts_status st = TS_OK;
+    if (sizes->world != p->size)
+        st = ts_error(TS_ERR_CONFIG, "the mesh is for %d ranks but the dry run has %d",
+                      sizes->world, p->size);
+    if (!st) st = ts_mesh_create(sizes, order, &p->mesh);
+    int ntok = (int)(sizeof parallel_tokens / sizeof parallel_tokens[0]);
+    for (int i = 0; i <= ntok && !st; i++) {
+        const char *name = i < ntok ? parallel_tokens[i] : "embedding";
+        ts_mesh_group g;
+        int rank = 0, size = 1;
+        if (i < ntok) {
+            st = ts_mesh_group_of(p->mesh, parallel_tokens[i], p->rank, &g, NULL, 0);
+            rank = g.position;
+            size = g.size;
+        } else { /* the first and last pipeline stage, as ts_parallel_create */
+            int pp = ts_mesh_axis_size(p->mesh, TS_AXIS_PP);
+            int stage = ts_mesh_coord(p->mesh, p->rank, TS_AXIS_PP);
+            if (pp > 1 && (stage == 0 || stage == pp - 1)) {
+                rank = stage == 0 ? 0 : 1;
+                size = 2;
+            }
+        }
+        ts_comm *c = NULL;
+        if (!st) st = ts_comm_plan_create(name, rank, size, &c);
+        if (!st) {
+            snprintf(p->names[p->ncomms], sizeof p->names[0], "%s", name);
             p->comms[p->ncomms++] = c;
         }
     }

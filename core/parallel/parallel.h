@@ -45,6 +45,13 @@ typedef struct ts_parallel {
     ts_comm *dcomms[TS_PARALLEL_MAX_COMMS]; /* NCCL, or NULL (see above) */
 } ts_parallel;
 
+/* The same for one rank of a dry run (`tessera plan`): `world` is a dry-run
+ * communicator (comm_plan.h) of the world's size with this rank's number,
+ * and every group's communicator is a dry-run one of the group's size with
+ * this rank's place in it, made from the mesh (no exchange). */
+ts_status ts_parallel_create_plan(ts_comm *world, const ts_mesh_sizes *sizes, const char *order,
+                                  ts_parallel **out);
+
 /* Builds the mesh (sizes->world must equal the world communicator's size)
  * and splits one communicator per token. Collective over `world`. */
 ts_status ts_parallel_create(ts_comm *world, const ts_mesh_sizes *sizes, const char *order,

@@ -24,8 +24,9 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "plugin_file.h" /* ts_plugin_file_check: the ELF checks before dlopen */
-#include "schedule.h"    /* ts_schedule, ts_action: what schedulers append to */
+#include "plugin_file.h"    /* ts_plugin_file_check: the ELF checks before dlopen */
+#include "tessera/layout.h" /* the plan transforms edit, and who set what */
+#include "schedule.h"       /* ts_schedule, ts_action: what schedulers append to */
 
 _Static_assert(TS_PLUGIN_KEY_INT == (int)TS_KEY_INT && TS_PLUGIN_KEY_FLOAT == (int)TS_KEY_FLOAT &&
                    TS_PLUGIN_KEY_BOOL == (int)TS_KEY_BOOL &&
@@ -96,6 +97,8 @@ struct ts_plugins {
     ts_plugins_comm_fn comm_fn;
     void *comm_source;
     ts_host host;
+    int *origin; /* per plan entry and axis: the transform that set it   */
+    int origin_count;
 };
 
 /* ------------------------------------------------------------------------- */
@@ -691,6 +694,7 @@ void ts_plugins_destroy(ts_plugins *reg) {
         plg_ctx_free(reg->plugins[i]);
     free(reg->plugins);
     free(reg->axes);
+    free(reg->origin);
     free(reg->transforms);
     free(reg->hooks);
     free(reg->schedulers);
@@ -1141,18 +1145,66 @@ const char *ts_plugin_hook_name(ts_plugin_hook_kind kind) {
     return (unsigned)kind < TS_HOOK_COUNT ? names[kind] : "?";
 }
 
+/* The placements of every entry and axis, for spotting what a transform
+ * changed. */
+static ts_placement *plg_placements(const ts_layout_plan *plan, int count) {
+    ts_placement *p = malloc((size_t)(count ? count : 1) * TS_LAYOUT_MAX_AXES * sizeof *p);
+    if (!p) return NULL;
+    for (int e = 0; e < count; e++)
+        for (int a = 0; a < TS_LAYOUT_MAX_AXES; a++)
+            p[e * TS_LAYOUT_MAX_AXES + a] = a < plan->entries[e].layout.naxes
+                                                ? plan->entries[e].layout.axes[a].placement
+                                                : ts_placement_replicate();
+    return p;
+}
+
 ts_status ts_plugins_apply_transforms(ts_plugins *reg, ts_layout_plan *plan) {
+    /* Which transform set each placement last (-1: none, the core's
+     * default), for the binder's messages. */
+    free(reg->origin);
+    reg->origin_count = plan->count;
+    reg->origin =
+        malloc((size_t)(plan->count ? plan->count : 1) * TS_LAYOUT_MAX_AXES * sizeof *reg->origin);
+    if (!reg->origin) return plg_nomem();
+    for (int k = 0; k < plan->count * TS_LAYOUT_MAX_AXES; k++)
+        reg->origin[k] = -1;
     for (int phase = 0; phase < TS_PHASE_COUNT; phase++)
         for (int i = 0; i < reg->ntransforms; i++) {
             const plg_transform *t = &reg->transforms[i];
             if ((int)t->phase != phase) continue;
+            /* Transforms edit entries, never add them: the count at the
+             * start bounds what is compared. */
+            ts_placement *before = plg_placements(plan, reg->origin_count);
+            if (!before) return plg_nomem();
             ts_error(TS_OK, "%s", "");
             ts_status st = t->fn(t->ctx, plan, t->user);
-            if (st != TS_OK)
+            if (st != TS_OK) {
+                free(before);
                 return plg_wrap(st, "plugin '%s': transform '%s' (phase %s): ", t->ctx->name,
                                 t->name, ts_plugin_phase_name(t->phase));
+            }
+            for (int e = 0; e < reg->origin_count; e++)
+                for (int a = 0; a < plan->entries[e].layout.naxes; a++)
+                    if (!ts_placement_equal(before[e * TS_LAYOUT_MAX_AXES + a],
+                                            plan->entries[e].layout.axes[a].placement))
+                        reg->origin[e * TS_LAYOUT_MAX_AXES + a] = i;
+            free(before);
         }
     return TS_OK;
+}
+
+const char *ts_plugins_placement_origin(const ts_plugins *reg, int entry, int axis, char *buf,
+                                        size_t size) {
+    int t = reg && reg->origin && entry >= 0 && entry < reg->origin_count && axis >= 0 &&
+                    axis < TS_LAYOUT_MAX_AXES
+                ? reg->origin[entry * TS_LAYOUT_MAX_AXES + axis]
+                : -1;
+    if (t < 0)
+        snprintf(buf, size, "the core's default");
+    else
+        snprintf(buf, size, "plugin '%s', transform '%s'", reg->transforms[t].ctx->name,
+                 reg->transforms[t].name);
+    return buf;
 }
 
 ts_status ts_plugins_run_hooks(ts_plugins *reg, ts_plugin_hook_event *event) {

@@ -106,6 +106,11 @@ void ts_plugins_set_comm_source(ts_plugins *reg, ts_plugins_comm_fn fn, void *so
  * Stops at the first failure: TS_ERR_PLUGIN (or the transform's code) with
  * "plugin 'tp': transform 'shard' (phase SHARD_TENSOR): <message>". */
 ts_status ts_plugins_apply_transforms(ts_plugins *reg, ts_layout_plan *plan);
+/* Who set the placement of plan entry `entry` on its layout axis `axis` in
+ * the last ts_plugins_apply_transforms: "plugin 'tp', transform
+ * 'tp_megatron'", or "the core's default" (written to buf, returned). */
+const char *ts_plugins_placement_origin(const ts_plugins *reg, int entry, int axis, char *buf,
+                                        size_t size);
 /* "PIPELINE", "SHARD_TENSOR", ...; "?" out of range. */
 const char *ts_plugin_phase_name(ts_plugin_phase phase);
 

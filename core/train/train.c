@@ -31,6 +31,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend_plan.h"
+#include "binder.h"
 #include "cpu_kernels.h"
 #include "data.h"
 #include "file.h"
@@ -86,7 +88,9 @@ struct ts_trainer {
     ts_file_stream metrics; /* rank 0's JSONL metrics (f NULL: none)     */
     /* Steps whose loss or gradient norm was not finite: not applied. */
     int64_t max_skipped, skipped_in_row, skipped_total;
-    int ckpt_due; /* a checkpoint is due at the next applied step      */
+    int ckpt_due;  /* a checkpoint is due at the next applied step      */
+    int plan_only; /* a dry run (ts_trainer_create_plan): no data, no
+                      outputs, the dry-run backend                      */
 
     const ts_backend *be;      /* the model's device (opened here)      */
     int32_t *tokens, *targets; /* (global_batch, T) of the current step,
@@ -250,20 +254,6 @@ ts_status ts_train_shape_resolve(const ts_config *cfg, int dp, ts_train_shape *o
     return trainer_check_sizes(cfg, out);
 }
 
-ts_status ts_train_check_tp(const ts_config *cfg, const ts_model_config *mc, int tp) {
-    ts_status st = ts_model_tp_check(mc, tp);
-    if (!st) return TS_OK;
-    char msg[1024], where[1024] = "", w[256];
-    snprintf(msg, sizeof msg, "%s", ts_last_error_bare());
-    static const char *keys[] = {"heads", "d_model", "padded_vocab"};
-    size_t j = 0;
-    for (int k = 0; k < 3; k++)
-        if (strstr(msg, keys[k]) && ts_config_has(cfg, "model", keys[k]))
-            j += (size_t)snprintf(where + j, sizeof where - j, "%s%s", j ? "; " : "",
-                                  ts_config_where(cfg, "model", keys[k], w, (int)sizeof w));
-    return ts_error(st, "%s%s%s%s", msg, j ? " (" : "", where, j ? ")" : "");
-}
-
 static int trainer_default_threads(void) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -316,115 +306,58 @@ static ts_status trainer_batch_split(ts_trainer *t) {
     return TS_OK;
 }
 
-/* Reads from the plan how the tensors are cut over tp: every parameter must
- * be placed as the GPT-2 modules implement it (Megatron-LM's column and row
- * parallel layers, vocabulary-parallel embedding; ts_model_tp_shard_dim),
- * the batch replicated over tp, and the hidden state act.x either
- * replicated or, for sequence parallelism, cut along T (S(1)). */
-static ts_status trainer_tensor_split(ts_trainer *t, ts_model_shard *shard) {
-    int tp = ts_mesh_axis_size(t->par->mesh, TS_AXIS_TP);
-    *shard = (ts_model_shard){.tp = tp, .tp_rank = ts_parallel_coord(t->par, TS_AXIS_TP)};
-    if (tp == 1) return TS_OK;
-    TS_TRY(ts_train_check_tp(t->cfg, &t->mcfg, tp));
-    shard->tp_comm = ts_parallel_data_comm(t->par, "tp");
-    shard->tp_host = ts_parallel_comm(t->par, "tp");
-    for (int i = 0; i < t->plan.count; i++) {
-        const ts_layout_plan_entry *e = &t->plan.entries[i];
-        int a = ts_layout_axis_index(&e->layout, "tp");
-        if (a < 0) continue;
-        ts_placement p = e->layout.axes[a].placement;
-        char have[16], want[16];
-        ts_placement_str(p, have, sizeof have);
-        if (e->kind == TS_PLAN_PARAM) {
-            int dim = ts_model_tp_shard_dim(e->name);
-            ts_placement ok = dim < 0 ? ts_placement_replicate() : ts_placement_shard(dim);
-            if (p.kind != ok.kind || (p.kind == TS_PLACEMENT_SHARD && p.dim != ok.dim)) {
-                ts_placement_str(ok, want, sizeof want);
-                return ts_error(TS_ERR_CONFIG,
-                                "%s is placed %s over tp; the GPT-2 modules "
-                                "implement it as %s",
-                                e->name, have, want);
-            }
-        } else if (strcmp(e->name, "act.x") == 0) {
-            if (p.kind == TS_PLACEMENT_SHARD && p.dim == 1)
-                shard->sp = 1;
-            else if (p.kind != TS_PLACEMENT_REPLICATE)
-                return ts_error(TS_ERR_CONFIG,
-                                "act.x is placed %s over tp; R or S(1) (sequence "
-                                "parallel) are implemented",
-                                have);
-        } else if (p.kind != TS_PLACEMENT_REPLICATE) {
-            return ts_error(TS_ERR_CONFIG,
-                            "%s is placed %s over tp; every tp rank reads the "
-                            "whole batch (R)",
-                            e->name, have);
-        }
+/* The mesh axes that may cut the model's tensors, read from the plan: every
+ * axis of size > 1 except the pipeline's (stages come from the plan's
+ * stage fields), with this rank's coordinate and communicators, and whether
+ * it cuts the batch (data.tokens sharded over it). What each placement
+ * implies is the model's layers' business. */
+static ts_status trainer_model_axes(ts_trainer *t, ts_model_shard *shard) {
+    memset(shard, 0, sizeof *shard);
+    shard->plan = &t->plan;
+    const ts_layout_plan_entry *data = ts_layout_plan_find(&t->plan, "data.tokens");
+    if (!data) return ts_error(TS_ERR_INTERNAL, "trainer: the plan has no data.tokens");
+    for (int a = 0; a < TS_AXIS_COUNT; a++) {
+        ts_mesh_axis axis = (ts_mesh_axis)a;
+        int size = ts_mesh_axis_size(t->par->mesh, axis);
+        if (axis == TS_AXIS_PP || size <= 1) continue;
+        const char *name = ts_mesh_axis_name(axis);
+        int i = ts_layout_axis_index(&data->layout, name);
+        if (i < 0) continue; /* an axis of the other mesh */
+        if (shard->naxes == TS_MODEL_MAX_AXES)
+            return ts_error(TS_ERR_INTERNAL, "trainer: more than %d cutting axes",
+                            TS_MODEL_MAX_AXES);
+        ts_model_axis *ax = &shard->axes[shard->naxes++];
+        snprintf(ax->name, sizeof ax->name, "%s", name);
+        ax->size = size;
+        ax->coord = ts_parallel_coord(t->par, axis);
+        ax->cuts_batch = data->layout.axes[i].placement.kind == TS_PLACEMENT_SHARD;
+        ax->comm = ts_parallel_data_comm(t->par, name);
+        ax->host = ts_parallel_comm(t->par, name);
+        /* A hidden state cut along the sequence must cut it evenly. */
+        const ts_layout_plan_entry *act = ts_layout_plan_find(&t->plan, "act.x");
+        int k = act ? ts_layout_axis_index(&act->layout, name) : -1;
+        if (!ax->cuts_batch && k >= 0 && act->layout.axes[k].placement.kind == TS_PLACEMENT_SHARD &&
+            act->layout.axes[k].placement.dim == 1 && t->T % size != 0)
+            return key_error(t->cfg, "train", "seq_len",
+                             "seq_len = %d is not divisible by %s = %d (act.x is cut along the "
+                             "sequence over it)",
+                             t->T, name, size);
     }
-    if (shard->sp && t->T % tp != 0)
-        return key_error(t->cfg, "train", "seq_len",
-                         "seq_len = %d is not divisible by tp = %d "
-                         "(sequence parallelism cuts it)",
-                         t->T, tp);
+    shard->pp = ts_mesh_axis_size(t->par->mesh, TS_AXIS_PP);
+    shard->pp_rank = ts_parallel_coord(t->par, TS_AXIS_PP);
     return TS_OK;
 }
 
-/* Reads from the plan which virtual stage runs each module (the stage field
- * the pipeline plugin's transform sets on the parameters), and keeps this
- * rank's: virtual stage k runs on pipeline rank k % pp as its chunk k / pp
- * (Megatron-LM's interleaving). */
-static ts_status trainer_pipeline_split(ts_trainer *t, ts_model_shard *shard) {
-    int pp = ts_mesh_axis_size(t->par->mesh, TS_AXIS_PP);
-    int L = t->mcfg.layers, vstage[TS_MODEL_MAX_MODULES], top = -1;
-    if (L + 2 > TS_MODEL_MAX_MODULES)
-        return ts_error(TS_ERR_CONFIG, "[model] layers = %d: at most %d", L,
-                        TS_MODEL_MAX_MODULES - 2);
-    for (int i = 0; i < L + 2; i++) {
-        char name[TS_NAME_MAX];
-        if (i == 0)
-            snprintf(name, sizeof name, "wpe");
-        else if (i == L + 1)
-            snprintf(name, sizeof name, "lnf.weight");
-        else
-            snprintf(name, sizeof name, "h.%d.ln1.weight", i - 1);
-        const ts_layout_plan_entry *e = ts_layout_plan_find(&t->plan, name);
-        if (!e) return ts_error(TS_ERR_INTERNAL, "trainer: %s is not in the layout plan", name);
-        vstage[i] = e->stage;
-        if (vstage[i] > top) top = vstage[i];
+/* The pipeline as the model built it: this rank's stage and chunks, and the
+ * pipeline group's communicators. */
+static void trainer_pipeline(ts_trainer *t) {
+    t->pp = t->model->pp;
+    t->chunks = t->model->chunks;
+    t->pp_rank = t->par ? ts_parallel_coord(t->par, TS_AXIS_PP) : 0;
+    if (t->par && t->pp > 1) {
+        t->pp_comm = ts_parallel_data_comm(t->par, "pp");
+        t->pp_host = ts_parallel_comm(t->par, "pp");
     }
-    t->pp = pp;
-    t->pp_rank = ts_parallel_coord(t->par, TS_AXIS_PP);
-    t->chunks = 1;
-    if (top < 0) { /* no stage assigned: one stage */
-        if (pp > 1)
-            return ts_error(TS_ERR_CONFIG,
-                            "the pp axis has %d ranks but no plugin assigns the "
-                            "layers to stages",
-                            pp);
-        return TS_OK;
-    }
-    int vstages = top + 1;
-    if (vstages % pp != 0)
-        return ts_error(TS_ERR_CONFIG, "%d virtual stages do not divide over pp = %d", vstages, pp);
-    for (int i = 0; i < L + 2; i++)
-        if (vstage[i] < 0 || (i > 0 && vstage[i] < vstage[i - 1]))
-            return ts_error(TS_ERR_CONFIG,
-                            "module %d is assigned to stage %d: stages must cover "
-                            "the modules in order",
-                            i, vstage[i]);
-    int seen[vstages];
-    memset(seen, 0, sizeof seen);
-    for (int i = 0; i < L + 2; i++)
-        seen[vstage[i]] = 1;
-    for (int k = 0; k < vstages; k++)
-        if (!seen[k]) return ts_error(TS_ERR_CONFIG, "virtual stage %d has no layer", k);
-    t->chunks = vstages / pp;
-    shard->pp = pp;
-    shard->chunks = t->chunks;
-    for (int i = 0; i < L + 2; i++)
-        shard->module_chunk[i] = vstage[i] % pp == t->pp_rank ? vstage[i] / pp : -1;
-    t->pp_comm = ts_parallel_data_comm(t->par, "pp");
-    t->pp_host = ts_parallel_comm(t->par, "pp");
-    return TS_OK;
 }
 
 /* Which module's backward completes each parameter's gradient: the first
@@ -538,11 +471,14 @@ static ts_status trainer_module_done(void *user, int module) {
         }
     for (int k = 0; k < n; k++) {
         ts_param *p = &t->model->params[idx[k]];
-        /* Under sequence parallelism a weight used on sequence slices has a
-         * partial gradient per tp rank: sum it before anyone reads it. */
-        if (p->grad_partial)
-            TS_TRY(ts_comm_all_reduce(t->model->shard.tp_comm, p->grad.data, p->grad.data,
-                                      (size_t)ts_tensor_numel(&p->grad), TS_F32, TS_REDUCE_SUM));
+        /* A weight replicated over an axis that cuts the rows it is applied
+         * to (a sequence-sliced region) has a partial gradient there: sum it
+         * before anyone reads it. */
+        for (int a = 0; a < t->model->naxes; a++)
+            if (p->grad_partial & (1u << a))
+                TS_TRY(ts_comm_all_reduce(t->model->axes[a].comm, p->grad.data, p->grad.data,
+                                          (size_t)ts_tensor_numel(&p->grad), TS_F32,
+                                          TS_REDUCE_SUM));
         TS_TRY(trainer_hook(t, TS_HOOK_GRAD_READY, -1, p));
     }
     return TS_OK;
@@ -602,12 +538,54 @@ static ts_status trainer_open_metrics(ts_trainer *t, int resumed) {
     return st ? key_error_last(t->cfg, "train", "metrics", st) : TS_OK;
 }
 
+/* A failure to build the model, with where the [model] keys its message
+ * names were set. */
+static ts_status trainer_model_error(const ts_config *cfg, ts_status st) {
+    char msg[1024], where[1024] = "", w[256];
+    snprintf(msg, sizeof msg, "%s", ts_last_error_bare());
+    static const char *keys[] = {"layers", "d_model", "heads", "vocab", "padded_vocab", "context"};
+    size_t j = 0;
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "[model] %s ", keys[k]);
+        if (strstr(msg, name) && ts_config_has(cfg, "model", keys[k]))
+            j += (size_t)snprintf(where + j, sizeof where - j, "%s%s", j ? "; " : "",
+                                  ts_config_where(cfg, "model", keys[k], w, (int)sizeof w));
+    }
+    return ts_error(st, "%s%s%s%s", msg, j ? " (" : "", where, j ? ")" : "");
+}
+
+/* The backend of a dry run on [train] device: the device's sizing rules
+ * (attention state, GEMM scratch), nothing computed. A build without CUDA
+ * plans device = cuda with the CPU's rules (its attention saves more: an
+ * upper bound). */
+static ts_status trainer_plan_backend(const ts_config *cfg, const ts_backend **out) {
+    const ts_backend *target = ts_backend_cpu();
+    if (strcmp(ts_config_str(cfg, "train", "device"), "cuda") == 0 && ts_backend_cuda())
+        target = ts_backend_cuda();
+    return ts_backend_plan(target, out);
+}
+
+static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *reg, int plan,
+                                ts_trainer **out);
+
 ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *reg,
                             ts_trainer **out) {
+    return trainer_create(cfg, par, reg, 0, out);
+}
+
+ts_status ts_trainer_create_plan(const ts_config *cfg, ts_parallel *par, ts_plugins *reg,
+                                 ts_trainer **out) {
+    return trainer_create(cfg, par, reg, 1, out);
+}
+
+static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *reg, int plan,
+                                ts_trainer **out) {
     *out = NULL;
     ts_trainer *t = calloc(1, sizeof *t);
     if (!t) return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
     t->ckpt_lock.fd = -1;
+    t->plan_only = plan;
     t->cfg = cfg;
     t->par = par;
     t->reg = reg;
@@ -638,10 +616,12 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
     t->micro_batches = shape.micro_batches;
 
     int threads = (int)ts_config_int(cfg, "train", "threads");
-    ts_cpu_set_threads(threads > 0 ? threads : trainer_default_threads());
+    if (!plan) ts_cpu_set_threads(threads > 0 ? threads : trainer_default_threads());
 
     const char *device = ts_config_str(cfg, "train", "device");
-    if (strcmp(device, "cpu") == 0) {
+    if (plan) {
+        CHECK(trainer_plan_backend(cfg, &t->be));
+    } else if (strcmp(device, "cpu") == 0) {
         t->be = ts_backend_cpu();
     } else {
         /* One GPU per rank (the launcher's local rank); with several ranks
@@ -672,8 +652,8 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
                       "resume = auto needs [train] checkpoint_dir (the directory to resume from)"));
     /* The outputs are checked before any work: the checkpoint directory is
      * created, checked writable and locked by the rank that writes it. */
-    if (t->rank0 && t->ckpt_dir[0]) CHECK(trainer_claim_dir(t));
-    if (t->rank0) CHECK(trainer_check_output(t, "trace", "trace"));
+    if (t->rank0 && !plan && t->ckpt_dir[0]) CHECK(trainer_claim_dir(t));
+    if (t->rank0 && !plan) CHECK(trainer_check_output(t, "trace", "trace"));
 
     uint64_t seed = (uint64_t)ts_config_int(cfg, "train", "seed");
     ts_dtype dtype = strcmp(ts_config_str(cfg, "train", "dtype"), "bf16") == 0 ? TS_BF16 : TS_F32;
@@ -687,7 +667,8 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
         .synthetic_branching = (int)ts_config_int(cfg, "data", "synthetic_branching"),
         .ignore_token = (int)ts_config_int(cfg, "data", "ignore_token"),
     };
-    st = ts_dataset_open(&t->data, &dopts);
+    /* A dry run reads no data (its batches are zeros). */
+    if (!plan) st = ts_dataset_open(&t->data, &dopts);
     if (st) {
         char where[512];
         ts_config_where(cfg, "data", "source", where, sizeof where);
@@ -696,7 +677,7 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
         st = ts_error(st, "%s: %s", where, msg);
         goto fail;
     }
-    if (ts_dataset_num_windows(t->data, t->T) < 1)
+    if (!plan && ts_dataset_num_windows(t->data, t->T) < 1)
         CHECK(key_error(cfg, "data", "source", "%s holds %lld tokens, fewer than seq_len + 1 = %d",
                         ts_dataset_describe(t->data), (long long)ts_dataset_num_tokens(t->data),
                         t->T + 1));
@@ -704,18 +685,20 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
     /* The layout plan, after the plugins' transforms, says how the model is
      * cut: the batch over dp, the tensors over tp (and, with act.x cut along
      * T, sequence parallelism). */
-    ts_model_shard shard = {.tp = 1};
+    ts_model_shard shard;
     if (par) {
         CHECK(ts_model_layout_plan(&t->mcfg, t->global_batch, t->T, par->mesh, &t->plan));
         if (reg) CHECK(ts_plugins_apply_transforms(reg, &t->plan));
+        CHECK(ts_bind(&t->plan, par->mesh, reg));
         CHECK(trainer_batch_split(t));
         if (t->parts != dp)
             CHECK(ts_error(TS_ERR_CONFIG, "the batch is cut in %d parts but dp has %d ranks",
                            t->parts, dp));
-        CHECK(trainer_tensor_split(t, &shard));
-        CHECK(trainer_pipeline_split(t, &shard));
+        CHECK(trainer_model_axes(t, &shard));
     }
-    CHECK(ts_model_create(&t->mcfg, dtype, seed, &shard, t->be, &t->model));
+    st = ts_model_create(&t->mcfg, dtype, seed, par ? &shard : NULL, t->be, &t->model);
+    if (st) CHECK(trainer_model_error(cfg, st));
+    trainer_pipeline(t);
     ts_optim_config oc = {
         .lr = (float)ts_config_float(cfg, "train", "lr"),
         .min_lr = (float)ts_config_float(cfg, "train", "min_lr"),
@@ -730,7 +713,7 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
     if (oc.decay_steps == 0) oc.decay_steps = t->steps;
     CHECK(ts_optimizer_create(&oc, t->model, &t->optim));
     const char *init = ts_config_str(cfg, "model", "init");
-    if (strncmp(init, "llmc:", 5) == 0) {
+    if (!plan && strncmp(init, "llmc:", 5) == 0) {
         float *full = ts_mem_alloc(TS_MEM_OTHER, t->model->global_numel * sizeof(float));
         if (!full) CHECK(TS_ERR_NOMEM);
         st = ts_llmc_load(init + 5, t->model, full);
@@ -754,7 +737,9 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
                                         .chunks = t->chunks};
         CHECK(ts_plugins_schedule(reg, ts_plugins_scheduler_name(reg, 0), &args, &t->schedule));
     } else if (t->pp > 1) {
-        CHECK(ts_error(TS_ERR_CONFIG, "pp = %d needs a pipeline schedule; no plugin registers one",
+        CHECK(ts_error(TS_ERR_PLUGIN,
+                       "pp = %d needs a pipeline schedule; no plugin registers one (nothing "
+                       "implements the pipeline axis)",
                        t->pp));
     } else {
         CHECK(ts_schedule_default(t->micro_batches, &t->schedule));
@@ -768,7 +753,7 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
     t->grad_req = calloc(slots, sizeof *t->grad_req);
     if (!t->act_in || !t->grad_in || !t->grad_out || !t->chunk_out || !t->act_req || !t->grad_req)
         CHECK(ts_error(TS_ERR_NOMEM, "trainer: out of memory"));
-    t->trace_path = ts_config_str(cfg, "train", "trace");
+    t->trace_path = plan ? "" : ts_config_str(cfg, "train", "trace");
     if (t->trace_path[0]) {
         CHECK(ts_trace_create(par ? par->rank : 0, 0, &t->trace));
         if (par)
@@ -793,7 +778,7 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
     }
 
     int resumed = 0;
-    if (strcmp(resume, "auto") == 0) {
+    if (!plan && strcmp(resume, "auto") == 0) {
         char path[4096];
         int found = 0;
         CHECK(ts_checkpoint_latest(t->ckpt_dir, path, sizeof path, &found));
@@ -805,7 +790,7 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
             printf("resume = auto: no checkpoint in %s, starting from step 0\n", t->ckpt_dir);
         }
     }
-    if (t->rank0) CHECK(trainer_open_metrics(t, resumed));
+    if (t->rank0 && !plan) CHECK(trainer_open_metrics(t, resumed));
     *out = t;
     return TS_OK;
 fail:
@@ -845,7 +830,7 @@ void ts_trainer_destroy(ts_trainer *t) {
     free(t->ctx);
     ts_optimizer_destroy(t->optim);
     ts_model_destroy(t->model);
-    ts_backend_close(t->be);
+    if (t->be && t->be->kind != TS_DEVICE_PLAN) ts_backend_close(t->be);
     ts_dataset_close(t->data);
     free(t);
 }
@@ -894,7 +879,7 @@ static ts_status trainer_set_master(ts_trainer *t, const float *full) {
 /* The unsharded copy of a local f32 array (numel) — the array itself when
  * nothing is cut, else a gather over tp into `scratch` (global_numel). */
 static int trainer_cut(const ts_trainer *t) {
-    return t->model->shard.tp > 1 || t->pp > 1;
+    return t->model->numel != t->model->global_numel || t->pp > 1;
 }
 
 static ts_status trainer_full(ts_trainer *t, const float *local, float *scratch,
@@ -1040,9 +1025,11 @@ static ts_status trainer_load_batch(ts_trainer *t, int64_t *valid) {
     int T = t->T;
     size_t seq = 0;
     for (int k = 0; k < t->micro_batches; k++)
-        for (int b = 0; b < t->B; b++, seq++)
+        for (int b = 0; b < t->B; b++, seq++) {
+            if (t->plan_only) continue; /* zeros: every target valid */
             TS_TRY(ts_dataset_window(t->data, trainer_window(t, k, b), T, t->tokens + seq * T,
                                      t->targets + seq * T));
+        }
     int64_t n = 0;
     for (size_t i = 0; i < seq * T; i++)
         n += t->targets[i] >= 0;
@@ -1075,8 +1062,9 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
     int chunk = a->chunk, mb = a->mb;
     size_t slot = mb >= 0 ? (size_t)mb * t->chunks + chunk : 0;
     int vstage = chunk * t->pp + t->pp_rank;
-    size_t n = (size_t)t->B * (m->shard.sp ? t->T / m->shard.tp : t->T) * t->mcfg.d_model;
-    int64_t shape[3] = {t->B, m->shard.sp ? t->T / m->shard.tp : t->T, t->mcfg.d_model};
+    int64_t shape[3];
+    ts_model_hidden_shape(m, t->B, t->T, shape);
+    size_t n = (size_t)(shape[0] * shape[1] * shape[2]);
     ts_step_ctx *c = mb >= 0 ? &t->ctx[mb] : NULL;
     double t0 = now_seconds();
     const char *span = NULL, *cat = TS_TRACE_CAT_COMPUTE;
@@ -1271,6 +1259,7 @@ static void trainer_print_header(ts_trainer *t);
 /* Memory counters of the model's device: the host allocator's on the CPU,
  * the device allocator's on a GPU. */
 static ts_mem_counter trainer_mem(const ts_trainer *t, ts_mem_category cat) {
+    if (t->be->kind == TS_DEVICE_PLAN) return ts_backend_plan_stats(cat);
     return t->be->kind == TS_DEVICE_CPU ? ts_mem_stats(cat) : ts_device_mem_stats(cat);
 }
 

@@ -33,10 +33,6 @@ typedef struct ts_train_shape {
  * derived from the keys is checked for overflow before use. */
 ts_status ts_train_shape_resolve(const ts_config *cfg, int dp, ts_train_shape *out);
 
-/* ts_model_tp_check for `tp` ranks, its message naming where the [model]
- * keys it blames were set. */
-ts_status ts_train_check_tp(const ts_config *cfg, const ts_model_config *mc, int tp);
-
 /* What one optimizer step measured. */
 typedef struct ts_step_stats {
     int64_t step; /* 1-based number of the step just taken          */
@@ -63,6 +59,15 @@ typedef struct ts_step_stats {
  * around forward, backward and the optimizer step. */
 ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *reg,
                             ts_trainer **out);
+/* The same for `tessera plan`'s dry run of one rank: `par` is a dry-run
+ * context (ts_parallel_create_plan), the backend the dry-run one for
+ * [train] device (backend_plan.h), no data is read (batches are zeros) and
+ * nothing is written (no checkpoints, metrics, trace). A step then runs the
+ * real model, schedule and plugins without computing anything: what it
+ * allocates (ts_backend_plan_stats) and what its communicators count is
+ * what the real step would. */
+ts_status ts_trainer_create_plan(const ts_config *cfg, ts_parallel *par, ts_plugins *reg,
+                                 ts_trainer **out);
 void ts_trainer_destroy(ts_trainer *t);
 
 /* Runs until [train] steps are done. */

@@ -80,6 +80,8 @@ typedef enum ts_dtype {
 typedef enum ts_device {
     TS_DEVICE_CPU = 0,
     TS_DEVICE_CUDA = 1,
+    TS_DEVICE_PLAN = 2, /* `tessera plan`'s dry run: memory is only counted,
+                           kernels run nothing (never dereference it)    */
 } ts_device;
 
 size_t ts_dtype_size(ts_dtype dt);

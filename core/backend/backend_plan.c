@@ -1,0 +1,322 @@
+/*
+ * backend_plan.c — the dry-run backend (backend_plan.h): counted, inaccessible
+ * memory and kernels that run nothing.
+ */
+#include "backend_plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+/* 4 TiB of address space, reserved but never backed. */
+#define PLAN_REGION ((size_t)1 << 42)
+#define PLAN_ALIGN 256
+
+typedef struct plan_block {
+    char *ptr;
+    size_t bytes;
+    ts_mem_category cat;
+    int live;
+} plan_block;
+
+static char *plan_base;
+static size_t plan_used;
+static plan_block *plan_blocks;
+static int plan_nblocks, plan_capblocks;
+static size_t plan_allocated[TS_MEM_NCAT + 1], plan_reserved[TS_MEM_NCAT + 1],
+    plan_peak[TS_MEM_NCAT + 1];
+
+/* What the accounted host allocator holds for `bytes`: a 64-byte header and
+ * the payload rounded up to 64 (alloc.c). */
+static size_t plan_reserved_bytes(size_t bytes) {
+    return 64 + (bytes + 63) / 64 * 64;
+}
+
+static void plan_count(ts_mem_category cat, size_t bytes, int sign) {
+    for (int i = 0; i < 2; i++) {
+        int c = i ? TS_MEM_NCAT : (int)cat;
+        if (sign > 0) {
+            plan_allocated[c] += bytes;
+            plan_reserved[c] += plan_reserved_bytes(bytes);
+            if (plan_allocated[c] > plan_peak[c]) plan_peak[c] = plan_allocated[c];
+        } else {
+            plan_allocated[c] -= bytes;
+            plan_reserved[c] -= plan_reserved_bytes(bytes);
+        }
+    }
+}
+
+static void *plan_alloc(ts_mem_category cat, size_t bytes) {
+    if ((int)cat < 0 || cat >= TS_MEM_NCAT) {
+        ts_error(TS_ERR_INVALID, "plan: unknown memory category %d", (int)cat);
+        return NULL;
+    }
+    /* A freed block of the same size is reused (activations repeat). */
+    for (int i = 0; i < plan_nblocks; i++) {
+        plan_block *b = &plan_blocks[i];
+        if (b->live || b->bytes != bytes) continue;
+        b->live = 1;
+        b->cat = cat;
+        plan_count(cat, bytes, +1);
+        return b->ptr;
+    }
+    size_t span = (bytes + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
+    if (span == 0) span = PLAN_ALIGN;
+    if (span > PLAN_REGION - plan_used) {
+        ts_error(TS_ERR_NOMEM,
+                 "plan: %zu bytes of %s do not fit the dry run's 4 TiB of address space", bytes,
+                 ts_mem_category_name(cat));
+        return NULL;
+    }
+    if (plan_nblocks == plan_capblocks) {
+        int cap = plan_capblocks ? 2 * plan_capblocks : 256;
+        plan_block *nb = realloc(plan_blocks, (size_t)cap * sizeof *nb);
+        if (!nb) {
+            ts_error(TS_ERR_NOMEM, "plan: out of memory");
+            return NULL;
+        }
+        plan_blocks = nb;
+        plan_capblocks = cap;
+    }
+    plan_block *b = &plan_blocks[plan_nblocks++];
+    *b = (plan_block){plan_base + plan_used, bytes, cat, 1};
+    plan_used += span;
+    plan_count(cat, bytes, +1);
+    return b->ptr;
+}
+
+static void plan_free(void *ptr) {
+    if (!ptr) return;
+    for (int i = 0; i < plan_nblocks; i++) {
+        plan_block *b = &plan_blocks[i];
+        if (b->ptr != ptr) continue;
+        TS_ASSERT(b->live);
+        b->live = 0;
+        plan_count(b->cat, b->bytes, -1);
+        return;
+    }
+    TS_ASSERT(!"plan: freeing a block the dry run did not allocate");
+}
+
+int ts_backend_plan_owns(const void *p) {
+    return plan_base && (const char *)p >= plan_base && (const char *)p < plan_base + PLAN_REGION;
+}
+
+ts_mem_counter ts_backend_plan_stats(ts_mem_category cat) {
+    ts_mem_counter c = {0, 0, 0};
+    if ((int)cat < 0 || cat > TS_MEM_NCAT) return c;
+    c.allocated = plan_allocated[cat];
+    c.reserved = plan_reserved[cat];
+    c.peak = plan_peak[cat];
+    return c;
+}
+
+void ts_backend_plan_reset_peak(void) {
+    for (int i = 0; i <= TS_MEM_NCAT; i++)
+        plan_peak[i] = plan_allocated[i];
+}
+
+/* --- the kernels: nothing runs ---------------------------------------------- */
+static ts_status plan_ok(void) {
+    return TS_OK;
+}
+static ts_status plan_zero(void *p, size_t n) {
+    (void)p, (void)n;
+    return TS_OK;
+}
+static ts_status plan_copy(void *d, const void *s, size_t n) {
+    (void)d, (void)s, (void)n;
+    return TS_OK;
+}
+static ts_status plan_to_host(void *host, const void *src, size_t n) {
+    (void)src;
+    memset(host, 0, n);
+    return TS_OK;
+}
+static ts_status plan_matmul_forward(float *o, const float *i, const float *w, const float *b,
+                                     int N, int C, int OC) {
+    (void)o, (void)i, (void)w, (void)b, (void)N, (void)C, (void)OC;
+    return TS_OK;
+}
+static ts_status plan_matmul_backward(float *di, float *dw, float *db, const float *d,
+                                      const float *i, const float *w, int N, int C, int OC) {
+    (void)di, (void)dw, (void)db, (void)d, (void)i, (void)w, (void)N, (void)C, (void)OC;
+    return TS_OK;
+}
+static ts_status plan_matmul_forward_bf16(float *o, void *wk, const float *i, const uint16_t *w,
+                                          const float *b, int N, int C, int OC) {
+    (void)o, (void)wk, (void)i, (void)w, (void)b, (void)N, (void)C, (void)OC;
+    return TS_OK;
+}
+static ts_status plan_matmul_backward_bf16(float *di, float *dw, float *db, void *wk,
+                                           const float *d, const float *i, const uint16_t *w, int N,
+                                           int C, int OC) {
+    (void)di, (void)dw, (void)db, (void)wk, (void)d, (void)i, (void)w, (void)N, (void)C, (void)OC;
+    return TS_OK;
+}
+static ts_status plan_embedding_forward(float *o, const int32_t *t, const float *w, int v0, int V,
+                                        int N, int C) {
+    (void)o, (void)t, (void)w, (void)v0, (void)V, (void)N, (void)C;
+    return TS_OK;
+}
+static ts_status plan_embedding_backward(float *dw, const float *d, const int32_t *t, int v0, int V,
+                                         int N, int C) {
+    (void)dw, (void)d, (void)t, (void)v0, (void)V, (void)N, (void)C;
+    return TS_OK;
+}
+static ts_status plan_position(float *o, const float *w, int B, int T, int C, int p0) {
+    (void)o, (void)w, (void)B, (void)T, (void)C, (void)p0;
+    return TS_OK;
+}
+static ts_status plan_layernorm_forward(float *o, float *m, float *r, const float *i,
+                                        const float *w, const float *b, int N, int C) {
+    (void)o, (void)m, (void)r, (void)i, (void)w, (void)b, (void)N, (void)C;
+    return TS_OK;
+}
+static ts_status plan_layernorm_backward(float *di, float *dw, float *db, const float *d,
+                                         const float *i, const float *w, const float *m,
+                                         const float *r, int N, int C) {
+    (void)di, (void)dw, (void)db, (void)d, (void)i, (void)w, (void)m, (void)r, (void)N, (void)C;
+    return TS_OK;
+}
+static ts_status plan_residual_layernorm(float *res, float *o, float *m, float *r, const float *a,
+                                         const float *b, const float *rb, const float *w,
+                                         const float *bias, int N, int C, int round) {
+    (void)res, (void)o, (void)m, (void)r, (void)a, (void)b, (void)rb, (void)w, (void)bias, (void)N,
+        (void)C, (void)round;
+    return TS_OK;
+}
+static ts_status plan_unary(float *o, const float *i, size_t n) {
+    (void)o, (void)i, (void)n;
+    return TS_OK;
+}
+static ts_status plan_bias_gelu(float *o, float *p, const float *b, int N, int C, int round) {
+    (void)o, (void)p, (void)b, (void)N, (void)C, (void)round;
+    return TS_OK;
+}
+static ts_status plan_binary(float *o, const float *a, const float *b, size_t n) {
+    (void)o, (void)a, (void)b, (void)n;
+    return TS_OK;
+}
+static ts_status plan_bias(float *o, const float *b, int N, int C) {
+    (void)o, (void)b, (void)N, (void)C;
+    return TS_OK;
+}
+static ts_status plan_attention_forward(float *o, float *s, const float *q, int B, int T, int C,
+                                        int NH) {
+    (void)o, (void)s, (void)q, (void)B, (void)T, (void)C, (void)NH;
+    return TS_OK;
+}
+static ts_status plan_attention_backward(float *dq, float *s, const float *d, const float *q,
+                                         const float *o, const float *sv, int B, int T, int C,
+                                         int NH) {
+    (void)dq, (void)s, (void)d, (void)q, (void)o, (void)sv, (void)B, (void)T, (void)C, (void)NH;
+    return TS_OK;
+}
+static ts_status plan_ce_max(float *r, const float *l, int N, int V, int Vp) {
+    (void)r, (void)l, (void)N, (void)V, (void)Vp;
+    return TS_OK;
+}
+static ts_status plan_ce_sumexp(float *s, const float *l, const float *r, const int32_t *t, int v0,
+                                int N, int V, int Vp) {
+    (void)s, (void)l, (void)r, (void)t, (void)v0, (void)N, (void)V, (void)Vp;
+    return TS_OK;
+}
+static ts_status plan_ce_loss(float *l, float *lse, const float *r, const float *s,
+                              const int32_t *t, int N) {
+    (void)l, (void)lse, (void)r, (void)s, (void)t, (void)N;
+    return TS_OK;
+}
+static ts_status plan_ce_backward(float *d, const float *l, const float *lse, const int32_t *t,
+                                  float dl, int v0, int N, int V, int Vp) {
+    (void)d, (void)l, (void)lse, (void)t, (void)dl, (void)v0, (void)N, (void)V, (void)Vp;
+    return TS_OK;
+}
+static ts_status plan_adamw(float *p, float *m, float *v, uint16_t *pb, const float *g, size_t n,
+                            float lr, float b1, float b2, float eps, float wd, int t, float gs) {
+    (void)p, (void)m, (void)v, (void)pb, (void)g, (void)n, (void)lr, (void)b1, (void)b2, (void)eps,
+        (void)wd, (void)t, (void)gs;
+    return TS_OK;
+}
+static ts_status plan_sumsq(double *out, const float *x, size_t n) {
+    (void)x, (void)n;
+    *out = 0.0;
+    return TS_OK;
+}
+static ts_status plan_round(float *x, size_t n) {
+    (void)x, (void)n;
+    return TS_OK;
+}
+static ts_status plan_f32_to_bf16(uint16_t *o, const float *i, size_t n) {
+    (void)o, (void)i, (void)n;
+    return TS_OK;
+}
+static ts_status plan_bf16_to_f32(float *o, const uint16_t *i, size_t n) {
+    (void)o, (void)i, (void)n;
+    return TS_OK;
+}
+static ts_status plan_stage(float *a, const float *b, int tp, int B, int T, int C) {
+    (void)a, (void)b, (void)tp, (void)B, (void)T, (void)C;
+    return TS_OK;
+}
+
+static ts_backend plan_table;
+
+ts_status ts_backend_plan(const ts_backend *target, const ts_backend **out) {
+    *out = NULL;
+    if (!plan_base) {
+        void *p =
+            mmap(NULL, PLAN_REGION, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED)
+            return ts_error(TS_ERR_NOMEM, "plan: cannot reserve the dry run's address space");
+        plan_base = p;
+    }
+    plan_table = (ts_backend){
+        .kind = TS_DEVICE_PLAN,
+        .name = "plan",
+        .alloc = plan_alloc,
+        .free = plan_free,
+        .zero = plan_zero,
+        .copy = plan_copy,
+        .to_host = plan_to_host,
+        .from_host = plan_copy,
+        .sync = plan_ok,
+        .matmul_forward = plan_matmul_forward,
+        .matmul_backward = plan_matmul_backward,
+        .matmul_bf16_work_bytes = target->matmul_bf16_work_bytes,
+        .matmul_forward_bf16 = plan_matmul_forward_bf16,
+        .matmul_backward_bf16 = plan_matmul_backward_bf16,
+        .embedding_shard_forward = plan_embedding_forward,
+        .embedding_shard_backward = plan_embedding_backward,
+        .position_forward = plan_position,
+        .position_backward = plan_position,
+        .layernorm_forward = plan_layernorm_forward,
+        .layernorm_backward = plan_layernorm_backward,
+        .residual_layernorm_forward = plan_residual_layernorm,
+        .gelu_forward = plan_unary,
+        .bias_gelu_forward = plan_bias_gelu,
+        .gelu_backward = plan_binary,
+        .residual_forward = plan_binary,
+        .add_bias = plan_bias,
+        .bias_grad = plan_bias,
+        .attention_saved_floats = target->attention_saved_floats,
+        .attention_scratch_floats = target->attention_scratch_floats,
+        .attention_forward = plan_attention_forward,
+        .attention_backward = plan_attention_backward,
+        .attention_forward_bf16 = plan_attention_forward,
+        .attention_backward_bf16 = plan_attention_backward,
+        .ce_shard_max = plan_ce_max,
+        .ce_shard_sumexp = plan_ce_sumexp,
+        .ce_shard_loss = plan_ce_loss,
+        .ce_shard_backward = plan_ce_backward,
+        .adamw = plan_adamw,
+        .sumsq = plan_sumsq,
+        .round_bf16 = plan_round,
+        .f32_to_bf16 = plan_f32_to_bf16,
+        .bf16_to_f32 = plan_bf16_to_f32,
+        .seq_from_stage = plan_stage,
+        .seq_to_stage = plan_stage,
+    };
+    *out = &plan_table;
+    return TS_OK;
+}

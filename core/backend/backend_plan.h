@@ -1,0 +1,42 @@
+/*
+ * backend_plan.h — the dry-run backend of `tessera plan`: a ts_backend whose
+ * memory is only counted and whose kernels run nothing, so that the real
+ * trainer, model, layers and plugins can run one step for any rank of any
+ * world without the memory or the time: what they allocate and what their
+ * communicators carry (comm_plan.h) is then exactly what a run would.
+ *
+ * Memory: every block is an address in a reserved, inaccessible region
+ * (PROT_NONE), so a stray dereference faults at once instead of reading
+ * garbage; blocks of a freed size are reused. Counters per category follow
+ * the accounted allocator's rules (allocated bytes, their peak).
+ *
+ * What it does not do: compute anything, or touch host memory except in
+ * to_host (which writes zeros).
+ */
+#ifndef TESSERA_CORE_BACKEND_PLAN_H
+#define TESSERA_CORE_BACKEND_PLAN_H
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The dry-run backend for a run on `target` (whose sizing rules it copies:
+ * the attention's saved state and scratch, the bf16 GEMMs' scratch). Fails
+ * only when the address region cannot be reserved. The table lives until
+ * the process ends; one dry run at a time. */
+ts_status ts_backend_plan(const ts_backend *target, const ts_backend **out);
+
+/* The dry run's counters of `cat` (TS_MEM_NCAT: all together); reset sets
+ * every peak to the current allocation. */
+ts_mem_counter ts_backend_plan_stats(ts_mem_category cat);
+void ts_backend_plan_reset_peak(void);
+
+/* 1 when p lies in the dry run's region (a block of its memory). */
+int ts_backend_plan_owns(const void *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TESSERA_CORE_BACKEND_PLAN_H */

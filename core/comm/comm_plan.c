@@ -1,0 +1,175 @@
+/*
+ * comm_plan.c — the dry run's communicators (comm_plan.h): every operation
+ * completes at once, moves nothing between ranks, and is counted by the
+ * core like any other, so that a dry run's counters are the traffic a run
+ * would have.
+ *
+ * Buffers of the dry run's memory (backend_plan.h) are never touched. Host
+ * buffers get what one rank alone would see (a sum of one, its own block
+ * everywhere, zeros received), so host-side arithmetic stays finite.
+ */
+#include "comm_plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_plan.h"
+
+typedef struct plan_ctx {
+    int rank, size;
+} plan_ctx;
+
+static int plan_host(const void *p) {
+    return p && !ts_backend_plan_owns(p);
+}
+
+static void plan_copy(void *dst, const void *src, size_t bytes) {
+    if (plan_host(dst) && plan_host(src) && dst != src) memmove(dst, src, bytes);
+}
+
+static ts_status plan_all_reduce(void *ctx, const void *send, void *recv, size_t count,
+                                 ts_dtype dtype, ts_reduce_op op, void **req) {
+    (void)ctx, (void)op;
+    plan_copy(recv, send, count * ts_dtype_size(dtype));
+    *req = NULL;
+    return TS_OK;
+}
+
+static ts_status plan_all_gather(void *vctx, const void *send, void *recv, size_t count,
+                                 ts_dtype dtype, void **req) {
+    plan_ctx *ctx = vctx;
+    size_t bytes = count * ts_dtype_size(dtype);
+    for (int r = 0; r < ctx->size; r++)
+        plan_copy((char *)recv + (size_t)r * bytes, send, bytes);
+    *req = NULL;
+    return TS_OK;
+}
+
+static ts_status plan_all_gatherv(void *vctx, const void *send, void *recv, const size_t *counts,
+                                  const size_t *displs, ts_dtype dtype, void **req) {
+    plan_ctx *ctx = vctx;
+    size_t es = ts_dtype_size(dtype);
+    plan_copy((char *)recv + displs[ctx->rank] * es, send, counts[ctx->rank] * es);
+    *req = NULL;
+    return TS_OK;
+}
+
+static ts_status plan_reduce_scatter(void *vctx, const void *send, void *recv, size_t count,
+                                     ts_dtype dtype, ts_reduce_op op, void **req) {
+    plan_ctx *ctx = vctx;
+    (void)op;
+    size_t bytes = count * ts_dtype_size(dtype);
+    plan_copy(recv, (const char *)send + (size_t)ctx->rank * bytes, bytes);
+    *req = NULL;
+    return TS_OK;
+}
+
+static ts_status plan_reduce_scatter_v(void *vctx, const void *send, void *recv,
+                                       const size_t *counts, ts_dtype dtype, ts_reduce_op op,
+                                       void **req) {
+    plan_ctx *ctx = vctx;
+    (void)op;
+    size_t es = ts_dtype_size(dtype), off = 0;
+    for (int r = 0; r < ctx->rank; r++)
+        off += counts[r];
+    plan_copy(recv, (const char *)send + off * es, counts[ctx->rank] * es);
+    *req = NULL;
+    return TS_OK;
+}
+
+static ts_status plan_all_to_all(void *ctx, const void *send, void *recv, size_t count,
+                                 ts_dtype dtype, void **req) {
+    plan_ctx *c = ctx;
+    plan_copy(recv, send, count * (size_t)c->size * ts_dtype_size(dtype));
+    *req = NULL;
+    return TS_OK;
+}
+
+static ts_status plan_all_to_allv(void *ctx, const void *send, const size_t *send_counts,
+                                  const size_t *send_displs, void *recv, const size_t *recv_counts,
+                                  const size_t *recv_displs, ts_dtype dtype, void **req) {
+    (void)ctx, (void)send, (void)send_counts, (void)send_displs;
+    size_t es = ts_dtype_size(dtype);
+    plan_ctx *c = ctx;
+    for (int r = 0; r < c->size; r++)
+        if (plan_host(recv)) memset((char *)recv + recv_displs[r] * es, 0, recv_counts[r] * es);
+    *req = NULL;
+    return TS_OK;
+}
+
+static ts_status plan_broadcast(void *ctx, void *buf, size_t count, ts_dtype dtype, int root,
+                                void **req) {
+    (void)ctx, (void)buf, (void)count, (void)dtype, (void)root;
+    *req = NULL;
+    return TS_OK;
+}
+
+static ts_status plan_send(void *ctx, const void *buf, size_t count, ts_dtype dtype, int peer,
+                           int tag, void **req) {
+    (void)ctx, (void)buf, (void)count, (void)dtype, (void)peer, (void)tag;
+    *req = NULL;
+    return TS_OK;
+}
+
+static ts_status plan_recv(void *ctx, void *buf, size_t count, ts_dtype dtype, int peer, int tag,
+                           void **req) {
+    (void)ctx, (void)peer, (void)tag;
+    if (plan_host(buf)) memset(buf, 0, count * ts_dtype_size(dtype));
+    *req = NULL;
+    return TS_OK;
+}
+
+static ts_status plan_barrier(void *ctx, void **req) {
+    (void)ctx;
+    *req = NULL;
+    return TS_OK;
+}
+
+static ts_status plan_test(void *ctx, void *req, int *done) {
+    (void)ctx, (void)req;
+    *done = 1;
+    return TS_OK;
+}
+
+static ts_status plan_split(void *ctx, int color, int key, const int *members, int new_size,
+                            int new_rank, void **new_ctx) {
+    (void)ctx, (void)key, (void)members;
+    *new_ctx = NULL;
+    if (color < 0) return TS_OK;
+    plan_ctx *c = malloc(sizeof *c);
+    if (!c) return ts_error(TS_ERR_NOMEM, "plan: out of memory");
+    *c = (plan_ctx){new_rank, new_size};
+    *new_ctx = c;
+    return TS_OK;
+}
+
+static void plan_free(void *ctx) {
+    free(ctx);
+}
+
+static const ts_comm_ops comm_plan_ops = {
+    .version = TS_COMM_OPS_VERSION,
+    .name = "plan",
+    .all_reduce = plan_all_reduce,
+    .all_gather = plan_all_gather,
+    .all_gatherv = plan_all_gatherv,
+    .reduce_scatter = plan_reduce_scatter,
+    .reduce_scatter_v = plan_reduce_scatter_v,
+    .all_to_all = plan_all_to_all,
+    .all_to_allv = plan_all_to_allv,
+    .broadcast = plan_broadcast,
+    .send = plan_send,
+    .recv = plan_recv,
+    .barrier = plan_barrier,
+    .test = plan_test,
+    .split = plan_split,
+    .free = plan_free,
+    .abort = NULL,
+};
+
+ts_status ts_comm_plan_create(const char *name, int rank, int size, ts_comm **out) {
+    plan_ctx *c = malloc(sizeof *c);
+    if (!c) return ts_error(TS_ERR_NOMEM, "plan: out of memory");
+    *c = (plan_ctx){rank, size};
+    return ts_comm_create(&comm_plan_ops, c, name, rank, size, NULL, 1e9, out);
+}

@@ -1,0 +1,383 @@
+/*
+ * layers.c — the placement-driven layers (layers.h): redistribution of hidden
+ * states, the rules of linear products, embedding lookups and the
+ * cross-entropy over cut logits, and the helpers every module uses (weight
+ * staging in bf16, rounding, the shared workspace, saved state).
+ *
+ * Nothing here names a strategy: an axis is an index into model->axes, and
+ * what happens on it follows from the placements.
+ */
+#include "layers.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------------
+ * Placements
+ * ------------------------------------------------------------------------- */
+ts_place ts_place_replicated(void) {
+    ts_place p;
+    for (int a = 0; a < TS_MODEL_MAX_AXES; a++)
+        p.on[a] = ts_placement_replicate();
+    return p;
+}
+
+int ts_place_equal(const ts_model *m, const ts_place *a, const ts_place *b) {
+    for (int i = 0; i < m->naxes; i++)
+        if (!ts_placement_equal(a->on[i], b->on[i])) return 0;
+    return 1;
+}
+
+/* The block of the sequence dimension (length T) this rank holds under p. */
+static void place_seq_block(const ts_model *m, const ts_place *p, int T, int64_t *off,
+                            int64_t *len) {
+    ts_layout l;
+    int64_t shape[2] = {1, T}, o[2] = {0, 0}, n[2] = {1, T};
+    int coords[TS_MODEL_MAX_AXES];
+    ts_layout_init(&l, 2, shape);
+    for (int a = 0; a < m->naxes; a++) {
+        ts_placement q = p->on[a];
+        /* Only the sequence cut matters here; other cuts leave T whole. */
+        if (!(q.kind == TS_PLACEMENT_SHARD && q.dim == 1)) q = ts_placement_replicate();
+        ts_layout_add_axis(&l, m->axes[a].name, m->axes[a].size, q);
+        coords[a] = m->axes[a].coord;
+    }
+    TS_ASSERT(ts_layout_local_block(&l, coords, o, n) == TS_OK);
+    *off = o[1];
+    *len = n[1];
+}
+
+int ts_layer_rows(const ts_model *m, const ts_place *p, int T) {
+    int64_t off, len;
+    place_seq_block(m, p, T, &off, &len);
+    return (int)len;
+}
+
+int ts_layer_row0(const ts_model *m, const ts_place *p, int T) {
+    int64_t off, len;
+    place_seq_block(m, p, T, &off, &len);
+    return (int)off;
+}
+
+static int is_seq(ts_placement p) {
+    return p.kind == TS_PLACEMENT_SHARD && p.dim == 1;
+}
+
+/* ---------------------------------------------------------------------------
+ * Redistribution of hidden states
+ * ------------------------------------------------------------------------- */
+static float *comm_stage(ts_model *m, size_t floats) {
+    if (floats > m->comm_stage_floats) {
+        m->be->free(m->comm_stage);
+        m->comm_stage = m->be->alloc(TS_MEM_COMM, floats * sizeof(float));
+        m->comm_stage_floats = m->comm_stage ? floats : 0;
+    }
+    return m->comm_stage;
+}
+
+/* The redistribution from `from` to `to`, or with dry set only whether it
+ * has a rule (TS_OK) or not (the error). */
+static ts_status redistribute(ts_model *m, int dry, float *dst, float *src, const ts_place *from,
+                              const ts_place *to, int B, int T, int F, float **out);
+
+ts_status ts_layer_redistribute(ts_model *m, float *dst, float *src, const ts_place *from,
+                                const ts_place *to, int B, int T, int F, float **out) {
+    return redistribute(m, 0, dst, src, from, to, B, T, F, out);
+}
+
+int ts_layer_can_redistribute(const ts_model *m, const ts_place *from, const ts_place *to) {
+    float *out;
+    return redistribute((ts_model *)m, 1, NULL, NULL, from, to, 1, 1, 1, &out) == TS_OK;
+}
+
+ts_place ts_layer_grad_place(const ts_model *m, const ts_place *p) {
+    ts_place g = *p;
+    for (int a = 0; a < m->naxes; a++)
+        if (g.on[a].kind == TS_PLACEMENT_PARTIAL) g.on[a] = ts_placement_replicate();
+    return g;
+}
+
+static ts_status redistribute(ts_model *m, int dry, float *dst, float *src, const ts_place *from,
+                              const ts_place *to, int B, int T, int F, float **out) {
+    int axis = -1;
+    for (int a = 0; a < m->naxes; a++) {
+        if (ts_placement_equal(from->on[a], to->on[a])) continue;
+        if (axis >= 0)
+            return ts_error(TS_ERR_INVALID,
+                            "layers: a hidden state changes placement over %s and %s at once; "
+                            "one axis at a time is supported",
+                            m->axes[axis].name, m->axes[a].name);
+        axis = a;
+    }
+    *out = src;
+    if (axis < 0) return TS_OK;
+    const ts_model_axis *ax = &m->axes[axis];
+    ts_placement f = from->on[axis], t = to->on[axis];
+    int s = ax->size, Tf = ts_layer_rows(m, from, T), Tt = ts_layer_rows(m, to, T);
+    const ts_backend *be = m->be;
+    if (is_seq(f) && t.kind == TS_PLACEMENT_REPLICATE) { /* all-gather along T */
+        if (dry) return TS_OK;
+        size_t blk = (size_t)B * Tf * F;
+        float *stage = comm_stage(m, blk * s);
+        if (!stage) return TS_ERR_NOMEM;
+        TS_TRY(ts_comm_all_gather(ax->comm, src, stage, blk, TS_F32));
+        TS_TRY(be->seq_from_stage(dst, stage, s, B, Tt, F));
+        *out = dst;
+        return TS_OK;
+    }
+    if (f.kind == TS_PLACEMENT_PARTIAL && t.kind == TS_PLACEMENT_REPLICATE) { /* sum */
+        if (dry) return TS_OK;
+        return ts_comm_all_reduce(ax->comm, src, src, (size_t)B * Tf * F, TS_F32, TS_REDUCE_SUM);
+    }
+    if (f.kind == TS_PLACEMENT_PARTIAL && is_seq(t)) { /* sum, keep our rows */
+        if (dry) return TS_OK;
+        size_t blk = (size_t)B * Tt * F;
+        float *stage = comm_stage(m, blk * s);
+        if (!stage) return TS_ERR_NOMEM;
+        TS_TRY(be->seq_to_stage(stage, src, s, B, Tf, F));
+        TS_TRY(ts_comm_reduce_scatter(ax->comm, stage, dst, blk, TS_F32, TS_REDUCE_SUM));
+        *out = dst;
+        return TS_OK;
+    }
+    if (f.kind == TS_PLACEMENT_REPLICATE && is_seq(t)) { /* keep our rows */
+        if (dry) return TS_OK;
+        int r0 = ts_layer_row0(m, to, T) - ts_layer_row0(m, from, T);
+        for (int b = 0; b < B; b++)
+            TS_TRY(be->copy(dst + (size_t)b * Tt * F, src + ((size_t)b * Tf + r0) * F,
+                            (size_t)Tt * F * sizeof(float)));
+        *out = dst;
+        return TS_OK;
+    }
+    char pf[16], pt[16];
+    return ts_error(
+        TS_ERR_INVALID, "layers: no rule redistributes a hidden state from %s to %s over %s",
+        ts_placement_str(f, pf, sizeof pf), ts_placement_str(t, pt, sizeof pt), ax->name);
+}
+
+/* ---------------------------------------------------------------------------
+ * Linear products
+ * ------------------------------------------------------------------------- */
+ts_status ts_layer_linear_places(const ts_model *m, const ts_param *w, const ts_place *x,
+                                 ts_place *need, ts_place *y, ts_place *dneed) {
+    *need = *x;
+    *y = *x;
+    int in_dim = w->global_ndim - 1;
+    for (int a = 0; a < m->naxes; a++) {
+        ts_placement p = w->on[a];
+        if (p.kind == TS_PLACEMENT_REPLICATE) continue;
+        char ps[16];
+        ts_placement_str(p, ps, sizeof ps);
+        if (p.kind != TS_PLACEMENT_SHARD)
+            return ts_error(TS_ERR_INVALID,
+                            "layers: %s is placed %s over %s; a weight is replicated or cut",
+                            w->value.name, ps, m->axes[a].name);
+        if (m->axes[a].cuts_batch)
+            return ts_error(TS_ERR_INVALID,
+                            "layers: %s is placed %s over %s, which cuts the batch: a product "
+                            "cuts its weight only over an axis whose ranks read the same tokens",
+                            w->value.name, ps, m->axes[a].name);
+        if (p.dim < in_dim) { /* column parallel */
+            need->on[a] = ts_placement_replicate();
+            y->on[a] = ts_placement_shard(2);
+        } else { /* row parallel */
+            need->on[a] = ts_placement_shard(2);
+            y->on[a] = ts_placement_partial();
+        }
+    }
+    if (dneed) {
+        *dneed = *need;
+        for (int a = 0; a < m->naxes; a++)
+            if (w->on[a].kind == TS_PLACEMENT_SHARD && w->on[a].dim < in_dim)
+                dneed->on[a] = ts_placement_partial();
+    }
+    /* A row-parallel product consumes features cut the same way. */
+    for (int a = 0; a < m->naxes; a++) {
+        if (!(need->on[a].kind == TS_PLACEMENT_SHARD && need->on[a].dim == 2)) continue;
+        if (ts_placement_equal(x->on[a], need->on[a])) continue;
+        char px[16];
+        return ts_error(TS_ERR_INVALID,
+                        "layers: %s is cut along its input over %s, but its input is placed %s "
+                        "there (a row-parallel product follows a column-parallel one)",
+                        w->value.name, m->axes[a].name, ts_placement_str(x->on[a], px, sizeof px));
+    }
+    return TS_OK;
+}
+
+/* Operand scratch of the bf16 GEMMs. */
+static void *matmul_work(ts_model *m, int N, int C, int OC) {
+    size_t bytes = m->be->matmul_bf16_work_bytes(N, C, OC);
+    if (bytes > m->mm_work_bytes) {
+        m->be->free(m->mm_work);
+        m->mm_work = m->be->alloc(TS_MEM_ACTS, bytes);
+        m->mm_work_bytes = m->mm_work ? bytes : 0;
+    }
+    return m->mm_work;
+}
+
+ts_status ts_layer_linear_forward(ts_model *m, float *out, const float *inp, const ts_param *w,
+                                  const float *bias, int N, int C, int OC) {
+    if (m->dtype == TS_F32) return m->be->matmul_forward(out, inp, w->value.data, bias, N, C, OC);
+    void *work = matmul_work(m, N, C, OC);
+    if (!work) return TS_ERR_NOMEM;
+    return m->be->matmul_forward_bf16(out, work, inp, w->value.data, bias, N, C, OC);
+}
+
+ts_status ts_layer_linear_backward(ts_model *m, float *dinp, float *dweight, float *dbias,
+                                   const float *dout, const float *inp, const ts_param *w, int N,
+                                   int C, int OC) {
+    if (m->dtype == TS_F32)
+        return m->be->matmul_backward(dinp, dweight, dbias, dout, inp, w->value.data, N, C, OC);
+    void *work = matmul_work(m, N, C, OC);
+    if (!work) return TS_ERR_NOMEM;
+    return m->be->matmul_backward_bf16(dinp, dweight, dbias, work, dout, inp, w->value.data, N, C,
+                                       OC);
+}
+
+/* ---------------------------------------------------------------------------
+ * Embedding lookups and the cross-entropy over cut logits
+ * ------------------------------------------------------------------------- */
+ts_status ts_layer_embedding_place(const ts_model *m, const ts_param *table, ts_place *out, int *v0,
+                                   int *rows) {
+    *out = ts_place_replicated();
+    for (int a = 0; a < m->naxes; a++) {
+        ts_placement p = table->on[a];
+        if (p.kind == TS_PLACEMENT_REPLICATE) continue;
+        if (p.kind == TS_PLACEMENT_SHARD && p.dim == 0 && !m->axes[a].cuts_batch) {
+            out->on[a] = ts_placement_partial(); /* other rows' tokens read 0 */
+            continue;
+        }
+        char ps[16];
+        return ts_error(TS_ERR_INVALID,
+                        "layers: the embedding table %s is placed %s over %s; a lookup cuts a "
+                        "table only along its rows (the vocabulary) over an axis whose ranks "
+                        "read the same tokens",
+                        table->value.name, ts_placement_str(p, ps, sizeof ps), m->axes[a].name);
+    }
+    *v0 = (int)table->block_offset[0];
+    *rows = (int)table->value.shape[0];
+    return TS_OK;
+}
+
+ts_status ts_layer_cross_entropy(ts_model *m, float *losses, float *lse, float *work,
+                                 const float *logits, const int32_t *targets, const ts_place *place,
+                                 int v0, int N, int Vl, int Vpl) {
+    const ts_backend *be = m->be;
+    float *stats = work, *rowmax = work + 2 * (size_t)N;
+    TS_TRY(be->ce_shard_max(rowmax, logits, N, Vl, Vpl));
+    for (int a = 0; a < m->naxes; a++)
+        if (place->on[a].kind == TS_PLACEMENT_SHARD)
+            TS_TRY(ts_comm_all_reduce(m->axes[a].comm, rowmax, rowmax, (size_t)N, TS_F32,
+                                      TS_REDUCE_MAX));
+    TS_TRY(be->ce_shard_sumexp(stats, logits, rowmax, targets, v0, N, Vl, Vpl));
+    for (int a = 0; a < m->naxes; a++)
+        if (place->on[a].kind == TS_PLACEMENT_SHARD)
+            TS_TRY(ts_comm_all_reduce(m->axes[a].comm, stats, stats, 2 * (size_t)N, TS_F32,
+                                      TS_REDUCE_SUM));
+    return be->ce_shard_loss(losses, lse, rowmax, stats, targets, N);
+}
+
+/* ---------------------------------------------------------------------------
+ * Helpers of every module
+ * ------------------------------------------------------------------------- */
+/* A device failure while staging a weight leaves no sane way on: abort, as
+ * the core does on any device failure. */
+static void weight_fail(const ts_param *p) {
+    fprintf(stderr, "tessera: staging %s: %s\n", p->value.name, ts_last_error());
+    TS_ASSERT(!"a weight could not be staged");
+}
+
+const float *ts_layer_weight(ts_model *m, const ts_param *p, int slot) {
+    if (m->dtype == TS_F32) return p->value.data;
+    size_t n = (size_t)ts_tensor_numel(&p->value);
+    if (n > m->stage_floats[slot]) {
+        m->be->free(m->stage[slot]);
+        m->stage[slot] = m->be->alloc(TS_MEM_ACTS, n * sizeof(float));
+        m->stage_floats[slot] = m->stage[slot] ? n : 0;
+        if (!m->stage[slot]) weight_fail(p);
+    }
+    if (m->be->bf16_to_f32(m->stage[slot], p->value.data, n)) weight_fail(p);
+    return m->stage[slot];
+}
+
+float *ts_layer_grad(const ts_param *p) {
+    return p->grad.data;
+}
+
+ts_status ts_layer_round(const ts_model *m, float *x, size_t n) {
+    return m->dtype == TS_BF16 ? m->be->round_bf16(x, n) : TS_OK;
+}
+
+float *ts_layer_work(ts_model *m, size_t floats) {
+    if (floats > m->work_floats) {
+        m->be->free(m->work);
+        m->work = m->be->alloc(TS_MEM_ACTS, floats * sizeof(float));
+        m->work_floats = m->work ? floats : 0;
+    }
+    return m->work;
+}
+
+ts_status ts_layer_host_view(ts_model *m, const float *x, size_t n, const float **host) {
+    if (m->be->kind == TS_DEVICE_CPU) {
+        *host = x;
+        return TS_OK;
+    }
+    if (n > m->host_stage_floats) {
+        ts_mem_free(m->host_stage);
+        m->host_stage = ts_mem_alloc(TS_MEM_OTHER, n * sizeof(float));
+        m->host_stage_floats = m->host_stage ? n : 0;
+        if (!m->host_stage) return TS_ERR_NOMEM;
+    }
+    TS_TRY(m->be->to_host(m->host_stage, x, n * sizeof(float)));
+    *host = m->host_stage;
+    return TS_OK;
+}
+
+/* ---------------------------------------------------------------------------
+ * Saved state, one allocation per micro-batch slot
+ * ------------------------------------------------------------------------- */
+float *ts_module_save(ts_module *mod, int mb, size_t floats, const float *input) {
+    ts_module_store *t = &mod->saved;
+    if (mb >= t->cap) {
+        int cap = t->cap ? t->cap : 4;
+        while (cap <= mb)
+            cap *= 2;
+        float **s = realloc(t->slot, (size_t)cap * sizeof *s);
+        if (s) t->slot = s;
+        const float **in = s ? realloc(t->input, (size_t)cap * sizeof *in) : NULL;
+        if (!in) {
+            ts_error(TS_ERR_NOMEM, "model: out of memory for saved-state table");
+            return NULL;
+        }
+        t->input = in;
+        for (int i = t->cap; i < cap; i++) {
+            s[i] = NULL;
+            in[i] = NULL;
+        }
+        t->cap = cap;
+    }
+    TS_ASSERT(t->slot[mb] == NULL); /* one forward per micro-batch in flight */
+    t->slot[mb] = mod->model->be->alloc(TS_MEM_ACTS, floats * sizeof(float));
+    t->input[mb] = input;
+    return t->slot[mb];
+}
+
+float *ts_module_saved(ts_module *mod, int mb) {
+    TS_ASSERT(mb < mod->saved.cap && mod->saved.slot[mb] != NULL);
+    return mod->saved.slot[mb];
+}
+
+const float *ts_module_saved_input(ts_module *mod, int mb) {
+    return mod->saved.input[mb];
+}
+
+void ts_module_release(ts_module *mod, int mb) {
+    if (mb >= mod->saved.cap) return;
+    mod->model->be->free(mod->saved.slot[mb]);
+    mod->saved.slot[mb] = NULL;
+}
+
+ts_param *ts_module_param(ts_module *mod, int k) {
+    TS_ASSERT(k >= 0 && k < mod->nparams);
+    return &mod->model->params[mod->param_index[k]];
+}

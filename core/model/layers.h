@@ -1,0 +1,132 @@
+/*
+ * layers.h — the placement-driven layers architectures are written with.
+ *
+ * A hidden state is a (B, T, F) block of a (B, T_global, F_global) tensor
+ * whose placement on each of the model's axes (model->axes) is one of
+ *   R     every rank of the axis holds the same values,
+ *   S(1)  the sequence is cut: each rank holds T_global / size rows of every
+ *         sequence (the rank's coordinate picks which),
+ *   S(2)  the features are cut (after a column-parallel product),
+ *   P     every rank holds a partial sum; the value is their sum.
+ * (The batch dimension never appears: an axis that cuts the batch gives each
+ * rank its own sequences, which the layers see as their whole batch.)
+ *
+ * The rules, read from the placements alone (no strategy is named):
+ *  - a product y = x W^T with W cut on an axis along an output dimension
+ *    (column parallel) needs x replicated there and gives y cut along its
+ *    features; with W cut along its input dimension (row parallel) it needs
+ *    x cut along its features and gives partial sums; with W replicated x
+ *    passes as it is. Other placements of W are errors naming W and the axis
+ *    (Shoeybi et al. 2019, Megatron-LM);
+ *  - ts_layer_redistribute turns one placement into another: S(1) -> R
+ *    all-gather along the sequence, P -> R all-reduce, P -> S(1)
+ *    reduce-scatter along the sequence, R -> S(1) a slice (Korthikanti et
+ *    al. 2022). The gradient of a tensor takes the tensor's placement, and
+ *    the gradient of a partial sum is replicated, so a backward is the same
+ *    call with the gradient's placements (the collectives come out as
+ *    Megatron-LM's f and g operators and their sequence-parallel forms);
+ *  - an embedding whose table is cut along the vocabulary gives partial sums
+ *    (rows outside the rank's block are zero); a cross-entropy over logits
+ *    cut along the vocabulary reduces its maximum and sums over that axis.
+ *
+ * All memory is the model's device's (backend.h); bf16 rounding follows the
+ * model's dtype.
+ */
+#ifndef TESSERA_CORE_LAYERS_H
+#define TESSERA_CORE_LAYERS_H
+
+#include "model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A placement on each of the model's axes. */
+typedef struct ts_place {
+    ts_placement on[TS_MODEL_MAX_AXES];
+} ts_place;
+
+/* Every axis replicated. */
+ts_place ts_place_replicated(void);
+int ts_place_equal(const ts_model *m, const ts_place *a, const ts_place *b);
+
+/* Rows per sequence under `p` (T divided by the axes cutting the sequence)
+ * and the first of them on this rank (its offset in the sequence). */
+int ts_layer_rows(const ts_model *m, const ts_place *p, int T);
+int ts_layer_row0(const ts_model *m, const ts_place *p, int T);
+
+/* Redistributes a hidden state x of placement `from` (B sequences of T
+ * tokens globally, F local features) to placement `to`. The result is
+ * written to `dst` (room for the result's local size), or stays in `src`:
+ * *out points at whichever holds it. P -> R reduces `src` in place. At most
+ * one axis may change; features are never redistributed. Errors name the
+ * axis and both placements. */
+ts_status ts_layer_redistribute(ts_model *m, float *dst, float *src, const ts_place *from,
+                                const ts_place *to, int B, int T, int F, float **out);
+
+/* Whether ts_layer_redistribute has a rule from `from` to `to` (0 with the
+ * message set when not). */
+int ts_layer_can_redistribute(const ts_model *m, const ts_place *from, const ts_place *to);
+
+/* The gradient of a tensor of placement p comes in p, except that the
+ * gradient of partial sums is replicated. */
+ts_place ts_layer_grad_place(const ts_model *m, const ts_place *p);
+
+/* The placements of y = x W^T: what x must be (`need`), what y is, and (when
+ * `dneed` is not NULL) how the backward product gives the gradient of the
+ * input it used: partial sums over the axes where it is column parallel. */
+ts_status ts_layer_linear_places(const ts_model *m, const ts_param *w, const ts_place *x,
+                                 ts_place *need, ts_place *y, ts_place *dneed);
+/* out (N, OC) = inp (N, C) @ W^T + bias, W the parameter `w` (OC, C) and its
+ * backward (accumulating): f32 GEMMs, or in bf16 the bf16 GEMMs on the bf16
+ * parameter itself. */
+ts_status ts_layer_linear_forward(ts_model *m, float *out, const float *inp, const ts_param *w,
+                                  const float *bias, int N, int C, int OC);
+ts_status ts_layer_linear_backward(ts_model *m, float *dinp, float *dweight, float *dbias,
+                                   const float *dout, const float *inp, const ts_param *w, int N,
+                                   int C, int OC);
+
+/* The placement of an embedding lookup out of table `table` (its rows cut on
+ * an axis give partial sums there; a replicated table gives replicated
+ * rows) and its rows [*v0, *v0 + *rows) of the vocabulary on this rank.
+ * Other cuts of the table are errors naming it and the axis. */
+ts_status ts_layer_embedding_place(const ts_model *m, const ts_param *table, ts_place *out, int *v0,
+                                   int *rows);
+
+/* Cross-entropy of logits (N, Vpl) whose features are cut as `place` says
+ * (this rank's columns [v0, v0 + Vpl), the first Vl of them real): per-row
+ * losses and log-sum-exp, the maximum and the sums reduced over the cutting
+ * axes. `work` has room for 3N floats. */
+ts_status ts_layer_cross_entropy(ts_model *m, float *losses, float *lse, float *work,
+                                 const float *logits, const int32_t *targets, const ts_place *place,
+                                 int v0, int N, int Vl, int Vpl);
+
+/* f32 values of parameter p: its storage, or in bf16 staged through `slot`
+ * (0 for the large weight of an op, 1-3 for small vectors), valid until the
+ * next call with that slot. A device failure while staging aborts (the
+ * core's rule for device failures). */
+const float *ts_layer_weight(ts_model *m, const ts_param *p, int slot);
+/* p's gradient (f32, device memory). */
+float *ts_layer_grad(const ts_param *p);
+/* Rounds x (n floats) to bf16 values in bf16 mode; nothing in fp32. */
+ts_status ts_layer_round(const ts_model *m, float *x, size_t n);
+/* The shared workspace, grown to `floats` (device memory); NULL when out of
+ * memory (the last error set). */
+float *ts_layer_work(ts_model *m, size_t floats);
+/* The host's copy of n floats of device memory x (x itself on the CPU). */
+ts_status ts_layer_host_view(ts_model *m, const float *x, size_t n, const float **host);
+
+/* Per-micro-batch saved state of a module: one allocation of `floats`
+ * (device memory, TS_MEM_ACTS) for micro-batch mb, remembering the module's
+ * input; get, release. */
+float *ts_module_save(ts_module *mod, int mb, size_t floats, const float *input);
+float *ts_module_saved(ts_module *mod, int mb);
+const float *ts_module_saved_input(ts_module *mod, int mb);
+void ts_module_release(ts_module *mod, int mb);
+/* The module's k-th parameter (as declared). */
+ts_param *ts_module_param(ts_module *mod, int k);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TESSERA_CORE_LAYERS_H */

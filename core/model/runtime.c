@@ -1,0 +1,736 @@
+/*
+ * runtime.c — the model runtime (model.h): the parameter registry and its
+ * flat buffers, this rank's blocks under the plan's placements, modules and
+ * their pipeline chunks, the running of chunks, gathering and scattering the
+ * unsharded model, and the architecture registry (arch.h).
+ *
+ * Not here: what any layer computes (layers.c, the architectures), the
+ * optimizer (optim.c), the training loop (train.c), checkpoints.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arch.h"
+#include "layers.h"
+#include "rng.h"
+
+/* ---------------------------------------------------------------------------
+ * The architecture registry
+ * ------------------------------------------------------------------------- */
+#define ARCH_MAX 16
+static const ts_arch *arch_table[ARCH_MAX];
+static int arch_count;
+
+static void arch_builtin(void) {
+    if (arch_count == 0) arch_table[arch_count++] = ts_arch_gpt2();
+}
+
+const ts_arch *ts_arch_find(const char *name) {
+    arch_builtin();
+    for (int i = 0; i < arch_count; i++)
+        if (strcmp(arch_table[i]->name, name) == 0) return arch_table[i];
+    return NULL;
+}
+
+ts_status ts_arch_register(const ts_arch *arch) {
+    arch_builtin();
+    if (!arch || arch->struct_size < sizeof(ts_arch) || !arch->name || !arch->declare_params ||
+        !arch->declare_modules || !arch->flops)
+        return ts_error(TS_ERR_INVALID, "model: an architecture table is incomplete");
+    if (ts_arch_find(arch->name))
+        return ts_error(TS_ERR_INVALID, "model: architecture '%s' is registered twice", arch->name);
+    if (arch_count == ARCH_MAX)
+        return ts_error(TS_ERR_INVALID, "model: more than %d architectures", ARCH_MAX);
+    arch_table[arch_count++] = arch;
+    return TS_OK;
+}
+
+const char *ts_arch_names(char *buf, size_t size) {
+    arch_builtin();
+    size_t j = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < arch_count && j + 1 < size; i++)
+        j += (size_t)snprintf(buf + j, size - j, "%s%s", i ? ", " : "", arch_table[i]->name);
+    return buf;
+}
+
+/* ---------------------------------------------------------------------------
+ * Shape checks, declarations
+ * ------------------------------------------------------------------------- */
+ts_status ts_model_config_check(const ts_model_config *c) {
+    if (c->layers < 1)
+        return ts_error(TS_ERR_CONFIG, "[model] layers = %d: must be at least 1", c->layers);
+    if (c->d_model < 1)
+        return ts_error(TS_ERR_CONFIG, "[model] d_model = %d: must be at least 1", c->d_model);
+    if (c->heads < 1)
+        return ts_error(TS_ERR_CONFIG, "[model] heads = %d: must be at least 1", c->heads);
+    if (c->d_model % c->heads != 0)
+        return ts_error(TS_ERR_CONFIG, "[model] heads = %d does not divide d_model = %d", c->heads,
+                        c->d_model);
+    if (c->vocab < 2)
+        return ts_error(TS_ERR_CONFIG, "[model] vocab = %d: must be at least 2", c->vocab);
+    if (c->padded_vocab < c->vocab)
+        return ts_error(TS_ERR_CONFIG, "[model] padded_vocab = %d is smaller than vocab = %d",
+                        c->padded_vocab, c->vocab);
+    if (c->context < 1)
+        return ts_error(TS_ERR_CONFIG, "[model] context = %d: must be at least 1", c->context);
+    return TS_OK;
+}
+
+int ts_model_param_table(const ts_model_config *cfg, char (*names)[TS_NAME_MAX],
+                         int64_t (*shapes)[3], int *ndim) {
+    const ts_arch *arch = ts_arch_gpt2();
+    int n = arch->declare_params(cfg, NULL);
+    if (!names && !shapes && !ndim) return n;
+    ts_param_decl *d = calloc((size_t)n, sizeof *d);
+    if (!d) return -1;
+    arch->declare_params(cfg, d);
+    for (int i = 0; i < n; i++) {
+        if (names) snprintf(names[i], TS_NAME_MAX, "%s", d[i].name);
+        if (shapes)
+            for (int k = 0; k < 3; k++)
+                shapes[i][k] = k < d[i].ndim ? d[i].shape[k] : 1;
+        if (ndim) ndim[i] = d[i].ndim;
+    }
+    free(d);
+    return n;
+}
+
+double ts_model_flops_per_step(const ts_model_config *cfg, int B, int T) {
+    return ts_arch_gpt2()->flops(cfg, B, T);
+}
+
+/* ---------------------------------------------------------------------------
+ * Building a model
+ * ------------------------------------------------------------------------- */
+/* Writes the initial value of every element of p's block (as f32) into dst:
+ * element (i, j, k) of the block is element (i, j, k) + block_offset of the
+ * whole tensor, drawn from (seed, name, its global row-major index). */
+static void param_init_values(float *dst, const ts_param *p, uint64_t seed) {
+    int64_t n = ts_tensor_numel(&p->value);
+    switch (p->init) {
+    case TS_INIT_ZEROS: memset(dst, 0, (size_t)n * sizeof(float)); break;
+    case TS_INIT_ONES:
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = 1.0f;
+        break;
+    case TS_INIT_NORMAL: {
+        uint64_t key = ts_rng_key(seed, p->value.name);
+        int64_t ls[3] = {1, 1, 1}, gs[3] = {1, 1, 1};
+        for (int d = 0; d < p->global_ndim; d++) {
+            ls[d] = p->value.shape[d];
+            gs[d] = p->global_shape[d];
+        }
+        const int64_t *off = p->block_offset;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            int64_t i2 = i % ls[2], i1 = (i / ls[2]) % ls[1], i0 = i / (ls[1] * ls[2]);
+            int64_t g0 = i0 + off[0], g1 = i1 + off[1], g2 = i2 + off[2];
+            uint64_t g = (uint64_t)((g0 * gs[1] + g1) * gs[2] + g2);
+            dst[i] = g0 < p->init_rows ? p->init_std * ts_rng_normal(key, g) : 0.0f;
+        }
+        break;
+    }
+    }
+}
+
+/* The plan's entry for a declared parameter: its placement on each of the
+ * model's axes, its pipeline stage, and this rank's block. */
+static ts_status param_from_plan(const ts_model *m, const ts_layout_plan *plan,
+                                 const ts_param_decl *d, ts_placement *on, int *stage,
+                                 int64_t block_off[3], int64_t block_shape[3]) {
+    for (int k = 0; k < 3; k++) {
+        block_off[k] = 0;
+        block_shape[k] = k < d->ndim ? d->shape[k] : 1;
+    }
+    for (int a = 0; a < TS_MODEL_MAX_AXES; a++)
+        on[a] = ts_placement_replicate();
+    *stage = -1;
+    if (!plan) return TS_OK;
+    const ts_layout_plan_entry *e = ts_layout_plan_find((ts_layout_plan *)plan, d->name);
+    if (!e) return ts_error(TS_ERR_INTERNAL, "model: %s is not in the layout plan", d->name);
+    if (e->layout.ndim != d->ndim)
+        return ts_error(TS_ERR_INVALID, "model: %s has %d dimensions in the plan, %d declared",
+                        d->name, e->layout.ndim, d->ndim);
+    *stage = e->stage;
+    /* This rank's coordinate on every axis of the entry's layout: the
+     * model's axes give theirs; any other axis (the pipeline's) must leave
+     * the tensor whole. */
+    int coords[TS_LAYOUT_MAX_AXES];
+    for (int i = 0; i < e->layout.naxes; i++) {
+        const ts_layout_axis *ax = &e->layout.axes[i];
+        coords[i] = 0;
+        int found = 0;
+        for (int a = 0; a < m->naxes; a++)
+            if (strcmp(m->axes[a].name, ax->name) == 0) {
+                coords[i] = m->axes[a].coord;
+                on[a] = ax->placement;
+                found = 1;
+            }
+        if (!found && ax->size > 1 && ax->placement.kind != TS_PLACEMENT_REPLICATE) {
+            char p[16];
+            return ts_error(TS_ERR_INVALID,
+                            "%s is placed %s over %s, an axis the model's tensors are not cut "
+                            "along (stages are given by the plan's stage field)",
+                            d->name, ts_placement_str(ax->placement, p, sizeof p), ax->name);
+        }
+    }
+    int64_t off[TS_MAX_DIMS], shp[TS_MAX_DIMS];
+    TS_TRY(ts_layout_local_block(&e->layout, coords, off, shp));
+    for (int k = 0; k < d->ndim; k++) {
+        block_off[k] = off[k];
+        block_shape[k] = shp[k];
+    }
+    return TS_OK;
+}
+
+/* Module stages: a module runs on the stage of the parameters it owns (the
+ * first module reading a parameter owns it). Virtual stage k runs on
+ * pipeline rank k % pp as its chunk k / pp (Megatron-LM's interleaving). */
+static ts_status model_stages(ts_model *m, const ts_module_decl *mods, const int *pstage,
+                              const int *owner, int pp, int pp_rank) {
+    int vstage[TS_MODEL_MAX_MODULES], top = -1;
+    for (int i = 0; i < m->nmodules; i++) {
+        vstage[i] = -2; /* no owned parameter yet */
+        for (int k = 0; k < mods[i].nparams; k++) {
+            int p = mods[i].params[k];
+            if (owner[p] != i) continue;
+            if (vstage[i] != -2 && vstage[i] != pstage[p])
+                return ts_error(TS_ERR_CONFIG,
+                                "module %s has parameters on stages %d and %d: a module runs on "
+                                "one stage",
+                                mods[i].name, vstage[i], pstage[p]);
+            vstage[i] = pstage[p];
+        }
+        if (vstage[i] == -2) vstage[i] = -1;
+        if (vstage[i] > top) top = vstage[i];
+    }
+    m->pp = pp < 1 ? 1 : pp;
+    m->chunks = 1;
+    if (top < 0) { /* no stage assigned: the whole model here, one chunk */
+        if (m->pp > 1)
+            return ts_error(TS_ERR_PLUGIN,
+                            "the pipeline axis has %d ranks but no plugin assigns the modules to "
+                            "stages: nothing implements it",
+                            m->pp);
+        for (int i = 0; i < m->nmodules; i++)
+            m->module_chunk[i] = 0;
+        return TS_OK;
+    }
+    int vstages = top + 1;
+    if (vstages % m->pp != 0)
+        return ts_error(TS_ERR_CONFIG, "%d virtual stages do not divide over pp = %d", vstages,
+                        m->pp);
+    for (int i = 0; i < m->nmodules; i++)
+        if (vstage[i] < 0 || (i > 0 && vstage[i] < vstage[i - 1]))
+            return ts_error(TS_ERR_CONFIG,
+                            "module %s is assigned to stage %d: stages must cover the modules "
+                            "in order",
+                            mods[i].name, vstage[i]);
+    int seen[vstages];
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < m->nmodules; i++)
+        seen[vstage[i]] = 1;
+    for (int k = 0; k < vstages; k++)
+        if (!seen[k]) return ts_error(TS_ERR_CONFIG, "virtual stage %d has no module", k);
+    m->chunks = vstages / m->pp;
+    for (int i = 0; i < m->nmodules; i++)
+        m->module_chunk[i] = vstage[i] % m->pp == pp_rank ? vstage[i] / m->pp : -1;
+    return TS_OK;
+}
+
+/* The hidden state's placement on the model's axes, from the plan's act.x. */
+static ts_status model_hidden_place(ts_model *m, const ts_layout_plan *plan) {
+    for (int a = 0; a < TS_MODEL_MAX_AXES; a++)
+        m->act[a] = ts_placement_replicate();
+    if (!plan) return TS_OK;
+    const ts_layout_plan_entry *e = ts_layout_plan_find((ts_layout_plan *)plan, "act.x");
+    if (!e) return ts_error(TS_ERR_INTERNAL, "model: the plan has no act.x");
+    for (int a = 0; a < m->naxes; a++) {
+        int i = ts_layout_axis_index(&e->layout, m->axes[a].name);
+        if (i < 0 || m->axes[a].cuts_batch) continue; /* the batch's own rows */
+        ts_placement p = e->layout.axes[i].placement;
+        if (p.kind == TS_PLACEMENT_REPLICATE || (p.kind == TS_PLACEMENT_SHARD && p.dim == 1)) {
+            m->act[a] = p;
+            continue;
+        }
+        char ps[16];
+        return ts_error(TS_ERR_CONFIG,
+                        "act.x is placed %s over %s; the hidden state between modules is "
+                        "replicated or cut along the sequence (S(1)) over an axis whose ranks "
+                        "read the same tokens",
+                        ts_placement_str(p, ps, sizeof ps), m->axes[a].name);
+    }
+    return TS_OK;
+}
+
+static ts_status model_build_modules(ts_model *m, const ts_module_decl *mods, const int *local) {
+    m->modules = calloc((size_t)m->nmodules, sizeof *m->modules);
+    if (!m->modules) return ts_error(TS_ERR_NOMEM, "model: out of memory");
+    for (int i = 0; i < m->nmodules; i++) {
+        if (m->module_chunk[i] < 0) continue;
+        ts_module *mod = calloc(1, sizeof *mod);
+        if (!mod) return ts_error(TS_ERR_NOMEM, "model: out of memory");
+        m->modules[i] = mod;
+        mod->ops = mods[i].ops;
+        mod->model = m;
+        mod->index = i;
+        snprintf(mod->name, sizeof mod->name, "%s", mods[i].name);
+        for (int k = 0; k < mods[i].nparams; k++)
+            mod->param_index[mod->nparams++] = local[mods[i].params[k]];
+    }
+    return TS_OK;
+}
+
+ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype, uint64_t seed,
+                          const ts_model_shard *shard, const ts_backend *be, ts_model **out) {
+    return ts_model_create_arch(NULL, cfg, dtype, seed, shard, be, out);
+}
+
+ts_status ts_model_create_arch(const ts_arch *arch, const ts_model_config *cfg, ts_dtype dtype,
+                               uint64_t seed, const ts_model_shard *shard, const ts_backend *be,
+                               ts_model **out) {
+    *out = NULL;
+    if (!arch) arch = ts_arch_gpt2();
+    TS_TRY(ts_model_config_check(cfg));
+    if (dtype != TS_F32 && dtype != TS_BF16)
+        return ts_error(TS_ERR_INVALID, "model: parameters must be f32 or bf16, not %s",
+                        ts_dtype_name(dtype));
+    int ndecl = arch->declare_params(cfg, NULL);
+    int nmods = arch->declare_modules(cfg, NULL);
+    if (nmods > TS_MODEL_MAX_MODULES)
+        return ts_error(TS_ERR_CONFIG, "model: %d modules, at most %d", nmods,
+                        TS_MODEL_MAX_MODULES);
+    ts_model *m = calloc(1, sizeof *m);
+    ts_param_decl *decl = calloc((size_t)ndecl, sizeof *decl);
+    ts_module_decl *mods = calloc((size_t)nmods, sizeof *mods);
+    int *owner = calloc((size_t)ndecl, sizeof *owner),
+        *users = calloc((size_t)ndecl, sizeof *users);
+    int *pstage = calloc((size_t)ndecl, sizeof *pstage),
+        *local = calloc((size_t)ndecl, sizeof *local);
+    ts_status st = TS_OK;
+    if (!m || !decl || !mods || !owner || !users || !pstage || !local) {
+        st = ts_error(TS_ERR_NOMEM, "model: out of memory");
+        goto done;
+    }
+    m->arch = arch;
+    m->cfg = *cfg;
+    m->be = be ? be : ts_backend_cpu();
+    m->dtype = dtype;
+    m->nmodules = nmods;
+    if (shard) {
+        m->naxes = shard->naxes;
+        memcpy(m->axes, shard->axes, sizeof m->axes);
+    }
+    arch->declare_params(cfg, decl);
+    arch->declare_modules(cfg, mods);
+    for (int p = 0; p < ndecl; p++)
+        owner[p] = -1;
+    for (int i = 0; i < nmods; i++)
+        for (int k = 0; k < mods[i].nparams; k++) {
+            int p = mods[i].params[k];
+            TS_ASSERT(p >= 0 && p < ndecl);
+            if (owner[p] < 0) owner[p] = i;
+            users[p]++;
+        }
+    const ts_layout_plan *plan = shard ? shard->plan : NULL;
+    m->params = calloc((size_t)ndecl, sizeof *m->params);
+    if (!m->params) {
+        st = ts_error(TS_ERR_NOMEM, "model: out of memory");
+        goto done;
+    }
+    /* Placements and stages from the plan. */
+    int64_t(*boff)[3] = calloc((size_t)ndecl, sizeof *boff);
+    int64_t(*bshape)[3] = calloc((size_t)ndecl, sizeof *bshape);
+    ts_placement(*on)[TS_MODEL_MAX_AXES] = calloc((size_t)ndecl, sizeof *on);
+    if (!boff || !bshape || !on) st = ts_error(TS_ERR_NOMEM, "model: out of memory");
+    for (int p = 0; p < ndecl && !st; p++)
+        st = param_from_plan(m, plan, &decl[p], on[p], &pstage[p], boff[p], bshape[p]);
+    if (!st) st = model_hidden_place(m, plan);
+    if (!st)
+        st =
+            model_stages(m, mods, pstage, owner, shard ? shard->pp : 1, shard ? shard->pp_rank : 0);
+    /* This rank's parameters: those its modules read. The global offsets
+     * count every parameter, local or not. */
+    size_t global = 0, total = 0;
+    int n = 0;
+    for (int p = 0; p < ndecl && !st; p++) {
+        size_t gcnt = 1, cnt = 1;
+        for (int d = 0; d < decl[p].ndim; d++) {
+            gcnt *= (size_t)decl[p].shape[d];
+            cnt *= (size_t)bshape[p][d];
+        }
+        int here = 0, all = 1;
+        for (int i = 0; i < nmods; i++)
+            for (int k = 0; k < mods[i].nparams; k++)
+                if (mods[i].params[k] == p) {
+                    here |= m->module_chunk[i] >= 0;
+                    all &= m->module_chunk[i] >= 0;
+                }
+        local[p] = -1;
+        if (here) {
+            ts_param *q = &m->params[n];
+            local[p] = n++;
+            q->global_offset = global;
+            q->tied_copy = m->module_chunk[owner[p]] < 0;
+            if (users[p] > 1 && !all) m->tied_split = 1;
+            q->global_ndim = decl[p].ndim;
+            for (int d = 0; d < 3; d++) {
+                q->global_shape[d] = d < decl[p].ndim ? decl[p].shape[d] : 1;
+                q->block_offset[d] = boff[p][d];
+                q->value.shape[d] = bshape[p][d];
+            }
+            memcpy(q->on, on[p], sizeof q->on);
+            q->offset = total;
+            q->decay = decl[p].decay;
+            q->init = decl[p].init;
+            q->init_std = decl[p].std;
+            q->init_rows = decl[p].rows;
+            snprintf(q->value.name, sizeof q->value.name, "%s", decl[p].name);
+            total += cnt;
+        }
+        global += gcnt;
+    }
+    free(boff);
+    free(bshape);
+    free(on);
+    if (st) goto done;
+    m->nparams = n;
+    m->numel = total;
+    m->global_numel = global;
+    /* A replicated parameter applied to rows that an axis cuts has a
+     * partial gradient over it. */
+    for (int i = 0; i < n; i++)
+        for (int a = 0; a < m->naxes; a++)
+            if (m->params[i].on[a].kind == TS_PLACEMENT_REPLICATE && !m->axes[a].cuts_batch &&
+                m->act[a].kind == TS_PLACEMENT_SHARD)
+                m->params[i].grad_partial |= 1u << a;
+    size_t esz = ts_dtype_size(dtype);
+    m->param_data = m->be->alloc(TS_MEM_PARAMS, total * esz);
+    m->grad_data = m->be->alloc(TS_MEM_GRADS, total * sizeof(float));
+    if (!m->param_data || !m->grad_data) {
+        st = TS_ERR_NOMEM;
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        ts_param *p = &m->params[i];
+        int64_t shape[3] = {p->value.shape[0], p->value.shape[1], p->value.shape[2]};
+        char name[TS_NAME_MAX];
+        snprintf(name, sizeof name, "%s", p->value.name);
+        ts_tensor_view(&p->value, name, dtype, p->global_ndim, shape,
+                       (char *)m->param_data + p->offset * esz, TS_MEM_PARAMS);
+        ts_tensor_view(&p->grad, name, TS_F32, p->global_ndim, shape, m->grad_data + p->offset,
+                       TS_MEM_GRADS);
+        p->value.device = p->grad.device = m->be->kind;
+    }
+    st = model_build_modules(m, mods, local);
+    if (!st && arch->check) st = arch->check(m);
+    if (st) goto done;
+    /* Initialise on the host: f32 directly, or through a staging copy rounded
+     * to bf16; on a device, into a host image of the parameters uploaded at
+     * the end. A dry run (`tessera plan`) has no values to draw. */
+    if (m->be->kind == TS_DEVICE_PLAN) goto done;
+    int on_host = m->be->kind == TS_DEVICE_CPU;
+    char *image = on_host ? m->param_data : ts_mem_alloc(TS_MEM_OTHER, total * esz);
+    if (!image) {
+        st = TS_ERR_NOMEM;
+        goto done;
+    }
+    for (int i = 0; i < n && !st; i++) {
+        ts_param *p = &m->params[i];
+        int64_t cnt = ts_tensor_numel(&p->value);
+        void *dst = image + p->offset * esz;
+        if (dtype == TS_F32) {
+            param_init_values(dst, p, seed);
+        } else {
+            float *tmp = ts_mem_alloc(TS_MEM_OTHER, (size_t)cnt * sizeof(float));
+            if (!tmp) {
+                st = TS_ERR_NOMEM;
+                break;
+            }
+            param_init_values(tmp, p, seed);
+            /* Host memory either way: the CPU's conversion. */
+            st = ts_backend_cpu()->f32_to_bf16(dst, tmp, (size_t)cnt);
+            ts_mem_free(tmp);
+        }
+    }
+    if (!on_host && !st) st = m->be->from_host(m->param_data, image, total * esz);
+    if (!on_host) ts_mem_free(image);
+done:
+    free(decl);
+    free(mods);
+    free(owner);
+    free(users);
+    free(pstage);
+    free(local);
+    if (st) {
+        ts_model_destroy(m);
+        return st;
+    }
+    *out = m;
+    return TS_OK;
+}
+
+void ts_model_destroy(ts_model *m) {
+    if (!m) return;
+    for (int i = 0; m->modules && i < m->nmodules; i++) {
+        ts_module *mod = m->modules[i];
+        if (!mod) continue;
+        for (int s = 0; s < mod->saved.cap; s++)
+            m->be->free(mod->saved.slot[s]);
+        free(mod->saved.slot);
+        free(mod->saved.input);
+        free(mod);
+    }
+    free(m->modules);
+    if (m->be) {
+        m->be->free(m->param_data);
+        m->be->free(m->grad_data);
+        m->be->free(m->work);
+        m->be->free(m->comm_stage);
+        for (int i = 0; i < 4; i++)
+            m->be->free(m->stage[i]);
+        m->be->free(m->mm_work);
+    }
+    ts_mem_free(m->host_stage);
+    free(m->params);
+    free(m);
+}
+
+ts_param *ts_model_param(ts_model *m, const char *name) {
+    for (int i = 0; i < m->nparams; i++)
+        if (strcmp(m->params[i].value.name, name) == 0) return &m->params[i];
+    return NULL;
+}
+
+ts_status ts_model_zero_grad(ts_model *m) {
+    return m->be->zero(m->grad_data, m->numel * sizeof(float));
+}
+
+float *ts_model_param_f32(ts_model *m) {
+    return m->dtype == TS_F32 ? (float *)m->param_data : NULL;
+}
+
+/* ---------------------------------------------------------------------------
+ * The unsharded model
+ * ------------------------------------------------------------------------- */
+/* Copies the block of p (offset `boff`, p's local extents) between its
+ * place in the whole tensor (`whole`, the global layout) and a contiguous
+ * block (`block`), in the given direction. */
+static void param_block_copy(const ts_param *p, const int64_t *boff, float *whole, float *block,
+                             int to_block) {
+    int64_t ls[3] = {1, 1, 1}, gs[3] = {1, 1, 1};
+    for (int d = 0; d < p->global_ndim; d++) {
+        ls[d] = p->value.shape[d];
+        gs[d] = p->global_shape[d];
+    }
+    for (int64_t i0 = 0; i0 < ls[0]; i0++)
+        for (int64_t i1 = 0; i1 < ls[1]; i1++) {
+            float *g = whole + ((i0 + boff[0]) * gs[1] + i1 + boff[1]) * gs[2] + boff[2];
+            float *b = block + (i0 * ls[1] + i1) * ls[2];
+            if (to_block)
+                memcpy(b, g, (size_t)ls[2] * sizeof(float));
+            else
+                memcpy(g, b, (size_t)ls[2] * sizeof(float));
+        }
+}
+
+/* The axis of the model that cuts p (-1: none; at most one is supported). */
+static int param_cut_axis(const ts_model *m, const ts_param *p, int *count) {
+    int axis = -1;
+    *count = 0;
+    for (int a = 0; a < m->naxes; a++)
+        if (p->on[a].kind == TS_PLACEMENT_SHARD) {
+            axis = a;
+            (*count)++;
+        }
+    return axis;
+}
+
+ts_status ts_model_gather(ts_model *m, const float *local, float *full) {
+    float *buf = NULL;
+    size_t cap = 0;
+    ts_status st = TS_OK;
+    for (int i = 0; i < m->nparams && !st; i++) {
+        ts_param *p = &m->params[i];
+        size_t n = (size_t)ts_tensor_numel(&p->value);
+        float *whole = full + p->global_offset;
+        if (p->tied_copy) continue; /* the owner's rank writes it */
+        int cuts, a = param_cut_axis(m, p, &cuts);
+        if (a < 0) {
+            memcpy(whole, local + p->offset, n * sizeof(float));
+            continue;
+        }
+        if (cuts > 1)
+            return ts_error(TS_ERR_INVALID,
+                            "model: %s is cut over %d axes; gathering one is "
+                            "supported",
+                            p->value.name, cuts);
+        const ts_model_axis *ax = &m->axes[a];
+        int size = ax->size, dim = p->on[a].dim;
+        if (n * size > cap) {
+            ts_mem_free(buf);
+            cap = n * size;
+            buf = ts_mem_alloc(TS_MEM_COMM, cap * sizeof(float));
+            if (!buf) return TS_ERR_NOMEM;
+        }
+        /* Equal blocks: rank r's sits at r times the extent along dim. */
+        if (p->global_shape[dim] != p->value.shape[dim] * size)
+            return ts_error(TS_ERR_INVALID, "model: %s is cut into unequal blocks over %s",
+                            p->value.name, ax->name);
+        st = ts_comm_all_gather(ax->host ? ax->host : ax->comm, local + p->offset, buf, n, TS_F32);
+        for (int r = 0; r < size && !st; r++) {
+            int64_t boff[3] = {p->block_offset[0], p->block_offset[1], p->block_offset[2]};
+            boff[dim] = p->value.shape[dim] * r;
+            param_block_copy(p, boff, whole, buf + n * r, 0);
+        }
+    }
+    ts_mem_free(buf);
+    return st;
+}
+
+void ts_model_scatter(const ts_model *m, const float *full, float *local) {
+    for (int i = 0; i < m->nparams; i++) {
+        const ts_param *p = &m->params[i];
+        param_block_copy(p, p->block_offset, (float *)full + p->global_offset, local + p->offset,
+                         1);
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Running the modules
+ * ------------------------------------------------------------------------- */
+int ts_model_chunk_first(const ts_model *m, int chunk) {
+    return m->module_chunk[0] == chunk;
+}
+
+int ts_model_chunk_last(const ts_model *m, int chunk) {
+    return m->module_chunk[m->nmodules - 1] == chunk;
+}
+
+void ts_model_hidden_shape(const ts_model *m, int B, int T, int64_t shape[3]) {
+    ts_place p = ts_place_replicated();
+    for (int a = 0; a < m->naxes; a++)
+        p.on[a] = m->act[a];
+    shape[0] = B;
+    shape[1] = ts_layer_rows(m, &p, T);
+    shape[2] = m->cfg.d_model;
+}
+
+ts_status ts_model_forward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const ts_tensor *x,
+                                 ts_tensor *y) {
+    ts_tensor cur, next;
+    if (x)
+        cur = *x;
+    else
+        memset(&cur, 0, sizeof cur);
+    memset(y, 0, sizeof *y);
+    int ran[TS_MODEL_MAX_MODULES], nran = 0;
+    for (int i = 0; i < m->nmodules; i++) {
+        if (m->module_chunk[i] != chunk) continue;
+        ts_status st = m->modules[i]->ops->forward(m->modules[i], ctx, &cur, &next);
+        if (st) {
+            for (int k = 0; k < nran; k++)
+                ts_module_release(m->modules[ran[k]], ctx->mb);
+            return st;
+        }
+        ran[nran++] = i;
+        cur = next;
+    }
+    if (nran == 0) return ts_error(TS_ERR_INTERNAL, "model: chunk %d has no module here", chunk);
+    *y = cur;
+    return TS_OK;
+}
+
+ts_status ts_model_backward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const ts_tensor *dy,
+                                  ts_tensor *dx) {
+    int64_t shape[3];
+    ts_model_hidden_shape(m, ctx->B, ctx->T, shape);
+    size_t n = (size_t)(shape[0] * shape[1] * shape[2]);
+    int idx[TS_MODEL_MAX_MODULES], cnt = 0;
+    for (int i = 0; i < m->nmodules; i++)
+        if (m->module_chunk[i] == chunk) idx[cnt++] = i;
+    if (cnt == 0) return ts_error(TS_ERR_INTERNAL, "model: chunk %d has no module here", chunk);
+    /* Between the modules of the chunk, two buffers alternate. */
+    float *buf = cnt > 1 ? m->be->alloc(TS_MEM_ACTS, 2 * n * sizeof(float)) : NULL;
+    if (cnt > 1 && !buf) return TS_ERR_NOMEM;
+    ts_tensor grads[2];
+    ts_tensor_view(&grads[0], "dx0", TS_F32, 3, shape, buf, TS_MEM_ACTS);
+    ts_tensor_view(&grads[1], "dx1", TS_F32, 3, shape, buf ? buf + n : NULL, TS_MEM_ACTS);
+    grads[0].device = grads[1].device = m->be->kind;
+    ts_status st = TS_OK;
+    const ts_tensor *in = dy;
+    for (int k = cnt - 1; k >= 0 && !st; k--) {
+        int i = idx[k];
+        ts_tensor *out = k == 0 ? dx : &grads[k % 2];
+        st = m->modules[i]->ops->backward(m->modules[i], ctx, in, out);
+        if (!st && ctx->module_done) st = ctx->module_done(ctx->module_done_user, i);
+        in = out;
+    }
+    m->be->free(buf);
+    return st;
+}
+
+ts_status ts_model_forward(ts_model *m, ts_step_ctx *ctx) {
+    if (m->pp > 1 || m->chunks > 1)
+        return ts_error(TS_ERR_INTERNAL, "model: whole-model forward on a pipeline stage");
+    ts_tensor y;
+    return ts_model_forward_chunk(m, ctx, 0, NULL, &y);
+}
+
+ts_status ts_model_backward(ts_model *m, ts_step_ctx *ctx) {
+    return ts_model_backward_chunk(m, ctx, 0, NULL, NULL);
+}
+
+ts_status ts_model_forward_backward(ts_model *m, ts_step_ctx *ctx) {
+    TS_TRY(ts_model_forward(m, ctx));
+    return ts_model_backward(m, ctx);
+}
+
+ts_status ts_model_loss(ts_model *m, ts_step_ctx *ctx, double *mean_loss) {
+    double before = ctx->loss_sum;
+    int64_t valid_before = ctx->valid_tokens;
+    TS_TRY(ts_model_forward(m, ctx));
+    for (int i = 0; i < m->nmodules; i++)
+        if (m->modules[i]) ts_module_release(m->modules[i], ctx->mb);
+    int64_t valid = ctx->valid_tokens - valid_before;
+    *mean_loss = valid > 0 ? (ctx->loss_sum - before) / (double)valid : 0.0;
+    return TS_OK;
+}
+
+/* ---------------------------------------------------------------------------
+ * The layout plan
+ * ------------------------------------------------------------------------- */
+static ts_status plan_entry(ts_layout_plan *plan, const ts_mesh *mesh, const char *name, int ndim,
+                            const int64_t *shape, ts_plan_kind kind) {
+    ts_layout l;
+    TS_TRY(ts_layout_init(&l, ndim, shape));
+    /* The dense mesh: GPT-2's tensors live there. Expert tensors (MoE) will
+     * carry the expert mesh's axes (etp, ep, edp, pp) instead. */
+    static const ts_mesh_axis axes[] = {TS_AXIS_TP, TS_AXIS_CP, TS_AXIS_DP, TS_AXIS_PP};
+    for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++)
+        TS_TRY(ts_layout_add_axis(&l, ts_mesh_axis_name(axes[i]), ts_mesh_axis_size(mesh, axes[i]),
+                                  ts_placement_replicate()));
+    TS_TRY(ts_layout_plan_add(plan, name, &l, -1));
+    ts_layout_plan_find(plan, name)->kind = kind;
+    return TS_OK;
+}
+
+ts_status ts_model_layout_plan(const ts_model_config *cfg, int global_batch, int T,
+                               const ts_mesh *mesh, ts_layout_plan *plan) {
+    int64_t data[2] = {global_batch, T}, act[3] = {global_batch, T, cfg->d_model};
+    TS_TRY(plan_entry(plan, mesh, "data.tokens", 2, data, TS_PLAN_DATA));
+    TS_TRY(plan_entry(plan, mesh, "data.targets", 2, data, TS_PLAN_DATA));
+    TS_TRY(plan_entry(plan, mesh, "act.x", 3, act, TS_PLAN_ACTIVATION));
+    const ts_arch *arch = ts_arch_gpt2();
+    int n = arch->declare_params(cfg, NULL);
+    ts_param_decl *decl = calloc((size_t)n, sizeof *decl);
+    if (!decl) return ts_error(TS_ERR_NOMEM, "model: out of memory");
+    arch->declare_params(cfg, decl);
+    ts_status st = TS_OK;
+    for (int i = 0; i < n && !st; i++)
+        st = plan_entry(plan, mesh, decl[i].name, decl[i].ndim, decl[i].shape, TS_PLAN_PARAM);
+    free(decl);
+    return st;
+}
