@@ -402,7 +402,9 @@ static int cmd_plan(int argc, char **argv) {
     ts_layout_plan plan;
     ts_layout_plan_init(&plan);
     if (!st) st = ts_train_shape_resolve(cfg, ts_mesh_axis_size(mesh, TS_AXIS_DP), &shape);
-    if (!st) st = ts_model_layout_plan(&shape.model, shape.global_batch, shape.T, mesh, &plan);
+    if (!st)
+        st = ts_model_layout_plan_arch(shape.arch, &shape.model, shape.global_batch, shape.T, mesh,
+                                       &plan);
     if (!st) st = ts_plugins_apply_transforms(reg, &plan);
     ts_schedule_sim sim;
     memset(&sim, 0, sizeof sim);

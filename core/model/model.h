@@ -51,6 +51,8 @@
 extern "C" {
 #endif
 
+typedef struct ts_arch ts_arch;
+
 /* The shape of the model. GPT-2's keys; an architecture reads what it needs. */
 typedef struct ts_model_config {
     int layers;       /* L                                              */
@@ -140,8 +142,6 @@ typedef struct ts_module_decl {
     int nparams;
     int params[TS_MODULE_MAX_PARAMS];
 } ts_module_decl;
-
-typedef struct ts_arch ts_arch;
 
 struct ts_model {
     const ts_backend *be; /* where every tensor below lives (borrowed) */
@@ -265,12 +265,19 @@ float *ts_model_param_f32(ts_model *m);
  * (unassigned). Plugins' transforms then change placements. */
 ts_status ts_model_layout_plan(const ts_model_config *cfg, int global_batch, int T,
                                const ts_mesh *mesh, ts_layout_plan *plan);
+/* The same for architecture `arch` (NULL: GPT-2). */
+ts_status ts_model_layout_plan_arch(const ts_arch *arch, const ts_model_config *cfg,
+                                    int global_batch, int T, const ts_mesh *mesh,
+                                    ts_layout_plan *plan);
 
 /* Parameter names and global shapes in model order (for checkpoints, which
  * store the unsharded model): returns the count; fills names/shapes when
  * not NULL (shape[i] has 3 entries, ndim[i] how many are used). */
 int ts_model_param_table(const ts_model_config *cfg, char (*names)[TS_NAME_MAX],
                          int64_t (*shapes)[3], int *ndim);
+/* The same for the architecture of model `m`. */
+int ts_model_param_table_of(const ts_model *m, char (*names)[TS_NAME_MAX], int64_t (*shapes)[3],
+                            int *ndim);
 
 /* FLOPs of one forward+backward of B x T tokens, counted as 2 per
  * multiply-add for every GEMM (forward 1x, backward 2x) and for the two

@@ -78,9 +78,8 @@ ts_status ts_model_config_check(const ts_model_config *c) {
     return TS_OK;
 }
 
-int ts_model_param_table(const ts_model_config *cfg, char (*names)[TS_NAME_MAX],
-                         int64_t (*shapes)[3], int *ndim) {
-    const ts_arch *arch = ts_arch_gpt2();
+static int param_table(const ts_arch *arch, const ts_model_config *cfg, char (*names)[TS_NAME_MAX],
+                       int64_t (*shapes)[3], int *ndim) {
     int n = arch->declare_params(cfg, NULL);
     if (!names && !shapes && !ndim) return n;
     ts_param_decl *d = calloc((size_t)n, sizeof *d);
@@ -95,6 +94,16 @@ int ts_model_param_table(const ts_model_config *cfg, char (*names)[TS_NAME_MAX],
     }
     free(d);
     return n;
+}
+
+int ts_model_param_table(const ts_model_config *cfg, char (*names)[TS_NAME_MAX],
+                         int64_t (*shapes)[3], int *ndim) {
+    return param_table(ts_arch_gpt2(), cfg, names, shapes, ndim);
+}
+
+int ts_model_param_table_of(const ts_model *m, char (*names)[TS_NAME_MAX], int64_t (*shapes)[3],
+                            int *ndim) {
+    return param_table(m->arch, &m->cfg, names, shapes, ndim);
 }
 
 double ts_model_flops_per_step(const ts_model_config *cfg, int B, int T) {
@@ -719,11 +728,17 @@ static ts_status plan_entry(ts_layout_plan *plan, const ts_mesh *mesh, const cha
 
 ts_status ts_model_layout_plan(const ts_model_config *cfg, int global_batch, int T,
                                const ts_mesh *mesh, ts_layout_plan *plan) {
+    return ts_model_layout_plan_arch(NULL, cfg, global_batch, T, mesh, plan);
+}
+
+ts_status ts_model_layout_plan_arch(const ts_arch *arch, const ts_model_config *cfg,
+                                    int global_batch, int T, const ts_mesh *mesh,
+                                    ts_layout_plan *plan) {
+    if (!arch) arch = ts_arch_gpt2();
     int64_t data[2] = {global_batch, T}, act[3] = {global_batch, T, cfg->d_model};
     TS_TRY(plan_entry(plan, mesh, "data.tokens", 2, data, TS_PLAN_DATA));
     TS_TRY(plan_entry(plan, mesh, "data.targets", 2, data, TS_PLAN_DATA));
     TS_TRY(plan_entry(plan, mesh, "act.x", 3, act, TS_PLAN_ACTIVATION));
-    const ts_arch *arch = ts_arch_gpt2();
     int n = arch->declare_params(cfg, NULL);
     ts_param_decl *decl = calloc((size_t)n, sizeof *decl);
     if (!decl) return ts_error(TS_ERR_NOMEM, "model: out of memory");

@@ -141,12 +141,12 @@ _Static_assert(sizeof(ckpt_entry) == 128, "table entries are 128 bytes");
  * it), in model order, at its global offset. Returns the count, -1 when out
  * of memory; with tab NULL only counts. */
 static int ckpt_fill_table(ckpt_entry *tab, const ts_model *m) {
-    int n = ts_model_param_table(&m->cfg, NULL, NULL, NULL);
+    int n = ts_model_param_table_of(m, NULL, NULL, NULL);
     if (!tab) return n;
     char(*names)[TS_NAME_MAX] = malloc((size_t)n * sizeof *names);
     int64_t(*shapes)[3] = malloc((size_t)n * sizeof *shapes);
     int *ndim = malloc((size_t)n * sizeof *ndim);
-    if (!names || !shapes || !ndim || ts_model_param_table(&m->cfg, names, shapes, ndim) != n) {
+    if (!names || !shapes || !ndim || ts_model_param_table_of(m, names, shapes, ndim) != n) {
         free(names);
         free(shapes);
         free(ndim);

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "backend_plan.h"
+#include "arch.h"
 #include "binder.h"
 #include "cpu_kernels.h"
 #include "data.h"
@@ -73,6 +74,7 @@ struct ts_trainer {
     ts_parallel_snapshot *snap;
     int64_t epochs; /* [data] epochs; 0 = wrap around               */
     ts_model_config mcfg;
+    const ts_arch *arch; /* [model] arch                                */
     ts_model *model;
     ts_optimizer *optim;
     ts_dataset *data;
@@ -231,6 +233,13 @@ static ts_status trainer_check_sizes(const ts_config *cfg, const ts_train_shape 
 
 ts_status ts_train_shape_resolve(const ts_config *cfg, int dp, ts_train_shape *out) {
     memset(out, 0, sizeof *out);
+    const char *arch = ts_config_str(cfg, "model", "arch");
+    out->arch = ts_arch_find(arch);
+    if (!out->arch) {
+        char names[256];
+        return key_error(cfg, "model", "arch", "'%s' is not a registered architecture (%s)", arch,
+                         ts_arch_names(names, sizeof names));
+    }
     TS_TRY(trainer_model_config(cfg, &out->model));
     out->T = (int)ts_config_int(cfg, "train", "seq_len");
     if (out->T == 0) out->T = out->model.context;
@@ -610,6 +619,7 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
     ts_train_shape shape;
     CHECK(ts_train_shape_resolve(cfg, dp, &shape));
     t->mcfg = shape.model;
+    t->arch = shape.arch;
     t->T = shape.T;
     t->B = shape.B;
     t->global_batch = shape.global_batch;
@@ -687,7 +697,8 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
      * T, sequence parallelism). */
     ts_model_shard shard;
     if (par) {
-        CHECK(ts_model_layout_plan(&t->mcfg, t->global_batch, t->T, par->mesh, &t->plan));
+        CHECK(ts_model_layout_plan_arch(t->arch, &t->mcfg, t->global_batch, t->T, par->mesh,
+                                        &t->plan));
         if (reg) CHECK(ts_plugins_apply_transforms(reg, &t->plan));
         CHECK(ts_bind(&t->plan, par->mesh, reg));
         CHECK(trainer_batch_split(t));
@@ -696,7 +707,8 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
                            t->parts, dp));
         CHECK(trainer_model_axes(t, &shard));
     }
-    st = ts_model_create(&t->mcfg, dtype, seed, par ? &shard : NULL, t->be, &t->model);
+    st =
+        ts_model_create_arch(t->arch, &t->mcfg, dtype, seed, par ? &shard : NULL, t->be, &t->model);
     if (st) CHECK(trainer_model_error(cfg, st));
     trainer_pipeline(t);
     ts_optim_config oc = {

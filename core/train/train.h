@@ -21,6 +21,7 @@ typedef struct ts_trainer ts_trainer;
  * checkpoint of [model] init), seq_len T, micro_batch B, global_batch G and
  * the micro-batches per rank m = G / (B * dp). */
 typedef struct ts_train_shape {
+    const struct ts_arch *arch; /* [model] arch                         */
     ts_model_config model;
     int T, B, global_batch, micro_batches;
 } ts_train_shape;
