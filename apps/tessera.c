@@ -193,6 +193,7 @@ static ts_status start_parallel(int *argc, char ***argv, const ts_config *cfg, t
     TS_TRY(ts_config_agree(cfg, *world));
     TS_TRY(build_mesh(cfg, reg, ts_comm_size(*world), *world, NULL, par));
     ts_plugins_set_comm_source(reg, ts_parallel_plugin_comm, *par);
+    ts_plugins_set_coord_source(reg, ts_parallel_plugin_coord);
     return TS_OK;
 }
 
@@ -299,6 +300,7 @@ static ts_status plan_dry_run(const ts_config *cfg, ts_plugins *reg, const ts_me
     TS_TRY(ts_comm_plan_create("world", rank, sizes->world, world));
     TS_TRY(ts_parallel_create_plan(*world, sizes, order, par));
     ts_plugins_set_comm_source(reg, ts_parallel_plugin_comm, *par);
+    ts_plugins_set_coord_source(reg, ts_parallel_plugin_coord);
     ts_trainer *t = NULL;
     TS_TRY(ts_trainer_create_plan(cfg, *par, reg, &t));
     /* Two steps: the second holds the workspace the first grew while it

@@ -11,7 +11,7 @@ set(TESSERA_TEST_PLUGIN_DIR ${CMAKE_BINARY_DIR}/tests/plugins)
 set(TESSERA_TEST_PLUGINS
   good:good wrong_major:wrong_major newer_minor:newer_minor wrong_name:misnamed
   no_symbol:no_symbol small_struct:small_struct dup_axis:dup_axis conflict:conflict
-  fail_init:fail_init meshaxes:meshaxes poison:poison)
+  fail_init:fail_init meshaxes:meshaxes poison:poison shardall:shardall)
 set(TESSERA_TEST_PLUGIN_TARGETS)
 foreach(pair ${TESSERA_TEST_PLUGINS})
   string(REPLACE ":" ";" pair ${pair})
@@ -19,6 +19,11 @@ foreach(pair ${TESSERA_TEST_PLUGINS})
   list(GET pair 1 name)
   add_library(test_plugin_${name} MODULE ${PROJECT_SOURCE_DIR}/tests/plugin/${src}.c)
   target_include_directories(test_plugin_${name} PRIVATE ${PROJECT_SOURCE_DIR}/include)
+  # The loader's test plugins are ABI 1.0 plugins: every 1.x core keeps
+  # loading them (poison, written with this ABI, declares the current one).
+  if(NOT src STREQUAL "poison")
+    target_compile_definitions(test_plugin_${name} PRIVATE TS_PLUGIN_TARGET_MINOR=0)
+  endif()
   # --no-undefined: a plugin that calls into libtessera directly fails to link.
   target_link_options(test_plugin_${name} PRIVATE -Wl,--no-undefined)
   set_target_properties(test_plugin_${name} PROPERTIES PREFIX "" SUFFIX ".so"

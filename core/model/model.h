@@ -94,16 +94,31 @@ typedef struct ts_model_shard {
     int naxes;
     ts_model_axis axes[TS_MODEL_MAX_AXES];
     int pp, pp_rank; /* pipeline ranks and this rank's (0, 0: none)        */
+    /* Bit a: a plugin keeps parameters cut over axes[a] and presents them
+     * whole to the layers (TS_PROVIDE_PARAM_STORAGE). */
+    unsigned provided_axes;
 } ts_model_shard;
 
 typedef struct ts_param {
-    ts_tensor value; /* this rank's block (f32 or bf16 storage)         */
-    ts_tensor grad;  /* f32, same shape                                 */
-    size_t offset;   /* element offset in the flat parameter arrays     */
+    /* What the layers compute with: this rank's block (f32 or bf16) and its
+     * f32 gradient. For a parameter stored cut over an axis a plugin
+     * provides it whole on (ts_model_shard.provided_axes), the block along
+     * that axis is whole and `data` is the provider's between its module
+     * hooks (NULL otherwise). */
+    ts_tensor value;
+    ts_tensor grad;
+    /* As stored: the block in the flat parameter and gradient arrays (the
+     * same tensors as value and grad unless provided). The optimizer,
+     * checkpoints and norms work on these. */
+    ts_tensor store;
+    ts_tensor store_grad;
+    size_t offset;   /* element offset of `store` in the flat arrays    */
     int global_ndim; /* the whole tensor: shape and where our block is  */
     int64_t global_shape[3];
-    int64_t block_offset[3];
-    size_t global_offset; /* element offset in the unsharded flat arrays  */
+    int64_t block_offset[3]; /* of value in the whole tensor            */
+    int64_t store_offset[3]; /* of store in the whole tensor            */
+    unsigned provided;       /* bit a: stored cut over axis a, used whole */
+    size_t global_offset;    /* element offset in the unsharded flat arrays  */
     /* The placement on each of the model's axes (model->axes order). */
     ts_placement on[TS_MODEL_MAX_AXES];
     /* Bit a: the gradient is partial over axis a of model->axes (a weight

@@ -47,6 +47,10 @@ typedef struct ts_step_ctx {
      * in the model (gradient-ready hooks start reductions from here). */
     ts_status (*module_done)(void *user, int module);
     void *module_done_user;
+    /* Optional: called before and after each module's forward and backward
+     * (kind: 0 before forward, 1 after forward, 2 before backward, 3 after
+     * backward; the plugins' module hooks run from here). */
+    ts_status (*module_hook)(void *user, int module, int kind);
 } ts_step_ctx;
 
 typedef struct ts_module ts_module;

@@ -117,7 +117,7 @@ double ts_model_flops_per_step(const ts_model_config *cfg, int B, int T) {
  * element (i, j, k) of the block is element (i, j, k) + block_offset of the
  * whole tensor, drawn from (seed, name, its global row-major index). */
 static void param_init_values(float *dst, const ts_param *p, uint64_t seed) {
-    int64_t n = ts_tensor_numel(&p->value);
+    int64_t n = ts_tensor_numel(&p->store);
     switch (p->init) {
     case TS_INIT_ZEROS: memset(dst, 0, (size_t)n * sizeof(float)); break;
     case TS_INIT_ONES:
@@ -125,13 +125,13 @@ static void param_init_values(float *dst, const ts_param *p, uint64_t seed) {
             dst[i] = 1.0f;
         break;
     case TS_INIT_NORMAL: {
-        uint64_t key = ts_rng_key(seed, p->value.name);
+        uint64_t key = ts_rng_key(seed, p->store.name);
         int64_t ls[3] = {1, 1, 1}, gs[3] = {1, 1, 1};
         for (int d = 0; d < p->global_ndim; d++) {
-            ls[d] = p->value.shape[d];
+            ls[d] = p->store.shape[d];
             gs[d] = p->global_shape[d];
         }
-        const int64_t *off = p->block_offset;
+        const int64_t *off = p->store_offset;
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; i++) {
             int64_t i2 = i % ls[2], i1 = (i / ls[2]) % ls[1], i0 = i / (ls[1] * ls[2]);
@@ -145,13 +145,21 @@ static void param_init_values(float *dst, const ts_param *p, uint64_t seed) {
 }
 
 /* The plan's entry for a declared parameter: its placement on each of the
- * model's axes, its pipeline stage, and this rank's block. */
+ * model's axes, its pipeline stage, and this rank's blocks: as stored
+ * (every cut) and as the layers use it (whole along the axes in
+ * `provided_axes`, whose plugin presents it so). */
+typedef struct param_blocks {
+    int64_t use_off[3], use_shape[3];
+    int64_t store_off[3], store_shape[3];
+    unsigned provided;
+} param_blocks;
+
 static ts_status param_from_plan(const ts_model *m, const ts_layout_plan *plan,
-                                 const ts_param_decl *d, ts_placement *on, int *stage,
-                                 int64_t block_off[3], int64_t block_shape[3]) {
+                                 unsigned provided_axes, const ts_param_decl *d, ts_placement *on,
+                                 int *stage, param_blocks *b) {
+    memset(b, 0, sizeof *b);
     for (int k = 0; k < 3; k++) {
-        block_off[k] = 0;
-        block_shape[k] = k < d->ndim ? d->shape[k] : 1;
+        b->use_shape[k] = b->store_shape[k] = k < d->ndim ? d->shape[k] : 1;
     }
     for (int a = 0; a < TS_MODEL_MAX_AXES; a++)
         on[a] = ts_placement_replicate();
@@ -188,8 +196,23 @@ static ts_status param_from_plan(const ts_model *m, const ts_layout_plan *plan,
     int64_t off[TS_MAX_DIMS], shp[TS_MAX_DIMS];
     TS_TRY(ts_layout_local_block(&e->layout, coords, off, shp));
     for (int k = 0; k < d->ndim; k++) {
-        block_off[k] = off[k];
-        block_shape[k] = shp[k];
+        b->store_off[k] = off[k];
+        b->store_shape[k] = shp[k];
+    }
+    /* The layers' view: the same layout with the provided axes whole. */
+    ts_layout use = e->layout;
+    for (int i = 0; i < use.naxes; i++)
+        for (int a = 0; a < m->naxes; a++)
+            if ((provided_axes >> a & 1u) && strcmp(m->axes[a].name, use.axes[i].name) == 0 &&
+                use.axes[i].placement.kind == TS_PLACEMENT_SHARD) {
+                use.axes[i].placement = ts_placement_replicate();
+                b->provided |= 1u << a;
+                on[a] = ts_placement_replicate(); /* what the layers see */
+            }
+    TS_TRY(ts_layout_local_block(&use, coords, off, shp));
+    for (int k = 0; k < d->ndim; k++) {
+        b->use_off[k] = off[k];
+        b->use_shape[k] = shp[k];
     }
     return TS_OK;
 }
@@ -350,12 +373,12 @@ ts_status ts_model_create_arch(const ts_arch *arch, const ts_model_config *cfg, 
         goto done;
     }
     /* Placements and stages from the plan. */
-    int64_t(*boff)[3] = calloc((size_t)ndecl, sizeof *boff);
-    int64_t(*bshape)[3] = calloc((size_t)ndecl, sizeof *bshape);
+    param_blocks *blk = calloc((size_t)ndecl, sizeof *blk);
     ts_placement(*on)[TS_MODEL_MAX_AXES] = calloc((size_t)ndecl, sizeof *on);
-    if (!boff || !bshape || !on) st = ts_error(TS_ERR_NOMEM, "model: out of memory");
+    if (!blk || !on) st = ts_error(TS_ERR_NOMEM, "model: out of memory");
     for (int p = 0; p < ndecl && !st; p++)
-        st = param_from_plan(m, plan, &decl[p], on[p], &pstage[p], boff[p], bshape[p]);
+        st = param_from_plan(m, plan, shard ? shard->provided_axes : 0, &decl[p], on[p], &pstage[p],
+                             &blk[p]);
     if (!st) st = model_hidden_place(m, plan);
     if (!st)
         st =
@@ -368,7 +391,7 @@ ts_status ts_model_create_arch(const ts_arch *arch, const ts_model_config *cfg, 
         size_t gcnt = 1, cnt = 1;
         for (int d = 0; d < decl[p].ndim; d++) {
             gcnt *= (size_t)decl[p].shape[d];
-            cnt *= (size_t)bshape[p][d];
+            cnt *= (size_t)blk[p].store_shape[d];
         }
         int here = 0, all = 1;
         for (int i = 0; i < nmods; i++)
@@ -387,9 +410,12 @@ ts_status ts_model_create_arch(const ts_arch *arch, const ts_model_config *cfg, 
             q->global_ndim = decl[p].ndim;
             for (int d = 0; d < 3; d++) {
                 q->global_shape[d] = d < decl[p].ndim ? decl[p].shape[d] : 1;
-                q->block_offset[d] = boff[p][d];
-                q->value.shape[d] = bshape[p][d];
+                q->block_offset[d] = blk[p].use_off[d];
+                q->value.shape[d] = blk[p].use_shape[d];
+                q->store_offset[d] = blk[p].store_off[d];
+                q->store.shape[d] = blk[p].store_shape[d];
             }
+            q->provided = blk[p].provided;
             memcpy(q->on, on[p], sizeof q->on);
             q->offset = total;
             q->decay = decl[p].decay;
@@ -401,8 +427,7 @@ ts_status ts_model_create_arch(const ts_arch *arch, const ts_model_config *cfg, 
         }
         global += gcnt;
     }
-    free(boff);
-    free(bshape);
+    free(blk);
     free(on);
     if (st) goto done;
     m->nparams = n;
@@ -425,13 +450,20 @@ ts_status ts_model_create_arch(const ts_arch *arch, const ts_model_config *cfg, 
     for (int i = 0; i < n; i++) {
         ts_param *p = &m->params[i];
         int64_t shape[3] = {p->value.shape[0], p->value.shape[1], p->value.shape[2]};
+        int64_t sshape[3] = {p->store.shape[0], p->store.shape[1], p->store.shape[2]};
         char name[TS_NAME_MAX];
         snprintf(name, sizeof name, "%s", p->value.name);
-        ts_tensor_view(&p->value, name, dtype, p->global_ndim, shape,
+        ts_tensor_view(&p->store, name, dtype, p->global_ndim, sshape,
                        (char *)m->param_data + p->offset * esz, TS_MEM_PARAMS);
-        ts_tensor_view(&p->grad, name, TS_F32, p->global_ndim, shape, m->grad_data + p->offset,
-                       TS_MEM_GRADS);
-        p->value.device = p->grad.device = m->be->kind;
+        ts_tensor_view(&p->store_grad, name, TS_F32, p->global_ndim, sshape,
+                       m->grad_data + p->offset, TS_MEM_GRADS);
+        /* The layers' tensors: the stored ones, or (provided whole) empty
+         * until the provider's module hook fills them. */
+        ts_tensor_view(&p->value, name, dtype, p->global_ndim, shape,
+                       p->provided ? NULL : p->store.data, TS_MEM_PARAMS);
+        ts_tensor_view(&p->grad, name, TS_F32, p->global_ndim, shape,
+                       p->provided ? NULL : p->store_grad.data, TS_MEM_GRADS);
+        p->value.device = p->grad.device = p->store.device = p->store_grad.device = m->be->kind;
     }
     st = model_build_modules(m, mods, local);
     if (!st && arch->check) st = arch->check(m);
@@ -448,7 +480,7 @@ ts_status ts_model_create_arch(const ts_arch *arch, const ts_model_config *cfg, 
     }
     for (int i = 0; i < n && !st; i++) {
         ts_param *p = &m->params[i];
-        int64_t cnt = ts_tensor_numel(&p->value);
+        int64_t cnt = ts_tensor_numel(&p->store);
         void *dst = image + p->offset * esz;
         if (dtype == TS_F32) {
             param_init_values(dst, p, seed);
@@ -531,7 +563,7 @@ static void param_block_copy(const ts_param *p, const int64_t *boff, float *whol
                              int to_block) {
     int64_t ls[3] = {1, 1, 1}, gs[3] = {1, 1, 1};
     for (int d = 0; d < p->global_ndim; d++) {
-        ls[d] = p->value.shape[d];
+        ls[d] = p->store.shape[d];
         gs[d] = p->global_shape[d];
     }
     for (int64_t i0 = 0; i0 < ls[0]; i0++)
@@ -545,16 +577,26 @@ static void param_block_copy(const ts_param *p, const int64_t *boff, float *whol
         }
 }
 
-/* The axis of the model that cuts p (-1: none; at most one is supported). */
+/* The axis of the model that cuts p's stored block (-1: none; at most one
+ * is supported). */
 static int param_cut_axis(const ts_model *m, const ts_param *p, int *count) {
     int axis = -1;
     *count = 0;
     for (int a = 0; a < m->naxes; a++)
-        if (p->on[a].kind == TS_PLACEMENT_SHARD) {
+        if (p->on[a].kind == TS_PLACEMENT_SHARD || (p->provided >> a & 1u)) {
             axis = a;
             (*count)++;
         }
     return axis;
+}
+
+/* The dimension axis a cuts p's stored block along. */
+static int param_store_dim(const ts_model *m, const ts_param *p, int a) {
+    (void)m;
+    if (p->on[a].kind == TS_PLACEMENT_SHARD) return p->on[a].dim;
+    for (int d = 0; d < p->global_ndim; d++)
+        if (p->store.shape[d] != p->value.shape[d]) return d;
+    return 0;
 }
 
 ts_status ts_model_gather(ts_model *m, const float *local, float *full) {
@@ -563,7 +605,7 @@ ts_status ts_model_gather(ts_model *m, const float *local, float *full) {
     ts_status st = TS_OK;
     for (int i = 0; i < m->nparams && !st; i++) {
         ts_param *p = &m->params[i];
-        size_t n = (size_t)ts_tensor_numel(&p->value);
+        size_t n = (size_t)ts_tensor_numel(&p->store);
         float *whole = full + p->global_offset;
         if (p->tied_copy) continue; /* the owner's rank writes it */
         int cuts, a = param_cut_axis(m, p, &cuts);
@@ -577,7 +619,7 @@ ts_status ts_model_gather(ts_model *m, const float *local, float *full) {
                             "supported",
                             p->value.name, cuts);
         const ts_model_axis *ax = &m->axes[a];
-        int size = ax->size, dim = p->on[a].dim;
+        int size = ax->size, dim = param_store_dim(m, p, a);
         if (n * size > cap) {
             ts_mem_free(buf);
             cap = n * size;
@@ -585,13 +627,13 @@ ts_status ts_model_gather(ts_model *m, const float *local, float *full) {
             if (!buf) return TS_ERR_NOMEM;
         }
         /* Equal blocks: rank r's sits at r times the extent along dim. */
-        if (p->global_shape[dim] != p->value.shape[dim] * size)
+        if (p->global_shape[dim] != p->store.shape[dim] * size)
             return ts_error(TS_ERR_INVALID, "model: %s is cut into unequal blocks over %s",
                             p->value.name, ax->name);
         st = ts_comm_all_gather(ax->host ? ax->host : ax->comm, local + p->offset, buf, n, TS_F32);
         for (int r = 0; r < size && !st; r++) {
-            int64_t boff[3] = {p->block_offset[0], p->block_offset[1], p->block_offset[2]};
-            boff[dim] = p->value.shape[dim] * r;
+            int64_t boff[3] = {p->store_offset[0], p->store_offset[1], p->store_offset[2]};
+            boff[dim] = p->store.shape[dim] * r;
             param_block_copy(p, boff, whole, buf + n * r, 0);
         }
     }
@@ -602,7 +644,7 @@ ts_status ts_model_gather(ts_model *m, const float *local, float *full) {
 void ts_model_scatter(const ts_model *m, const float *full, float *local) {
     for (int i = 0; i < m->nparams; i++) {
         const ts_param *p = &m->params[i];
-        param_block_copy(p, p->block_offset, (float *)full + p->global_offset, local + p->offset,
+        param_block_copy(p, p->store_offset, (float *)full + p->global_offset, local + p->offset,
                          1);
     }
 }
@@ -638,7 +680,9 @@ ts_status ts_model_forward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const
     int ran[TS_MODEL_MAX_MODULES], nran = 0;
     for (int i = 0; i < m->nmodules; i++) {
         if (m->module_chunk[i] != chunk) continue;
-        ts_status st = m->modules[i]->ops->forward(m->modules[i], ctx, &cur, &next);
+        ts_status st = ctx->module_hook ? ctx->module_hook(ctx->module_done_user, i, 0) : TS_OK;
+        if (!st) st = m->modules[i]->ops->forward(m->modules[i], ctx, &cur, &next);
+        if (!st && ctx->module_hook) st = ctx->module_hook(ctx->module_done_user, i, 1);
         if (st) {
             for (int k = 0; k < nran; k++)
                 ts_module_release(m->modules[ran[k]], ctx->mb);
@@ -673,7 +717,9 @@ ts_status ts_model_backward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, cons
     for (int k = cnt - 1; k >= 0 && !st; k--) {
         int i = idx[k];
         ts_tensor *out = k == 0 ? dx : &grads[k % 2];
-        st = m->modules[i]->ops->backward(m->modules[i], ctx, in, out);
+        if (ctx->module_hook) st = ctx->module_hook(ctx->module_done_user, i, 2);
+        if (!st) st = m->modules[i]->ops->backward(m->modules[i], ctx, in, out);
+        if (!st && ctx->module_hook) st = ctx->module_hook(ctx->module_done_user, i, 3);
         if (!st && ctx->module_done) st = ctx->module_done(ctx->module_done_user, i);
         in = out;
     }

@@ -42,6 +42,9 @@ ts_status ts_bind(const ts_layout_plan *plan, const ts_mesh *mesh, const ts_plug
             int cuts_batch = data.kind == TS_PLACEMENT_SHARD;
             switch (en->kind) {
             case TS_PLAN_DATA:
+                if (p.kind == TS_PLACEMENT_SHARD && p.dim == 1 &&
+                    ts_plugins_provider(reg, TS_PROVIDE_ATTENTION, ax->name))
+                    break; /* each rank reads its part of every sequence */
                 if (p.kind != TS_PLACEMENT_SHARD || p.dim != 0)
                     return bind_fail(reg, plan, e, a,
                                      p.kind == TS_PLACEMENT_SHARD && p.dim == 1
@@ -64,6 +67,9 @@ ts_status ts_bind(const ts_layout_plan *plan, const ts_mesh *mesh, const ts_plug
                                      "along the sequence (S(1))");
                 break;
             case TS_PLAN_PARAM:
+                if (cuts_batch && p.kind == TS_PLACEMENT_SHARD &&
+                    ts_plugins_provider(reg, TS_PROVIDE_PARAM_STORAGE, ax->name))
+                    break; /* stored cut, presented whole by the provider */
                 if (cuts_batch)
                     return bind_fail(reg, plan, e, a,
                                      "the axis cuts the batch, so its ranks compute with "

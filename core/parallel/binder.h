@@ -10,6 +10,8 @@
  *     R      every rank of the axis reads the same sequences
  *     S(0)   the axis cuts the batch: each rank reads its block of sequences,
  *            and the loss is normalised over all of them (the trainer)
+ *     S(1)   the axis cuts every sequence: bound when a plugin provides
+ *            attention over the axis (TS_PROVIDE_ATTENTION)
  *   the hidden state (act.x)
  *     on an axis that cuts the batch: R or the batch's own placement (each
  *     rank's rows are its own sequences);
@@ -20,7 +22,10 @@
  *            a gradient reduction sums it: the core's, or a plugin's)
  *     S(d)   on an axis whose ranks read the same tokens: a block the layers
  *            compute with (column and row parallel products, a vocabulary-
- *            cut embedding; layers.h checks the rest when the model is built)
+ *            cut embedding; layers.h checks the rest when the model is built);
+ *            on an axis that cuts the batch: bound when a plugin provides
+ *            parameter storage there (TS_PROVIDE_PARAM_STORAGE: it keeps the
+ *            block and presents the parameter whole to the layers)
  *   the pipeline axis: stages come from the plan's stage field; every
  *     placement over it stays R.
  *   Finally, an axis a plugin claims with more than one rank must be used by

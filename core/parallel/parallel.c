@@ -158,6 +158,12 @@ ts_comm *ts_parallel_plugin_comm(void *source, const char *token) {
     return ts_parallel_data_comm(source, token);
 }
 
+int ts_parallel_plugin_coord(void *source, const char *name) {
+    ts_mesh_axis axis;
+    if (ts_mesh_axis_from_name(name, &axis) != TS_OK) return -1;
+    return ts_parallel_coord(source, axis);
+}
+
 int ts_parallel_coord(const ts_parallel *p, ts_mesh_axis axis) {
     return ts_mesh_coord(p->mesh, p->rank, axis);
 }

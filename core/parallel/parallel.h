@@ -73,6 +73,10 @@ ts_comm *ts_parallel_data_comm(const ts_parallel *p, const char *token);
  * ts_parallel): ts_parallel_data_comm of a token, or with "host:" before
  * the token ts_parallel_comm of it. NULL for an unknown token. */
 ts_comm *ts_parallel_plugin_comm(void *source, const char *token);
+/* The plugins' coordinate source (ts_plugins_set_coord_source, with the same
+ * source): this rank's coordinate on the mesh axis called `name`, -1 for a
+ * name that is not a mesh axis. */
+int ts_parallel_plugin_coord(void *source, const char *name);
 /* This rank's coordinate on an axis. */
 int ts_parallel_coord(const ts_parallel *p, ts_mesh_axis axis);
 

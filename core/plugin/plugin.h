@@ -24,6 +24,7 @@
 
 #include <stdio.h>
 
+#include "backend.h"
 #include "config.h"
 #include "tessera/mesh.h"
 #include "tessera/plugin.h"
@@ -101,6 +102,39 @@ const char *ts_plugins_axes_origin(const ts_plugins *reg, char *buf, size_t size
  * ts_parallel_comm). Until it is set, host->comm answers NULL. */
 typedef ts_comm *(*ts_plugins_comm_fn)(void *source, const char *token);
 void ts_plugins_set_comm_source(ts_plugins *reg, ts_plugins_comm_fn fn, void *source);
+/* host->layout_coords asks this function (this rank's coordinate on the
+ * axis called `name`, -1 for none) with the same source. */
+typedef int (*ts_plugins_coord_fn)(void *source, const char *name);
+void ts_plugins_set_coord_source(ts_plugins *reg, ts_plugins_coord_fn fn);
+
+/* What the trainer tells the plugins (ABI 1.1): the run's device (for
+ * host->device_*; NULL before it is open) and the model view (host->model,
+ * module hooks; borrowed, valid until set again). */
+void ts_plugins_set_device(ts_plugins *reg, const ts_backend *be);
+void ts_plugins_set_model(ts_plugins *reg, const ts_plugin_model *model);
+
+/* Runs the module hooks of event->kind in registration order (struct_size
+ * filled in here); stops at the first failure with "plugin '<name>': module
+ * hook <kind> of <module>: ". */
+ts_status ts_plugins_run_module_hooks(ts_plugins *reg, ts_plugin_module_event *event);
+int ts_plugins_num_module_hooks(const ts_plugins *reg);
+/* "before_forward", ...; "?" out of range. */
+const char *ts_plugin_module_hook_name(ts_plugin_module_hook_kind kind);
+
+/* The plugin providing `what` on `axis` (its name), or NULL. A plugin built
+ * against ABI 1.0 that claims an axis and registers a GRAD_READY hook counts
+ * as that axis's gradient reduction (1.0 had no way to say so). reg may be
+ * NULL. */
+const char *ts_plugins_provider(const ts_plugins *reg, ts_plugin_provision what, const char *axis);
+/* "gradient reduction", "parameter storage", ...; "?" out of range. */
+const char *ts_plugin_provision_name(ts_plugin_provision what);
+/* The attention / optimizer-state provider of `axis`: 1 with its ops,
+ * context and user pointer, 0 when none. */
+int ts_plugins_attention(const ts_plugins *reg, const char *axis,
+                         const ts_plugin_attention_ops **ops, ts_plugin_ctx **ctx, void **user);
+int ts_plugins_optimizer_state(const ts_plugins *reg, const char *axis,
+                               const ts_plugin_optimizer_state_ops **ops, ts_plugin_ctx **ctx,
+                               void **user);
 
 /* Applies every transform to `plan` in phase order, then registration order.
  * Stops at the first failure: TS_ERR_PLUGIN (or the transform's code) with

@@ -65,7 +65,7 @@ ts_status ts_optimizer_step(ts_optimizer *o, ts_model *model, int64_t step, floa
     uint16_t *bf16 = model->dtype == TS_BF16 ? model->param_data : NULL;
     for (int i = 0; i < model->nparams; i++) {
         const ts_param *p = &model->params[i];
-        size_t off = p->offset, n = (size_t)ts_tensor_numel(&p->value);
+        size_t off = p->offset, n = (size_t)ts_tensor_numel(&p->store);
         TS_TRY(o->be->adamw(o->master + off, o->m + off, o->v + off, bf16 ? bf16 + off : NULL,
                             model->grad_data + off, n, lr, c->beta1, c->beta2, c->eps,
                             p->decay ? c->weight_decay : 0.0f, (int)(step + 1), grad_scale));

@@ -57,6 +57,18 @@ struct ts_trainer {
                                global gradient norm (exactly one rank of
                                every replica group does)                   */
     int hooks_on;              /* the current backward is its chunk's last    */
+    int cur_mb;                /* the micro-batch of the action running      */
+    /* What plugins see of the model (ABI 1.1): one view per parameter, per
+     * module, the model and the training state. */
+    ts_plugin_param *pviews;
+    ts_plugin_param **pview_ptrs; /* the model's, then each module's       */
+    ts_plugin_module *mviews;
+    ts_plugin_model mview;
+    ts_plugin_train_state tstate;
+    /* Per parameter, bit a of model->axes: the core itself sums its
+     * gradient over that axis before the optimizer (an axis cutting the
+     * batch that no plugin reduces gradients over). */
+    unsigned *core_reduce;
     /* Pipeline: this rank's stage of pp, running `chunks` model chunks
      * (virtual stages chunk * pp + pp_rank). */
     int pp, pp_rank, chunks;
@@ -354,6 +366,9 @@ static ts_status trainer_model_axes(ts_trainer *t, ts_model_shard *shard) {
     }
     shard->pp = ts_mesh_axis_size(t->par->mesh, TS_AXIS_PP);
     shard->pp_rank = ts_parallel_coord(t->par, TS_AXIS_PP);
+    for (int a = 0; a < shard->naxes; a++)
+        if (ts_plugins_provider(t->reg, TS_PROVIDE_PARAM_STORAGE, shard->axes[a].name))
+            shard->provided_axes |= 1u << a;
     return TS_OK;
 }
 
@@ -429,7 +444,7 @@ static ts_status trainer_grad_norm(ts_trainer *t, double loss_sum, double *norm)
         }
         size_t begin = m->params[p].offset, end = begin;
         while (p < m->nparams && t->norm_owner[p] && m->params[p].offset == end)
-            end += (size_t)ts_tensor_numel(&m->params[p++].grad);
+            end += (size_t)ts_tensor_numel(&m->params[p++].store_grad);
         double s = 0.0;
         TS_TRY(t->be->sumsq(&s, m->grad_data + begin, end - begin));
         local += s;
@@ -450,15 +465,132 @@ static ts_status trainer_grad_norm(ts_trainer *t, double loss_sum, double *norm)
 
 static ts_status trainer_hook(ts_trainer *t, ts_plugin_hook_kind kind, int mb, ts_param *p) {
     if (!t->reg || ts_plugins_num_hooks(t->reg, kind) == 0) return TS_OK;
+    t->tstate.step = t->state.step;
+    t->tstate.data_cursor = t->state.data_cursor;
     ts_plugin_hook_event ev = {.struct_size = sizeof ev,
                                .kind = kind,
                                .step = t->state.step,
                                .micro_batch = mb,
                                .micro_batches = t->micro_batches,
-                               .param = p ? &p->value : NULL,
-                               .grad = p ? &p->grad : NULL,
-                               .state = &t->state};
+                               .param = p ? &p->store : NULL,
+                               .grad = p ? &p->store_grad : NULL,
+                               .state = &t->state,
+                               .train_state = &t->tstate,
+                               .view = p ? &t->pviews[p - t->model->params] : NULL};
     return ts_plugins_run_hooks(t->reg, &ev);
+}
+
+/* Around each module's forward and backward: the plugins' module hooks. */
+static ts_status trainer_module_hook(void *user, int module, int kind) {
+    ts_trainer *t = user;
+    if (!t->reg || ts_plugins_num_module_hooks(t->reg) == 0) return TS_OK;
+    t->tstate.step = t->state.step;
+    t->tstate.data_cursor = t->state.data_cursor;
+    ts_plugin_module_event ev = {.struct_size = sizeof ev,
+                                 .kind = (ts_plugin_module_hook_kind)kind,
+                                 .step = t->state.step,
+                                 .micro_batch = t->cur_mb,
+                                 .micro_batches = t->micro_batches,
+                                 .module = &t->mviews[module],
+                                 .last = kind == TS_MODULE_AFTER_BACKWARD && t->hooks_on,
+                                 .train_state = &t->tstate};
+    return ts_plugins_run_module_hooks(t->reg, &ev);
+}
+
+/* The views plugins read (ABI 1.1): every parameter of this rank with its
+ * plan entry's layout, every module, the model and the training state. */
+static ts_status trainer_views(ts_trainer *t) {
+    ts_model *m = t->model;
+    int total = m->nparams;
+    for (int i = 0; i < m->nmodules; i++)
+        total += m->modules[i] ? m->modules[i]->nparams : 0;
+    t->pviews = calloc((size_t)(m->nparams ? m->nparams : 1), sizeof *t->pviews);
+    t->pview_ptrs = calloc((size_t)(total ? total : 1), sizeof *t->pview_ptrs);
+    t->mviews = calloc(m->nmodules > 0 ? (size_t)m->nmodules : 1, sizeof *t->mviews);
+    if (!t->pviews || !t->pview_ptrs || !t->mviews)
+        return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
+    for (int i = 0; i < m->nparams; i++) {
+        ts_param *p = &m->params[i];
+        ts_plugin_param *v = &t->pviews[i];
+        const ts_layout_plan_entry *e = ts_layout_plan_find(&t->plan, p->value.name);
+        *v = (ts_plugin_param){.struct_size = sizeof *v,
+                               .name = p->value.name,
+                               .layout = e ? &e->layout : NULL,
+                               .store = &p->store,
+                               .store_grad = &p->store_grad,
+                               .offset = p->offset,
+                               .use = &p->value,
+                               .use_grad = &p->grad,
+                               .tied_copy = p->tied_copy};
+        /* The provided bits in the layout's axis order. */
+        for (int a = 0; e && a < m->naxes; a++)
+            if (p->provided >> a & 1u) {
+                int k = ts_layout_axis_index(&e->layout, m->axes[a].name);
+                if (k >= 0) v->provided |= 1u << k;
+            }
+        t->pview_ptrs[i] = v;
+    }
+    int next = m->nparams;
+    for (int i = 0; i < m->nmodules; i++) {
+        ts_module *mod = m->modules[i];
+        ts_plugin_module *mv = &t->mviews[i];
+        *mv = (ts_plugin_module){.struct_size = sizeof *mv, .index = i, .here = mod != NULL};
+        mv->name = mod ? mod->name : "";
+        if (!mod) continue;
+        mv->nparams = mod->nparams;
+        mv->params = t->pview_ptrs + next;
+        for (int k = 0; k < mod->nparams; k++)
+            t->pview_ptrs[next++] = &t->pviews[mod->param_index[k]];
+    }
+    t->mview = (ts_plugin_model){.struct_size = sizeof t->mview,
+                                 .nmodules = m->nmodules,
+                                 .modules = t->mviews,
+                                 .nparams = m->nparams,
+                                 .params = t->pview_ptrs,
+                                 .numel = m->numel,
+                                 .dtype = m->dtype,
+                                 .device = m->be->kind};
+    t->tstate = (ts_plugin_train_state){
+        .struct_size = sizeof t->tstate, .seed = t->state.seed, .model = &t->mview};
+    if (t->reg) ts_plugins_set_model(t->reg, &t->mview);
+    return TS_OK;
+}
+
+/* The gradient reductions nobody provides: over an axis that cuts the batch
+ * with no plugin providing its gradient reduction, the core sums the
+ * gradient of every parameter replicated there (placement R, not provided
+ * whole by a plugin), before the optimizer. */
+static ts_status trainer_core_reductions(ts_trainer *t) {
+    ts_model *m = t->model;
+    t->core_reduce = calloc((size_t)(m->nparams ? m->nparams : 1), sizeof *t->core_reduce);
+    if (!t->core_reduce) return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
+    for (int a = 0; a < m->naxes; a++) {
+        if (!m->axes[a].cuts_batch) continue;
+        if (ts_plugins_provider(t->reg, TS_PROVIDE_GRAD_REDUCTION, m->axes[a].name)) continue;
+        for (int i = 0; i < m->nparams; i++)
+            if (m->params[i].on[a].kind == TS_PLACEMENT_REPLICATE &&
+                !(m->params[i].provided >> a & 1u))
+                t->core_reduce[i] |= 1u << a;
+    }
+    return TS_OK;
+}
+
+/* Runs them: one all-reduce per run of adjacent parameters per axis. */
+static ts_status trainer_core_reduce(ts_trainer *t) {
+    ts_model *m = t->model;
+    for (int a = 0; t->core_reduce && a < m->naxes; a++)
+        for (int i = 0; i < m->nparams;) {
+            if (!(t->core_reduce[i] >> a & 1u)) {
+                i++;
+                continue;
+            }
+            size_t begin = m->params[i].offset, end = begin;
+            while (i < m->nparams && (t->core_reduce[i] >> a & 1u) && m->params[i].offset == end)
+                end += (size_t)ts_tensor_numel(&m->params[i++].store_grad);
+            TS_TRY(ts_comm_all_reduce(m->axes[a].comm, m->grad_data + begin, m->grad_data + begin,
+                                      end - begin, TS_F32, TS_REDUCE_SUM));
+        }
+    return TS_OK;
 }
 
 /* After each module's backward of the step's last micro-batch: the gradients
@@ -485,9 +617,9 @@ static ts_status trainer_module_done(void *user, int module) {
          * before anyone reads it. */
         for (int a = 0; a < t->model->naxes; a++)
             if (p->grad_partial & (1u << a))
-                TS_TRY(ts_comm_all_reduce(t->model->axes[a].comm, p->grad.data, p->grad.data,
-                                          (size_t)ts_tensor_numel(&p->grad), TS_F32,
-                                          TS_REDUCE_SUM));
+                TS_TRY(ts_comm_all_reduce(
+                    t->model->axes[a].comm, p->store_grad.data, p->store_grad.data,
+                    (size_t)ts_tensor_numel(&p->store_grad), TS_F32, TS_REDUCE_SUM));
         TS_TRY(trainer_hook(t, TS_HOOK_GRAD_READY, -1, p));
     }
     return TS_OK;
@@ -737,6 +869,9 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
     t->state = (ts_train_state){t->model, t->optim, 0, 0, seed};
     CHECK(trainer_ready_after(t));
     CHECK(trainer_norm_owners(t));
+    if (reg) ts_plugins_set_device(reg, t->be);
+    CHECK(trainer_views(t));
+    CHECK(trainer_core_reductions(t));
     if (par) t->tie_comm = ts_parallel_data_comm(par, "embedding");
     if (ts_plugins_num_schedulers(reg) > 1)
         CHECK(ts_error(TS_ERR_CONFIG, "%d schedulers are registered; one is expected",
@@ -831,6 +966,11 @@ void ts_trainer_destroy(ts_trainer *t) {
     ts_trace_destroy(t->trace);
     free(t->ready_after);
     free(t->norm_owner);
+    if (t->reg) ts_plugins_set_model(t->reg, NULL);
+    free(t->pviews);
+    free(t->pview_ptrs);
+    free(t->mviews);
+    free(t->core_reduce);
     ts_layout_plan_free(&t->plan);
     ts_schedule_free(&t->schedule);
     if (t->be && t->be->kind != TS_DEVICE_CPU) {
@@ -1078,6 +1218,7 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
     ts_model_hidden_shape(m, t->B, t->T, shape);
     size_t n = (size_t)(shape[0] * shape[1] * shape[2]);
     ts_step_ctx *c = mb >= 0 ? &t->ctx[mb] : NULL;
+    t->cur_mb = mb;
     double t0 = now_seconds();
     const char *span = NULL, *cat = TS_TRACE_CAT_COMPUTE;
     ts_status st = TS_OK;
@@ -1101,6 +1242,7 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
                                .targets_host = t->targets + off,
                                .dloss = valid > 0 ? 1.0f / (float)valid : 0.0f,
                                .module_done = trainer_module_done,
+                               .module_hook = trainer_module_hook,
                                .module_done_user = t};
             st = trainer_hook(t, TS_HOOK_BEFORE_FORWARD, mb, NULL);
         }
@@ -1183,9 +1325,11 @@ static ts_status trainer_optimizer_step(ts_trainer *t, double loss_sum, double *
     TS_TRY(trainer_hook(t, TS_HOOK_BEFORE_OPTIMIZER, -1, NULL));
     if (m->tied_split) {
         ts_param *wte = ts_model_param(m, "wte");
-        TS_TRY(ts_comm_all_reduce(t->tie_comm, wte->grad.data, wte->grad.data,
-                                  (size_t)ts_tensor_numel(&wte->grad), TS_F32, TS_REDUCE_SUM));
+        TS_TRY(ts_comm_all_reduce(t->tie_comm, wte->store_grad.data, wte->store_grad.data,
+                                  (size_t)ts_tensor_numel(&wte->store_grad), TS_F32,
+                                  TS_REDUCE_SUM));
     }
+    TS_TRY(trainer_core_reduce(t));
     double t1 = now_seconds();
     ts_trace_span(t->trace, "grad_sync", TS_TRACE_CAT_COLLECTIVE, t0, t1, -1, t->pp_rank, -1);
     TS_TRY(trainer_grad_norm(t, loss_sum, norm));

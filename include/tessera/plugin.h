@@ -114,10 +114,19 @@ extern "C" {
  * knows (TS_HOST_HAS below).
  * ======================================================================== */
 #define TS_PLUGIN_ABI_MAJOR 1
-#define TS_PLUGIN_ABI_MINOR 0
+#define TS_PLUGIN_ABI_MINOR 1
 #define TS_PLUGIN_ABI_MAKE(major, minor)                                                           \
     ((uint32_t)(((uint32_t)(major) << 16) | ((uint32_t)(minor)&0xffffu)))
-#define TS_PLUGIN_ABI_VERSION TS_PLUGIN_ABI_MAKE(TS_PLUGIN_ABI_MAJOR, TS_PLUGIN_ABI_MINOR)
+/* The minor a plugin declares (its descriptor's abi_version): this header's
+ * unless the plugin asks for an older one by defining TS_PLUGIN_TARGET_MINOR
+ * before including it. A plugin targeting 1.0 loads in every 1.x core and
+ * must not read host-table fields of later minors without TS_HOST_HAS. The
+ * core's own version is TS_PLUGIN_ABI_MAJOR.TS_PLUGIN_ABI_MINOR. */
+#ifndef TS_PLUGIN_TARGET_MINOR
+#define TS_PLUGIN_TARGET_MINOR TS_PLUGIN_ABI_MINOR
+#endif
+#define TS_PLUGIN_ABI_VERSION TS_PLUGIN_ABI_MAKE(TS_PLUGIN_ABI_MAJOR, TS_PLUGIN_TARGET_MINOR)
+#define TS_PLUGIN_ABI_CORE TS_PLUGIN_ABI_MAKE(TS_PLUGIN_ABI_MAJOR, TS_PLUGIN_ABI_MINOR)
 #define TS_PLUGIN_ABI_MAJOR_OF(v) ((unsigned)((uint32_t)(v) >> 16))
 #define TS_PLUGIN_ABI_MINOR_OF(v) ((unsigned)((uint32_t)(v)&0xffffu))
 
@@ -226,6 +235,76 @@ typedef enum ts_plugin_hook_kind {
     TS_HOOK_COUNT = 5,
 } ts_plugin_hook_kind;
 
+/* ===========================================================================
+ * ABI 1.1: the model as plugins see it
+ *
+ * Valid from the first hook of a run (the model exists) until fini; every
+ * pointer is the core's (borrowed, never freed by a plugin). Fields are only
+ * appended; check struct_size before reading one added after 1.1.
+ * ======================================================================== */
+
+/* One parameter (the parameter view). */
+typedef struct ts_plugin_param {
+    uint32_t struct_size;       /* sizeof(ts_plugin_param) of the core          */
+    const char *name;           /* "h.0.attn.qkv.weight"                        */
+    const struct ts_layout *layout; /* its global shape and placements (the
+                                   plan's entry after every transform)          */
+    /* This rank's block as stored: in the flat parameter buffer (f32 or
+     * bf16) and the flat gradient buffer (f32), `offset` elements in, of
+     * the run's device. The optimizer updates exactly these. */
+    ts_tensor *store;
+    ts_tensor *store_grad;
+    size_t offset;
+    /* What the layers compute with: `store` itself, unless the parameter is
+     * stored cut over an axis a plugin provides it whole on
+     * (TS_PROVIDE_PARAM_STORAGE). Then `use` has the whole shape along that
+     * axis and data NULL between modules: the provider points use->data and
+     * use_grad->data at memory it owns (host->device_alloc) in a module's
+     * BEFORE_FORWARD / BEFORE_BACKWARD hook, and after the backward folds
+     * use_grad into store_grad (e.g. a reduce-scatter) and releases it. */
+    ts_tensor *use;
+    ts_tensor *use_grad;
+    /* 1 when the stored block is cut over an axis whose provider presents it
+     * whole (the bit of the axis in the layout's axis order). */
+    unsigned provided;
+    /* 1 for a copy of a parameter owned by a module on another pipeline
+     * stage (GPT-2's LM head's wte): not counted twice by checkpoints or
+     * norms. */
+    int tied_copy;
+} ts_plugin_param;
+
+/* One module of the model (embedding, block, head ...). */
+typedef struct ts_plugin_module {
+    uint32_t struct_size;
+    const char *name;                /* "embedding", "h.3", "head"     */
+    int index;                       /* 0 .. modules - 1, model order  */
+    int here;                        /* runs on this rank              */
+    int nparams;                     /* the parameters it reads        */
+    ts_plugin_param *const *params;  /* (here only; NULL otherwise)    */
+} ts_plugin_module;
+
+/* The model on this rank. */
+typedef struct ts_plugin_model {
+    uint32_t struct_size;
+    int nmodules;
+    const ts_plugin_module *modules; /* every module, model order      */
+    int nparams;
+    ts_plugin_param *const *params;  /* this rank's, flat-buffer order */
+    size_t numel;                    /* elements of the flat buffers   */
+    ts_dtype dtype;                  /* of the parameters (f32, bf16)  */
+    ts_device device;                /* where the buffers live         */
+} ts_plugin_model;
+
+/* The training state hooks see (in place of ABI 1.0's opaque pointer). */
+typedef struct ts_plugin_train_state {
+    uint32_t struct_size;
+    int64_t step;        /* optimizer steps completed                   */
+    int64_t data_cursor; /* global data windows consumed                */
+    uint64_t seed;
+    float lr;            /* the learning rate of the step in progress   */
+    const ts_plugin_model *model;
+} ts_plugin_train_state;
+
 /* What a hook is told. Fields are only appended; check struct_size before
  * reading a field added after ABI 1.0. */
 typedef struct ts_plugin_hook_event {
@@ -238,11 +317,123 @@ typedef struct ts_plugin_hook_event {
     ts_tensor *grad;   /* GRAD_READY: its gradient, which the hook
                           may rewrite in place (e.g. all-reduce);
                           else NULL                                 */
-    void *state;       /* the core's training state (opaque), NULL
-                          when run outside a trainer                */
+    void *state;       /* ABI 1.0: the core's training state, opaque;
+                          read train_state instead                  */
+    /* --- ABI 1.1 ---------------------------------------------------------- */
+    const ts_plugin_train_state *train_state; /* NULL outside a trainer  */
+    /* GRAD_READY: the parameter's view: param and grad above are its
+     * store and store_grad (the gradient the optimizer reads, complete
+     * for the step once every module-hook provider has folded its own
+     * part in); read its layout to tell which axes still hold partial
+     * sums. NULL for other kinds. */
+    const ts_plugin_param *view;
 } ts_plugin_hook_event;
 
-/* A hook.
+/* ABI 1.1: per-module hooks, around each module's forward and backward of
+ * each micro-batch, on the stage that runs the module. */
+typedef enum ts_plugin_module_hook_kind {
+    TS_MODULE_BEFORE_FORWARD = 0,
+    TS_MODULE_AFTER_FORWARD = 1,
+    TS_MODULE_BEFORE_BACKWARD = 2,
+    TS_MODULE_AFTER_BACKWARD = 3, /* the module's parameter gradients of this
+                                     micro-batch are in use_grad            */
+    TS_MODULE_HOOK_COUNT = 4,
+} ts_plugin_module_hook_kind;
+
+typedef struct ts_plugin_module_event {
+    uint32_t struct_size; /* sizeof(ts_plugin_module_event) of the core  */
+    ts_plugin_module_hook_kind kind;
+    int64_t step;
+    int micro_batch, micro_batches;
+    const ts_plugin_module *module; /* the module (its parameters)     */
+    int last;     /* AFTER_BACKWARD: 1 on the module's last backward of
+                     the step (its gradients are complete after it)   */
+    const ts_plugin_train_state *train_state;
+} ts_plugin_module_event;
+
+/* A module hook.
+ * Inputs:  ctx, the event (borrowed for the call), user.
+ * Outputs: for a parameter provider, use->data / use_grad->data set (or
+ *          cleared) as TS_PROVIDE_PARAM_STORAGE says.
+ * Failure: return an error set with host->error; the step fails ("plugin
+ *          'x': module hook before_forward of h.3: <message>") and, in a
+ *          multi-rank run, the job ends. */
+typedef ts_status (*ts_plugin_module_hook_fn)(ts_plugin_ctx *ctx,
+                                              const ts_plugin_module_event *event, void *user);
+
+/* ABI 1.1: what a plugin provides, so that the binder (docs/binder.md) can
+ * accept placements the core's own rules do not implement. Each provision
+ * is declared for one mesh axis with host->register_provider. */
+typedef enum ts_plugin_provision {
+    /* Sums the partial gradients of replicated parameters over the axis
+     * (from GRAD_READY hooks on; complete by BEFORE_OPTIMIZER). Without a
+     * provider the core sums them itself (one all-reduce of the flat
+     * gradient buffer before the optimizer). */
+    TS_PROVIDE_GRAD_REDUCTION = 0,
+    /* Keeps parameters stored cut over the axis (their layout S(d) there)
+     * and presents them whole to the layers with module hooks (see
+     * ts_plugin_param.use). The gradient of such a parameter is complete in
+     * store_grad after the provider's AFTER_BACKWARD hook: it reduces it
+     * over the axis itself. */
+    TS_PROVIDE_PARAM_STORAGE = 1,
+    /* Keeps the optimizer state cut over the axis
+     * (host->register_optimizer_state). */
+    TS_PROVIDE_OPTIMIZER_STATE = 2,
+    /* Computes attention when the axis cuts every sequence
+     * (host->register_attention). */
+    TS_PROVIDE_ATTENTION = 3,
+    TS_PROVIDE_COUNT = 4,
+} ts_plugin_provision;
+
+/* ABI 1.1: attention over sequences cut along an axis (context
+ * parallelism). The core calls forward in place of its attention when the
+ * axis the provider registered for cuts data.tokens along the sequence, and
+ * backward in its backward. Buffers are the run's device's. */
+typedef struct ts_plugin_attention_args {
+    uint32_t struct_size;
+    int micro_batch;
+    int B, T, T_local; /* sequences; tokens per sequence; this rank's rows */
+    int C, NH;         /* attention width and heads on this rank          */
+    /* Position in the sequence of each of this rank's rows (host, T_local
+     * entries, increasing): the causal mask compares positions. */
+    const int32_t *positions;
+    const float *qkv;  /* (B, T_local, 3C): q, k, v blocks, heads contiguous */
+    float *out;        /* forward: (B, T_local, C), written (=)            */
+    const float *dout; /* backward: (B, T_local, C)                        */
+    float *dqkv;       /* backward: (B, T_local, 3C), accumulated (+=)     */
+    /* The provider's state for this micro-batch: forward stores what it
+     * allocates (host->device_alloc), backward reads and frees it. */
+    void **saved;
+    ts_comm *comm;   /* the axis's group, device tensors                  */
+    int bf16;        /* the model's bf16 mode: round as the core does      */
+} ts_plugin_attention_args;
+
+typedef struct ts_plugin_attention_ops {
+    uint32_t struct_size; /* sizeof(ts_plugin_attention_ops) of the plugin */
+    /* Required, both. Failure: the step fails (the job ends). */
+    ts_status (*forward)(ts_plugin_ctx *ctx, ts_plugin_attention_args *args, void *user);
+    ts_status (*backward)(ts_plugin_ctx *ctx, ts_plugin_attention_args *args, void *user);
+} ts_plugin_attention_ops;
+
+/* ABI 1.1: optimizer state cut over an axis (ZeRO-1 style). The core's
+ * AdamW keeps master weights and moments only for this rank's range of the
+ * flat buffers and updates only that range; the provider then makes the
+ * parameters whole again. */
+typedef struct ts_plugin_optimizer_state_ops {
+    uint32_t struct_size;
+    /* Required. This rank's range [*begin, *end) of the `numel` elements of
+     * the flat buffers (called once, when the optimizer is built). */
+    ts_status (*partition)(ts_plugin_ctx *ctx, size_t numel, size_t *begin, size_t *end,
+                           void *user);
+    /* Required. After each applied update of this rank's range: bring every
+     * rank's updated range into the whole flat parameter buffer `params`
+     * (`numel` elements of `dtype`, the run's device). Failure: the step
+     * fails. */
+    ts_status (*after_step)(ts_plugin_ctx *ctx, void *params, ts_dtype dtype, size_t numel,
+                            void *user);
+} ts_plugin_optimizer_state_ops;
+
+/* A hook (ABI 1.0).
  * Inputs:  ctx, the event (borrowed for the call; its tensors are the
  *          core's: edit their data, never free them), user.
  * Failure: return an error set with host->error. The core runs no further
@@ -283,11 +474,48 @@ typedef struct ts_schedule ts_schedule;
 typedef ts_status (*ts_plugin_scheduler_fn)(ts_plugin_ctx *ctx, const ts_plugin_schedule_args *args,
                                             ts_schedule *out, void *user);
 
+/* What a token dispatcher moves (ABI 1.1; `args` of dispatch and combine
+ * points to it). A dispatch routes `nrows` rows to the ranks of their
+ * experts: row r's data is src[src_index[r]] (rows of the same source share
+ * it, so a dispatcher may send it once per rank and fan it out there), its
+ * expert dest[r] (-1: dropped, sent nowhere). The MoE layer routes one row
+ * per (token, chosen expert) forward, and gradients backward. Device
+ * buffers are the run's device's; host arrays are marked so. */
+typedef struct ts_plugin_dispatch_args {
+    uint32_t struct_size; /* sizeof(ts_plugin_dispatch_args) of the core */
+    int experts;          /* E over every rank of `comm`                 */
+    int local_experts;    /* on this rank: [first_expert, + local)       */
+    int first_expert;
+    int hidden;           /* C: floats per row                           */
+    ts_comm *comm;        /* the expert-parallel group, device tensors   */
+    ts_comm *host_comm;   /* the same group, host memory (counts)        */
+    /* --- dispatch: in ------------------------------------------------------ */
+    int nrows;
+    const int32_t *dest;      /* (nrows) host: expert of each row, or -1 */
+    const int32_t *src_index; /* (nrows) host: its row in src            */
+    const float *src;         /* (nsrc, C) device                        */
+    int nsrc;
+    /* --- dispatch: out ----------------------------------------------------- */
+    /* The rows received, grouped by local expert in expert order (within
+     * an expert in order of source rank, then of row): (expert_nrows, C)
+     * device memory the dispatcher owns until its next dispatch or destroy. */
+    float *expert_rows;
+    int64_t expert_nrows;
+    int64_t *expert_counts; /* (local_experts) host, the caller's: rows of each */
+    /* --- combine: in and out ----------------------------------------------- */
+    const float *expert_rows_in; /* (expert_nrows, C) device, dispatch's order */
+    float *rows_out;  /* (nrows, C) device, the caller's: row r's data back
+                         (=); 0 for a dropped row                       */
+    /* --- both: out --------------------------------------------------------- */
+    int64_t bytes_sent; /* bytes of row data this rank sent (metrics)  */
+} ts_plugin_dispatch_args;
+
 /* A token dispatcher for mixture-of-experts layers (the ep plugin's default,
- * or a third party's). The core calls dispatch before the experts and
- * combine after them. `args` points to the MoE layer's argument block
- * (tokens, routing, expert buffers; defined with the MoE layer), borrowed for
- * the call. Fields are only appended; set struct_size to sizeof. */
+ * or a third party's). dispatch sends rows to the ranks of their experts,
+ * combine brings them back (args: ts_plugin_dispatch_args, borrowed for the
+ * call; ABI 1.0 declared it void *). A combine follows the dispatch whose
+ * routing it reverses, with the same args block. Fields are only appended;
+ * set struct_size to sizeof. */
 typedef struct ts_plugin_dispatcher_ops {
     uint32_t struct_size; /* sizeof(ts_plugin_dispatcher_ops) of the plugin */
     /* Optional (NULL: no state). Called once before the first dispatch;
@@ -450,7 +678,90 @@ typedef struct ts_host {
      * At most 16 keys per plugin, each under 32 characters. Fails with
      * TS_ERR_INVALID beyond that. */
     ts_status (*metric)(ts_plugin_ctx *ctx, const char *key, double value);
-    /* ABI 1.1 and later append here. */
+
+    /* --- ABI 1.1: more of comm.h ------------------------------------------- */
+    ts_status (*all_to_all_start)(ts_comm *comm, const void *send, void *recv, size_t count,
+                                  ts_dtype dtype, ts_comm_request **req);
+    /* counts[r]: rank r's block, packed in rank order in recv. */
+    ts_status (*all_gatherv)(ts_comm *comm, const void *send, void *recv, const size_t *counts,
+                             ts_dtype dtype);
+    ts_status (*all_gatherv_start)(ts_comm *comm, const void *send, void *recv,
+                                   const size_t *counts, ts_dtype dtype, ts_comm_request **req);
+    ts_status (*reduce_scatter_v)(ts_comm *comm, const void *send, void *recv,
+                                  const size_t *counts, ts_dtype dtype, ts_reduce_op op);
+    ts_status (*reduce_scatter_v_start)(ts_comm *comm, const void *send, void *recv,
+                                        const size_t *counts, ts_dtype dtype, ts_reduce_op op,
+                                        ts_comm_request **req);
+    ts_status (*all_to_allv)(ts_comm *comm, const void *send, const size_t *send_counts,
+                             const size_t *send_displs, void *recv, const size_t *recv_counts,
+                             const size_t *recv_displs, ts_dtype dtype);
+    ts_status (*all_to_allv_start)(ts_comm *comm, const void *send, const size_t *send_counts,
+                                   const size_t *send_displs, void *recv,
+                                   const size_t *recv_counts, const size_t *recv_displs,
+                                   ts_dtype dtype, ts_comm_request **req);
+
+    /* --- ABI 1.1: layouts (layout.h) --------------------------------------- */
+    /* This rank's block of a layout (ts_layout_local_block). */
+    ts_status (*layout_local_block)(const struct ts_layout *l, const int *coords, int64_t *offset,
+                                    int64_t *shape);
+    /* ts_layout_local_block's coordinates of this rank for `l`: its
+     * coordinate on each of the layout's axes (0 for an axis the mesh does
+     * not have). Fails before the mesh exists. */
+    ts_status (*layout_coords)(ts_plugin_ctx *ctx, const struct ts_layout *l, int *coords);
+    /* ts_redistribute: one axis's placement change of a HOST tensor, over a
+     * host communicator ("host:TOKEN"). Device tensors: use the collectives
+     * above on a device communicator. */
+    ts_status (*redistribute)(const struct ts_layout *from, const struct ts_layout *to, int axis,
+                              ts_comm *axis_comm, const int *coords, const ts_tensor *in,
+                              ts_tensor *out);
+
+    /* --- ABI 1.1: memory of the run's device ------------------------------- */
+    /* The device the model lives on ([train] device): the CPU's accounted
+     * allocator on a CPU run, the GPU's on a CUDA run. Blocks are counted
+     * under `cat`; free with device_free. NULL (with the error set) before
+     * the trainer opens the device, or on failure. */
+    void *(*device_alloc)(ts_plugin_ctx *ctx, ts_mem_category cat, size_t bytes);
+    void (*device_free)(ts_plugin_ctx *ctx, void *ptr);
+    /* Device to device, device to host, host to device; zero; y += x (f32).
+     * Each is ordered with the model's kernels (on a GPU: its stream). */
+    ts_status (*device_copy)(ts_plugin_ctx *ctx, void *dst, const void *src, size_t bytes);
+    ts_status (*device_to_host)(ts_plugin_ctx *ctx, void *host, const void *src, size_t bytes);
+    ts_status (*device_from_host)(ts_plugin_ctx *ctx, void *dst, const void *host, size_t bytes);
+    ts_status (*device_zero)(ts_plugin_ctx *ctx, void *ptr, size_t bytes);
+    ts_status (*device_add)(ts_plugin_ctx *ctx, float *y, const float *x, size_t n);
+    /* The model's compute stream (cudaStream_t) on a GPU; NULL on the CPU. */
+    void *(*device_stream)(ts_plugin_ctx *ctx);
+
+    /* --- ABI 1.1: the model's attention kernel (for attention providers) --- */
+    /* The core's causal attention of whole sequences (B, T) on the run's
+     * device: out (B, T, C) from qkv (B, T, 3C) and its backward, with the
+     * saved state and scratch sized by attention_floats (saved, scratch). */
+    ts_status (*attention_floats)(ts_plugin_ctx *ctx, int B, int T, int NH, size_t *saved,
+                                  size_t *scratch);
+    ts_status (*attention_forward)(ts_plugin_ctx *ctx, float *out, float *saved, const float *qkv,
+                                   int B, int T, int C, int NH, int bf16);
+    ts_status (*attention_backward)(ts_plugin_ctx *ctx, float *dqkv, float *scratch,
+                                    const float *dout, const float *qkv, const float *out,
+                                    const float *saved, int B, int T, int C, int NH, int bf16);
+
+    /* --- ABI 1.1: the model and its training state ------------------------- */
+    /* NULL before the trainer built the model (during init and transforms). */
+    const ts_plugin_model *(*model)(ts_plugin_ctx *ctx);
+
+    /* --- ABI 1.1: registration (during init only, as above) ---------------- */
+    ts_status (*register_module_hook)(ts_plugin_ctx *ctx, ts_plugin_module_hook_kind kind,
+                                      ts_plugin_module_hook_fn fn, void *user);
+    /* Declares a provision on mesh axis `axis` ("dp", "cp", ...). Fails for
+     * an unknown axis or provision, or one another plugin provides there. */
+    ts_status (*register_provider)(ts_plugin_ctx *ctx, ts_plugin_provision what,
+                                   const char *axis);
+    /* Attention over sequences cut along `axis` (and the provision). */
+    ts_status (*register_attention)(ts_plugin_ctx *ctx, const char *axis,
+                                    const ts_plugin_attention_ops *ops, void *user);
+    /* Optimizer state cut over `axis` (and the provision). */
+    ts_status (*register_optimizer_state)(ts_plugin_ctx *ctx, const char *axis,
+                                          const ts_plugin_optimizer_state_ops *ops, void *user);
+    /* ABI 1.2 and later append here. */
 } ts_host;
 
 /* 1 if the host table `h` has field `field` (a plugin built against a newer

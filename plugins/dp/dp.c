@@ -17,6 +17,11 @@
  *    may exceed the cap by its last tensor) and its non-blocking all-reduce
  *    starts at once (overlap = true) or at the optimizer step (false);
  *  - BEFORE_OPTIMIZER closes the last bucket and waits for all of them.
+ *  - declares (ABI 1.1) that it provides the gradient reduction over dp and
+ *    cp (its group dp-cp cuts the batch along both), so the core's binder
+ *    knows the partial gradients there are summed; a parameter another
+ *    plugin keeps cut over dp (its layout S(d) there, e.g. parameter
+ *    storage presented whole) is that plugin's to reduce and is skipped.
  *
  * Buckets reduce the gradient memory in place when their tensors are
  * adjacent in memory (the core's flat gradient array, visited in reverse
@@ -25,6 +30,7 @@
  * What it does not do: shard optimizer state (the zero plugin), or
  * communicate anything the core derives from placements.
  */
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
 
@@ -128,6 +134,15 @@ static ts_status dp_grad_ready(ts_plugin_ctx *ctx, const ts_plugin_hook_event *e
     if (ev->grad->dtype != TS_F32)
         return dp.host->error(dp.ctx, TS_ERR_INVALID, "gradient %s is %d, not f32", ev->grad->name,
                               (int)ev->grad->dtype);
+    /* A parameter cut over dp is reduced by the plugin that stores it so. */
+    if (ev->struct_size >= offsetof(ts_plugin_hook_event, view) + sizeof ev->view && ev->view &&
+        ev->view->layout) {
+        const ts_layout *l = ev->view->layout;
+        for (int a = 0; a < l->naxes; a++)
+            if (strcmp(l->axes[a].name, "dp") == 0 && l->axes[a].size > 1 &&
+                l->axes[a].placement.kind != TS_PLACEMENT_REPLICATE)
+                return dp.overlap ? dp_progress() : TS_OK;
+    }
     float *g = ev->grad->data;
     size_t n = 1;
     for (int d = 0; d < ev->grad->ndim; d++)
@@ -220,6 +235,9 @@ static ts_status dp_init(const ts_host *host, ts_plugin_ctx *ctx) {
     TS_TRY(host->register_transform(ctx, "dp_batch", TS_PHASE_SHARD_DATA, dp_transform, NULL));
     TS_TRY(host->register_hook(ctx, TS_HOOK_BEFORE_FORWARD, dp_before_forward, NULL));
     TS_TRY(host->register_hook(ctx, TS_HOOK_GRAD_READY, dp_grad_ready, NULL));
+    /* The buckets reduce over dp-cp: every axis that cuts the batch. */
+    TS_TRY(host->register_provider(ctx, TS_PROVIDE_GRAD_REDUCTION, "dp"));
+    TS_TRY(host->register_provider(ctx, TS_PROVIDE_GRAD_REDUCTION, "cp"));
     return host->register_hook(ctx, TS_HOOK_BEFORE_OPTIMIZER, dp_before_optimizer, NULL);
 }
 
@@ -227,7 +245,7 @@ static const ts_plugin_descriptor dp_descriptor = {
     TS_PLUGIN_ABI_VERSION,
     sizeof(ts_plugin_descriptor),
     "dp",
-    "1.0.0",
+    "1.1.0",
     "data parallel: batch sharded over dp, bucketed gradient all-reduce overlapped with backward",
     dp_keys,
     (int)(sizeof dp_keys / sizeof dp_keys[0]),
