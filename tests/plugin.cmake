@@ -77,3 +77,15 @@ add_test(NAME sdk_install_builds_and_loads_hello_plugin
     ${PROJECT_SOURCE_DIR} $<TARGET_FILE:test_plugin>)
 set_tests_properties(sdk_install_builds_and_loads_hello_plugin PROPERTIES
   LABELS core TIMEOUT 180 ENVIRONMENT "${TESSERA_TEST_ENV}")
+
+# The ABI 1.1 examples (module hooks, an attention provider, a token
+# dispatcher) built against the installed SDK and run (tests/sdk_examples.sh).
+add_executable(test_dispatch ${PROJECT_SOURCE_DIR}/tests/test_dispatch.c)
+target_link_libraries(test_dispatch PRIVATE tessera)
+add_test(NAME sdk_examples_build_and_run
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/sdk_examples.sh ${CMAKE_BINARY_DIR}
+    ${PROJECT_SOURCE_DIR} $<TARGET_FILE:tessera_cli> $<TARGET_FILE:test_dispatch>
+    ${TESSERA_TEST_PLUGIN_DIR})
+set_tests_properties(sdk_examples_build_and_run PROPERTIES LABELS core TIMEOUT 600
+  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+add_dependencies(test_dispatch ${TESSERA_TEST_PLUGIN_TARGETS})

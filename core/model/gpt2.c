@@ -20,6 +20,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "arch.h"
@@ -56,8 +57,8 @@ static ts_status embedding_forward(ts_module *mod, ts_step_ctx *ctx, const ts_te
     TS_TRY(be->embedding_shard_forward(look, ctx->tokens, ts_layer_weight(m, wte, 0), v0, Vl,
                                        (int)Nlook, C));
     TS_TRY(ts_layer_redistribute(m, out, look, &lp, &xp, B, T, C, &h));
-    TS_TRY(
-        be->position_forward(out, ts_layer_weight(m, wpe, 1), B, Tl, C, ts_layer_row0(m, &xp, T)));
+    TS_TRY(be->position_forward(out, ts_layer_weight(m, wpe, 1), B, Tl, C,
+                                ctx->pos0 + ts_layer_row0(m, &xp, T)));
     TS_TRY(ts_layer_round(m, out, Nl * C));
     int64_t shape[3] = {B, Tl, C};
     ts_tensor_view(y, "embedding.out", TS_F32, 3, shape, out, TS_MEM_ACTS);
@@ -74,8 +75,8 @@ static ts_status embedding_backward(ts_module *mod, ts_step_ctx *ctx, const ts_t
     int B = ctx->B, T = ctx->T, C = m->cfg.d_model, v0, Vl;
     TS_TRY(ts_layer_embedding_place(m, wte, &lp, &v0, &Vl));
     int Tl = ts_layer_rows(m, &xp, T);
-    TS_TRY(
-        m->be->position_backward(ts_layer_grad(wpe), dy->data, B, Tl, C, ts_layer_row0(m, &xp, T)));
+    TS_TRY(m->be->position_backward(ts_layer_grad(wpe), dy->data, B, Tl, C,
+                                    ctx->pos0 + ts_layer_row0(m, &xp, T)));
     /* The lookup needs the gradient of every row it produced. */
     ts_place glp = ts_layer_grad_place(m, &lp);
     float *buf = NULL, *dlook;
@@ -134,6 +135,14 @@ static ts_status block_shape_of(ts_module *mod, int B, int T, block_shape *s) {
     return TS_OK;
 }
 
+/* The axis that cuts every sequence (its plugin computes the attention), or
+ * -1: the backend's attention over whole sequences. */
+static int seq_axis(const ts_model *m) {
+    for (int a = 0; a < m->naxes; a++)
+        if (m->axes[a].cuts_sequence) return a;
+    return -1;
+}
+
 /* The saved activations of one micro-batch, carved from one allocation.
  * Rows: Nl of the hidden state, N of the products (more when the hidden
  * state is cut along the sequence); the inputs of the products are saved as
@@ -176,6 +185,47 @@ static size_t block_carve(block_acts *a, float *base, const block_shape *s, size
     return off;
 }
 
+/* The attention provider's arguments for this micro-batch of this rank's
+ * T rows of each sequence (positions pos0, pos0 + 1, ...). */
+static ts_status provider_args(ts_module *mod, ts_step_ctx *ctx, const block_shape *s, int a,
+                               ts_plugin_attention_args *args) {
+    ts_model *m = mod->model;
+    if (m->npositions < ctx->T) {
+        int32_t *p = realloc(m->positions, (size_t)ctx->T * sizeof *p);
+        if (!p) return ts_error(TS_ERR_NOMEM, "model: out of memory");
+        m->positions = p;
+        m->npositions = ctx->T;
+    }
+    for (int i = 0; i < ctx->T; i++)
+        m->positions[i] = ctx->pos0 + i;
+    *args = (ts_plugin_attention_args){.struct_size = sizeof *args,
+                                       .micro_batch = ctx->mb,
+                                       .B = ctx->B,
+                                       .T = ctx->T * m->axes[a].size,
+                                       .T_local = ctx->T,
+                                       .C = s->Cl,
+                                       .NH = s->NHl,
+                                       .positions = m->positions,
+                                       .saved = ts_module_provider_state(mod, ctx->mb),
+                                       .comm = m->axes[a].comm,
+                                       .bf16 = m->dtype == TS_BF16};
+    return TS_OK;
+}
+
+/* The provider's forward (backward = 0) or backward (1); its failure names
+ * the module and the axis. */
+static ts_status provider_call(ts_module *mod, int a, ts_plugin_attention_args *args,
+                               int backward) {
+    const ts_model_axis *ax = &mod->model->axes[a];
+    ts_error(TS_OK, "%s", "");
+    ts_status st = (backward ? ax->attention->backward : ax->attention->forward)(
+        ax->attention_ctx, args, ax->attention_user);
+    if (st)
+        return ts_error(st, "%s: attention %s over %s: %s", mod->name,
+                        backward ? "backward" : "forward", ax->name, ts_last_error_bare());
+    return TS_OK;
+}
+
 static ts_status block_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor *x, ts_tensor *y) {
     ts_model *m = mod->model;
     const ts_backend *be = m->be;
@@ -187,8 +237,8 @@ static ts_status block_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor
                         "%s: the attention needs whole sequences, but its input is cut along "
                         "the sequence",
                         mod->name);
-    int C = s.C, Cl = s.Cl, F4 = s.F4, N = (int)s.N, Nl = (int)s.Nl;
-    size_t att_floats = be->attention_saved_floats(B, s.NHl, T);
+    int C = s.C, Cl = s.Cl, F4 = s.F4, N = (int)s.N, Nl = (int)s.Nl, sa = seq_axis(m);
+    size_t att_floats = sa >= 0 ? 0 : be->attention_saved_floats(B, s.NHl, T);
     float *base = ts_module_save(mod, ctx->mb, block_carve(NULL, NULL, &s, att_floats), x->data);
     if (!base) return TS_ERR_NOMEM;
     block_acts a;
@@ -208,8 +258,16 @@ static ts_status block_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor
     TS_TRY(ts_layer_redistribute(m, gathered, a.ln1, &s.x, &s.qkv_in, B, T, C, &full));
     TS_TRY(ts_layer_linear_forward(m, a.qkv, full, P(QKVW), W(QKVB, 1), N, C, 3 * Cl));
     TS_TRY(ts_layer_round(m, a.qkv, (size_t)N * 3 * Cl));
-    TS_TRY((m->dtype == TS_BF16 ? be->attention_forward_bf16
-                                : be->attention_forward)(a.atty, a.att, a.qkv, B, T, Cl, s.NHl));
+    if (sa >= 0) { /* a plugin's attention across the ranks cutting the sequence */
+        ts_plugin_attention_args args;
+        TS_TRY(provider_args(mod, ctx, &s, sa, &args));
+        args.qkv = a.qkv;
+        args.out = a.atty;
+        TS_TRY(provider_call(mod, sa, &args, 0));
+    } else {
+        TS_TRY((m->dtype == TS_BF16 ? be->attention_forward_bf16 : be->attention_forward)(
+            a.atty, a.att, a.qkv, B, T, Cl, s.NHl));
+    }
     TS_TRY(ts_layer_round(m, a.atty, (size_t)N * Cl));
     TS_TRY(ts_layer_linear_forward(m, partial, a.atty, P(PROJW), NULL, N, Cl, C));
     TS_TRY(ts_layer_redistribute(m, a.res2, partial, &s.proj, &s.x, B, T, C, &h));
@@ -247,14 +305,16 @@ static ts_status block_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tenso
     int B = ctx->B, T = ctx->T;
     block_shape s;
     TS_TRY(block_shape_of(mod, B, T, &s));
-    int C = s.C, Cl = s.Cl, F4 = s.F4;
+    int C = s.C, Cl = s.Cl, F4 = s.F4, sa = seq_axis(m);
     size_t N = s.N, Nl = s.Nl;
     block_acts a;
-    block_carve(&a, ts_module_saved(mod, ctx->mb), &s, be->attention_saved_floats(B, s.NHl, T));
+    block_carve(&a, ts_module_saved(mod, ctx->mb), &s,
+                sa >= 0 ? 0 : be->attention_saved_floats(B, s.NHl, T));
 
     /* Workspace: dfch_gelu, dfch (N, F4); dfull, dln, dres2, gathered
      * (N, C); datty (N, Cl); dqkv (N, 3Cl); the attention's scratch. */
-    float *w = ts_layer_work(m, block_bwd_work(&s, be->attention_scratch_floats(B, s.NHl, T)));
+    float *w = ts_layer_work(
+        m, block_bwd_work(&s, sa >= 0 ? 0 : be->attention_scratch_floats(B, s.NHl, T)));
     if (!w) return TS_ERR_NOMEM;
     float *dfch_gelu = w, *dfch = dfch_gelu + N * F4;
     float *dfull = dfch + N * F4, *dln = dfull + N * C, *dres2 = dln + N * C;
@@ -287,8 +347,18 @@ static ts_status block_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tenso
     TS_TRY(ts_layer_redistribute(m, dfull, dres2, &s.x, &gproj, B, T, C, &din));
     TS_TRY(ts_layer_linear_backward(m, datty, ts_layer_grad(P(PROJW)), NULL, din, a.atty, P(PROJW),
                                     (int)N, Cl, C));
-    TS_TRY((m->dtype == TS_BF16 ? be->attention_backward_bf16 : be->attention_backward)(
-        dqkv, datt, datty, a.qkv, a.atty, a.att, B, T, Cl, s.NHl));
+    if (sa >= 0) {
+        ts_plugin_attention_args args;
+        TS_TRY(provider_args(mod, ctx, &s, sa, &args));
+        args.qkv = a.qkv;
+        args.out = a.atty;
+        args.dout = datty;
+        args.dqkv = dqkv;
+        TS_TRY(provider_call(mod, sa, &args, 1));
+    } else {
+        TS_TRY((m->dtype == TS_BF16 ? be->attention_backward_bf16 : be->attention_backward)(
+            dqkv, datt, datty, a.qkv, a.atty, a.att, B, T, Cl, s.NHl));
+    }
     TS_TRY(be->zero(dln, N * C * sizeof(float)));
     TS_TRY(ts_layer_redistribute(m, gathered, a.ln1, &s.x, &s.qkv_in, B, T, C, &full));
     TS_TRY(ts_layer_linear_backward(m, dln, ts_layer_grad(P(QKVW)), ts_layer_grad(P(QKVB)), dqkv,

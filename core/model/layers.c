@@ -345,14 +345,17 @@ float *ts_module_save(ts_module *mod, int mb, size_t floats, const float *input)
         float **s = realloc(t->slot, (size_t)cap * sizeof *s);
         if (s) t->slot = s;
         const float **in = s ? realloc(t->input, (size_t)cap * sizeof *in) : NULL;
-        if (!in) {
+        if (in) t->input = in;
+        void **pr = in ? realloc(t->provider, (size_t)cap * sizeof *pr) : NULL;
+        if (!pr) {
             ts_error(TS_ERR_NOMEM, "model: out of memory for saved-state table");
             return NULL;
         }
-        t->input = in;
+        t->provider = pr;
         for (int i = t->cap; i < cap; i++) {
             s[i] = NULL;
             in[i] = NULL;
+            pr[i] = NULL;
         }
         t->cap = cap;
     }
@@ -369,6 +372,11 @@ float *ts_module_saved(ts_module *mod, int mb) {
 
 const float *ts_module_saved_input(ts_module *mod, int mb) {
     return mod->saved.input[mb];
+}
+
+void **ts_module_provider_state(ts_module *mod, int mb) {
+    TS_ASSERT(mb < mod->saved.cap);
+    return &mod->saved.provider[mb];
 }
 
 void ts_module_release(ts_module *mod, int mb) {

@@ -123,6 +123,9 @@ float *ts_module_save(ts_module *mod, int mb, size_t floats, const float *input)
 float *ts_module_saved(ts_module *mod, int mb);
 const float *ts_module_saved_input(ts_module *mod, int mb);
 void ts_module_release(ts_module *mod, int mb);
+/* The slot of an attention provider's state for micro-batch mb (after
+ * ts_module_save for it). */
+void **ts_module_provider_state(ts_module *mod, int mb);
 /* The module's k-th parameter (as declared). */
 ts_param *ts_module_param(ts_module *mod, int k);
 

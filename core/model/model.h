@@ -45,6 +45,7 @@
 #include "tessera/comm.h"
 #include "tessera/layout.h"
 #include "tessera/mesh.h"
+#include "tessera/plugin.h" /* attention providers */
 #include "tessera/tessera.h"
 
 #ifdef __cplusplus
@@ -81,6 +82,13 @@ typedef struct ts_model_axis {
      * different tokens (dp, cp). 0: every rank of it reads the same tokens,
      * so layers may cut weights and hidden states along it. */
     int cuts_batch;
+    /* 1 when it cuts every sequence (data.tokens S(1)): each rank holds a
+     * part of each sequence, and `attention` (a plugin's, ABI 1.1) computes
+     * the attention across the ranks. */
+    int cuts_sequence;
+    const ts_plugin_attention_ops *attention;
+    ts_plugin_ctx *attention_ctx;
+    void *attention_user;
     ts_comm *comm; /* the model's tensors (device memory; NCCL on GPUs)   */
     ts_comm *host; /* the same group for host memory; comm when NULL      */
 } ts_model_axis;
@@ -199,6 +207,10 @@ struct ts_model {
     /* Off the CPU: host staging for the head's losses. */
     float *host_stage;
     size_t host_stage_floats;
+    /* Positions of this rank's tokens in their sequences, for attention
+     * providers (host memory). */
+    int32_t *positions;
+    int npositions;
 };
 
 /* Checks the shape (C % NH, Vp >= V, ...); messages name the [model] key. */

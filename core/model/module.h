@@ -32,7 +32,10 @@ typedef struct ts_model ts_model;
 /* What one forward or backward call of one micro-batch needs to know. */
 typedef struct ts_step_ctx {
     int mb;                 /* micro-batch index: the saved-state slot      */
-    int B, T;               /* sequences and tokens per sequence            */
+    int B, T;               /* sequences and tokens per sequence (this
+                               rank's part when an axis cuts the sequence) */
+    int pos0;               /* the position of the first of those T tokens
+                               in its sequence                           */
     const int32_t *tokens;  /* (B, T) inputs                                */
     const int32_t *targets; /* (B, T) next tokens; -1 = masked position     */
     /* tokens and targets are memory of the model's device. targets_host is
@@ -70,6 +73,7 @@ typedef struct ts_module_store {
     int cap;
     float **slot;
     const float **input; /* the module's input x of that micro-batch */
+    void **provider;     /* an attention provider's state of it        */
 } ts_module_store;
 
 struct ts_module {

@@ -522,6 +522,7 @@ void ts_model_destroy(ts_model *m) {
             m->be->free(mod->saved.slot[s]);
         free(mod->saved.slot);
         free(mod->saved.input);
+        free(mod->saved.provider);
         free(mod);
     }
     free(m->modules);
@@ -535,6 +536,7 @@ void ts_model_destroy(ts_model *m) {
         m->be->free(m->mm_work);
     }
     ts_mem_free(m->host_stage);
+    free(m->positions);
     free(m->params);
     free(m);
 }

@@ -94,6 +94,10 @@ struct ts_trainer {
     ts_schedule schedule;
 
     int T, B, global_batch, micro_batches;
+    /* This rank's tokens of each sequence: T_local of them from position
+     * seq0 (the whole sequence unless an axis cuts data.tokens along it). */
+    int T_local, seq0;
+    int32_t *window; /* one data window (T + 1 tokens' inputs, targets)  */
     int64_t steps;
     int log_every;
     const char *ckpt_dir;
@@ -352,6 +356,22 @@ static ts_status trainer_model_axes(ts_trainer *t, ts_model_shard *shard) {
         ax->size = size;
         ax->coord = ts_parallel_coord(t->par, axis);
         ax->cuts_batch = data->layout.axes[i].placement.kind == TS_PLACEMENT_SHARD;
+        ax->cuts_sequence = ax->cuts_batch && data->layout.axes[i].placement.dim == 1;
+        if (ax->cuts_sequence) {
+            if (t->T % size != 0)
+                return key_error(t->cfg, "train", "seq_len",
+                                 "seq_len = %d is not divisible by %s = %d (data.tokens is cut "
+                                 "along the sequence over it)",
+                                 t->T, name, size);
+            const ts_plugin_attention_ops *ops = NULL;
+            if (!ts_plugins_attention(t->reg, name, &ops, &ax->attention_ctx,
+                                      &ax->attention_user))
+                return ts_error(TS_ERR_PLUGIN,
+                                "data.tokens is cut along the sequence over %s, and no plugin "
+                                "provides attention over it",
+                                name);
+            ax->attention = ops;
+        }
         ax->comm = ts_parallel_data_comm(t->par, name);
         ax->host = ts_parallel_comm(t->par, name);
         /* A hidden state cut along the sequence must cut it evenly. */
@@ -366,6 +386,19 @@ static ts_status trainer_model_axes(ts_trainer *t, ts_model_shard *shard) {
     }
     shard->pp = ts_mesh_axis_size(t->par->mesh, TS_AXIS_PP);
     shard->pp_rank = ts_parallel_coord(t->par, TS_AXIS_PP);
+    /* This rank's tokens of each sequence (its block of data.tokens along
+     * the sequence). */
+    int coords[TS_LAYOUT_MAX_AXES];
+    for (int i = 0; i < data->layout.naxes; i++) {
+        ts_mesh_axis axis;
+        coords[i] = ts_mesh_axis_from_name(data->layout.axes[i].name, &axis) == TS_OK
+                        ? ts_parallel_coord(t->par, axis)
+                        : 0;
+    }
+    int64_t off[TS_MAX_DIMS], shp[TS_MAX_DIMS];
+    TS_TRY(ts_layout_local_block(&data->layout, coords, off, shp));
+    t->seq0 = (int)off[1];
+    t->T_local = (int)shp[1];
     for (int a = 0; a < shard->naxes; a++)
         if (ts_plugins_provider(t->reg, TS_PROVIDE_PARAM_STORAGE, shard->axes[a].name))
             shard->provided_axes |= 1u << a;
@@ -753,6 +786,7 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
     t->mcfg = shape.model;
     t->arch = shape.arch;
     t->T = shape.T;
+    t->T_local = shape.T;
     t->B = shape.B;
     t->global_batch = shape.global_batch;
     t->micro_batches = shape.micro_batches;
@@ -909,7 +943,9 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
             ts_trace_set_epoch(t->trace, ts_trace_now());
     }
 
-    size_t toks = (size_t)t->micro_batches * t->B * t->T;
+    size_t toks = (size_t)t->micro_batches * t->B * t->T_local;
+    t->window = malloc(2 * (size_t)t->T * sizeof *t->window);
+    if (!t->window) CHECK(ts_error(TS_ERR_NOMEM, "trainer: out of memory for batches"));
     t->tokens = ts_mem_alloc(TS_MEM_OTHER, toks * sizeof(int32_t));
     t->targets = ts_mem_alloc(TS_MEM_OTHER, toks * sizeof(int32_t));
     t->ctx = calloc((size_t)t->micro_batches, sizeof *t->ctx);
@@ -966,6 +1002,7 @@ void ts_trainer_destroy(ts_trainer *t) {
     ts_trace_destroy(t->trace);
     free(t->ready_after);
     free(t->norm_owner);
+    free(t->window);
     if (t->reg) ts_plugins_set_model(t->reg, NULL);
     free(t->pviews);
     free(t->pview_ptrs);
@@ -1174,13 +1211,21 @@ static ts_status trainer_have_data(ts_trainer *t, int *have) {
 /* Reads this rank's part of the global batch and counts the valid targets of
  * the whole global batch. */
 static ts_status trainer_load_batch(ts_trainer *t, int64_t *valid) {
-    int T = t->T;
+    int T = t->T_local;
     size_t seq = 0;
     for (int k = 0; k < t->micro_batches; k++)
         for (int b = 0; b < t->B; b++, seq++) {
             if (t->plan_only) continue; /* zeros: every target valid */
-            TS_TRY(ts_dataset_window(t->data, trainer_window(t, k, b), T, t->tokens + seq * T,
-                                     t->targets + seq * T));
+            if (T == t->T) {
+                TS_TRY(ts_dataset_window(t->data, trainer_window(t, k, b), T, t->tokens + seq * T,
+                                         t->targets + seq * T));
+                continue;
+            }
+            /* This rank's part of every sequence. */
+            int32_t *in = t->window, *tg = t->window + t->T;
+            TS_TRY(ts_dataset_window(t->data, trainer_window(t, k, b), t->T, in, tg));
+            memcpy(t->tokens + seq * T, in + t->seq0, (size_t)T * sizeof(int32_t));
+            memcpy(t->targets + seq * T, tg + t->seq0, (size_t)T * sizeof(int32_t));
         }
     int64_t n = 0;
     for (size_t i = 0; i < seq * T; i++)
@@ -1215,7 +1260,7 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
     size_t slot = mb >= 0 ? (size_t)mb * t->chunks + chunk : 0;
     int vstage = chunk * t->pp + t->pp_rank;
     int64_t shape[3];
-    ts_model_hidden_shape(m, t->B, t->T, shape);
+    ts_model_hidden_shape(m, t->B, t->T_local, shape);
     size_t n = (size_t)(shape[0] * shape[1] * shape[2]);
     ts_step_ctx *c = mb >= 0 ? &t->ctx[mb] : NULL;
     t->cur_mb = mb;
@@ -1233,10 +1278,11 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
         break;
     case TS_ACT_FORWARD: {
         if (c->B == 0) { /* the micro-batch's first forward on this rank */
-            size_t off = (size_t)mb * t->B * t->T;
+            size_t off = (size_t)mb * t->B * t->T_local;
             *c = (ts_step_ctx){.mb = mb,
                                .B = t->B,
-                               .T = t->T,
+                               .T = t->T_local,
+                               .pos0 = t->seq0,
                                .tokens = t->tokens_dev + off,
                                .targets = t->targets_dev + off,
                                .targets_host = t->targets + off,
