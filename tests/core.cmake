@@ -45,3 +45,12 @@ add_test(NAME cli_nonfinite
     ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/tests/plugins)
 set_tests_properties(cli_nonfinite PROPERTIES LABELS core TIMEOUT 300
   ENVIRONMENT "${TESSERA_TEST_ENV}")
+
+# Optimizer state cut over dp by the test plugin tessera-optshard.so (ZeRO
+# stage 1 through the ABI 1.1 provider): bit-identical to dp, half the
+# optimizer memory, checkpoints interchangeable with dp's, bad ranges refused.
+add_test(NAME cli_optimizer_state_provider
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/optim_state.sh $<TARGET_FILE:tessera_cli>
+    ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/tests/plugins)
+set_tests_properties(cli_optimizer_state_provider PROPERTIES LABELS core TIMEOUT 600
+  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")

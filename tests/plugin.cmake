@@ -11,7 +11,7 @@ set(TESSERA_TEST_PLUGIN_DIR ${CMAKE_BINARY_DIR}/tests/plugins)
 set(TESSERA_TEST_PLUGINS
   good:good wrong_major:wrong_major newer_minor:newer_minor wrong_name:misnamed
   no_symbol:no_symbol small_struct:small_struct dup_axis:dup_axis conflict:conflict
-  fail_init:fail_init meshaxes:meshaxes poison:poison shardall:shardall)
+  fail_init:fail_init meshaxes:meshaxes poison:poison shardall:shardall optshard:optshard)
 set(TESSERA_TEST_PLUGIN_TARGETS)
 foreach(pair ${TESSERA_TEST_PLUGINS})
   string(REPLACE ":" ";" pair ${pair})
@@ -20,8 +20,9 @@ foreach(pair ${TESSERA_TEST_PLUGINS})
   add_library(test_plugin_${name} MODULE ${PROJECT_SOURCE_DIR}/tests/plugin/${src}.c)
   target_include_directories(test_plugin_${name} PRIVATE ${PROJECT_SOURCE_DIR}/include)
   # The loader's test plugins are ABI 1.0 plugins: every 1.x core keeps
-  # loading them (poison, written with this ABI, declares the current one).
-  if(NOT src STREQUAL "poison")
+  # loading them (poison and optshard, written with this ABI, declare the
+  # current one).
+  if(NOT src STREQUAL "poison" AND NOT src STREQUAL "optshard")
     target_compile_definitions(test_plugin_${name} PRIVATE TS_PLUGIN_TARGET_MINOR=0)
   endif()
   # --no-undefined: a plugin that calls into libtessera directly fails to link.

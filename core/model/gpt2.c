@@ -218,8 +218,8 @@ static ts_status provider_call(ts_module *mod, int a, ts_plugin_attention_args *
                                int backward) {
     const ts_model_axis *ax = &mod->model->axes[a];
     ts_error(TS_OK, "%s", "");
-    ts_status st = (backward ? ax->attention->backward : ax->attention->forward)(
-        ax->attention_ctx, args, ax->attention_user);
+    ts_status st = (backward ? ax->attention->backward
+                             : ax->attention->forward)(ax->attention_ctx, args, ax->attention_user);
     if (st)
         return ts_error(st, "%s: attention %s over %s: %s", mod->name,
                         backward ? "backward" : "forward", ax->name, ts_last_error_bare());

@@ -13,7 +13,7 @@
  *    so the optimizer runs over flat arrays and a checkpoint is a few writes;
  *  - stages and chunks: a module runs on the pipeline stage that the plan's
  *    `stage` fields give its parameters (virtual stage k on pipeline rank
- *    k % pp as its chunk k / pp); modules of another stage are not built;
+ *    k % stages as its chunk k / stages); modules of another stage are not built;
  *  - the runner: a chunk's modules forward in order and backward in reverse,
  *    with per-micro-batch saved state, a shared backward workspace and the
  *    module-done callback (gradient-ready hooks).
@@ -101,7 +101,7 @@ typedef struct ts_model_shard {
                                    rank, nothing cut                      */
     int naxes;
     ts_model_axis axes[TS_MODEL_MAX_AXES];
-    int pp, pp_rank; /* pipeline ranks and this rank's (0, 0: none)        */
+    int stages, stage; /* pipeline stages and this rank's (0, 0: none)     */
     /* Bit a: a plugin keeps parameters cut over axes[a] and presents them
      * whole to the layers (TS_PROVIDE_PARAM_STORAGE). */
     unsigned provided_axes;
@@ -187,7 +187,7 @@ struct ts_model {
     int nmodules;                           /* every module of the architecture               */
     ts_module **modules;                    /* NULL for a module another pipeline rank runs */
     int module_chunk[TS_MODEL_MAX_MODULES]; /* chunk on this rank, or -1   */
-    int pp, chunks;                         /* pipeline ranks, model chunks on this rank     */
+    int stages, chunks;                     /* pipeline stages, model chunks on this rank    */
     int tied_split;                         /* a parameter read by modules on two pipeline ranks
                                                lives here: its gradient is summed across them
                                                each step                                      */

@@ -219,9 +219,9 @@ static ts_status param_from_plan(const ts_model *m, const ts_layout_plan *plan,
 
 /* Module stages: a module runs on the stage of the parameters it owns (the
  * first module reading a parameter owns it). Virtual stage k runs on
- * pipeline rank k % pp as its chunk k / pp (Megatron-LM's interleaving). */
+ * stage k % stages as its chunk k / stages (Megatron-LM's interleaving). */
 static ts_status model_stages(ts_model *m, const ts_module_decl *mods, const int *pstage,
-                              const int *owner, int pp, int pp_rank) {
+                              const int *owner, int stages, int stage) {
     int vstage[TS_MODEL_MAX_MODULES], top = -1;
     for (int i = 0; i < m->nmodules; i++) {
         vstage[i] = -2; /* no owned parameter yet */
@@ -238,22 +238,22 @@ static ts_status model_stages(ts_model *m, const ts_module_decl *mods, const int
         if (vstage[i] == -2) vstage[i] = -1;
         if (vstage[i] > top) top = vstage[i];
     }
-    m->pp = pp < 1 ? 1 : pp;
+    m->stages = stages < 1 ? 1 : stages;
     m->chunks = 1;
     if (top < 0) { /* no stage assigned: the whole model here, one chunk */
-        if (m->pp > 1)
+        if (m->stages > 1)
             return ts_error(TS_ERR_PLUGIN,
                             "the pipeline axis has %d ranks but no plugin assigns the modules to "
                             "stages: nothing implements it",
-                            m->pp);
+                            m->stages);
         for (int i = 0; i < m->nmodules; i++)
             m->module_chunk[i] = 0;
         return TS_OK;
     }
     int vstages = top + 1;
-    if (vstages % m->pp != 0)
+    if (vstages % m->stages != 0)
         return ts_error(TS_ERR_CONFIG, "%d virtual stages do not divide over pp = %d", vstages,
-                        m->pp);
+                        m->stages);
     for (int i = 0; i < m->nmodules; i++)
         if (vstage[i] < 0 || (i > 0 && vstage[i] < vstage[i - 1]))
             return ts_error(TS_ERR_CONFIG,
@@ -266,9 +266,9 @@ static ts_status model_stages(ts_model *m, const ts_module_decl *mods, const int
         seen[vstage[i]] = 1;
     for (int k = 0; k < vstages; k++)
         if (!seen[k]) return ts_error(TS_ERR_CONFIG, "virtual stage %d has no module", k);
-    m->chunks = vstages / m->pp;
+    m->chunks = vstages / m->stages;
     for (int i = 0; i < m->nmodules; i++)
-        m->module_chunk[i] = vstage[i] % m->pp == pp_rank ? vstage[i] / m->pp : -1;
+        m->module_chunk[i] = vstage[i] % m->stages == stage ? vstage[i] / m->stages : -1;
     return TS_OK;
 }
 
@@ -381,8 +381,8 @@ ts_status ts_model_create_arch(const ts_arch *arch, const ts_model_config *cfg, 
                              &blk[p]);
     if (!st) st = model_hidden_place(m, plan);
     if (!st)
-        st =
-            model_stages(m, mods, pstage, owner, shard ? shard->pp : 1, shard ? shard->pp_rank : 0);
+        st = model_stages(m, mods, pstage, owner, shard ? shard->stages : 1,
+                          shard ? shard->stage : 0);
     /* This rank's parameters: those its modules read. The global offsets
      * count every parameter, local or not. */
     size_t global = 0, total = 0;
@@ -730,7 +730,7 @@ ts_status ts_model_backward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, cons
 }
 
 ts_status ts_model_forward(ts_model *m, ts_step_ctx *ctx) {
-    if (m->pp > 1 || m->chunks > 1)
+    if (m->stages > 1 || m->chunks > 1)
         return ts_error(TS_ERR_INTERNAL, "model: whole-model forward on a pipeline stage");
     ts_tensor y;
     return ts_model_forward_chunk(m, ctx, 0, NULL, &y);

@@ -25,22 +25,32 @@ float ts_grad_clip_scale(const ts_optim_config *c, double grad_norm) {
 }
 
 ts_status ts_optimizer_create(const ts_optim_config *cfg, ts_model *model, ts_optimizer **out) {
+    return ts_optimizer_create_shard(cfg, model, NULL, out);
+}
+
+ts_status ts_optimizer_create_shard(const ts_optim_config *cfg, ts_model *model,
+                                    const ts_optim_shard *shard, ts_optimizer **out) {
     *out = NULL;
+    if (shard && (shard->begin > shard->end || shard->end > model->numel))
+        return ts_error(TS_ERR_INTERNAL, "optimizer: range [%zu, %zu) outside the %zu elements",
+                        shard->begin, shard->end, model->numel);
     ts_optimizer *o = calloc(1, sizeof *o);
     if (!o) return ts_error(TS_ERR_NOMEM, "optimizer: out of memory");
     o->cfg = *cfg;
     o->be = model->be;
     o->numel = model->numel;
-    size_t bytes = model->numel * sizeof(float);
+    o->shard = shard ? *shard : (ts_optim_shard){0, model->numel, NULL, NULL};
+    size_t n = o->shard.end - o->shard.begin, bytes = (n ? n : 1) * sizeof(float);
     o->m = o->be->alloc(TS_MEM_OPTIM, bytes);
     o->v = o->be->alloc(TS_MEM_OPTIM, bytes);
     ts_status st = TS_OK;
     if (model->dtype == TS_F32) {
-        o->master = model->param_data;
+        o->master = (float *)model->param_data + o->shard.begin;
     } else {
         o->master = o->be->alloc(TS_MEM_OPTIM, bytes);
         o->owns_master = 1;
-        if (o->master) st = o->be->bf16_to_f32(o->master, model->param_data, model->numel);
+        if (o->master)
+            st = o->be->bf16_to_f32(o->master, (uint16_t *)model->param_data + o->shard.begin, n);
     }
     if (!o->m || !o->v || !o->master || st) {
         ts_optimizer_destroy(o);
@@ -61,14 +71,21 @@ void ts_optimizer_destroy(ts_optimizer *o) {
 ts_status ts_optimizer_step(ts_optimizer *o, ts_model *model, int64_t step, float lr,
                             float grad_scale) {
     const ts_optim_config *c = &o->cfg;
+    size_t b = o->shard.begin, e = o->shard.end;
     /* In bf16 the step also writes the bf16 parameters (one pass). */
     uint16_t *bf16 = model->dtype == TS_BF16 ? model->param_data : NULL;
     for (int i = 0; i < model->nparams; i++) {
         const ts_param *p = &model->params[i];
-        size_t off = p->offset, n = (size_t)ts_tensor_numel(&p->store);
-        TS_TRY(o->be->adamw(o->master + off, o->m + off, o->v + off, bf16 ? bf16 + off : NULL,
-                            model->grad_data + off, n, lr, c->beta1, c->beta2, c->eps,
-                            p->decay ? c->weight_decay : 0.0f, (int)(step + 1), grad_scale));
+        size_t lo = p->offset, hi = lo + (size_t)ts_tensor_numel(&p->store);
+        if (lo < b) lo = b;
+        if (hi > e) hi = e;
+        if (lo >= hi) continue;
+        TS_TRY(o->be->adamw(o->master + (lo - b), o->m + (lo - b), o->v + (lo - b),
+                            bf16 ? bf16 + lo : NULL, model->grad_data + lo, hi - lo, lr, c->beta1,
+                            c->beta2, c->eps, p->decay ? c->weight_decay : 0.0f, (int)(step + 1),
+                            grad_scale));
     }
+    if (o->shard.after_step)
+        TS_TRY(o->shard.after_step(o->shard.user, model->param_data, model->dtype, model->numel));
     return TS_OK;
 }

@@ -9,6 +9,12 @@
  * whose ts_param.decay is set (the 2-D weights), as in GPT-2 / llm.c.
  * The arrays live with the model's tensors, on its backend's device, and the
  * update runs there (backend.h: adamw).
+ *
+ * Cut optimizer state (ZeRO stage 1, Rajbhandari et al. 2020): with a
+ * ts_optim_shard the optimizer keeps master weights and moments for one
+ * range [begin, end) of the flat buffers only and updates only that range;
+ * the shard's after_step then makes the parameters whole again (the ranks
+ * of the cutting axis exchange their updated ranges).
  */
 #ifndef TESSERA_CORE_OPTIM_H
 #define TESSERA_CORE_OPTIM_H
@@ -29,14 +35,26 @@ typedef struct ts_optim_config {
     float grad_clip; /* 0 = no clipping                              */
 } ts_optim_config;
 
+/* This rank's part of the optimizer state: the range [begin, end) of the
+ * model's flat buffers it keeps and updates, and what makes the parameters
+ * whole after an update (every rank's range in place; NULL when the range
+ * is the whole buffer). */
+typedef struct ts_optim_shard {
+    size_t begin, end;
+    ts_status (*after_step)(void *user, void *params, ts_dtype dtype, size_t numel);
+    void *user;
+} ts_optim_shard;
+
 typedef struct ts_optimizer {
     ts_optim_config cfg;
     const ts_backend *be; /* the model's: where the arrays live (borrowed) */
-    size_t numel;
+    size_t numel;         /* elements of the model's flat buffers          */
+    ts_optim_shard shard; /* the range kept here: [0, numel) uncut          */
+    /* Element i of the flat buffers (begin <= i < end) is at [i - begin]: */
     float *m, *v;  /* first and second moments (TS_MEM_OPTIM), on the
                       model's device                                    */
-    float *master; /* f32 master weights: the model's own array in fp32
-                      mode, a TS_MEM_OPTIM copy in bf16 mode            */
+    float *master; /* f32 master weights: the model's own array (from
+                      begin) in fp32 mode, a TS_MEM_OPTIM copy in bf16 */
     int owns_master;
 } ts_optimizer;
 
@@ -45,16 +63,22 @@ typedef struct ts_optimizer {
  * r = (step - warmup) / (decay_steps - warmup) clamped to [0, 1]. */
 float ts_lr_at(const ts_optim_config *cfg, int64_t step);
 
+/* The optimizer of the whole flat buffers. In bf16 mode the master copy
+ * starts as the model's parameters. */
 ts_status ts_optimizer_create(const ts_optim_config *cfg, ts_model *model, ts_optimizer **out);
+/* The same for the range of `shard` (NULL: the whole buffers). */
+ts_status ts_optimizer_create_shard(const ts_optim_config *cfg, ts_model *model,
+                                    const ts_optim_shard *shard, ts_optimizer **out);
 void ts_optimizer_destroy(ts_optimizer *opt);
 
 /* The clipping factor for a global gradient norm: min(1, clip / norm). */
 float ts_grad_clip_scale(const ts_optim_config *cfg, double grad_norm);
 
-/* One AdamW update of every parameter with the gradients scaled by
- * grad_scale; `step` is 0-based (bias correction uses step + 1). In bf16
- * mode the bf16 parameters are refreshed from the master weights. Fails
- * only on a device error. */
+/* One AdamW update of every parameter element of the range with the
+ * gradients scaled by grad_scale; `step` is 0-based (bias correction uses
+ * step + 1). In bf16 mode the bf16 parameters are refreshed from the master
+ * weights. Then the shard's after_step, if any. Fails on a device error or
+ * after_step's failure. */
 ts_status ts_optimizer_step(ts_optimizer *opt, ts_model *model, int64_t step, float lr,
                             float grad_scale);
 

@@ -1,7 +1,8 @@
 /*
  * train.c — the trainer (train.h): configuration to model, data, optimizer
- * and schedule; the executor that runs a schedule's actions; progress lines,
- * JSONL metrics and checkpoints.
+ * and schedule, the batch of each step, and the step itself, which hands the
+ * schedule to the executor (executor.c). The training state's files are
+ * state_io.c's, progress lines and metrics report.c's (trainer_impl.h).
  *
  * A step reads the global batch as consecutive data windows starting at the
  * data cursor, splits it into micro-batches, and runs the schedule; the loss
@@ -14,121 +15,29 @@
  * then uploads tokens and targets once per step; checkpoints, exports and
  * llm.c weights pass through host buffers (to_host before writing,
  * from_host after reading). device = cuda drives one GPU per rank; with
- * several ranks the model's tensors (tp collectives, pipeline sends, the
- * plugins' gradient reductions, the tied embedding) travel over the NCCL
- * communicators of parallel.h and the host's scalars over MPI.
+ * several ranks the model's tensors (the layers' collectives, pipeline
+ * sends, the plugins' gradient reductions, the tied embedding) travel over
+ * the NCCL communicators of parallel.h and the host's scalars over MPI.
  */
-#include "train.h"
+#include "trainer_impl.h"
 
 #include <dirent.h>
-#include <errno.h>
-#include <stdarg.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend_plan.h"
 #include "arch.h"
+#include "backend_plan.h"
 #include "binder.h"
 #include "cpu_kernels.h"
-#include "data.h"
-#include "file.h"
-#include "parallel.h"
-#include "schedule.h"
 #include "tessera/device.h"
-#include "trace.h"
 
-struct ts_trainer {
-    const ts_config *cfg;
-    ts_parallel *par;          /* borrowed; NULL on one rank without MPI      */
-    ts_plugins *reg;           /* borrowed; NULL when no plugin is loaded     */
-    ts_layout_plan plan;       /* placements of every tensor after transforms */
-    int rank0;                 /* this rank prints, writes metrics/checkpoints */
-    int parts, part;           /* the global batch is cut in `parts` blocks of
-                                  sequences (data.tokens S(0)); ours is `part` */
-    ts_comm *batch_comm;       /* ranks holding disjoint parts of the batch   */
-    int *ready_after;          /* per parameter: the module whose backward
-                                  completes its gradient                      */
-    unsigned char *norm_owner; /* per parameter: this rank counts it in the
-                               global gradient norm (exactly one rank of
-                               every replica group does)                   */
-    int hooks_on;              /* the current backward is its chunk's last    */
-    int cur_mb;                /* the micro-batch of the action running      */
-    /* What plugins see of the model (ABI 1.1): one view per parameter, per
-     * module, the model and the training state. */
-    ts_plugin_param *pviews;
-    ts_plugin_param **pview_ptrs; /* the model's, then each module's       */
-    ts_plugin_module *mviews;
-    ts_plugin_model mview;
-    ts_plugin_train_state tstate;
-    /* Per parameter, bit a of model->axes: the core itself sums its
-     * gradient over that axis before the optimizer (an axis cutting the
-     * batch that no plugin reduces gradients over). */
-    unsigned *core_reduce;
-    /* Pipeline: this rank's stage of pp, running `chunks` model chunks
-     * (virtual stages chunk * pp + pp_rank). */
-    int pp, pp_rank, chunks;
-    ts_comm *pp_comm;  /* the pipeline group: comm rank = stage       */
-    ts_comm *pp_host;  /* the same group for host memory (borrowed)   */
-    ts_comm *tie_comm; /* first and last stage (tied wte); borrowed    */
-    /* Per (micro-batch, chunk): received activations and gradients, the
-     * chunk's output, the gradient sent upstream, and pending sends. */
-    float **act_in, **grad_in, **grad_out;
-    ts_tensor *chunk_out;
-    ts_comm_request **act_req, **grad_req;
-    double compute_s; /* this step's forward + backward time         */
-    ts_trace *trace;  /* NULL unless [train] trace is set            */
-    const char *trace_path;
-    ts_parallel_snapshot *snap;
-    int64_t epochs; /* [data] epochs; 0 = wrap around               */
-    ts_model_config mcfg;
-    const ts_arch *arch; /* [model] arch                                */
-    ts_model *model;
-    ts_optimizer *optim;
-    ts_dataset *data;
-    ts_train_state state;
-    ts_schedule schedule;
-
-    int T, B, global_batch, micro_batches;
-    /* This rank's tokens of each sequence: T_local of them from position
-     * seq0 (the whole sequence unless an axis cuts data.tokens along it). */
-    int T_local, seq0;
-    int32_t *window; /* one data window (T + 1 tokens' inputs, targets)  */
-    int64_t steps;
-    int log_every;
-    const char *ckpt_dir;
-    int64_t ckpt_every;
-    ts_dir_lock ckpt_lock;  /* held by rank 0 while it owns ckpt_dir      */
-    ts_file_stream metrics; /* rank 0's JSONL metrics (f NULL: none)     */
-    /* Steps whose loss or gradient norm was not finite: not applied. */
-    int64_t max_skipped, skipped_in_row, skipped_total;
-    int ckpt_due;  /* a checkpoint is due at the next applied step      */
-    int plan_only; /* a dry run (ts_trainer_create_plan): no data, no
-                      outputs, the dry-run backend                      */
-
-    const ts_backend *be;      /* the model's device (opened here)      */
-    int32_t *tokens, *targets; /* (global_batch, T) of the current step,
-                                  in host memory                        */
-    ts_step_ctx *ctx;          /* one per micro-batch                   */
-    /* The batch on the device (the host arrays themselves on the CPU). */
-    int32_t *tokens_dev, *targets_dev;
-};
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* An error about a key, naming where it was set. */
-static ts_status key_error(const ts_config *cfg, const char *section, const char *key,
-                           const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static ts_status key_error(const ts_config *cfg, const char *section, const char *key,
-                           const char *fmt, ...) {
+ts_status trainer_key_error(const ts_config *cfg, const char *section, const char *key,
+                            const char *fmt, ...) {
     char where[512], msg[1024];
     ts_config_where(cfg, section, key, where, sizeof where);
     va_list ap;
@@ -137,9 +46,6 @@ static ts_status key_error(const ts_config *cfg, const char *section, const char
     va_end(ap);
     return ts_error(TS_ERR_CONFIG, "%s: %s", where, msg);
 }
-
-static ts_status key_error_last(const ts_config *cfg, const char *section, const char *key,
-                                ts_status code);
 
 /* The model shape from [model], or from the llm.c checkpoint it starts from
  * (then any shape key given in the INI must agree with the checkpoint, and
@@ -155,7 +61,7 @@ static ts_status trainer_model_config(const ts_config *cfg, ts_model_config *mc)
     if (strncmp(init, "llmc:", 5) == 0) {
         ts_model_config h;
         if (ts_llmc_read_config(init + 5, &h) != TS_OK)
-            return key_error_last(cfg, "model", "init", TS_ERR_FORMAT);
+            return trainer_key_error_last(cfg, "model", "init", TS_ERR_FORMAT);
         struct {
             const char *key;
             int *ini;
@@ -168,21 +74,23 @@ static ts_status trainer_model_config(const ts_config *cfg, ts_model_config *mc)
                     {"context", &mc->context, h.context}};
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
             if (ts_config_has(cfg, "model", keys[i].key) && *keys[i].ini != keys[i].file)
-                return key_error(cfg, "model", keys[i].key,
-                                 "%d conflicts with %d in the llm.c checkpoint %s", *keys[i].ini,
-                                 keys[i].file, init + 5);
+                return trainer_key_error(cfg, "model", keys[i].key,
+                                         "%d conflicts with %d in the llm.c checkpoint %s",
+                                         *keys[i].ini, keys[i].file, init + 5);
             *keys[i].ini = keys[i].file;
         }
     } else if (strcmp(init, "random") != 0) {
-        return key_error(cfg, "model", "init", "'%s' is neither 'random' nor 'llmc:PATH'", init);
+        return trainer_key_error(cfg, "model", "init", "'%s' is neither 'random' nor 'llmc:PATH'",
+                                 init);
     }
     if (mc->padded_vocab == 0) mc->padded_vocab = (mc->vocab + 127) / 128 * 128;
     if (mc->d_model % mc->heads != 0)
-        return key_error(cfg, "model", "heads", "heads = %d does not divide d_model = %d",
-                         mc->heads, mc->d_model);
+        return trainer_key_error(cfg, "model", "heads", "heads = %d does not divide d_model = %d",
+                                 mc->heads, mc->d_model);
     if (mc->padded_vocab < mc->vocab)
-        return key_error(cfg, "model", "padded_vocab", "padded_vocab = %d is below vocab = %d",
-                         mc->padded_vocab, mc->vocab);
+        return trainer_key_error(cfg, "model", "padded_vocab",
+                                 "padded_vocab = %d is below vocab = %d", mc->padded_vocab,
+                                 mc->vocab);
     return ts_model_config_check(mc);
 }
 
@@ -201,15 +109,16 @@ static ts_status trainer_check_sizes(const ts_config *cfg, const ts_train_shape 
     int64_t C = c->d_model, L = c->layers, V = c->padded_vocab, P = c->context;
     int64_t B = s->B, T = s->T, NH = c->heads, v, w, params = 0;
     if (!mul_fits(B, T, &v) || v > INT32_MAX)
-        return key_error(cfg, "train", "micro_batch",
-                         "micro_batch x seq_len = %lld x %lld rows exceeds %d", (long long)B,
-                         (long long)T, INT32_MAX);
+        return trainer_key_error(cfg, "train", "micro_batch",
+                                 "micro_batch x seq_len = %lld x %lld rows exceeds %d",
+                                 (long long)B, (long long)T, INT32_MAX);
     if (!mul_fits(B, NH, &v) || v > INT32_MAX)
-        return key_error(cfg, "model", "heads", "micro_batch x heads = %lld x %lld exceeds %d",
-                         (long long)B, (long long)NH, INT32_MAX);
+        return trainer_key_error(cfg, "model", "heads",
+                                 "micro_batch x heads = %lld x %lld exceeds %d", (long long)B,
+                                 (long long)NH, INT32_MAX);
     if (4 * C > INT32_MAX)
-        return key_error(cfg, "model", "d_model", "d_model = %lld: 4 x d_model exceeds %d",
-                         (long long)C, INT32_MAX);
+        return trainer_key_error(cfg, "model", "d_model", "d_model = %lld: 4 x d_model exceeds %d",
+                                 (long long)C, INT32_MAX);
     /* Parameters: wte, wpe, L blocks of 12C^2 + 13C, the final LayerNorm;
      * 16 bytes each with gradients and both moments. */
     int ok = mul_fits(V, C, &v) && !__builtin_add_overflow(params, v, &params) &&
@@ -218,32 +127,36 @@ static ts_status trainer_check_sizes(const ts_config *cfg, const ts_train_shape 
              mul_fits(v, L, &v) && !__builtin_add_overflow(params, v, &params) &&
              mul_fits(params, 16, &v);
     if (!ok)
-        return key_error(cfg, "model", "d_model",
-                         "d_model = %lld with layers = %lld, context = %lld and padded vocabulary "
-                         "%lld: the parameter count does not fit 64 bits",
-                         (long long)C, (long long)L, (long long)P, (long long)V);
+        return trainer_key_error(
+            cfg, "model", "d_model",
+            "d_model = %lld with layers = %lld, context = %lld and padded vocabulary "
+            "%lld: the parameter count does not fit 64 bits",
+            (long long)C, (long long)L, (long long)P, (long long)V);
     /* The logits (B, T, Vp) and the attention scores (B, heads, T, T). */
     if (!mul_fits(B * T, V, &v) || !mul_fits(v, 4, &v) || !mul_fits(B * NH, T, &v) ||
         !mul_fits(v, T, &v) || !mul_fits(v, 4, &v))
-        return key_error(cfg, "train", "seq_len",
-                         "seq_len = %lld with micro_batch = %lld: the activations' sizes do not "
-                         "fit 64 bits",
-                         (long long)T, (long long)B);
+        return trainer_key_error(
+            cfg, "train", "seq_len",
+            "seq_len = %lld with micro_batch = %lld: the activations' sizes do not "
+            "fit 64 bits",
+            (long long)T, (long long)B);
     /* The step's batch on one rank (tokens and targets, 4 bytes each) must
      * fit in memory, and its schedule stay a list a person could read. */
     int64_t rows = (int64_t)s->micro_batches * B, bytes;
     if (s->micro_batches > TS_TRAIN_MAX_MICRO_BATCHES || !mul_fits(rows, T, &v) ||
         !mul_fits(v, 8, &bytes) || (ts_physical_memory() && (uint64_t)bytes > ts_physical_memory()))
-        return key_error(cfg, "train", "global_batch",
-                         "global_batch = %d makes %d micro-batches of %lld x %lld tokens per rank "
-                         "and step (at most %d micro-batches, and the batch must fit in memory)",
-                         s->global_batch, s->micro_batches, (long long)B, (long long)T,
-                         TS_TRAIN_MAX_MICRO_BATCHES);
+        return trainer_key_error(
+            cfg, "train", "global_batch",
+            "global_batch = %d makes %d micro-batches of %lld x %lld tokens per rank "
+            "and step (at most %d micro-batches, and the batch must fit in memory)",
+            s->global_batch, s->micro_batches, (long long)B, (long long)T,
+            TS_TRAIN_MAX_MICRO_BATCHES);
     int64_t steps = ts_config_int(cfg, "train", "steps");
     if (!mul_fits(steps, s->global_batch, &w))
-        return key_error(cfg, "train", "steps",
-                         "steps = %lld x global_batch = %d sequences overflow the data cursor",
-                         (long long)steps, s->global_batch);
+        return trainer_key_error(
+            cfg, "train", "steps",
+            "steps = %lld x global_batch = %d sequences overflow the data cursor", (long long)steps,
+            s->global_batch);
     return TS_OK;
 }
 
@@ -253,26 +166,28 @@ ts_status ts_train_shape_resolve(const ts_config *cfg, int dp, ts_train_shape *o
     out->arch = ts_arch_find(arch);
     if (!out->arch) {
         char names[256];
-        return key_error(cfg, "model", "arch", "'%s' is not a registered architecture (%s)", arch,
-                         ts_arch_names(names, sizeof names));
+        return trainer_key_error(cfg, "model", "arch", "'%s' is not a registered architecture (%s)",
+                                 arch, ts_arch_names(names, sizeof names));
     }
     TS_TRY(trainer_model_config(cfg, &out->model));
     out->T = (int)ts_config_int(cfg, "train", "seq_len");
     if (out->T == 0) out->T = out->model.context;
     if (out->T > out->model.context)
-        return key_error(cfg, "train", "seq_len", "seq_len = %d exceeds the model's context = %d",
-                         out->T, out->model.context);
+        return trainer_key_error(cfg, "train", "seq_len",
+                                 "seq_len = %d exceeds the model's context = %d", out->T,
+                                 out->model.context);
     out->B = (int)ts_config_int(cfg, "train", "micro_batch");
     int64_t gb = ts_config_int(cfg, "train", "global_batch"), per_step;
     if (!mul_fits(out->B, dp, &per_step) || per_step > INT32_MAX)
-        return key_error(cfg, "train", "micro_batch",
-                         "micro_batch x dp = %d x %d sequences per step exceeds %d", out->B, dp,
-                         INT32_MAX);
+        return trainer_key_error(cfg, "train", "micro_batch",
+                                 "micro_batch x dp = %d x %d sequences per step exceeds %d", out->B,
+                                 dp, INT32_MAX);
     if (gb == 0) gb = per_step;
     if (gb % per_step != 0)
-        return key_error(cfg, "train", "global_batch",
-                         "global_batch = %lld is not a multiple of micro_batch x dp = %d x %d",
-                         (long long)gb, out->B, dp);
+        return trainer_key_error(
+            cfg, "train", "global_batch",
+            "global_batch = %lld is not a multiple of micro_batch x dp = %d x %d", (long long)gb,
+            out->B, dp);
     out->global_batch = (int)gb;
     /* Megatron-LM's rule: m = global_batch / (micro_batch * dp). */
     out->micro_batches = out->global_batch / (out->B * dp);
@@ -291,8 +206,9 @@ static int trainer_default_threads(void) {
 
 /* Reads from the plan how the batch is cut: the axes on which data.tokens
  * is S(0) split it into blocks of sequences (nested in layout order), and
- * every axis on which it is sharded at all holds a disjoint part of it, so
- * the loss is summed over those. */
+ * every axis on which it is cut at all (along the batch or the sequence)
+ * holds a disjoint part of it, so the loss is summed over their group (the
+ * token joining their names in layout order, e.g. "dp-cp"). */
 static ts_status trainer_batch_split(ts_trainer *t) {
     t->parts = 1;
     t->part = 0;
@@ -300,34 +216,26 @@ static ts_status trainer_batch_split(ts_trainer *t) {
     if (!t->par) return TS_OK;
     const ts_layout_plan_entry *e = ts_layout_plan_find(&t->plan, "data.tokens");
     if (!e) return ts_error(TS_ERR_INTERNAL, "trainer: the plan has no data.tokens");
-    int shard_dp = 0, shard_cp = 0;
+    char token[64] = "";
+    size_t len = 0;
     for (int i = 0; i < e->layout.naxes; i++) {
         const ts_layout_axis *a = &e->layout.axes[i];
         if (a->placement.kind != TS_PLACEMENT_SHARD || a->size == 1) continue;
         ts_mesh_axis axis;
         TS_TRY(ts_mesh_axis_from_name(a->name, &axis));
-        if (axis == TS_AXIS_DP)
-            shard_dp = 1;
-        else if (axis == TS_AXIS_CP)
-            shard_cp = 1;
-        else
-            return ts_error(TS_ERR_CONFIG,
-                            "data.tokens is sharded over '%s'; only dp and cp may "
-                            "split the batch",
-                            a->name);
+        len += (size_t)snprintf(token + len, sizeof token - len, "%s%s", len ? "-" : "", a->name);
         if (a->placement.dim == 0) {
             t->part = t->part * a->size + ts_parallel_coord(t->par, axis);
             t->parts *= a->size;
         }
     }
-    int dp = ts_mesh_axis_size(t->par->mesh, TS_AXIS_DP);
-    if (dp > 1 && !shard_dp)
-        return ts_error(TS_ERR_CONFIG,
-                        "the dp axis has %d ranks but no plugin shards the batch "
-                        "over it",
-                        dp);
-    const char *token = shard_dp && shard_cp ? "dp-cp" : shard_dp ? "dp" : shard_cp ? "cp" : NULL;
-    t->batch_comm = token ? ts_parallel_comm(t->par, token) : NULL;
+    if (!len) return TS_OK;
+    t->batch_comm = ts_parallel_comm(t->par, token);
+    if (!t->batch_comm)
+        return ts_error(TS_ERR_PLUGIN,
+                        "data.tokens is cut over %s, a combination of axes with no communicator "
+                        "(the loss could not be summed over it)",
+                        token);
     return TS_OK;
 }
 
@@ -359,13 +267,13 @@ static ts_status trainer_model_axes(ts_trainer *t, ts_model_shard *shard) {
         ax->cuts_sequence = ax->cuts_batch && data->layout.axes[i].placement.dim == 1;
         if (ax->cuts_sequence) {
             if (t->T % size != 0)
-                return key_error(t->cfg, "train", "seq_len",
-                                 "seq_len = %d is not divisible by %s = %d (data.tokens is cut "
-                                 "along the sequence over it)",
-                                 t->T, name, size);
+                return trainer_key_error(
+                    t->cfg, "train", "seq_len",
+                    "seq_len = %d is not divisible by %s = %d (data.tokens is cut "
+                    "along the sequence over it)",
+                    t->T, name, size);
             const ts_plugin_attention_ops *ops = NULL;
-            if (!ts_plugins_attention(t->reg, name, &ops, &ax->attention_ctx,
-                                      &ax->attention_user))
+            if (!ts_plugins_attention(t->reg, name, &ops, &ax->attention_ctx, &ax->attention_user))
                 return ts_error(TS_ERR_PLUGIN,
                                 "data.tokens is cut along the sequence over %s, and no plugin "
                                 "provides attention over it",
@@ -379,13 +287,14 @@ static ts_status trainer_model_axes(ts_trainer *t, ts_model_shard *shard) {
         int k = act ? ts_layout_axis_index(&act->layout, name) : -1;
         if (!ax->cuts_batch && k >= 0 && act->layout.axes[k].placement.kind == TS_PLACEMENT_SHARD &&
             act->layout.axes[k].placement.dim == 1 && t->T % size != 0)
-            return key_error(t->cfg, "train", "seq_len",
-                             "seq_len = %d is not divisible by %s = %d (act.x is cut along the "
-                             "sequence over it)",
-                             t->T, name, size);
+            return trainer_key_error(
+                t->cfg, "train", "seq_len",
+                "seq_len = %d is not divisible by %s = %d (act.x is cut along the "
+                "sequence over it)",
+                t->T, name, size);
     }
-    shard->pp = ts_mesh_axis_size(t->par->mesh, TS_AXIS_PP);
-    shard->pp_rank = ts_parallel_coord(t->par, TS_AXIS_PP);
+    shard->stages = ts_mesh_axis_size(t->par->mesh, TS_AXIS_PP);
+    shard->stage = ts_parallel_coord(t->par, TS_AXIS_PP);
     /* This rank's tokens of each sequence (its block of data.tokens along
      * the sequence). */
     int coords[TS_LAYOUT_MAX_AXES];
@@ -408,13 +317,97 @@ static ts_status trainer_model_axes(ts_trainer *t, ts_model_shard *shard) {
 /* The pipeline as the model built it: this rank's stage and chunks, and the
  * pipeline group's communicators. */
 static void trainer_pipeline(ts_trainer *t) {
-    t->pp = t->model->pp;
+    t->stages = t->model->stages;
     t->chunks = t->model->chunks;
-    t->pp_rank = t->par ? ts_parallel_coord(t->par, TS_AXIS_PP) : 0;
-    if (t->par && t->pp > 1) {
-        t->pp_comm = ts_parallel_data_comm(t->par, "pp");
-        t->pp_host = ts_parallel_comm(t->par, "pp");
+    t->stage = t->par ? ts_parallel_coord(t->par, TS_AXIS_PP) : 0;
+    if (t->par && t->stages > 1) {
+        t->stage_comm = ts_parallel_data_comm(t->par, "pp");
+        t->stage_host = ts_parallel_comm(t->par, "pp");
     }
+}
+
+/* after_step of the optimizer's shard: the provider's. */
+static ts_status trainer_optim_after_step(void *user, void *params, ts_dtype dtype, size_t numel) {
+    ts_trainer *t = user;
+    ts_error(TS_OK, "%s", "");
+    ts_status st = t->opt_ops->after_step(t->opt_ctx, params, dtype, numel, t->opt_user);
+    if (st)
+        return ts_error(st, "plugin '%s': optimizer state over %s: after_step: %s", t->opt_plugin,
+                        t->model->axes[t->opt_axis].name, ts_last_error_bare());
+    return TS_OK;
+}
+
+/* The optimizer's range when a plugin provides optimizer state over an axis
+ * that cuts the model's tensors (at most one): its partition gives this
+ * rank's range; the ranges of the axis group, gathered, must tile the flat
+ * buffers in rank order (every element updated by exactly one rank, as the
+ * gather after each step expects). Every rank checks every range, so all
+ * fail alike. */
+static ts_status trainer_optim_shard(ts_trainer *t, ts_optim_shard *sh) {
+    ts_model *m = t->model;
+    *sh = (ts_optim_shard){0, m->numel, NULL, NULL};
+    t->opt_axis = -1;
+    for (int a = 0; a < m->naxes; a++) {
+        const ts_plugin_optimizer_state_ops *ops;
+        ts_plugin_ctx *ctx;
+        void *user;
+        if (!ts_plugins_optimizer_state(t->reg, m->axes[a].name, &ops, &ctx, &user)) continue;
+        const char *who = ts_plugins_provider(t->reg, TS_PROVIDE_OPTIMIZER_STATE, m->axes[a].name);
+        if (t->opt_axis >= 0)
+            return ts_error(TS_ERR_PLUGIN,
+                            "the optimizer state is cut over %s (plugin '%s') and over %s "
+                            "(plugin '%s'); one axis at most",
+                            m->axes[t->opt_axis].name, t->opt_plugin, m->axes[a].name, who);
+        t->opt_axis = a;
+        t->opt_plugin = who;
+        t->opt_ops = ops;
+        t->opt_ctx = ctx;
+        t->opt_user = user;
+    }
+    if (t->opt_axis < 0) return TS_OK;
+    const ts_model_axis *ax = &m->axes[t->opt_axis];
+    size_t b = 0, e = 0;
+    char why[512] = "";
+    ts_error(TS_OK, "%s", "");
+    if (t->opt_ops->partition(t->opt_ctx, m->numel, &b, &e, t->opt_user) != TS_OK)
+        snprintf(why, sizeof why, "%s", ts_last_error_bare());
+    /* Status and range of every rank: {failed, begin, end} as 32-bit words. */
+    int R = ax->size;
+    int32_t mine[5] = {why[0] != 0, (int32_t)(uint32_t)b, (int32_t)(uint32_t)(b >> 32),
+                       (int32_t)(uint32_t)e, (int32_t)(uint32_t)(e >> 32)};
+    int32_t *all = malloc((size_t)R * sizeof mine);
+    t->opt_counts = malloc((size_t)R * sizeof *t->opt_counts);
+    if (!all || !t->opt_counts) {
+        free(all);
+        return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
+    }
+    /* A dry run's group moves nothing: its ranges cannot be compared. */
+    ts_status st = t->plan_only ? TS_OK : ts_comm_all_gather(ax->host, mine, all, 5, TS_I32);
+    for (int r = 0; t->plan_only && r < R; r++)
+        memcpy(all + 5 * r, mine, sizeof mine);
+    size_t prev = 0;
+    for (int r = 0; r < R && !st; r++) {
+        const int32_t *w = all + 5 * r;
+        size_t rb = (size_t)(uint32_t)w[1] | (size_t)(uint32_t)w[2] << 32;
+        size_t re = (size_t)(uint32_t)w[3] | (size_t)(uint32_t)w[4] << 32;
+        if (w[0])
+            st = ts_error(TS_ERR_PLUGIN,
+                          "plugin '%s': optimizer state over %s: partition failed on rank %d of "
+                          "the group%s%s",
+                          t->opt_plugin, ax->name, r, why[0] ? ": " : "", why);
+        else if (!t->plan_only &&
+                 (rb != prev || re < rb || re > m->numel || (r == R - 1 && re != m->numel)))
+            st = ts_error(TS_ERR_PLUGIN,
+                          "plugin '%s': optimizer state over %s: rank %d of the group keeps "
+                          "[%zu, %zu) of the %zu elements; the ranges must tile [0, %zu) in rank "
+                          "order (the previous one ends at %zu)",
+                          t->opt_plugin, ax->name, r, rb, re, m->numel, m->numel, prev);
+        t->opt_counts[r] = re - rb;
+        prev = re;
+    }
+    free(all);
+    *sh = (ts_optim_shard){b, e, trainer_optim_after_step, t};
+    return st;
 }
 
 /* Which module's backward completes each parameter's gradient: the first
@@ -460,74 +453,6 @@ static ts_status trainer_norm_owners(ts_trainer *t) {
         }
     }
     return TS_OK;
-}
-
-/* The global L2 norm of the gradients, each element counted once; NaN on
- * every rank when any rank's local loss `loss_sum` is not finite, so that
- * all agree to skip the step. */
-static ts_status trainer_grad_norm(ts_trainer *t, double loss_sum, double *norm) {
-    ts_model *m = t->model;
-    /* One sum per run of owned parameters adjacent in the flat gradient
-     * array (usually one run: one reduction and one wait for the device). */
-    double local = 0.0;
-    for (int p = 0; p < m->nparams;) {
-        if (!t->norm_owner[p]) {
-            p++;
-            continue;
-        }
-        size_t begin = m->params[p].offset, end = begin;
-        while (p < m->nparams && t->norm_owner[p] && m->params[p].offset == end)
-            end += (size_t)ts_tensor_numel(&m->params[p++].store_grad);
-        double s = 0.0;
-        TS_TRY(t->be->sumsq(&s, m->grad_data + begin, end - begin));
-        local += s;
-    }
-    int loss_bad = !isfinite(loss_sum);
-    if (t->par && t->par->size > 1) {
-        /* Two f32 words carry the double exactly enough: hi + lo; the third
-         * counts the ranks whose loss is not finite. */
-        float mine[3] = {(float)local, (float)(local - (double)(float)local), (float)loss_bad};
-        float sum[3];
-        TS_TRY(ts_comm_all_reduce(t->par->world, mine, sum, 3, TS_F32, TS_REDUCE_SUM));
-        local = (double)sum[0] + (double)sum[1];
-        loss_bad = sum[2] != 0.0f;
-    }
-    *norm = loss_bad ? NAN : sqrt(local);
-    return TS_OK;
-}
-
-static ts_status trainer_hook(ts_trainer *t, ts_plugin_hook_kind kind, int mb, ts_param *p) {
-    if (!t->reg || ts_plugins_num_hooks(t->reg, kind) == 0) return TS_OK;
-    t->tstate.step = t->state.step;
-    t->tstate.data_cursor = t->state.data_cursor;
-    ts_plugin_hook_event ev = {.struct_size = sizeof ev,
-                               .kind = kind,
-                               .step = t->state.step,
-                               .micro_batch = mb,
-                               .micro_batches = t->micro_batches,
-                               .param = p ? &p->store : NULL,
-                               .grad = p ? &p->store_grad : NULL,
-                               .state = &t->state,
-                               .train_state = &t->tstate,
-                               .view = p ? &t->pviews[p - t->model->params] : NULL};
-    return ts_plugins_run_hooks(t->reg, &ev);
-}
-
-/* Around each module's forward and backward: the plugins' module hooks. */
-static ts_status trainer_module_hook(void *user, int module, int kind) {
-    ts_trainer *t = user;
-    if (!t->reg || ts_plugins_num_module_hooks(t->reg) == 0) return TS_OK;
-    t->tstate.step = t->state.step;
-    t->tstate.data_cursor = t->state.data_cursor;
-    ts_plugin_module_event ev = {.struct_size = sizeof ev,
-                                 .kind = (ts_plugin_module_hook_kind)kind,
-                                 .step = t->state.step,
-                                 .micro_batch = t->cur_mb,
-                                 .micro_batches = t->micro_batches,
-                                 .module = &t->mviews[module],
-                                 .last = kind == TS_MODULE_AFTER_BACKWARD && t->hooks_on,
-                                 .train_state = &t->tstate};
-    return ts_plugins_run_module_hooks(t->reg, &ev);
 }
 
 /* The views plugins read (ABI 1.1): every parameter of this rank with its
@@ -608,64 +533,11 @@ static ts_status trainer_core_reductions(ts_trainer *t) {
     return TS_OK;
 }
 
-/* Runs them: one all-reduce per run of adjacent parameters per axis. */
-static ts_status trainer_core_reduce(ts_trainer *t) {
-    ts_model *m = t->model;
-    for (int a = 0; t->core_reduce && a < m->naxes; a++)
-        for (int i = 0; i < m->nparams;) {
-            if (!(t->core_reduce[i] >> a & 1u)) {
-                i++;
-                continue;
-            }
-            size_t begin = m->params[i].offset, end = begin;
-            while (i < m->nparams && (t->core_reduce[i] >> a & 1u) && m->params[i].offset == end)
-                end += (size_t)ts_tensor_numel(&m->params[i++].store_grad);
-            TS_TRY(ts_comm_all_reduce(m->axes[a].comm, m->grad_data + begin, m->grad_data + begin,
-                                      end - begin, TS_F32, TS_REDUCE_SUM));
-        }
-    return TS_OK;
-}
-
-/* After each module's backward of the step's last micro-batch: the gradients
- * it completed are ready, announced in reverse order of their offsets. */
-static ts_status trainer_module_done(void *user, int module) {
-    ts_trainer *t = user;
-    if (!t->hooks_on) return TS_OK;
-    ts_module *mod = t->model->modules[module];
-    int idx[16], n = 0;
-    for (int k = 0; k < mod->nparams; k++)
-        if (t->ready_after[mod->param_index[k]] == module) idx[n++] = mod->param_index[k];
-    /* Sort by offset, descending. */
-    for (int a = 1; a < n; a++)
-        for (int b = a;
-             b > 0 && t->model->params[idx[b]].offset > t->model->params[idx[b - 1]].offset; b--) {
-            int tmp = idx[b];
-            idx[b] = idx[b - 1];
-            idx[b - 1] = tmp;
-        }
-    for (int k = 0; k < n; k++) {
-        ts_param *p = &t->model->params[idx[k]];
-        /* A weight replicated over an axis that cuts the rows it is applied
-         * to (a sequence-sliced region) has a partial gradient there: sum it
-         * before anyone reads it. */
-        for (int a = 0; a < t->model->naxes; a++)
-            if (p->grad_partial & (1u << a))
-                TS_TRY(ts_comm_all_reduce(
-                    t->model->axes[a].comm, p->store_grad.data, p->store_grad.data,
-                    (size_t)ts_tensor_numel(&p->store_grad), TS_F32, TS_REDUCE_SUM));
-        TS_TRY(trainer_hook(t, TS_HOOK_GRAD_READY, -1, p));
-    }
-    return TS_OK;
-}
-
-static ts_status trainer_set_master(ts_trainer *t, const float *full);
-
-/* An error about a key wrapping the last error (a file's own message). */
-static ts_status key_error_last(const ts_config *cfg, const char *section, const char *key,
-                                ts_status code) {
+ts_status trainer_key_error_last(const ts_config *cfg, const char *section, const char *key,
+                                 ts_status code) {
     char msg[2048];
     snprintf(msg, sizeof msg, "%s", ts_last_error_bare());
-    ts_status st = key_error(cfg, section, key, "%s", msg);
+    ts_status st = trainer_key_error(cfg, section, key, "%s", msg);
     return code ? code : st;
 }
 
@@ -675,7 +547,7 @@ static ts_status key_error_last(const ts_config *cfg, const char *section, const
 static ts_status trainer_claim_dir(ts_trainer *t) {
     ts_status st = ts_file_make_dir(t->ckpt_dir, "directory");
     if (!st) st = ts_dir_lock_acquire(&t->ckpt_lock, t->ckpt_dir, "directory");
-    if (st) return key_error_last(t->cfg, "train", "checkpoint_dir", st);
+    if (st) return trainer_key_error_last(t->cfg, "train", "checkpoint_dir", st);
     DIR *d = opendir(t->ckpt_dir);
     struct dirent *e;
     while (d && (e = readdir(d)) != NULL) {
@@ -695,7 +567,7 @@ static ts_status trainer_check_output(ts_trainer *t, const char *key, const char
     const char *path = ts_config_str(t->cfg, "train", key);
     if (!path[0]) return TS_OK;
     ts_status st = ts_file_probe_output(path, what);
-    return st ? key_error_last(t->cfg, "train", key, st) : TS_OK;
+    return st ? trainer_key_error_last(t->cfg, "train", key, st) : TS_OK;
 }
 
 /* Opens [train] metrics. A resumed run keeps the lines of the steps up to
@@ -709,7 +581,7 @@ static ts_status trainer_open_metrics(ts_trainer *t, int resumed) {
     if (resumed && stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
         st = ts_file_truncate_steps_after(path, t->state.step);
     if (!st) st = ts_file_stream_open(&t->metrics, path, "metrics", resumed ? "a" : "w");
-    return st ? key_error_last(t->cfg, "train", "metrics", st) : TS_OK;
+    return st ? trainer_key_error_last(t->cfg, "train", "metrics", st) : TS_OK;
 }
 
 /* A failure to build the model, with where the [model] keys its message
@@ -765,7 +637,7 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
     t->reg = reg;
     ts_layout_plan_init(&t->plan);
     t->rank0 = !par || par->rank == 0;
-    t->pp = 1;
+    t->stages = 1;
     t->chunks = 1;
     int dp = par ? ts_mesh_axis_size(par->mesh, TS_AXIS_DP) : 1;
     if (par) {
@@ -807,7 +679,7 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
         if (st) {
             char msg[1024];
             snprintf(msg, sizeof msg, "%s", ts_last_error());
-            CHECK(key_error(cfg, "train", "device", "device = %s: %s", device, msg));
+            CHECK(trainer_key_error(cfg, "train", "device", "device = %s: %s", device, msg));
         }
     }
 
@@ -818,14 +690,14 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
     t->ckpt_every = ts_config_int(cfg, "train", "checkpoint_every");
     t->max_skipped = ts_config_int(cfg, "train", "max_skipped_steps");
     if (t->ckpt_every > 0 && !t->ckpt_dir[0])
-        CHECK(key_error(cfg, "train", "checkpoint_every",
-                        "checkpoints every %lld steps need [train] checkpoint_dir",
-                        (long long)t->ckpt_every));
+        CHECK(trainer_key_error(cfg, "train", "checkpoint_every",
+                                "checkpoints every %lld steps need [train] checkpoint_dir",
+                                (long long)t->ckpt_every));
     const char *resume = ts_config_str(cfg, "train", "resume");
     if (strcmp(resume, "auto") == 0 && !t->ckpt_dir[0])
-        CHECK(
-            key_error(cfg, "train", "resume",
-                      "resume = auto needs [train] checkpoint_dir (the directory to resume from)"));
+        CHECK(trainer_key_error(
+            cfg, "train", "resume",
+            "resume = auto needs [train] checkpoint_dir (the directory to resume from)"));
     /* The outputs are checked before any work: the checkpoint directory is
      * created, checked writable and locked by the rank that writes it. */
     if (t->rank0 && !plan && t->ckpt_dir[0]) CHECK(trainer_claim_dir(t));
@@ -854,9 +726,9 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
         goto fail;
     }
     if (!plan && ts_dataset_num_windows(t->data, t->T) < 1)
-        CHECK(key_error(cfg, "data", "source", "%s holds %lld tokens, fewer than seq_len + 1 = %d",
-                        ts_dataset_describe(t->data), (long long)ts_dataset_num_tokens(t->data),
-                        t->T + 1));
+        CHECK(trainer_key_error(
+            cfg, "data", "source", "%s holds %lld tokens, fewer than seq_len + 1 = %d",
+            ts_dataset_describe(t->data), (long long)ts_dataset_num_tokens(t->data), t->T + 1));
 
     /* The layout plan, after the plugins' transforms, says how the model is
      * cut: the batch over dp, the tensors over tp (and, with act.x cut along
@@ -869,7 +741,9 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
         CHECK(ts_bind(&t->plan, par->mesh, reg));
         CHECK(trainer_batch_split(t));
         if (t->parts != dp)
-            CHECK(ts_error(TS_ERR_CONFIG, "the batch is cut in %d parts but dp has %d ranks",
+            CHECK(ts_error(TS_ERR_CONFIG,
+                           "data.tokens is cut in %d blocks of sequences, but the data-parallel "
+                           "axis has %d ranks (each of them must read its own block)",
                            t->parts, dp));
         CHECK(trainer_model_axes(t, &shard));
     }
@@ -889,7 +763,9 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
         .grad_clip = (float)ts_config_float(cfg, "train", "grad_clip"),
     };
     if (oc.decay_steps == 0) oc.decay_steps = t->steps;
-    CHECK(ts_optimizer_create(&oc, t->model, &t->optim));
+    ts_optim_shard oshard;
+    CHECK(trainer_optim_shard(t, &oshard));
+    CHECK(ts_optimizer_create_shard(&oc, t->model, &oshard, &t->optim));
     const char *init = ts_config_str(cfg, "model", "init");
     if (!plan && strncmp(init, "llmc:", 5) == 0) {
         float *full = ts_mem_alloc(TS_MEM_OTHER, t->model->global_numel * sizeof(float));
@@ -912,16 +788,16 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
                        ts_plugins_num_schedulers(reg)));
     if (ts_plugins_num_schedulers(reg) == 1) {
         ts_plugin_schedule_args args = {.struct_size = sizeof args,
-                                        .stages = t->pp ? t->pp : 1,
-                                        .stage = t->pp_rank,
+                                        .stages = t->stages ? t->stages : 1,
+                                        .stage = t->stage,
                                         .micro_batches = t->micro_batches,
                                         .chunks = t->chunks};
         CHECK(ts_plugins_schedule(reg, ts_plugins_scheduler_name(reg, 0), &args, &t->schedule));
-    } else if (t->pp > 1) {
+    } else if (t->stages > 1) {
         CHECK(ts_error(TS_ERR_PLUGIN,
                        "pp = %d needs a pipeline schedule; no plugin registers one (nothing "
                        "implements the pipeline axis)",
-                       t->pp));
+                       t->stages));
     } else {
         CHECK(ts_schedule_default(t->micro_batches, &t->schedule));
     }
@@ -1008,6 +884,7 @@ void ts_trainer_destroy(ts_trainer *t) {
     free(t->pview_ptrs);
     free(t->mviews);
     free(t->core_reduce);
+    free(t->opt_counts);
     ts_layout_plan_free(&t->plan);
     ts_schedule_free(&t->schedule);
     if (t->be && t->be->kind != TS_DEVICE_CPU) {
@@ -1028,156 +905,6 @@ ts_train_state *ts_trainer_state(ts_trainer *t) {
     return &t->state;
 }
 
-/* This rank's blocks of the unsharded flat host array `full` written into
- * `dev`, an array (numel f32) of the model's device. */
-static ts_status trainer_scatter(ts_trainer *t, const float *full, float *dev) {
-    ts_model *m = t->model;
-    if (t->be->kind == TS_DEVICE_CPU) {
-        ts_model_scatter(m, full, dev);
-        return TS_OK;
-    }
-    float *host = ts_mem_alloc(TS_MEM_OTHER, m->numel * sizeof(float));
-    if (!host) return TS_ERR_NOMEM;
-    ts_model_scatter(m, full, host);
-    ts_status st = t->be->from_host(dev, host, m->numel * sizeof(float));
-    ts_mem_free(host);
-    return st;
-}
-
-/* The host's view of `dev` (numel f32 of the model's device): `dev` itself
- * on the CPU, else a copy in `host` (numel floats). */
-static ts_status trainer_host(ts_trainer *t, const float *dev, float *host, const float **out) {
-    if (t->be->kind == TS_DEVICE_CPU) {
-        *out = dev;
-        return TS_OK;
-    }
-    TS_TRY(t->be->to_host(host, dev, t->model->numel * sizeof(float)));
-    *out = host;
-    return TS_OK;
-}
-
-/* Sets the master weights (and, in bf16, the parameters) from the
- * unsharded flat array: this rank's blocks are cut out of it. */
-static ts_status trainer_set_master(ts_trainer *t, const float *full) {
-    TS_TRY(trainer_scatter(t, full, t->optim->master));
-    if (t->model->dtype == TS_BF16)
-        TS_TRY(t->be->f32_to_bf16(t->model->param_data, t->optim->master, t->model->numel));
-    return TS_OK;
-}
-
-/* The unsharded copy of a local f32 array (numel) — the array itself when
- * nothing is cut, else a gather over tp into `scratch` (global_numel). */
-static int trainer_cut(const ts_trainer *t) {
-    return t->model->numel != t->model->global_numel || t->pp > 1;
-}
-
-static ts_status trainer_full(ts_trainer *t, const float *local, float *scratch,
-                              const float **full) {
-    if (!trainer_cut(t)) {
-        *full = local;
-        return TS_OK;
-    }
-    /* Each pipeline stage fills its own parameters (gathered over tp) and
-     * zeros elsewhere; a sum over the pipeline group assembles the model. */
-    if (t->pp > 1) memset(scratch, 0, t->model->global_numel * sizeof(float));
-    TS_TRY(ts_model_gather(t->model, local, scratch));
-    if (t->pp > 1)
-        TS_TRY(ts_comm_all_reduce(t->pp_host, scratch, scratch, t->model->global_numel, TS_F32,
-                                  TS_REDUCE_SUM));
-    *full = scratch;
-    return TS_OK;
-}
-
-ts_status ts_trainer_load(ts_trainer *t, const char *path) {
-    ts_model *m = t->model;
-    size_t n = m->global_numel;
-    float *buf = ts_mem_alloc(TS_MEM_OTHER, 3 * n * sizeof(float));
-    if (!buf) return TS_ERR_NOMEM;
-    ts_ckpt_meta meta;
-    ts_status st = ts_checkpoint_load(path, m, &meta, buf, buf + n, buf + 2 * n);
-    if (!st && meta.seed != t->state.seed)
-        st = key_error(t->cfg, "train", "seed",
-                       "seed = %llu, but checkpoint %s was trained with seed %llu",
-                       (unsigned long long)t->state.seed, path, (unsigned long long)meta.seed);
-    if (!st) st = trainer_set_master(t, buf);
-    if (!st) st = trainer_scatter(t, buf + n, t->optim->m);
-    if (!st) st = trainer_scatter(t, buf + 2 * n, t->optim->v);
-    if (!st) {
-        t->state.step = meta.step;
-        t->state.data_cursor = meta.data_cursor;
-        t->skipped_total = meta.skipped_steps;
-    }
-    ts_mem_free(buf);
-    return st;
-}
-
-/* Fails when this rank's master weights or moments hold a value that is not
- * finite: such a state is never written as a checkpoint. (A sum of squares
- * of finite f32 values cannot overflow a double, so it is finite exactly
- * when every value is.) */
-static ts_status trainer_state_finite(ts_trainer *t) {
-    const char *names[3] = {"master weights", "first moments", "second moments"};
-    const float *arrays[3] = {t->optim->master, t->optim->m, t->optim->v};
-    for (int k = 0; k < 3; k++) {
-        double s = 0.0;
-        TS_TRY(t->be->sumsq(&s, arrays[k], t->model->numel));
-        if (!isfinite(s))
-            return ts_error(TS_ERR_INVALID,
-                            "step %lld: the %s hold values that are not finite; no checkpoint "
-                            "is written (the newest one in %s is kept). Lower [train] lr or set "
-                            "grad_clip",
-                            (long long)t->state.step, names[k], t->ckpt_dir);
-    }
-    return TS_OK;
-}
-
-/* Saves the training state: gathered over tp when the model is cut (every
- * rank takes part), written by world rank 0. */
-static ts_status trainer_save(ts_trainer *t, char *path, size_t size) {
-    ts_model *m = t->model;
-    TS_TRY(trainer_state_finite(t));
-    int cut = trainer_cut(t);
-    size_t n = m->global_numel, ln = m->numel;
-    int dev = t->be->kind != TS_DEVICE_CPU;
-    float *buf = cut ? ts_mem_alloc(TS_MEM_OTHER, 3 * n * sizeof(float)) : NULL;
-    float *host = dev ? ts_mem_alloc(TS_MEM_OTHER, 3 * ln * sizeof(float)) : NULL;
-    if ((cut && !buf) || (dev && !host)) {
-        ts_mem_free(buf);
-        return TS_ERR_NOMEM;
-    }
-    const float *la, *lb, *lc, *a, *b, *c;
-    ts_status st = trainer_host(t, t->optim->master, host, &la);
-    if (!st) st = trainer_host(t, t->optim->m, host ? host + ln : NULL, &lb);
-    if (!st) st = trainer_host(t, t->optim->v, host ? host + 2 * ln : NULL, &lc);
-    if (!st) st = trainer_full(t, la, buf, &a);
-    if (!st) st = trainer_full(t, lb, buf ? buf + n : NULL, &b);
-    if (!st) st = trainer_full(t, lc, buf ? buf + 2 * n : NULL, &c);
-    ts_ckpt_meta meta = {t->state.step, t->state.data_cursor, t->state.seed, t->skipped_total};
-    if (!st && t->rank0) st = ts_checkpoint_save(t->ckpt_dir, m, &meta, a, b, c, path, size);
-    ts_mem_free(buf);
-    ts_mem_free(host);
-    return st;
-}
-
-ts_status ts_trainer_export(ts_trainer *t, const char *path) {
-    ts_model *m = t->model;
-    int dev = t->be->kind != TS_DEVICE_CPU;
-    float *buf =
-        trainer_cut(t) ? ts_mem_alloc(TS_MEM_OTHER, m->global_numel * sizeof(float)) : NULL;
-    float *host = dev ? ts_mem_alloc(TS_MEM_OTHER, m->numel * sizeof(float)) : NULL;
-    if ((trainer_cut(t) && !buf) || (dev && !host)) {
-        ts_mem_free(buf);
-        return TS_ERR_NOMEM;
-    }
-    const float *local, *full;
-    ts_status st = trainer_host(t, t->optim->master, host, &local);
-    if (!st) st = trainer_full(t, local, buf, &full);
-    if (!st && t->rank0) st = ts_llmc_save(path, m, full);
-    ts_mem_free(buf);
-    ts_mem_free(host);
-    return st;
-}
-
 /* The global window read by sequence b of micro-batch k on this rank. The
  * step's global batch is the windows [cursor, cursor + G); data.tokens
  * S(0) over dp gives part r the r-th contiguous block of G / parts of them,
@@ -1190,7 +917,7 @@ static int64_t trainer_window(const ts_trainer *t, int k, int b) {
 
 /* Whether every window of this step lies within [data] epochs (always, when
  * epochs = 0), agreed by all ranks: a rank that is short stops everybody. */
-static ts_status trainer_have_data(ts_trainer *t, int *have) {
+ts_status trainer_have_data(ts_trainer *t, int *have) {
     int32_t ok = 1;
     if (t->epochs > 0) {
         int64_t limit;
@@ -1237,196 +964,20 @@ static ts_status trainer_load_batch(ts_trainer *t, int64_t *valid) {
     return ts_batch_valid_total(t->batch_comm, n, valid);
 }
 
-/* Message tags between pipeline stages: direction (activation or gradient),
- * the boundary crossed (the lower virtual stage) and the micro-batch. MPI
- * keeps messages of one tag in order, so the wrap-around is harmless. */
-static int trainer_tag(int grad, int boundary, int mb) {
-    return ((grad * 64 + boundary % 64) * 256) + mb % 256;
-}
-
-/* Completes a pending send (if any). */
-static ts_status trainer_wait(ts_comm_request **req) {
-    if (!*req) return TS_OK;
-    ts_status st = ts_comm_wait(*req);
-    *req = NULL;
-    return st;
-}
-
-/* Runs one action of the schedule. */
-static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, int64_t valid,
-                                const int *last_backward, double *loss_sum) {
-    ts_model *m = t->model;
-    int chunk = a->chunk, mb = a->mb;
-    size_t slot = mb >= 0 ? (size_t)mb * t->chunks + chunk : 0;
-    int vstage = chunk * t->pp + t->pp_rank;
-    int64_t shape[3];
-    ts_model_hidden_shape(m, t->B, t->T_local, shape);
-    size_t n = (size_t)(shape[0] * shape[1] * shape[2]);
-    ts_step_ctx *c = mb >= 0 ? &t->ctx[mb] : NULL;
-    t->cur_mb = mb;
-    double t0 = now_seconds();
-    const char *span = NULL, *cat = TS_TRACE_CAT_COMPUTE;
-    ts_status st = TS_OK;
-    switch (a->kind) {
-    case TS_ACT_RECV_ACT:
-        t->act_in[slot] = t->be->alloc(TS_MEM_ACTS, n * sizeof(float));
-        if (!t->act_in[slot]) return TS_ERR_NOMEM;
-        st = ts_comm_recv(t->pp_comm, t->act_in[slot], n, TS_F32, a->peer,
-                          trainer_tag(0, vstage - 1, mb));
-        span = "recv";
-        cat = TS_TRACE_CAT_P2P;
-        break;
-    case TS_ACT_FORWARD: {
-        if (c->B == 0) { /* the micro-batch's first forward on this rank */
-            size_t off = (size_t)mb * t->B * t->T_local;
-            *c = (ts_step_ctx){.mb = mb,
-                               .B = t->B,
-                               .T = t->T_local,
-                               .pos0 = t->seq0,
-                               .tokens = t->tokens_dev + off,
-                               .targets = t->targets_dev + off,
-                               .targets_host = t->targets + off,
-                               .dloss = valid > 0 ? 1.0f / (float)valid : 0.0f,
-                               .module_done = trainer_module_done,
-                               .module_hook = trainer_module_hook,
-                               .module_done_user = t};
-            st = trainer_hook(t, TS_HOOK_BEFORE_FORWARD, mb, NULL);
-        }
-        ts_tensor x;
-        ts_tensor_view(&x, "act.in", TS_F32, 3, shape, t->act_in[slot], TS_MEM_ACTS);
-        x.device = t->be->kind;
-        double before = c->loss_sum;
-        if (!st)
-            st = ts_model_forward_chunk(m, c, chunk, ts_model_chunk_first(m, chunk) ? NULL : &x,
-                                        &t->chunk_out[slot]);
-        *loss_sum += c->loss_sum - before;
-        t->compute_s += now_seconds() - t0;
-        span = "forward";
-        break;
-    }
-    case TS_ACT_SEND_ACT:
-        st = ts_comm_send_start(t->pp_comm, t->chunk_out[slot].data, n, TS_F32, a->peer,
-                                trainer_tag(0, vstage, mb), &t->act_req[slot]);
-        span = "send";
-        cat = TS_TRACE_CAT_P2P;
-        break;
-    case TS_ACT_RECV_GRAD:
-        t->grad_in[slot] = t->be->alloc(TS_MEM_ACTS, n * sizeof(float));
-        if (!t->grad_in[slot]) return TS_ERR_NOMEM;
-        st = ts_comm_recv(t->pp_comm, t->grad_in[slot], n, TS_F32, a->peer,
-                          trainer_tag(1, vstage, mb));
-        span = "recv";
-        cat = TS_TRACE_CAT_P2P;
-        break;
-    case TS_ACT_BACKWARD: {
-        /* The chunk's output is freed by its backward: its send must be done. */
-        TS_TRY(trainer_wait(&t->act_req[slot]));
-        ts_tensor dy, dx;
-        ts_tensor_view(&dy, "grad.in", TS_F32, 3, shape, t->grad_in[slot], TS_MEM_ACTS);
-        dy.device = t->be->kind;
-        int first = ts_model_chunk_first(m, chunk);
-        if (!first) {
-            t->grad_out[slot] = t->be->alloc(TS_MEM_ACTS, n * sizeof(float));
-            if (!t->grad_out[slot]) return TS_ERR_NOMEM;
-        }
-        ts_tensor_view(&dx, "grad.out", TS_F32, 3, shape, t->grad_out[slot], TS_MEM_ACTS);
-        dx.device = t->be->kind;
-        t->hooks_on = index == last_backward[chunk];
-        st = ts_model_backward_chunk(m, c, chunk, ts_model_chunk_last(m, chunk) ? NULL : &dy,
-                                     first ? NULL : &dx);
-        t->hooks_on = 0;
-        t->be->free(t->grad_in[slot]);
-        t->be->free(t->act_in[slot]);
-        t->grad_in[slot] = t->act_in[slot] = NULL;
-        if (!st) st = trainer_hook(t, TS_HOOK_AFTER_BACKWARD, mb, NULL);
-        t->compute_s += now_seconds() - t0;
-        span = "backward";
-        break;
-    }
-    case TS_ACT_SEND_GRAD:
-        st = ts_comm_send_start(t->pp_comm, t->grad_out[slot], n, TS_F32, a->peer,
-                                trainer_tag(1, vstage - 1, mb), &t->grad_req[slot]);
-        span = "send";
-        cat = TS_TRACE_CAT_P2P;
-        break;
-    case TS_ACT_OPTIMIZER_STEP: return TS_OK; /* run by the caller */
-    }
-    if (span) {
-        double t1 = now_seconds();
-        ts_trace_span(t->trace, span, cat, t0, t1, mb, t->pp_rank, chunk);
-    }
-    return st;
-}
-
-/* The optimizer step: finishes the plugins' gradient reductions, ties the
- * two copies of wte across the first and last pipeline stage, clips by the
- * global norm and updates. When the norm or any rank's loss (`loss_sum`,
- * this rank's part) is not finite, every rank skips the update (*skipped =
- * 1): the parameters and moments stay as they were, and the plugins'
- * after-optimizer hooks do not run. */
-static ts_status trainer_optimizer_step(ts_trainer *t, double loss_sum, double *norm, float *lr,
-                                        int *skipped) {
-    ts_model *m = t->model;
-    double t0 = now_seconds();
-    TS_TRY(trainer_hook(t, TS_HOOK_BEFORE_OPTIMIZER, -1, NULL));
-    if (m->tied_split) {
-        ts_param *wte = ts_model_param(m, "wte");
-        TS_TRY(ts_comm_all_reduce(t->tie_comm, wte->store_grad.data, wte->store_grad.data,
-                                  (size_t)ts_tensor_numel(&wte->store_grad), TS_F32,
-                                  TS_REDUCE_SUM));
-    }
-    TS_TRY(trainer_core_reduce(t));
-    double t1 = now_seconds();
-    ts_trace_span(t->trace, "grad_sync", TS_TRACE_CAT_COLLECTIVE, t0, t1, -1, t->pp_rank, -1);
-    TS_TRY(trainer_grad_norm(t, loss_sum, norm));
-    *lr = ts_lr_at(&t->optim->cfg, t->state.step);
-    *skipped = !isfinite(*norm);
-    if (*skipped) return TS_OK;
-    float scale = ts_grad_clip_scale(&t->optim->cfg, *norm);
-    TS_TRY(ts_optimizer_step(t->optim, m, t->state.step, *lr, scale));
-    TS_TRY(trainer_hook(t, TS_HOOK_AFTER_OPTIMIZER, -1, NULL));
-    ts_trace_span(t->trace, "optimizer_step", TS_TRACE_CAT_COMPUTE, t1, now_seconds(), -1,
-                  t->pp_rank, -1);
-    return TS_OK;
-}
-
 ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
     double t0 = now_seconds();
     ts_trace_set_step(t->trace, t->state.step + 1);
     int64_t valid = 0;
     TS_TRY(trainer_load_batch(t, &valid));
     TS_TRY(ts_model_zero_grad(t->model));
-    memset(t->ctx, 0, (size_t)t->micro_batches * sizeof *t->ctx);
-    t->compute_s = 0.0;
     double loss_sum = 0.0, norm = 0.0;
     float lr = 0.0f;
     int skipped = 0;
-    /* A chunk's gradients are complete after its last backward. */
-    int last_backward[t->chunks];
-    for (int k = 0; k < t->chunks; k++)
-        last_backward[k] = -1;
-    for (int i = 0; i < t->schedule.nactions; i++)
-        if (t->schedule.actions[i].kind == TS_ACT_BACKWARD)
-            last_backward[t->schedule.actions[i].chunk] = i;
-    for (int i = 0; i < t->schedule.nactions; i++) {
-        const ts_action *a = &t->schedule.actions[i];
-        if (a->kind == TS_ACT_OPTIMIZER_STEP) {
-            /* Every gradient sent upstream has left before its buffer goes. */
-            size_t slots = (size_t)t->micro_batches * t->chunks;
-            for (size_t k = 0; k < slots; k++) {
-                TS_TRY(trainer_wait(&t->grad_req[k]));
-                t->be->free(t->grad_out[k]);
-                t->grad_out[k] = NULL;
-            }
-            TS_TRY(trainer_optimizer_step(t, loss_sum, &norm, &lr, &skipped));
-        } else {
-            TS_TRY(trainer_action(t, a, i, valid, last_backward, &loss_sum));
-        }
-    }
+    TS_TRY(trainer_execute(t, valid, &loss_sum, &norm, &lr, &skipped));
     /* The loss lives on the last stage and on every part of the batch. */
-    if (t->pp_comm && ts_comm_size(t->pp_comm) > 1) {
+    if (t->stage_comm && ts_comm_size(t->stage_comm) > 1) {
         float local = (float)loss_sum, sum = 0.0f;
-        TS_TRY(ts_comm_all_reduce(t->pp_host, &local, &sum, 1, TS_F32, TS_REDUCE_SUM));
+        TS_TRY(ts_comm_all_reduce(t->stage_host, &local, &sum, 1, TS_F32, TS_REDUCE_SUM));
         loss_sum = sum;
     }
     if (t->batch_comm && ts_comm_size(t->batch_comm) > 1) {
@@ -1437,7 +988,7 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
     t->state.step++;
     t->state.data_cursor += t->global_batch;
     double dt = now_seconds() - t0;
-    ts_trace_span(t->trace, "step", TS_TRACE_CAT_STEP, t0, t0 + dt, -1, t->pp_rank, -1);
+    ts_trace_span(t->trace, "step", TS_TRACE_CAT_STEP, t0, t0 + dt, -1, t->stage, -1);
     stats->step = t->state.step;
     stats->loss = valid > 0 ? loss_sum / (double)valid : 0.0;
     stats->lr = lr;
@@ -1454,183 +1005,4 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
     }
     stats->skipped_steps = t->skipped_total;
     return TS_OK;
-}
-
-static void trainer_print_header(ts_trainer *t);
-
-/* Memory counters of the model's device: the host allocator's on the CPU,
- * the device allocator's on a GPU. */
-static ts_mem_counter trainer_mem(const ts_trainer *t, ts_mem_category cat) {
-    if (t->be->kind == TS_DEVICE_PLAN) return ts_backend_plan_stats(cat);
-    return t->be->kind == TS_DEVICE_CPU ? ts_mem_stats(cat) : ts_device_mem_stats(cat);
-}
-
-/* Per pipeline stage: the measured bubble of the step and the activation
- * peak so far (KiB), gathered over the pipeline group (collective). */
-static ts_status trainer_stage_stats(ts_trainer *t, const ts_step_stats *s, float *bubble,
-                                     int32_t *peak_kib) {
-    float b = (float)s->bubble;
-    int32_t k = (int32_t)(trainer_mem(t, TS_MEM_ACTS).peak / 1024);
-    if (!t->pp_comm || t->pp == 1) {
-        bubble[0] = b;
-        peak_kib[0] = k;
-        return TS_OK;
-    }
-    TS_TRY(ts_comm_all_gather(t->pp_host, &b, bubble, 1, TS_F32));
-    return ts_comm_all_gather(t->pp_host, &k, peak_kib, 1, TS_I32);
-}
-
-/* A JSON number, or null when it is not finite (JSON has no NaN). */
-static void json_num(FILE *f, const char *fmt, double v) {
-    if (isfinite(v))
-        fprintf(f, fmt, v);
-    else
-        fputs("null", f);
-}
-
-static ts_status trainer_write_metrics(ts_trainer *t, const ts_step_stats *s, const float *bubble,
-                                       const int32_t *peak_kib) {
-    FILE *f = t->metrics.f;
-    ts_mem_counter total = trainer_mem(t, TS_MEM_NCAT);
-    fprintf(f, "{\"step\":%lld,\"loss\":", (long long)s->step);
-    json_num(f, "%.17g", s->loss);
-    fprintf(f, ",\"lr\":%.9g,\"grad_norm\":", (double)s->lr);
-    json_num(f, "%.9g", s->grad_norm);
-    fprintf(f,
-            ",\"skipped\":%s,\"skipped_steps\":%lld,\"tokens_per_s\":%.6g,\"step_ms\":%.6g,"
-            "\"peak_mem_bytes\":%zu,\"mem\":{",
-            s->skipped ? "true" : "false", (long long)s->skipped_steps, s->tokens_per_s, s->step_ms,
-            total.peak);
-    for (int c = 0; c <= TS_MEM_NCAT; c++) {
-        ts_mem_counter k = trainer_mem(t, (ts_mem_category)c);
-        fprintf(f, "%s\"%s\":{\"allocated\":%zu,\"reserved\":%zu,\"peak\":%zu}", c ? "," : "",
-                ts_mem_category_name((ts_mem_category)c), k.allocated, k.reserved, k.peak);
-    }
-    fprintf(f, "},\"comm\":");
-    char buf[16384];
-    if (t->par) {
-        TS_TRY(ts_parallel_counters_json(t->par, t->snap, buf, sizeof buf));
-        fputs(buf, f);
-    } else {
-        fputs("{}", f);
-    }
-    TS_TRY(ts_plugins_metrics_json(t->reg, buf, sizeof buf));
-    fprintf(f, ",\"plugins\":%s,\"pipeline\":{\"stages\":%d,\"bubble\":[", buf, t->pp);
-    for (int k = 0; k < t->pp; k++) {
-        if (k) fputc(',', f);
-        json_num(f, "%.4f", (double)bubble[k]);
-    }
-    fprintf(f, "],\"activation_peak_bytes\":[");
-    for (int k = 0; k < t->pp; k++)
-        fprintf(f, "%s%lld", k ? "," : "", 1024LL * peak_kib[k]);
-    fprintf(f, "]}}\n");
-    return ts_file_stream_flush(&t->metrics);
-}
-
-/* A skipped step's line (every skipped step is printed, whatever
- * log_every), and the error once max_skipped_steps came in a row. */
-static ts_status trainer_skipped(ts_trainer *t, const ts_step_stats *s) {
-    if (t->rank0) {
-        printf("step %5lld/%lld | skipped: loss %g, grad norm %g are not finite; the update is "
-               "not applied (%lld in a row, [train] max_skipped_steps = %lld)\n",
-               (long long)s->step, (long long)t->steps, s->loss, s->grad_norm,
-               (long long)t->skipped_in_row, (long long)t->max_skipped);
-        fflush(stdout);
-    }
-    if (t->skipped_in_row < t->max_skipped) return TS_OK;
-    char where[512];
-    ts_config_where(t->cfg, "train", "max_skipped_steps", where, sizeof where);
-    return ts_error(TS_ERR_INVALID,
-                    "step %lld: %lld steps in a row had a non-finite loss or gradient norm (%s = "
-                    "%lld); stopping. The weights are those before the first of them; lower "
-                    "[train] lr or set grad_clip",
-                    (long long)s->step, (long long)t->skipped_in_row, where,
-                    (long long)t->max_skipped);
-}
-
-ts_status ts_trainer_run(ts_trainer *t) {
-    const ts_model_config *c = &t->mcfg;
-    if (t->rank0) trainer_print_header(t);
-    while (t->state.step < t->steps) {
-        int have = 1;
-        TS_TRY(trainer_have_data(t, &have));
-        if (!have) {
-            if (t->rank0)
-                printf("data: [data] epochs = %lld exhausted before step %lld; stopping on all "
-                       "ranks\n",
-                       (long long)t->epochs, (long long)t->state.step + 1);
-            break;
-        }
-        if (t->par) ts_parallel_snapshot_take(t->par, t->snap);
-        ts_step_stats s;
-        TS_TRY(ts_trainer_step(t, &s));
-        ts_mem_counter total = trainer_mem(t, TS_MEM_NCAT);
-        if (t->rank0 && !s.skipped && (s.step % t->log_every == 0 || s.step == t->steps)) {
-            printf("step %5lld/%lld | loss %.6f | lr %.3e | norm %.4f | %8.0f tok/s | "
-                   "%8.1f ms | peak %.1f MiB\n",
-                   (long long)s.step, (long long)t->steps, s.loss, (double)s.lr, s.grad_norm,
-                   s.tokens_per_s, s.step_ms, (double)total.peak / (1 << 20));
-            fflush(stdout);
-        }
-        float bubble[t->pp];
-        int32_t peak_kib[t->pp];
-        TS_TRY(trainer_stage_stats(t, &s, bubble, peak_kib));
-        if (t->metrics.f) TS_TRY(trainer_write_metrics(t, &s, bubble, peak_kib));
-        if (s.skipped) TS_TRY(trainer_skipped(t, &s));
-        /* A checkpoint falls due every checkpoint_every steps and at the
-         * end; one due on a skipped step waits for the next applied step,
-         * so the newest checkpoint never holds the state a skipped step
-         * started from (the state that just diverged). */
-        if (t->ckpt_dir[0] &&
-            ((t->ckpt_every > 0 && s.step % t->ckpt_every == 0) || s.step == t->steps))
-            t->ckpt_due = 1;
-        if (t->ckpt_due && s.skipped && t->rank0) {
-            printf("checkpoint: deferred, step %lld was skipped\n", (long long)s.step);
-            fflush(stdout);
-        }
-        if (t->ckpt_due && !s.skipped) {
-            t->ckpt_due = 0;
-            char path[4096];
-            /* Data-parallel replicas hold the same state: rank 0 writes it. */
-            TS_TRY(trainer_save(t, path, sizeof path));
-            if (t->rank0) {
-                printf("checkpoint: %s\n", path);
-                fflush(stdout);
-            }
-        }
-    }
-    (void)c;
-    TS_TRY(ts_file_stream_close(&t->metrics));
-    if (t->par && t->rank0) ts_parallel_report(t->par, stdout);
-    if (t->trace) {
-        TS_TRY(ts_trace_write(t->trace, t->par ? t->par->world : NULL, t->trace_path));
-        if (t->rank0) printf("trace: %s\n", t->trace_path);
-    }
-    return TS_OK;
-}
-
-static void trainer_print_header(ts_trainer *t) {
-    const ts_model_config *c = &t->mcfg;
-    char device[32];
-    if (t->be->kind == TS_DEVICE_CPU)
-        snprintf(device, sizeof device, "cpu");
-    else
-        snprintf(device, sizeof device, "%s:%d", t->be->name, ts_device_current());
-    printf("model: gpt2 layers=%d d_model=%d heads=%d vocab=%d (padded %d) context=%d, "
-           "%zu parameters, %s, device %s\n",
-           c->layers, c->d_model, c->heads, c->vocab, c->padded_vocab, c->context, t->model->numel,
-           ts_dtype_name(t->model->dtype), device);
-    printf("data: %s\n", ts_dataset_describe(t->data));
-    double h = ts_dataset_entropy_rate(t->data);
-    printf("loss at uniform prediction ln(vocab) = %.4f", log((double)c->vocab));
-    if (!isnan(h)) printf("; entropy rate of the source = %.4f nats/token", h);
-    printf("\ntrain: %lld steps, seq_len %d, micro_batch %d, global_batch %d "
-           "(%d micro-batches), %d threads\n",
-           (long long)t->steps, t->T, t->B, t->global_batch, t->micro_batches,
-           ts_cpu_get_threads());
-    if (t->par)
-        printf("parallel: %d ranks, mesh order %s, batch in %d parts (%d micro-batches of %d per "
-               "rank)\n",
-               t->par->size, ts_mesh_order(t->par->mesh), t->parts, t->micro_batches, t->B);
-    fflush(stdout);
 }

@@ -192,7 +192,10 @@ typedef struct ts_plugin_key {
  * order of register_transform calls inside one plugin). A phase marked
  * "owned" may hold the transforms of one plugin only: a second plugin
  * registering in it conflicts with the first (two plugins assigning pipeline
- * stages, or both sharding by tensor columns, cannot both be right). */
+ * stages, or both sharding by tensor columns, cannot both be right).
+ * A phase only orders the edits of the plan: what a placement does is the
+ * core's rule or a provider's (the binder, docs/plugins.md), whatever phase
+ * set it, and a placement nothing implements stops start-up. */
 typedef enum ts_plugin_phase {
     TS_PHASE_PIPELINE = 0,        /* owned: assign layers to stages (pp)     */
     TS_PHASE_SHARD_TENSOR = 1,    /* owned: shard weights by heads, columns,
@@ -201,8 +204,11 @@ typedef enum ts_plugin_phase {
                                      sequence (cp)                           */
     TS_PHASE_SHARD_EXPERT = 3,    /* owned: place experts (ep)               */
     TS_PHASE_SHARD_DATA = 4,      /* owned: replicate over data ranks (dp)   */
-    TS_PHASE_SHARD_OPTIMIZER = 5, /* owned: shard optimizer state, grads,
-                                     params along dp (zero)                  */
+    TS_PHASE_SHARD_OPTIMIZER = 5, /* owned: parameters stored cut along the
+                                     data axis (zero stage 3; bound by a
+                                     PARAM_STORAGE provider). Optimizer
+                                     state and gradients are cut by
+                                     providers, not placements            */
     TS_PHASE_ANNOTATE = 6,        /* shared: checks and annotations that
                                      read the finished placements            */
     TS_PHASE_COUNT = 7,
@@ -245,8 +251,8 @@ typedef enum ts_plugin_hook_kind {
 
 /* One parameter (the parameter view). */
 typedef struct ts_plugin_param {
-    uint32_t struct_size;       /* sizeof(ts_plugin_param) of the core          */
-    const char *name;           /* "h.0.attn.qkv.weight"                        */
+    uint32_t struct_size;           /* sizeof(ts_plugin_param) of the core          */
+    const char *name;               /* "h.0.attn.qkv.weight"                        */
     const struct ts_layout *layout; /* its global shape and placements (the
                                    plan's entry after every transform)          */
     /* This rank's block as stored: in the flat parameter buffer (f32 or
@@ -276,11 +282,11 @@ typedef struct ts_plugin_param {
 /* One module of the model (embedding, block, head ...). */
 typedef struct ts_plugin_module {
     uint32_t struct_size;
-    const char *name;                /* "embedding", "h.3", "head"     */
-    int index;                       /* 0 .. modules - 1, model order  */
-    int here;                        /* runs on this rank              */
-    int nparams;                     /* the parameters it reads        */
-    ts_plugin_param *const *params;  /* (here only; NULL otherwise)    */
+    const char *name;               /* "embedding", "h.3", "head"     */
+    int index;                      /* 0 .. modules - 1, model order  */
+    int here;                       /* runs on this rank              */
+    int nparams;                    /* the parameters it reads        */
+    ts_plugin_param *const *params; /* (here only; NULL otherwise)    */
 } ts_plugin_module;
 
 /* The model on this rank. */
@@ -289,10 +295,10 @@ typedef struct ts_plugin_model {
     int nmodules;
     const ts_plugin_module *modules; /* every module, model order      */
     int nparams;
-    ts_plugin_param *const *params;  /* this rank's, flat-buffer order */
-    size_t numel;                    /* elements of the flat buffers   */
-    ts_dtype dtype;                  /* of the parameters (f32, bf16)  */
-    ts_device device;                /* where the buffers live         */
+    ts_plugin_param *const *params; /* this rank's, flat-buffer order */
+    size_t numel;                   /* elements of the flat buffers   */
+    ts_dtype dtype;                 /* of the parameters (f32, bf16)  */
+    ts_device device;               /* where the buffers live         */
 } ts_plugin_model;
 
 /* The training state hooks see (in place of ABI 1.0's opaque pointer). */
@@ -301,7 +307,7 @@ typedef struct ts_plugin_train_state {
     int64_t step;        /* optimizer steps completed                   */
     int64_t data_cursor; /* global data windows consumed                */
     uint64_t seed;
-    float lr;            /* the learning rate of the step in progress   */
+    float lr; /* the learning rate of the step in progress   */
     const ts_plugin_model *model;
 } ts_plugin_train_state;
 
@@ -346,8 +352,8 @@ typedef struct ts_plugin_module_event {
     int64_t step;
     int micro_batch, micro_batches;
     const ts_plugin_module *module; /* the module (its parameters)     */
-    int last;     /* AFTER_BACKWARD: 1 on the module's last backward of
-                     the step (its gradients are complete after it)   */
+    int last;                       /* AFTER_BACKWARD: 1 on the module's last backward of
+                                       the step (its gradients are complete after it)   */
     const ts_plugin_train_state *train_state;
 } ts_plugin_module_event;
 
@@ -404,8 +410,8 @@ typedef struct ts_plugin_attention_args {
     /* The provider's state for this micro-batch: forward stores what it
      * allocates (host->device_alloc), backward reads and frees it. */
     void **saved;
-    ts_comm *comm;   /* the axis's group, device tensors                  */
-    int bf16;        /* the model's bf16 mode: round as the core does      */
+    ts_comm *comm; /* the axis's group, device tensors                  */
+    int bf16;      /* the model's bf16 mode: round as the core does      */
 } ts_plugin_attention_args;
 
 typedef struct ts_plugin_attention_ops {
@@ -486,9 +492,9 @@ typedef struct ts_plugin_dispatch_args {
     int experts;          /* E over every rank of `comm`                 */
     int local_experts;    /* on this rank: [first_expert, + local)       */
     int first_expert;
-    int hidden;           /* C: floats per row                           */
-    ts_comm *comm;        /* the expert-parallel group, device tensors   */
-    ts_comm *host_comm;   /* the same group, host memory (counts)        */
+    int hidden;         /* C: floats per row                           */
+    ts_comm *comm;      /* the expert-parallel group, device tensors   */
+    ts_comm *host_comm; /* the same group, host memory (counts)        */
     /* --- dispatch: in ------------------------------------------------------ */
     int nrows;
     const int32_t *dest;      /* (nrows) host: expert of each row, or -1 */
@@ -504,8 +510,8 @@ typedef struct ts_plugin_dispatch_args {
     int64_t *expert_counts; /* (local_experts) host, the caller's: rows of each */
     /* --- combine: in and out ----------------------------------------------- */
     const float *expert_rows_in; /* (expert_nrows, C) device, dispatch's order */
-    float *rows_out;  /* (nrows, C) device, the caller's: row r's data back
-                         (=); 0 for a dropped row                       */
+    float *rows_out;             /* (nrows, C) device, the caller's: row r's data back
+                                    (=); 0 for a dropped row                       */
     /* --- both: out --------------------------------------------------------- */
     int64_t bytes_sent; /* bytes of row data this rank sent (metrics)  */
 } ts_plugin_dispatch_args;
@@ -687,8 +693,8 @@ typedef struct ts_host {
                              ts_dtype dtype);
     ts_status (*all_gatherv_start)(ts_comm *comm, const void *send, void *recv,
                                    const size_t *counts, ts_dtype dtype, ts_comm_request **req);
-    ts_status (*reduce_scatter_v)(ts_comm *comm, const void *send, void *recv,
-                                  const size_t *counts, ts_dtype dtype, ts_reduce_op op);
+    ts_status (*reduce_scatter_v)(ts_comm *comm, const void *send, void *recv, const size_t *counts,
+                                  ts_dtype dtype, ts_reduce_op op);
     ts_status (*reduce_scatter_v_start)(ts_comm *comm, const void *send, void *recv,
                                         const size_t *counts, ts_dtype dtype, ts_reduce_op op,
                                         ts_comm_request **req);
@@ -696,9 +702,9 @@ typedef struct ts_host {
                              const size_t *send_displs, void *recv, const size_t *recv_counts,
                              const size_t *recv_displs, ts_dtype dtype);
     ts_status (*all_to_allv_start)(ts_comm *comm, const void *send, const size_t *send_counts,
-                                   const size_t *send_displs, void *recv,
-                                   const size_t *recv_counts, const size_t *recv_displs,
-                                   ts_dtype dtype, ts_comm_request **req);
+                                   const size_t *send_displs, void *recv, const size_t *recv_counts,
+                                   const size_t *recv_displs, ts_dtype dtype,
+                                   ts_comm_request **req);
 
     /* --- ABI 1.1: layouts (layout.h) --------------------------------------- */
     /* This rank's block of a layout (ts_layout_local_block). */
@@ -753,8 +759,7 @@ typedef struct ts_host {
                                       ts_plugin_module_hook_fn fn, void *user);
     /* Declares a provision on mesh axis `axis` ("dp", "cp", ...). Fails for
      * an unknown axis or provision, or one another plugin provides there. */
-    ts_status (*register_provider)(ts_plugin_ctx *ctx, ts_plugin_provision what,
-                                   const char *axis);
+    ts_status (*register_provider)(ts_plugin_ctx *ctx, ts_plugin_provision what, const char *axis);
     /* Attention over sequences cut along `axis` (and the provision). */
     ts_status (*register_attention)(ts_plugin_ctx *ctx, const char *axis,
                                     const ts_plugin_attention_ops *ops, void *user);

@@ -1,0 +1,316 @@
+/*
+ * executor.c — runs one step's schedule (schedule.h) on the batch the
+ * trainer loaded: forward and backward of model chunks, activations and
+ * gradients between pipeline stages, the plugins' hooks and module hooks
+ * around them, the gradient reductions no plugin provides, the global
+ * gradient norm, and the optimizer step.
+ *
+ * What it does not do: read data, decide the schedule (a plugin's scheduler
+ * or the default one), or print (report.c).
+ */
+#include "trainer_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The global L2 norm of the gradients, each element counted once; NaN on
+ * every rank when any rank's local loss `loss_sum` is not finite, so that
+ * all agree to skip the step. */
+static ts_status trainer_grad_norm(ts_trainer *t, double loss_sum, double *norm) {
+    ts_model *m = t->model;
+    /* One sum per run of owned parameters adjacent in the flat gradient
+     * array (usually one run: one reduction and one wait for the device). */
+    double local = 0.0;
+    for (int p = 0; p < m->nparams;) {
+        if (!t->norm_owner[p]) {
+            p++;
+            continue;
+        }
+        size_t begin = m->params[p].offset, end = begin;
+        while (p < m->nparams && t->norm_owner[p] && m->params[p].offset == end)
+            end += (size_t)ts_tensor_numel(&m->params[p++].store_grad);
+        double s = 0.0;
+        TS_TRY(t->be->sumsq(&s, m->grad_data + begin, end - begin));
+        local += s;
+    }
+    int loss_bad = !isfinite(loss_sum);
+    if (t->par && t->par->size > 1) {
+        /* Two f32 words carry the double exactly enough: hi + lo; the third
+         * counts the ranks whose loss is not finite. */
+        float mine[3] = {(float)local, (float)(local - (double)(float)local), (float)loss_bad};
+        float sum[3];
+        TS_TRY(ts_comm_all_reduce(t->par->world, mine, sum, 3, TS_F32, TS_REDUCE_SUM));
+        local = (double)sum[0] + (double)sum[1];
+        loss_bad = sum[2] != 0.0f;
+    }
+    *norm = loss_bad ? NAN : sqrt(local);
+    return TS_OK;
+}
+
+static ts_status trainer_hook(ts_trainer *t, ts_plugin_hook_kind kind, int mb, ts_param *p) {
+    if (!t->reg || ts_plugins_num_hooks(t->reg, kind) == 0) return TS_OK;
+    t->tstate.step = t->state.step;
+    t->tstate.data_cursor = t->state.data_cursor;
+    ts_plugin_hook_event ev = {.struct_size = sizeof ev,
+                               .kind = kind,
+                               .step = t->state.step,
+                               .micro_batch = mb,
+                               .micro_batches = t->micro_batches,
+                               .param = p ? &p->store : NULL,
+                               .grad = p ? &p->store_grad : NULL,
+                               .state = &t->state,
+                               .train_state = &t->tstate,
+                               .view = p ? &t->pviews[p - t->model->params] : NULL};
+    return ts_plugins_run_hooks(t->reg, &ev);
+}
+
+/* Around each module's forward and backward: the plugins' module hooks. */
+static ts_status trainer_module_hook(void *user, int module, int kind) {
+    ts_trainer *t = user;
+    if (!t->reg || ts_plugins_num_module_hooks(t->reg) == 0) return TS_OK;
+    t->tstate.step = t->state.step;
+    t->tstate.data_cursor = t->state.data_cursor;
+    ts_plugin_module_event ev = {.struct_size = sizeof ev,
+                                 .kind = (ts_plugin_module_hook_kind)kind,
+                                 .step = t->state.step,
+                                 .micro_batch = t->cur_mb,
+                                 .micro_batches = t->micro_batches,
+                                 .module = &t->mviews[module],
+                                 .last = kind == TS_MODULE_AFTER_BACKWARD && t->hooks_on,
+                                 .train_state = &t->tstate};
+    return ts_plugins_run_module_hooks(t->reg, &ev);
+}
+
+/* Runs them: one all-reduce per run of adjacent parameters per axis. */
+static ts_status trainer_core_reduce(ts_trainer *t) {
+    ts_model *m = t->model;
+    for (int a = 0; t->core_reduce && a < m->naxes; a++)
+        for (int i = 0; i < m->nparams;) {
+            if (!(t->core_reduce[i] >> a & 1u)) {
+                i++;
+                continue;
+            }
+            size_t begin = m->params[i].offset, end = begin;
+            while (i < m->nparams && (t->core_reduce[i] >> a & 1u) && m->params[i].offset == end)
+                end += (size_t)ts_tensor_numel(&m->params[i++].store_grad);
+            TS_TRY(ts_comm_all_reduce(m->axes[a].comm, m->grad_data + begin, m->grad_data + begin,
+                                      end - begin, TS_F32, TS_REDUCE_SUM));
+        }
+    return TS_OK;
+}
+
+/* After each module's backward of the step's last micro-batch: the gradients
+ * it completed are ready, announced in reverse order of their offsets. */
+static ts_status trainer_module_done(void *user, int module) {
+    ts_trainer *t = user;
+    if (!t->hooks_on) return TS_OK;
+    ts_module *mod = t->model->modules[module];
+    int idx[16], n = 0;
+    for (int k = 0; k < mod->nparams; k++)
+        if (t->ready_after[mod->param_index[k]] == module) idx[n++] = mod->param_index[k];
+    /* Sort by offset, descending. */
+    for (int a = 1; a < n; a++)
+        for (int b = a;
+             b > 0 && t->model->params[idx[b]].offset > t->model->params[idx[b - 1]].offset; b--) {
+            int tmp = idx[b];
+            idx[b] = idx[b - 1];
+            idx[b - 1] = tmp;
+        }
+    for (int k = 0; k < n; k++) {
+        ts_param *p = &t->model->params[idx[k]];
+        /* A weight replicated over an axis that cuts the rows it is applied
+         * to (a sequence-sliced region) has a partial gradient there: sum it
+         * before anyone reads it. */
+        for (int a = 0; a < t->model->naxes; a++)
+            if (p->grad_partial & (1u << a))
+                TS_TRY(ts_comm_all_reduce(
+                    t->model->axes[a].comm, p->store_grad.data, p->store_grad.data,
+                    (size_t)ts_tensor_numel(&p->store_grad), TS_F32, TS_REDUCE_SUM));
+        TS_TRY(trainer_hook(t, TS_HOOK_GRAD_READY, -1, p));
+    }
+    return TS_OK;
+}
+
+/* Message tags between pipeline stages: direction (activation or gradient),
+ * the boundary crossed (the lower virtual stage) and the micro-batch. MPI
+ * keeps messages of one tag in order, so the wrap-around is harmless. */
+static int trainer_tag(int grad, int boundary, int mb) {
+    return ((grad * 64 + boundary % 64) * 256) + mb % 256;
+}
+
+/* Completes a pending send (if any). */
+static ts_status trainer_wait(ts_comm_request **req) {
+    if (!*req) return TS_OK;
+    ts_status st = ts_comm_wait(*req);
+    *req = NULL;
+    return st;
+}
+
+/* Runs one action of the schedule. */
+static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, int64_t valid,
+                                const int *last_backward, double *loss_sum) {
+    ts_model *m = t->model;
+    int chunk = a->chunk, mb = a->mb;
+    size_t slot = mb >= 0 ? (size_t)mb * t->chunks + chunk : 0;
+    int vstage = chunk * t->stages + t->stage;
+    int64_t shape[3];
+    ts_model_hidden_shape(m, t->B, t->T_local, shape);
+    size_t n = (size_t)(shape[0] * shape[1] * shape[2]);
+    ts_step_ctx *c = mb >= 0 ? &t->ctx[mb] : NULL;
+    t->cur_mb = mb;
+    double t0 = now_seconds();
+    const char *span = NULL, *cat = TS_TRACE_CAT_COMPUTE;
+    ts_status st = TS_OK;
+    switch (a->kind) {
+    case TS_ACT_RECV_ACT:
+        t->act_in[slot] = t->be->alloc(TS_MEM_ACTS, n * sizeof(float));
+        if (!t->act_in[slot]) return TS_ERR_NOMEM;
+        st = ts_comm_recv(t->stage_comm, t->act_in[slot], n, TS_F32, a->peer,
+                          trainer_tag(0, vstage - 1, mb));
+        span = "recv";
+        cat = TS_TRACE_CAT_P2P;
+        break;
+    case TS_ACT_FORWARD: {
+        if (c->B == 0) { /* the micro-batch's first forward on this rank */
+            size_t off = (size_t)mb * t->B * t->T_local;
+            *c = (ts_step_ctx){.mb = mb,
+                               .B = t->B,
+                               .T = t->T_local,
+                               .pos0 = t->seq0,
+                               .tokens = t->tokens_dev + off,
+                               .targets = t->targets_dev + off,
+                               .targets_host = t->targets + off,
+                               .dloss = valid > 0 ? 1.0f / (float)valid : 0.0f,
+                               .module_done = trainer_module_done,
+                               .module_hook = trainer_module_hook,
+                               .module_done_user = t};
+            st = trainer_hook(t, TS_HOOK_BEFORE_FORWARD, mb, NULL);
+        }
+        ts_tensor x;
+        ts_tensor_view(&x, "act.in", TS_F32, 3, shape, t->act_in[slot], TS_MEM_ACTS);
+        x.device = t->be->kind;
+        double before = c->loss_sum;
+        if (!st)
+            st = ts_model_forward_chunk(m, c, chunk, ts_model_chunk_first(m, chunk) ? NULL : &x,
+                                        &t->chunk_out[slot]);
+        *loss_sum += c->loss_sum - before;
+        t->compute_s += now_seconds() - t0;
+        span = "forward";
+        break;
+    }
+    case TS_ACT_SEND_ACT:
+        st = ts_comm_send_start(t->stage_comm, t->chunk_out[slot].data, n, TS_F32, a->peer,
+                                trainer_tag(0, vstage, mb), &t->act_req[slot]);
+        span = "send";
+        cat = TS_TRACE_CAT_P2P;
+        break;
+    case TS_ACT_RECV_GRAD:
+        t->grad_in[slot] = t->be->alloc(TS_MEM_ACTS, n * sizeof(float));
+        if (!t->grad_in[slot]) return TS_ERR_NOMEM;
+        st = ts_comm_recv(t->stage_comm, t->grad_in[slot], n, TS_F32, a->peer,
+                          trainer_tag(1, vstage, mb));
+        span = "recv";
+        cat = TS_TRACE_CAT_P2P;
+        break;
+    case TS_ACT_BACKWARD: {
+        /* The chunk's output is freed by its backward: its send must be done. */
+        TS_TRY(trainer_wait(&t->act_req[slot]));
+        ts_tensor dy, dx;
+        ts_tensor_view(&dy, "grad.in", TS_F32, 3, shape, t->grad_in[slot], TS_MEM_ACTS);
+        dy.device = t->be->kind;
+        int first = ts_model_chunk_first(m, chunk);
+        if (!first) {
+            t->grad_out[slot] = t->be->alloc(TS_MEM_ACTS, n * sizeof(float));
+            if (!t->grad_out[slot]) return TS_ERR_NOMEM;
+        }
+        ts_tensor_view(&dx, "grad.out", TS_F32, 3, shape, t->grad_out[slot], TS_MEM_ACTS);
+        dx.device = t->be->kind;
+        t->hooks_on = index == last_backward[chunk];
+        st = ts_model_backward_chunk(m, c, chunk, ts_model_chunk_last(m, chunk) ? NULL : &dy,
+                                     first ? NULL : &dx);
+        t->hooks_on = 0;
+        t->be->free(t->grad_in[slot]);
+        t->be->free(t->act_in[slot]);
+        t->grad_in[slot] = t->act_in[slot] = NULL;
+        if (!st) st = trainer_hook(t, TS_HOOK_AFTER_BACKWARD, mb, NULL);
+        t->compute_s += now_seconds() - t0;
+        span = "backward";
+        break;
+    }
+    case TS_ACT_SEND_GRAD:
+        st = ts_comm_send_start(t->stage_comm, t->grad_out[slot], n, TS_F32, a->peer,
+                                trainer_tag(1, vstage - 1, mb), &t->grad_req[slot]);
+        span = "send";
+        cat = TS_TRACE_CAT_P2P;
+        break;
+    case TS_ACT_OPTIMIZER_STEP: return TS_OK; /* run by the caller */
+    }
+    if (span) {
+        double t1 = now_seconds();
+        ts_trace_span(t->trace, span, cat, t0, t1, mb, t->stage, chunk);
+    }
+    return st;
+}
+
+/* The optimizer step: finishes the plugins' gradient reductions, ties the
+ * two copies of wte across the first and last pipeline stage, clips by the
+ * global norm and updates. When the norm or any rank's loss (`loss_sum`,
+ * this rank's part) is not finite, every rank skips the update (*skipped =
+ * 1): the parameters and moments stay as they were, and the plugins'
+ * after-optimizer hooks do not run. */
+static ts_status trainer_optimizer_step(ts_trainer *t, double loss_sum, double *norm, float *lr,
+                                        int *skipped) {
+    ts_model *m = t->model;
+    double t0 = now_seconds();
+    TS_TRY(trainer_hook(t, TS_HOOK_BEFORE_OPTIMIZER, -1, NULL));
+    if (m->tied_split) {
+        ts_param *wte = ts_model_param(m, "wte");
+        TS_TRY(ts_comm_all_reduce(t->tie_comm, wte->store_grad.data, wte->store_grad.data,
+                                  (size_t)ts_tensor_numel(&wte->store_grad), TS_F32,
+                                  TS_REDUCE_SUM));
+    }
+    TS_TRY(trainer_core_reduce(t));
+    double t1 = now_seconds();
+    ts_trace_span(t->trace, "grad_sync", TS_TRACE_CAT_COLLECTIVE, t0, t1, -1, t->stage, -1);
+    TS_TRY(trainer_grad_norm(t, loss_sum, norm));
+    *lr = ts_lr_at(&t->optim->cfg, t->state.step);
+    *skipped = !isfinite(*norm);
+    if (*skipped) return TS_OK;
+    float scale = ts_grad_clip_scale(&t->optim->cfg, *norm);
+    TS_TRY(ts_optimizer_step(t->optim, m, t->state.step, *lr, scale));
+    TS_TRY(trainer_hook(t, TS_HOOK_AFTER_OPTIMIZER, -1, NULL));
+    ts_trace_span(t->trace, "optimizer_step", TS_TRACE_CAT_COMPUTE, t1, now_seconds(), -1, t->stage,
+                  -1);
+    return TS_OK;
+}
+
+/* The step's schedule, action by action; the optimizer step is an action
+ * too (after every gradient sent upstream has left). */
+ts_status trainer_execute(ts_trainer *t, int64_t valid, double *loss_sum, double *norm, float *lr,
+                          int *skipped) {
+    memset(t->ctx, 0, (size_t)t->micro_batches * sizeof *t->ctx);
+    t->compute_s = 0.0;
+    /* A chunk's gradients are complete after its last backward. */
+    int last_backward[t->chunks];
+    for (int k = 0; k < t->chunks; k++)
+        last_backward[k] = -1;
+    for (int i = 0; i < t->schedule.nactions; i++)
+        if (t->schedule.actions[i].kind == TS_ACT_BACKWARD)
+            last_backward[t->schedule.actions[i].chunk] = i;
+    for (int i = 0; i < t->schedule.nactions; i++) {
+        const ts_action *a = &t->schedule.actions[i];
+        if (a->kind != TS_ACT_OPTIMIZER_STEP) {
+            TS_TRY(trainer_action(t, a, i, valid, last_backward, loss_sum));
+            continue;
+        }
+        size_t slots = (size_t)t->micro_batches * t->chunks;
+        for (size_t k = 0; k < slots; k++) {
+            TS_TRY(trainer_wait(&t->grad_req[k]));
+            t->be->free(t->grad_out[k]);
+            t->grad_out[k] = NULL;
+        }
+        TS_TRY(trainer_optimizer_step(t, *loss_sum, norm, lr, skipped));
+    }
+    return TS_OK;
+}

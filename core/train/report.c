@@ -1,0 +1,192 @@
+/*
+ * report.c — the run loop (ts_trainer_run): a step at a time until [train]
+ * steps or the data's epochs are done, with a progress line every log_every
+ * steps, a JSONL metrics line per step (memory by category, communication
+ * per group and op, the plugins' metrics, the pipeline's bubble), skipped
+ * steps reported and counted, and checkpoints when due.
+ */
+#include "trainer_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#include "backend_plan.h"
+#include "cpu_kernels.h"
+#include "tessera/device.h"
+
+/* Memory counters of the model's device: the host allocator's on the CPU,
+ * the device allocator's on a GPU. */
+static ts_mem_counter trainer_mem(const ts_trainer *t, ts_mem_category cat) {
+    if (t->be->kind == TS_DEVICE_PLAN) return ts_backend_plan_stats(cat);
+    return t->be->kind == TS_DEVICE_CPU ? ts_mem_stats(cat) : ts_device_mem_stats(cat);
+}
+
+/* Per pipeline stage: the measured bubble of the step and the activation
+ * peak so far (KiB), gathered over the pipeline group (collective). */
+static ts_status trainer_stage_stats(ts_trainer *t, const ts_step_stats *s, float *bubble,
+                                     int32_t *peak_kib) {
+    float b = (float)s->bubble;
+    int32_t k = (int32_t)(trainer_mem(t, TS_MEM_ACTS).peak / 1024);
+    if (!t->stage_comm || t->stages == 1) {
+        bubble[0] = b;
+        peak_kib[0] = k;
+        return TS_OK;
+    }
+    TS_TRY(ts_comm_all_gather(t->stage_host, &b, bubble, 1, TS_F32));
+    return ts_comm_all_gather(t->stage_host, &k, peak_kib, 1, TS_I32);
+}
+
+/* A JSON number, or null when it is not finite (JSON has no NaN). */
+static void json_num(FILE *f, const char *fmt, double v) {
+    if (isfinite(v))
+        fprintf(f, fmt, v);
+    else
+        fputs("null", f);
+}
+
+static ts_status trainer_write_metrics(ts_trainer *t, const ts_step_stats *s, const float *bubble,
+                                       const int32_t *peak_kib) {
+    FILE *f = t->metrics.f;
+    ts_mem_counter total = trainer_mem(t, TS_MEM_NCAT);
+    fprintf(f, "{\"step\":%lld,\"loss\":", (long long)s->step);
+    json_num(f, "%.17g", s->loss);
+    fprintf(f, ",\"lr\":%.9g,\"grad_norm\":", (double)s->lr);
+    json_num(f, "%.9g", s->grad_norm);
+    fprintf(f,
+            ",\"skipped\":%s,\"skipped_steps\":%lld,\"tokens_per_s\":%.6g,\"step_ms\":%.6g,"
+            "\"peak_mem_bytes\":%zu,\"mem\":{",
+            s->skipped ? "true" : "false", (long long)s->skipped_steps, s->tokens_per_s, s->step_ms,
+            total.peak);
+    for (int c = 0; c <= TS_MEM_NCAT; c++) {
+        ts_mem_counter k = trainer_mem(t, (ts_mem_category)c);
+        fprintf(f, "%s\"%s\":{\"allocated\":%zu,\"reserved\":%zu,\"peak\":%zu}", c ? "," : "",
+                ts_mem_category_name((ts_mem_category)c), k.allocated, k.reserved, k.peak);
+    }
+    fprintf(f, "},\"comm\":");
+    char buf[16384];
+    if (t->par) {
+        TS_TRY(ts_parallel_counters_json(t->par, t->snap, buf, sizeof buf));
+        fputs(buf, f);
+    } else {
+        fputs("{}", f);
+    }
+    TS_TRY(ts_plugins_metrics_json(t->reg, buf, sizeof buf));
+    fprintf(f, ",\"plugins\":%s,\"pipeline\":{\"stages\":%d,\"bubble\":[", buf, t->stages);
+    for (int k = 0; k < t->stages; k++) {
+        if (k) fputc(',', f);
+        json_num(f, "%.4f", (double)bubble[k]);
+    }
+    fprintf(f, "],\"activation_peak_bytes\":[");
+    for (int k = 0; k < t->stages; k++)
+        fprintf(f, "%s%lld", k ? "," : "", 1024LL * peak_kib[k]);
+    fprintf(f, "]}}\n");
+    return ts_file_stream_flush(&t->metrics);
+}
+
+/* A skipped step's line (every skipped step is printed, whatever
+ * log_every), and the error once max_skipped_steps came in a row. */
+static ts_status trainer_skipped(ts_trainer *t, const ts_step_stats *s) {
+    if (t->rank0) {
+        printf("step %5lld/%lld | skipped: loss %g, grad norm %g are not finite; the update is "
+               "not applied (%lld in a row, [train] max_skipped_steps = %lld)\n",
+               (long long)s->step, (long long)t->steps, s->loss, s->grad_norm,
+               (long long)t->skipped_in_row, (long long)t->max_skipped);
+        fflush(stdout);
+    }
+    if (t->skipped_in_row < t->max_skipped) return TS_OK;
+    char where[512];
+    ts_config_where(t->cfg, "train", "max_skipped_steps", where, sizeof where);
+    return ts_error(TS_ERR_INVALID,
+                    "step %lld: %lld steps in a row had a non-finite loss or gradient norm (%s = "
+                    "%lld); stopping. The weights are those before the first of them; lower "
+                    "[train] lr or set grad_clip",
+                    (long long)s->step, (long long)t->skipped_in_row, where,
+                    (long long)t->max_skipped);
+}
+
+static void trainer_print_header(ts_trainer *t) {
+    const ts_model_config *c = &t->mcfg;
+    char device[32];
+    if (t->be->kind == TS_DEVICE_CPU)
+        snprintf(device, sizeof device, "cpu");
+    else
+        snprintf(device, sizeof device, "%s:%d", t->be->name, ts_device_current());
+    printf("model: gpt2 layers=%d d_model=%d heads=%d vocab=%d (padded %d) context=%d, "
+           "%zu parameters, %s, device %s\n",
+           c->layers, c->d_model, c->heads, c->vocab, c->padded_vocab, c->context, t->model->numel,
+           ts_dtype_name(t->model->dtype), device);
+    printf("data: %s\n", ts_dataset_describe(t->data));
+    double h = ts_dataset_entropy_rate(t->data);
+    printf("loss at uniform prediction ln(vocab) = %.4f", log((double)c->vocab));
+    if (!isnan(h)) printf("; entropy rate of the source = %.4f nats/token", h);
+    printf("\ntrain: %lld steps, seq_len %d, micro_batch %d, global_batch %d "
+           "(%d micro-batches), %d threads\n",
+           (long long)t->steps, t->T, t->B, t->global_batch, t->micro_batches,
+           ts_cpu_get_threads());
+    if (t->par)
+        printf("parallel: %d ranks, mesh order %s, batch in %d parts (%d micro-batches of %d per "
+               "rank)\n",
+               t->par->size, ts_mesh_order(t->par->mesh), t->parts, t->micro_batches, t->B);
+    fflush(stdout);
+}
+
+ts_status ts_trainer_run(ts_trainer *t) {
+    const ts_model_config *c = &t->mcfg;
+    if (t->rank0) trainer_print_header(t);
+    while (t->state.step < t->steps) {
+        int have = 1;
+        TS_TRY(trainer_have_data(t, &have));
+        if (!have) {
+            if (t->rank0)
+                printf("data: [data] epochs = %lld exhausted before step %lld; stopping on all "
+                       "ranks\n",
+                       (long long)t->epochs, (long long)t->state.step + 1);
+            break;
+        }
+        if (t->par) ts_parallel_snapshot_take(t->par, t->snap);
+        ts_step_stats s;
+        TS_TRY(ts_trainer_step(t, &s));
+        ts_mem_counter total = trainer_mem(t, TS_MEM_NCAT);
+        if (t->rank0 && !s.skipped && (s.step % t->log_every == 0 || s.step == t->steps)) {
+            printf("step %5lld/%lld | loss %.6f | lr %.3e | norm %.4f | %8.0f tok/s | "
+                   "%8.1f ms | peak %.1f MiB\n",
+                   (long long)s.step, (long long)t->steps, s.loss, (double)s.lr, s.grad_norm,
+                   s.tokens_per_s, s.step_ms, (double)total.peak / (1 << 20));
+            fflush(stdout);
+        }
+        float bubble[t->stages];
+        int32_t peak_kib[t->stages];
+        TS_TRY(trainer_stage_stats(t, &s, bubble, peak_kib));
+        if (t->metrics.f) TS_TRY(trainer_write_metrics(t, &s, bubble, peak_kib));
+        if (s.skipped) TS_TRY(trainer_skipped(t, &s));
+        /* A checkpoint falls due every checkpoint_every steps and at the
+         * end; one due on a skipped step waits for the next applied step,
+         * so the newest checkpoint never holds the state a skipped step
+         * started from (the state that just diverged). */
+        if (t->ckpt_dir[0] &&
+            ((t->ckpt_every > 0 && s.step % t->ckpt_every == 0) || s.step == t->steps))
+            t->ckpt_due = 1;
+        if (t->ckpt_due && s.skipped && t->rank0) {
+            printf("checkpoint: deferred, step %lld was skipped\n", (long long)s.step);
+            fflush(stdout);
+        }
+        if (t->ckpt_due && !s.skipped) {
+            t->ckpt_due = 0;
+            char path[4096];
+            /* Data-parallel replicas hold the same state: rank 0 writes it. */
+            TS_TRY(trainer_save(t, path, sizeof path));
+            if (t->rank0) {
+                printf("checkpoint: %s\n", path);
+                fflush(stdout);
+            }
+        }
+    }
+    (void)c;
+    TS_TRY(ts_file_stream_close(&t->metrics));
+    if (t->par && t->rank0) ts_parallel_report(t->par, stdout);
+    if (t->trace) {
+        TS_TRY(ts_trace_write(t->trace, t->par ? t->par->world : NULL, t->trace_path));
+        if (t->rank0) printf("trace: %s\n", t->trace_path);
+    }
+    return TS_OK;
+}

@@ -1,0 +1,143 @@
+/*
+ * trainer_impl.h — what the trainer's files share (not installed, not for
+ * plugins): the trainer itself and the functions one file calls in another.
+ *
+ *   train.c     configuration to model, data, optimizer and schedule; the
+ *               batch of a step; ts_trainer_step
+ *   executor.c  runs a step's schedule: actions, pipeline sends, hooks, the
+ *               gradient reductions nobody provides, the optimizer step
+ *   state_io.c  the training state in and out: checkpoints, llm.c exports,
+ *               sharded optimizer state gathered and cut
+ *   report.c    the run loop: progress lines, JSONL metrics, checkpoints
+ *               when due
+ */
+#ifndef TESSERA_CORE_TRAINER_IMPL_H
+#define TESSERA_CORE_TRAINER_IMPL_H
+
+#include <time.h>
+
+#include "data.h"
+#include "file.h"
+#include "schedule.h"
+#include "train.h"
+#include "trace.h"
+
+struct ts_trainer {
+    const ts_config *cfg;
+    ts_parallel *par;          /* borrowed; NULL on one rank without MPI      */
+    ts_plugins *reg;           /* borrowed; NULL when no plugin is loaded     */
+    ts_layout_plan plan;       /* placements of every tensor after transforms */
+    int rank0;                 /* this rank prints, writes metrics/checkpoints */
+    int parts, part;           /* the global batch is cut in `parts` blocks of
+                                  sequences (data.tokens S(0)); ours is `part` */
+    ts_comm *batch_comm;       /* ranks holding disjoint parts of the batch   */
+    int *ready_after;          /* per parameter: the module whose backward
+                                  completes its gradient                      */
+    unsigned char *norm_owner; /* per parameter: this rank counts it in the
+                               global gradient norm (exactly one rank of
+                               every replica group does)                   */
+    int hooks_on;              /* the current backward is its chunk's last    */
+    int cur_mb;                /* the micro-batch of the action running      */
+    /* What plugins see of the model (ABI 1.1): one view per parameter, per
+     * module, the model and the training state. */
+    ts_plugin_param *pviews;
+    ts_plugin_param **pview_ptrs; /* the model's, then each module's       */
+    ts_plugin_module *mviews;
+    ts_plugin_model mview;
+    ts_plugin_train_state tstate;
+    /* Per parameter, bit a of model->axes: the core itself sums its
+     * gradient over that axis before the optimizer (an axis cutting the
+     * batch that no plugin reduces gradients over). */
+    unsigned *core_reduce;
+    /* Pipeline: this rank's stage of `stages`, running `chunks` model chunks
+     * (virtual stages chunk * stages + stage). */
+    int stages, stage, chunks;
+    ts_comm *stage_comm; /* the pipeline group: comm rank = stage       */
+    ts_comm *stage_host; /* the same group for host memory (borrowed)   */
+    ts_comm *tie_comm;   /* first and last stage (tied wte); borrowed    */
+    /* Per (micro-batch, chunk): received activations and gradients, the
+     * chunk's output, the gradient sent upstream, and pending sends. */
+    float **act_in, **grad_in, **grad_out;
+    ts_tensor *chunk_out;
+    ts_comm_request **act_req, **grad_req;
+    double compute_s; /* this step's forward + backward time         */
+    ts_trace *trace;  /* NULL unless [train] trace is set            */
+    const char *trace_path;
+    ts_parallel_snapshot *snap;
+    int64_t epochs; /* [data] epochs; 0 = wrap around               */
+    ts_model_config mcfg;
+    const ts_arch *arch; /* [model] arch                                */
+    ts_model *model;
+    ts_optimizer *optim;
+    /* Optimizer state cut by a plugin's provider (ABI 1.1) over one axis:
+     * its index in model->axes (-1: not cut), the provider, and every
+     * rank's range length in rank order of the axis group. */
+    int opt_axis;
+    const char *opt_plugin;
+    const ts_plugin_optimizer_state_ops *opt_ops;
+    ts_plugin_ctx *opt_ctx;
+    void *opt_user;
+    size_t *opt_counts;
+    ts_dataset *data;
+    ts_train_state state;
+    ts_schedule schedule;
+
+    int T, B, global_batch, micro_batches;
+    /* This rank's tokens of each sequence: T_local of them from position
+     * seq0 (the whole sequence unless an axis cuts data.tokens along it). */
+    int T_local, seq0;
+    int32_t *window; /* one data window (T + 1 tokens' inputs, targets)  */
+    int64_t steps;
+    int log_every;
+    const char *ckpt_dir;
+    int64_t ckpt_every;
+    ts_dir_lock ckpt_lock;  /* held by rank 0 while it owns ckpt_dir      */
+    ts_file_stream metrics; /* rank 0's JSONL metrics (f NULL: none)     */
+    /* Steps whose loss or gradient norm was not finite: not applied. */
+    int64_t max_skipped, skipped_in_row, skipped_total;
+    int ckpt_due;  /* a checkpoint is due at the next applied step      */
+    int plan_only; /* a dry run (ts_trainer_create_plan): no data, no
+                      outputs, the dry-run backend                      */
+
+    const ts_backend *be;      /* the model's device (opened here)      */
+    int32_t *tokens, *targets; /* (global_batch, T) of the current step,
+                                  in host memory                        */
+    ts_step_ctx *ctx;          /* one per micro-batch                   */
+    /* The batch on the device (the host arrays themselves on the CPU). */
+    int32_t *tokens_dev, *targets_dev;
+};
+
+static inline double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* An error about [section] key, naming where it was set (file and line). */
+ts_status trainer_key_error(const ts_config *cfg, const char *section, const char *key,
+                            const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* The same wrapping the last error (a file's own message); returns `code`
+ * when it is not TS_OK. */
+ts_status trainer_key_error_last(const ts_config *cfg, const char *section, const char *key,
+                                 ts_status code);
+
+/* train.c: whether every window of this step lies within [data] epochs,
+ * agreed by all ranks (collective). */
+ts_status trainer_have_data(ts_trainer *t, int *have);
+
+/* executor.c: runs the step's schedule (every action, the optimizer step
+ * among them) on the loaded batch with `valid` target tokens in the global
+ * batch. *loss_sum: this rank's summed loss; *norm, *lr: the step's
+ * gradient norm and learning rate; *skipped: the update was not applied (a
+ * non-finite loss or norm on some rank). */
+ts_status trainer_execute(ts_trainer *t, int64_t valid, double *loss_sum, double *norm, float *lr,
+                          int *skipped);
+
+/* state_io.c: sets the master weights (and the bf16 parameters) from the
+ * unsharded flat array `full` (global_numel f32, host memory). */
+ts_status trainer_set_master(ts_trainer *t, const float *full);
+/* state_io.c: saves a checkpoint of the current state (collective: every
+ * rank takes part, world rank 0 writes); its path goes to `path`. */
+ts_status trainer_save(ts_trainer *t, char *path, size_t size);
+
+#endif /* TESSERA_CORE_TRAINER_IMPL_H */
