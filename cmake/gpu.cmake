@@ -1,5 +1,5 @@
 # gpu.cmake — the GPU side of the core: the caching device allocator
-# (core/backend/device_cuda.c) and the NCCL communicator (core/comm/comm_nccl.c), compiled
+# (core/backend/cuda/device_cuda.c) and the NCCL communicator (core/backend/cuda/comm_nccl.c), compiled
 # with the CUDA runtime API and NCCL into the OBJECT library tessera_gpu.
 #
 # Does nothing unless TESSERA_CUDA is ON. Include it from the top-level
@@ -31,9 +31,9 @@ find_path(TESSERA_NCCL_INCLUDE nccl.h
 find_library(TESSERA_NCCL_LIB nccl
   HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME PATH_SUFFIXES lib lib64)
 
-set(TESSERA_GPU_SOURCES ${PROJECT_SOURCE_DIR}/core/backend/device_cuda.c)
+set(TESSERA_GPU_SOURCES ${PROJECT_SOURCE_DIR}/core/backend/cuda/device_cuda.c)
 if(TESSERA_NCCL_INCLUDE AND TESSERA_NCCL_LIB)
-  list(APPEND TESSERA_GPU_SOURCES ${PROJECT_SOURCE_DIR}/core/comm/comm_nccl.c)
+  list(APPEND TESSERA_GPU_SOURCES ${PROJECT_SOURCE_DIR}/core/backend/cuda/comm_nccl.c)
   message(STATUS "GPU: CUDA ${CUDAToolkit_VERSION}, NCCL ${TESSERA_NCCL_LIB}")
 else()
   message(STATUS "GPU: CUDA ${CUDAToolkit_VERSION}; NCCL not found (nccl.h, libnccl): "

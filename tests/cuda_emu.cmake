@@ -27,14 +27,15 @@ endforeach()
 file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu)
 
 # The emulated kernels and NCCL, and the whole library built over them with
-# CUDA and NCCL on (the CUDA backend, the device allocator, core/comm/comm_nccl.c),
+# CUDA and NCCL on (the CUDA backend, the device allocator, core/backend/cuda/comm_nccl.c),
 # as a static library for the emulated programs below.
 add_library(tessera_emu_kernels OBJECT ${TESSERA_EMU_GENERATED}
   ${PROJECT_SOURCE_DIR}/tests/cuda_emu/cuda_emu.cc ${PROJECT_SOURCE_DIR}/tests/cuda_emu/nccl_emu.cc)
 target_link_libraries(tessera_emu_kernels PRIVATE MPI::MPI_C)
 # The C API only (Open MPI's mpi.h pulls in its C++ bindings otherwise).
 target_compile_definitions(tessera_emu_kernels PRIVATE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
-file(GLOB TESSERA_EMU_CORE CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/core/*/*.c)
+file(GLOB TESSERA_EMU_CORE CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/core/*/*.c
+  ${PROJECT_SOURCE_DIR}/core/backend/cuda/*.c)
 add_library(tessera_emu STATIC ${TESSERA_EMU_CORE} $<TARGET_OBJECTS:tessera_kernels_cpu>
   $<TARGET_OBJECTS:tessera_emu_kernels>)
 foreach(t tessera_emu_kernels tessera_emu)

@@ -12,7 +12,7 @@
 # A test exits 77 to be reported as skipped (SKIP_RETURN_CODE).
 add_executable(test_device_alloc_host
   ${PROJECT_SOURCE_DIR}/tests/test_device_alloc.c
-  ${PROJECT_SOURCE_DIR}/core/backend/device_cuda.c
+  ${PROJECT_SOURCE_DIR}/core/backend/cuda/device_cuda.c
   ${PROJECT_SOURCE_DIR}/core/base/status.c
   ${PROJECT_SOURCE_DIR}/core/base/alloc.c)
 target_compile_definitions(test_device_alloc_host PRIVATE TS_DEVICE_HOST_BACKING=1)
