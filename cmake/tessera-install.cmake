@@ -1,7 +1,8 @@
 # tessera-install.cmake — installs the SDK for out-of-tree plugins: the CMake
 # package (find_package(tessera) gives tessera::plugin, tessera::tessera and
 # tessera_add_plugin()), a pkg-config file, and the plugin directory
-# <libdir>/tessera that the loader searches by default. Included once by the
+# <libdir>/tessera that the loader searches by default (with the CUDA
+# backend, tessera-backend-cuda.so, when the build has one). Included once by the
 # top-level CMakeLists.txt, after the `tessera` target exists.
 include(CMakePackageConfigHelpers)
 
@@ -41,6 +42,11 @@ install(FILES
 install(FILES ${CMAKE_BINARY_DIR}/cmake/tessera.pc
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 install(DIRECTORY DESTINATION ${TESSERA_INSTALL_PLUGINDIR})
+# The CUDA backend (cmake/gpu.cmake) goes next to the plugins: the core looks
+# for <libdir>/tessera/tessera-backend-cuda.so beside libtessera.so.
+if(TARGET tessera_backend_cuda)
+  install(TARGETS tessera_backend_cuda LIBRARY DESTINATION ${TESSERA_INSTALL_PLUGINDIR})
+endif()
 
 # In-tree plugins: tessera_plugin(NAME SOURCES...) builds a MODULE
 # tessera-<name>.so into <build>/tessera — the directory the loader searches

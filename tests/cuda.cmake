@@ -6,9 +6,9 @@
 # (TESSERA_CUDA ON and kernels/cuda/cuda.cmake included).
 if(TESSERA_CUDA AND TARGET tessera_kernels_cuda)
   add_executable(test_cuda_kernels tests/cuda/test_cuda_kernels.c)
-  # tessera carries both kernel sets (the CPU objects and, linked in by the
-  # top level, tessera_kernels_cuda) and ts_error / ts_last_error.
-  target_link_libraries(test_cuda_kernels PRIVATE tessera CUDA::cudart m)
+  # The CUDA kernels' objects themselves (libtessera does not carry them: they
+  # live in the CUDA backend), over tessera for the CPU kernels and ts_error.
+  target_link_libraries(test_cuda_kernels PRIVATE tessera_kernels_cuda tessera CUDA::cudart m)
   target_include_directories(test_cuda_kernels PRIVATE
     ${PROJECT_SOURCE_DIR}/kernels/cpu ${PROJECT_SOURCE_DIR}/kernels/cuda)
 

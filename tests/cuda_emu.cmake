@@ -3,8 +3,10 @@
 # build: no GPU and no CUDA toolkit needed. Each kernels/cuda/*.cu is
 # rewritten by cu2cc.py (launches and shared memory only) and compiled as C++
 # against the emulator's stand-in headers for the CUDA runtime, cuBLAS and
-# NCCL; the library is built again over them (tessera_emu), and the GPU
-# tests' own sources are compiled against it unchanged. Label `emulated`
+# NCCL (implemented by libtessera_cuda_emu.so); the CUDA backend is built
+# again over them as <build>/cuda_emu/tessera/tessera-backend-cuda.so, the
+# core again as a static library (tessera_emu) that loads that backend, and
+# the GPU tests' own sources are compiled against it unchanged. Label `emulated`
 # (not `cuda`: `ctest -L cuda` stays the tests that need a real GPU, skipped
 # without one); docs/gpu.md lists the tests.
 find_package(Python3 COMPONENTS Interpreter)
@@ -26,40 +28,66 @@ foreach(cu ${TESSERA_EMU_CU})
 endforeach()
 file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu)
 
-# The emulated kernels and NCCL, and the whole library built over them with
-# CUDA and NCCL on (the CUDA backend, the device allocator, core/backend/cuda/comm_nccl.c),
-# as a static library for the emulated programs below.
-add_library(tessera_emu_kernels OBJECT ${TESSERA_EMU_GENERATED}
+# The emulated CUDA runtime, cuBLAS and NCCL: one shared library standing in
+# for libcudart, libcublas and libnccl, so that the emulated backend and the
+# test programs that call the runtime themselves (test_nccl's own stream)
+# share one emulated device, as they share one libcudart on a GPU.
+set(TESSERA_EMU_DIR ${CMAKE_BINARY_DIR}/cuda_emu)
+add_library(tessera_cuda_emu SHARED
   ${PROJECT_SOURCE_DIR}/tests/cuda_emu/cuda_emu.cc ${PROJECT_SOURCE_DIR}/tests/cuda_emu/nccl_emu.cc)
-target_link_libraries(tessera_emu_kernels PRIVATE MPI::MPI_C)
+set_target_properties(tessera_cuda_emu PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${TESSERA_EMU_DIR})
+target_link_libraries(tessera_cuda_emu PUBLIC MPI::MPI_C)
 # The C API only (Open MPI's mpi.h pulls in its C++ bindings otherwise).
-target_compile_definitions(tessera_emu_kernels PRIVATE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
-file(GLOB TESSERA_EMU_CORE CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/core/*/*.c
-  ${PROJECT_SOURCE_DIR}/core/backend/cuda/*.c)
-add_library(tessera_emu STATIC ${TESSERA_EMU_CORE} $<TARGET_OBJECTS:tessera_kernels_cpu>
+target_compile_definitions(tessera_cuda_emu PRIVATE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
+# The emulated kernels (for the backend, and for the kernel test directly).
+add_library(tessera_emu_kernels OBJECT ${TESSERA_EMU_GENERATED})
+# The emulated CUDA backend, made as cmake/gpu.cmake makes the real one, over
+# the emulated kernels and runtime: <build>/cuda_emu/tessera/tessera-backend-cuda.so.
+add_library(tessera_emu_backend_cuda MODULE
+  ${PROJECT_SOURCE_DIR}/core/backend/cuda/backend_cuda.c
+  ${PROJECT_SOURCE_DIR}/core/backend/cuda/backend_host.c
+  ${PROJECT_SOURCE_DIR}/core/backend/cuda/device_cuda.c
+  ${PROJECT_SOURCE_DIR}/core/backend/cuda/comm_nccl.c
   $<TARGET_OBJECTS:tessera_emu_kernels>)
-foreach(t tessera_emu_kernels tessera_emu)
+tessera_backend_module(tessera_emu_backend_cuda ${TESSERA_EMU_DIR}/tessera)
+target_link_libraries(tessera_emu_backend_cuda PRIVATE tessera_cuda_emu MPI::MPI_C m stdc++)
+# The core, as libtessera is (it knows no CUDA), static, looking for its
+# backend in the emulator's directory instead of <build>/tessera.
+file(GLOB TESSERA_EMU_CORE CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/core/*/*.c)
+add_library(tessera_emu STATIC ${TESSERA_EMU_CORE} $<TARGET_OBJECTS:tessera_kernels_cpu>)
+target_include_directories(tessera_emu PRIVATE
+  ${PROJECT_SOURCE_DIR}/include ${TESSERA_CORE_INCLUDE_DIRS} ${PROJECT_SOURCE_DIR}/kernels/cpu
+  ${TESSERA_CBLAS_INCLUDE})
+target_compile_definitions(tessera_emu PRIVATE TESSERA_BACKEND_DIR="${TESSERA_EMU_DIR}/tessera"
+  TESSERA_CUDA_BACKEND_BUILT=1)
+add_dependencies(tessera_emu tessera_emu_backend_cuda)
+foreach(t tessera_cuda_emu tessera_emu_kernels tessera_emu_backend_cuda)
   # The stand-ins come first, so <cuda_runtime.h> and friends are never the toolkit's.
   target_include_directories(${t} BEFORE PRIVATE ${PROJECT_SOURCE_DIR}/tests/cuda_emu/include)
   target_include_directories(${t} PRIVATE
     ${PROJECT_SOURCE_DIR}/include ${TESSERA_CORE_INCLUDE_DIRS} ${PROJECT_SOURCE_DIR}/kernels/cpu
-    ${PROJECT_SOURCE_DIR}/kernels/cuda ${TESSERA_CBLAS_INCLUDE})
+    ${PROJECT_SOURCE_DIR}/kernels/cuda)
   target_compile_definitions(${t} PRIVATE TESSERA_HAVE_CUDA=1 TESSERA_HAVE_NCCL=1)
   set_target_properties(${t} PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
   # `#pragma unroll` is nvcc's.
   target_compile_options(${t} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-unknown-pragmas>)
 endforeach()
 target_link_libraries(tessera_emu PUBLIC OpenMP::OpenMP_C MPI::MPI_C PkgConfig::INIH
-  ${TESSERA_CBLAS_LIB} ${CMAKE_DL_LIBS} m stdc++)
+  ${TESSERA_CBLAS_LIB} ${CMAKE_DL_LIBS} m)
 
-# The GPU kernel test, unchanged, over the emulated kernels.
-add_executable(test_cuda_kernels_emu ${PROJECT_SOURCE_DIR}/tests/cuda/test_cuda_kernels.c)
-# The program and the probe of the training tests, over the emulated library.
+# The GPU kernel test, unchanged, over the emulated kernels (linked in: the
+# kernels are not the core's), the emulated runtime and the core.
+add_executable(test_cuda_kernels_emu ${PROJECT_SOURCE_DIR}/tests/cuda/test_cuda_kernels.c
+  $<TARGET_OBJECTS:tessera_emu_kernels>)
+target_link_libraries(test_cuda_kernels_emu PRIVATE tessera_cuda_emu stdc++)
+# The program and the probe of the training tests, over the emulated library:
+# they load the emulated backend as `tessera` loads the real one.
 add_executable(tessera_emu_cli ${PROJECT_SOURCE_DIR}/apps/tessera.c)
 add_executable(tessera_cuda_probe_emu ${PROJECT_SOURCE_DIR}/tests/cuda/cuda_probe.c)
 # The GPU side's own tests, unchanged: the NCCL backend, the device allocator,
-# the parallel context's device communicators.
+# the parallel context's device communicators (through the loaded backend).
 add_executable(test_nccl_emu ${PROJECT_SOURCE_DIR}/tests/test_nccl.c)
+target_link_libraries(test_nccl_emu PRIVATE tessera_cuda_emu) # its own stream
 add_executable(test_device_alloc_emu ${PROJECT_SOURCE_DIR}/tests/test_device_alloc.c)
 add_executable(test_parallel_emu ${PROJECT_SOURCE_DIR}/tests/test_parallel.c)
 foreach(t test_cuda_kernels_emu tessera_emu_cli tessera_cuda_probe_emu test_nccl_emu

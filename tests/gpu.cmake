@@ -1,7 +1,10 @@
 # gpu.cmake — tests of the GPU side of the core: the caching device
 # allocator and the NCCL communicator (label cuda; the host-backed pool test
 # runs everywhere, label core). Built from their sources, like
-# test_comm, so they do not depend on how libtessera is assembled.
+# test_comm: the allocator and NCCL objects of the CUDA backend (tessera_gpu)
+# linked straight into the test with the core files they call, not loaded
+# through tessera-backend-cuda.so (the emulated copies, tests/cuda_emu.cmake,
+# go through the loader).
 #
 #   device_alloc_host  the allocator's pool over host memory: its logic on any
 #                      machine, with or without CUDA;
@@ -24,7 +27,7 @@ set_tests_properties(device_alloc_host PROPERTIES
   LABELS core ENVIRONMENT "${TESSERA_TEST_ENV}" TIMEOUT 120)
 
 if(NOT TARGET tessera_gpu)
-  message(STATUS "GPU tests: no tessera_gpu target (TESSERA_CUDA off): only device_alloc_host")
+  message(STATUS "GPU tests: no tessera_gpu target (no CUDA): only device_alloc_host")
   return()
 endif()
 

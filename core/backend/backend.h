@@ -7,9 +7,12 @@
  * model (ts_model.be). The CPU backend (backend_cpu.c) wraps the host
  * allocator and the reference kernels of kernels/cpu — bit for bit the
  * computation the model did before the table existed. The CUDA backend
- * (backend_cuda.c) wraps the caching device allocator (device.h) and the
- * kernels of kernels/cuda; it exists only in builds with CUDA
- * (TESSERA_HAVE_CUDA).
+ * (cuda/backend_cuda.c) wraps the caching device allocator (device.h) and
+ * the kernels of kernels/cuda; it lives in its own shared object,
+ * tessera-backend-cuda.so, which the core opens only when a run needs the
+ * device (backend_load.c; the contract, its search path and its errors are
+ * in backend_abi.h). This table is part of that contract: fields are only
+ * appended, and the backend says how large its table is.
  *
  * Pointers. Every tensor argument is memory of the backend's device,
  * allocated with its `alloc`; only to_host / from_host (and the host double
@@ -194,16 +197,23 @@ typedef struct ts_backend {
 /* The CPU backend: always available, never fails. */
 const ts_backend *ts_backend_cpu(void);
 /* The CUDA backend's table, without any initialisation (use
- * ts_backend_open); NULL, with the last error "this build has no CUDA", in a
- * build without CUDA. */
+ * ts_backend_open), loading tessera-backend-cuda.so if it is not loaded yet;
+ * NULL, with the loader's message as the last error, when it cannot be
+ * loaded (not found — also the case of a build without CUDA — damaged, or of
+ * another ABI; backend_abi.h). */
 const ts_backend *ts_backend_cuda(void);
 
-/* The backend of `device`, ready for use. For TS_DEVICE_CUDA this selects
- * the GPU (ts_device_init(-1): the launcher's local rank), creates the
- * kernels' context (ts_cuda_init) and makes its stream the compute stream of
- * the device allocator, once per process. Failure: TS_ERR_INVALID when this
- * build has no CUDA or no CUDA device is visible (the message says which),
- * or any error of the initialisation. */
+/* The backend of `device`, ready for use. For TS_DEVICE_CUDA this loads
+ * tessera-backend-cuda.so (once per process), then selects the GPU
+ * (ts_device_init(-1): the launcher's local rank), creates the kernels'
+ * context (ts_cuda_init) and makes its stream the compute stream of the
+ * device allocator, once per process. Failure: TS_ERR_INVALID when no
+ * backend file is found (the message lists the directories searched and
+ * says when this build has no CUDA) or no CUDA device is visible;
+ * TS_ERR_PLUGIN when the file is damaged, cannot be loaded (a CUDA library
+ * it needs is missing: dlerror's words) or is not a backend of this ABI
+ * (the message names the file and what is wrong); or any error of the
+ * initialisation. */
 ts_status ts_backend_open(ts_device device, const ts_backend **out);
 
 /* Releases what ts_backend_open(TS_DEVICE_CUDA) set up (waits for the

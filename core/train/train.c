@@ -678,7 +678,7 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
         if (!st && par) st = ts_parallel_open_device(par);
         if (st) {
             char msg[1024];
-            snprintf(msg, sizeof msg, "%s", ts_last_error());
+            snprintf(msg, sizeof msg, "%s", ts_last_error_bare());
             CHECK(trainer_key_error(cfg, "train", "device", "device = %s: %s", device, msg));
         }
     }
@@ -721,7 +721,7 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
         char where[512];
         ts_config_where(cfg, "data", "source", where, sizeof where);
         char msg[2048];
-        snprintf(msg, sizeof msg, "%s", ts_last_error());
+        snprintf(msg, sizeof msg, "%s", ts_last_error_bare());
         st = ts_error(st, "%s: %s", where, msg);
         goto fail;
     }

@@ -4,10 +4,21 @@
  *
  * This header is part of the SDK installed under include/tessera/. It names
  * no CUDA or NCCL type (streams travel as `void *`, a cudaStream_t), so a
- * plugin includes it whether or not tessera was built with CUDA. A build
- * without CUDA keeps every function: ts_device_count() returns 0, allocation
- * and ts_comm_nccl_create fail with TS_ERR_INVALID ("built without CUDA"),
- * the rest do nothing. See docs/gpu.md for how the pieces fit together.
+ * plugin includes it whether or not tessera was built with CUDA. See
+ * docs/gpu.md for how the pieces fit together.
+ *
+ * Where it is implemented. libtessera links no CUDA library: the functions
+ * below forward to the CUDA backend, tessera-backend-cuda.so, which the core
+ * loads on the first call that needs a device — ts_device_count,
+ * ts_device_init, ts_device_synchronize, ts_device_copy, ts_device_alloc,
+ * ts_device_set_stream with a stream, ts_comm_nccl_create (and
+ * ts_backend_open for `[train] device = cuda`). Until then, and for good when
+ * the backend cannot be loaded (a build without CUDA, a missing or damaged
+ * file), the others answer as a machine without a GPU: ts_device_current()
+ * is -1, the stream NULL, the counters zero, the NCCL group functions do
+ * nothing; ts_device_count() is 0, and the calls that need a device fail
+ * with TS_ERR_INVALID and the loader's message (which file, why). So a CPU
+ * run maps no CUDA library at all.
  *
  * One GPU per process. A process drives exactly one device, chosen once by
  * ts_device_init (or implicitly by the first call that needs a device) from
@@ -53,8 +64,10 @@ extern "C" {
  * ======================================================================== */
 
 /* The number of CUDA devices this process sees (CUDA_VISIBLE_DEVICES
- * applies); 0 without a GPU, without a driver, or in a build without CUDA.
- * Never fails and never selects a device: tests call it to decide to skip. */
+ * applies); 0 without a GPU, without a driver, or when the CUDA backend
+ * cannot be loaded (a build without CUDA). Loads the backend (a query of the
+ * device needs it) but never fails and never selects a device: tests call it
+ * to decide to skip. */
 int ts_device_count(void);
 
 /* Selects the device this process drives, once.
@@ -175,9 +188,10 @@ ts_device_pool_counter ts_device_pool_stats(void);
  *          name — the axis name, copied.
  * Outputs: *out — owned by the caller, released with ts_comm_free before
  *          ts_comm_world_finalize.
- * Failure: TS_ERR_INVALID (built without NCCL, no device, a backend other
- *          than "mpi", a bad name); TS_ERR_COMM when NCCL cannot initialise
- *          (its message included), e.g. two ranks on one GPU. */
+ * Failure: TS_ERR_INVALID (no CUDA backend, one built without NCCL, no
+ *          device, a backend other than "mpi", a bad name); TS_ERR_COMM when
+ *          NCCL cannot initialise (its message included), e.g. two ranks on
+ *          one GPU. */
 ts_status ts_comm_nccl_create(ts_comm *mpi, const char *name, ts_comm **out);
 
 /* Explicit groups, for the pipeline's exchange of activations and

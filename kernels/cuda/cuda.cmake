@@ -6,8 +6,9 @@
 # Included by the top-level CMakeLists.txt only when TESSERA_CUDA is ON, after
 # the tessera_kernels_cpu target exists (the .cu files include cpu_kernels.h
 # for shared constants) and before the tests (tests/cuda.cmake registers the
-# `cuda` label's tests against it). The top level then links it into the
-# `tessera` library: target_link_libraries(tessera PUBLIC tessera_kernels_cuda).
+# `cuda` label's tests against it). cmake/gpu.cmake links it into the CUDA
+# backend, tessera-backend-cuda.so, never into the `tessera` library; the
+# kernels' calls of ts_error reach the core through the backend's host table.
 if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
   set(CMAKE_CUDA_ARCHITECTURES "80;90")
 endif()

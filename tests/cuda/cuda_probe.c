@@ -2,7 +2,8 @@
  * cuda_probe.c — tessera_cuda_probe [N]: whether this process sees at least
  * N CUDA devices (default 1), for test scripts that need them. Prints the
  * count and exits 0, or prints "SKIPPED: ..." and exits 77 (ctest's skip
- * code here), also in a build without CUDA (ts_device_count() is 0 there).
+ * code here), also in a build without CUDA (ts_device_count() loads the CUDA
+ * backend to ask, and is 0 when there is none to load).
  */
 #include <stdio.h>
 #include <stdlib.h>

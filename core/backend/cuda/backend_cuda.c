@@ -1,28 +1,34 @@
 /*
  * backend_cuda.c — the CUDA backend (backend.h): the caching device
- * allocator of device.h and the kernels of kernels/cuda, on one GPU.
+ * allocator of device.h and the kernels of kernels/cuda, on one GPU; and the
+ * descriptor that tessera-backend-cuda.so exports to the core
+ * (backend_abi.h), which carries this ops table, the device API of
+ * device_cuda.c and the NCCL functions of comm_nccl.c.
  *
  * Every operation is enqueued on the kernels' stream (ts_cuda_stream), which
- * ts_backend_open also makes the allocator's compute stream, so zero-fills,
- * copies and kernels run in one order. to_host and sumsq wait for the device;
- * nothing else does.
+ * opening the backend also makes the allocator's compute stream, so
+ * zero-fills, copies and kernels run in one order. to_host and sumsq wait for
+ * the device; nothing else does.
  *
  * In bf16 mode the GEMMs and the attention run on tensor cores: for the
  * GEMMs the f32 activations (already rounded to bf16 by the model) and the
  * gradients flowing back are converted into the caller's `work`, the weights
  * are the model's bf16 parameters; the attention (attention_tc.cu) rounds
  * its tiles as it loads them.
- * In a build without CUDA only ts_backend_open's CPU case and the failures
- * remain.
+ *
+ * Built only into the backend (cmake/gpu.cmake; the emulator's copy in
+ * tests/cuda_emu.cmake), never into libtessera: the core reaches all of it
+ * through the descriptor. What it does not do: find or load itself
+ * (core/backend/backend_load.c), or talk to the core other than through the
+ * host table (backend_host.c).
  */
 #include <stdlib.h>
 
 #include "backend.h"
-#include "tessera/device.h"
-
-#ifdef TESSERA_HAVE_CUDA
-
+#include "backend_abi.h"
+#include "backend_host.h"
 #include "cuda_kernels.h"
+#include "tessera/device.h"
 
 static double *g_sumsq; /* one device double for ts_cuda_sumsq's result */
 static int g_opened;    /* ts_backend_open(CUDA) calls not yet closed  */
@@ -178,29 +184,28 @@ static const ts_backend cuda_backend = {
     .seq_to_stage = ts_cuda_seq_to_stage,
 };
 
-const ts_backend *ts_backend_cuda(void) {
-    return &cuda_backend;
-}
-
-static ts_status cuda_open(void) {
-    if (g_opened++) return TS_OK;
-    char why[256];
-    ts_status st = TS_OK;
-    if (!ts_cuda_available(why, sizeof why))
-        st = ts_error(TS_ERR_INVALID, "no CUDA device is visible (%s)", why);
-    if (!st) st = ts_device_init(-1);
-    if (!st) st = ts_cuda_init(ts_device_current());
-    if (st) {
-        g_opened = 0;
-        return st;
+static ts_status cuda_open(const ts_backend **out) {
+    *out = NULL;
+    if (g_opened++ == 0) {
+        char why[256];
+        ts_status st = TS_OK;
+        if (!ts_cuda_available(why, sizeof why))
+            st = ts_error(TS_ERR_INVALID, "no CUDA device is visible (%s)", why);
+        if (!st) st = ts_device_init(-1);
+        if (!st) st = ts_cuda_init(ts_device_current());
+        if (st) {
+            g_opened = 0;
+            return st;
+        }
+        /* One stream for kernels, zero-fills and copies. */
+        ts_device_set_stream(ts_cuda_stream());
     }
-    /* One stream for kernels, zero-fills and copies. */
-    ts_device_set_stream(ts_cuda_stream());
+    *out = &cuda_backend;
     return TS_OK;
 }
 
-void ts_backend_close(const ts_backend *be) {
-    if (!be || be->kind != TS_DEVICE_CUDA || g_opened == 0 || --g_opened > 0) return;
+static void cuda_close(const ts_backend *be) {
+    if (be != &cuda_backend || g_opened == 0 || --g_opened > 0) return;
     ts_device_free(g_sumsq);
     g_sumsq = NULL;
     (void)ts_cuda_sync();
@@ -208,33 +213,43 @@ void ts_backend_close(const ts_backend *be) {
     ts_cuda_free();
 }
 
-#else /* a build without CUDA */
-
-static ts_status cuda_open(void) {
-    return ts_error(TS_ERR_INVALID, "this build has no CUDA (configure with -DTESSERA_CUDA=ON "
-                                    "where the CUDA toolkit is installed)");
+static const ts_backend *cuda_table(void) {
+    return &cuda_backend;
 }
 
-const ts_backend *ts_backend_cuda(void) {
-    cuda_open();
-    return NULL;
-}
-
-void ts_backend_close(const ts_backend *be) {
-    (void)be;
-}
-
+static const ts_backend_descriptor cuda_descriptor = {
+    .abi_version = TS_BACKEND_ABI_VERSION,
+    .struct_size = sizeof(ts_backend_descriptor),
+    .name = "cuda",
+    .kind = TS_DEVICE_CUDA,
+    .table_size = sizeof(ts_backend),
+    .attach = ts_backend_host_attach,
+    .table = cuda_table,
+    .open = cuda_open,
+    .close = cuda_close,
+    .device_count = ts_device_count,
+    .device_init = ts_device_init,
+    .device_current = ts_device_current,
+    .device_stream = ts_device_stream,
+    .device_set_stream = ts_device_set_stream,
+    .device_synchronize = ts_device_synchronize,
+    .device_copy = ts_device_copy,
+    .device_alloc = ts_device_alloc,
+    .device_free = ts_device_free,
+    .device_mem_stats = ts_device_mem_stats,
+    .device_mem_reset_peak = ts_device_mem_reset_peak,
+    .device_empty_cache = ts_device_empty_cache,
+    .device_pool_stats = ts_device_pool_stats,
+#ifdef TESSERA_HAVE_NCCL
+    .comm_nccl_create = ts_comm_nccl_create,
+    .comm_nccl_group_start = ts_comm_nccl_group_start,
+    .comm_nccl_group_end = ts_comm_nccl_group_end,
+    .comm_nccl_flush = ts_comm_nccl_flush,
 #endif
+};
 
-ts_status ts_backend_open(ts_device device, const ts_backend **out) {
-    *out = NULL;
-    if (device == TS_DEVICE_CPU) {
-        *out = ts_backend_cpu();
-        return TS_OK;
-    }
-    if (device != TS_DEVICE_CUDA)
-        return ts_error(TS_ERR_INVALID, "backend: unknown device %d", (int)device);
-    TS_TRY(cuda_open());
-    *out = ts_backend_cuda();
-    return TS_OK;
+/* The one exported symbol of tessera-backend-cuda.so. */
+TS_BACKEND_EXPORT const ts_backend_descriptor *tessera_backend_descriptor(void);
+TS_BACKEND_EXPORT const ts_backend_descriptor *tessera_backend_descriptor(void) {
+    return &cuda_descriptor;
 }

@@ -19,6 +19,12 @@
  * in split, and the fallback split (a fresh unique id per group) when the
  * installed NCCL lacks ncclCommSplit (before 2.18).
  *
+ * Part of the CUDA backend (tessera-backend-cuda.so, built by
+ * cmake/gpu.cmake when NCCL is found), never of libtessera: the core's
+ * ts_comm_nccl_* (core/backend/backend_load.c) forward to the functions at
+ * the end of this file through the backend's descriptor, and the ts_comm
+ * calls made here reach the core through the host table (backend_host.c).
+ *
  * What it does not do: counters, timeouts, argument checks (the core's,
  * comm.c); device selection and the compute stream (device_cuda.c); tags
  * and recv count checks (NCCL has neither).
@@ -29,8 +35,6 @@
 
 #include "tessera/comm.h"   /* the ops table this file fills */
 #include "tessera/device.h" /* the API: constructor, groups; device, stream, allocator */
-
-#ifdef TESSERA_HAVE_NCCL
 
 #include <cuda_runtime_api.h> /* streams, events, cudaMemcpyAsync */
 #include <mpi.h>              /* MPI_Abort: a timeout ends the whole job */
@@ -642,22 +646,3 @@ ts_status ts_comm_nccl_flush(void) {
     if (nccl_group.depth > 0) return TS_OK; /* the explicit group's end issues */
     return nccl_flush();
 }
-
-#else /* built without NCCL */
-
-ts_status ts_comm_nccl_create(ts_comm *mpi, const char *name, ts_comm **out) {
-    (void)mpi, (void)name;
-    if (out) *out = NULL;
-    return ts_error(TS_ERR_INVALID, "ts_comm_nccl_create: tessera was built without NCCL");
-}
-ts_status ts_comm_nccl_group_start(void) {
-    return TS_OK;
-}
-ts_status ts_comm_nccl_group_end(void) {
-    return TS_OK;
-}
-ts_status ts_comm_nccl_flush(void) {
-    return TS_OK;
-}
-
-#endif

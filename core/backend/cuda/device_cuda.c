@@ -14,13 +14,17 @@
  * Block records are host-side (malloc); blocks in use are found by pointer in
  * a hash table. One mutex guards it all.
  *
- * Three builds of this file:
- *   TESSERA_HAVE_CUDA       the real thing (cmake/gpu.cmake, target tessera_gpu);
+ * Two builds of this file:
+ *   TESSERA_HAVE_CUDA       the real thing, in the CUDA backend
+ *                           tessera-backend-cuda.so (cmake/gpu.cmake, target
+ *                           tessera_gpu), which the core loads on demand: the
+ *                           core's own ts_device_* (core/backend/backend_load.c)
+ *                           forward to these through the backend's descriptor;
  *   TS_DEVICE_HOST_BACKING  the same pool over host memory standing in for the
  *                           device, so the pool's logic is tested on any
- *                           machine (tests/gpu.cmake, device_alloc_host);
- *   neither                 no device: every call reports that this build has
- *                           no CUDA (the core's CPU-only build).
+ *                           machine (tests/gpu.cmake, device_alloc_host).
+ * A core without a loaded backend answers as a machine without a GPU
+ * (backend_load.c); this file is never part of libtessera.
  *
  * What it does not do: streams other than the compute stream (a block's
  * users on other streams must have finished before it is freed, see
@@ -35,7 +39,9 @@
 
 #include "tessera/device.h" /* the API this file implements */
 
-#if defined(TESSERA_HAVE_CUDA) || defined(TS_DEVICE_HOST_BACKING)
+#if !defined(TESSERA_HAVE_CUDA) && !defined(TS_DEVICE_HOST_BACKING)
+#error "device_cuda.c: build it with TESSERA_HAVE_CUDA (the backend) or TS_DEVICE_HOST_BACKING"
+#endif
 
 #include <pthread.h> /* the pool's mutex */
 
@@ -535,58 +541,3 @@ ts_device_pool_counter ts_device_pool_stats(void) {
     pthread_mutex_unlock(&dev_lock);
     return c;
 }
-
-#else /* built without CUDA: no device */
-
-static ts_status dev_none(const char *what) {
-    return ts_error(TS_ERR_INVALID, "%s: tessera was built without CUDA", what);
-}
-
-int ts_device_count(void) {
-    return 0;
-}
-ts_status ts_device_init(int device) {
-    (void)device;
-    return dev_none("ts_device_init");
-}
-int ts_device_current(void) {
-    return -1;
-}
-void *ts_device_stream(void) {
-    return NULL;
-}
-void ts_device_set_stream(void *stream) {
-    (void)stream;
-}
-ts_status ts_device_synchronize(void) {
-    return dev_none("ts_device_synchronize");
-}
-ts_status ts_device_copy(void *dst, const void *src, size_t bytes) {
-    (void)dst, (void)src, (void)bytes;
-    return dev_none("ts_device_copy");
-}
-void *ts_device_alloc(ts_mem_category cat, size_t bytes) {
-    (void)cat, (void)bytes;
-    dev_none("ts_device_alloc");
-    return NULL;
-}
-void ts_device_free(void *ptr) {
-    if (ptr) fprintf(stderr, "tessera: ts_device_free(%p) in a build without CUDA\n", ptr);
-    TS_ASSERT(ptr == NULL);
-}
-ts_mem_counter ts_device_mem_stats(ts_mem_category cat) {
-    (void)cat;
-    ts_mem_counter c = {0, 0, 0};
-    return c;
-}
-void ts_device_mem_reset_peak(void) {}
-size_t ts_device_empty_cache(void) {
-    return 0;
-}
-ts_device_pool_counter ts_device_pool_stats(void) {
-    ts_device_pool_counter c;
-    memset(&c, 0, sizeof c);
-    return c;
-}
-
-#endif
