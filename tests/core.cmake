@@ -54,3 +54,11 @@ add_test(NAME cli_optimizer_state_provider
     ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/tests/plugins)
 set_tests_properties(cli_optimizer_state_provider PROPERTIES LABELS core TIMEOUT 600
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+
+# `tessera plan`'s communication per group and op equals what rank 0
+# measured in two real steps: dp, tp, tp + SP, pp (1F1B), dp x tp x pp.
+add_test(NAME cli_plan_matches_run
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/plan_matches_run.sh $<TARGET_FILE:tessera_cli>
+    ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_plan_matches_run PROPERTIES LABELS core TIMEOUT 600
+  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")

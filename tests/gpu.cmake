@@ -33,6 +33,8 @@ endif()
 
 set(tessera_gpu_test_core
   ${PROJECT_SOURCE_DIR}/core/comm/comm.c
+  ${PROJECT_SOURCE_DIR}/core/comm/comm_request.c
+  ${PROJECT_SOURCE_DIR}/core/comm/comm_self.c
   ${PROJECT_SOURCE_DIR}/core/comm/comm_mpi.c
   ${PROJECT_SOURCE_DIR}/core/base/status.c
   ${PROJECT_SOURCE_DIR}/core/base/alloc.c
@@ -40,7 +42,8 @@ set(tessera_gpu_test_core
 
 add_executable(test_device_alloc ${PROJECT_SOURCE_DIR}/tests/test_device_alloc.c
   ${tessera_gpu_test_core})
-target_include_directories(test_device_alloc PRIVATE ${PROJECT_SOURCE_DIR}/include)
+target_include_directories(test_device_alloc PRIVATE ${PROJECT_SOURCE_DIR}/include
+  ${TESSERA_CORE_INCLUDE_DIRS})
 target_link_libraries(test_device_alloc PRIVATE tessera_gpu Threads::Threads m)
 add_test(NAME device_alloc COMMAND test_device_alloc)
 set_tests_properties(device_alloc PROPERTIES
@@ -52,7 +55,8 @@ if(NOT TESSERA_NCCL_INCLUDE OR NOT TESSERA_NCCL_LIB)
 endif()
 
 add_executable(test_nccl ${PROJECT_SOURCE_DIR}/tests/test_nccl.c ${tessera_gpu_test_core})
-target_include_directories(test_nccl PRIVATE ${PROJECT_SOURCE_DIR}/include)
+target_include_directories(test_nccl PRIVATE ${PROJECT_SOURCE_DIR}/include
+  ${TESSERA_CORE_INCLUDE_DIRS})
 target_link_libraries(test_nccl PRIVATE tessera_gpu CUDA::cudart MPI::MPI_C m)
 
 add_test(NAME nccl_np2

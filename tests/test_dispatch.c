@@ -6,7 +6,8 @@
  * rows) to random experts; the experts scale their rows by (expert + 1);
  * after combine every row must hold exactly its source's data times
  * (its expert + 1), dropped rows zero, and each expert must have received
- * exactly the rows routed to it by every rank, in (source rank, row) order.
+ * exactly the rows routed to it by every rank, in (source rank, row) order,
+ * with their routing probabilities (in odd rounds; none in even rounds).
  *
  * usage: mpirun -np N test_dispatch CONFIG NAME EXPERTS ROUNDS
  *   CONFIG loads the dispatcher's plugin; NAME is the dispatcher's name.
@@ -29,6 +30,11 @@ static int fails;
             fails++;                                                                               \
         }                                                                                          \
     } while (0)
+
+/* The routing probability of row r of rank `rank`, round `round`. */
+static float row_prob(int rank, int round, int r) {
+    return 0.25f + 0.001f * (float)(rank * 100 + round * 10) + 0.0001f * (float)r;
+}
 
 /* Row r of rank `rank`, round `round`: its value at column c. */
 static float row_value(int rank, int round, int src, int c) {
@@ -70,6 +76,7 @@ int main(int argc, char **argv) {
         float *back = ts_mem_alloc(TS_MEM_OTHER, ((size_t)nrows + 1) * C * sizeof(float));
         int32_t *dest = malloc(((size_t)nrows + 1) * sizeof *dest);
         int32_t *srci = malloc(((size_t)nrows + 1) * sizeof *srci);
+        float *probs = malloc(((size_t)nrows + 1) * sizeof *probs);
         int64_t *counts = calloc((size_t)L, sizeof *counts);
         for (int s = 0; s < nsrc; s++)
             for (int c = 0; c < C; c++)
@@ -78,7 +85,9 @@ int main(int argc, char **argv) {
             uint64_t v = ts_rng_u64(key, (uint64_t)me * 1000 + 1 + (uint64_t)r);
             srci[r] = (int32_t)(r / 2); /* two choices per source */
             dest[r] = v % 7 == 0 ? -1 : (int32_t)(v % (uint64_t)E);
+            probs[r] = row_prob(me, round, r);
         }
+        int with_probs = round % 2 == 1;
         ts_plugin_dispatch_args a = {.struct_size = sizeof a,
                                      .experts = E,
                                      .local_experts = L,
@@ -91,10 +100,12 @@ int main(int argc, char **argv) {
                                      .src_index = srci,
                                      .src = src,
                                      .nsrc = nsrc,
-                                     .expert_counts = counts};
+                                     .expert_counts = counts,
+                                     .probs = with_probs ? probs : NULL};
         ts_status st = d->ops.dispatch(d->ctx, state, &a);
         if (st) fprintf(stderr, "dispatch: %s\n", ts_last_error());
         CHECK(st == TS_OK);
+        CHECK(with_probs ? a.expert_probs != NULL : a.expert_probs == NULL);
         /* Every rank's routing, to know what each expert must have got. */
         int32_t total = 0, mine = nrows;
         ts_comm_all_reduce(world, &mine, &total, 1, TS_I32, TS_REDUCE_MAX);
@@ -115,6 +126,12 @@ int main(int argc, char **argv) {
                 for (int r = 0; r < p[0]; r++) {
                     if (p[1 + 2 * r] != me * L + e) continue;
                     want++;
+                    if (with_probs && k < a.expert_nrows && a.expert_probs &&
+                        a.expert_probs[k] != row_prob(s, round, r)) {
+                        fprintf(stderr, "rank %d expert %d row %lld: probability %g, want %g\n", me,
+                                me * L + e, (long long)k, a.expert_probs[k], row_prob(s, round, r));
+                        fails++;
+                    }
                     for (int c = 0; c < C && k < a.expert_nrows; c++)
                         if (a.expert_rows[k * C + c] != row_value(s, round, p[2 + 2 * r], c)) {
                             fprintf(stderr, "rank %d expert %d row %lld col %d: %g, want %g\n", me,
@@ -157,7 +174,7 @@ int main(int argc, char **argv) {
         ts_mem_free(out);
         ts_mem_free(src);
         ts_mem_free(back);
-        free(dest), free(srci), free(counts), free(all), free(pack);
+        free(dest), free(srci), free(probs), free(counts), free(all), free(pack);
     }
     if (d->ops.destroy) d->ops.destroy(d->ctx, state);
     int32_t bad = fails, any = 0;

@@ -1,55 +1,18 @@
 /*
- * comm.c — the backend-independent half of the communicator: argument checks,
- * dispatch through the ops table, requests and polled waits with timeouts,
- * per-op counters and their JSON form, nccl-tests bandwidth arithmetic, the
- * record of this rank's last operations, split, and the size-1 "self" backend.
+ * comm.c — the backend-independent half of the communicator: creation,
+ * argument checks, dispatch of every operation through the ops table (each
+ * `_start` checks, makes the request, calls the backend and charges the
+ * counters; each blocking form is start + wait), split, per-op counters and
+ * their JSON form, nccl-tests bandwidth arithmetic.
  *
- * It knows no transport: MPI lives in comm_mpi.c, NCCL in kernels/cuda/.
- * Waits never block inside a transport: they call ops->test in a loop with a
- * short back-off, so that a deadline can be enforced (blocking collectives
- * cannot be timed out).
+ * It knows no transport: MPI lives in comm_mpi.c, NCCL in the CUDA backend,
+ * one rank in comm_self.c; requests and waits are comm_request.c's.
  */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep under -std=c11 */
+#include "comm_impl.h"
 
-#include <sched.h>  /* sched_yield */
-#include <stdio.h>  /* snprintf, fprintf */
+#include <stdio.h>  /* snprintf, fflush */
 #include <stdlib.h> /* calloc, free, qsort, _Exit */
-#include <string.h> /* memcpy, memmove, strlen */
-#include <time.h>   /* clock_gettime, nanosleep */
-
-#include "tessera/comm.h" /* the API, the ops table, ts_error */
-
-struct ts_comm {
-    const ts_comm_ops *ops;
-    void *ctx;
-    char name[TS_COMM_NAME_MAX];
-    int rank, size;
-    int *world_ranks; /* size entries */
-    double timeout_s;
-    int abort_on_timeout;
-    int broken;        /* a timed-out op may still be in flight */
-    uint64_t seq_coll; /* collectives started, split exchanges included */
-    uint64_t seq_p2p;  /* sends and recvs started */
-    ts_comm_op_counter counters[TS_COMM_NOPS];
-};
-
-/* An internal kind for the split's exchange: recorded, never counted. */
-#define COMM_KIND_SPLIT TS_COMM_NOPS
-
-struct ts_comm_request {
-    ts_comm *comm;
-    void *breq;         /* the backend's request (NULL: already complete) */
-    int kind;           /* ts_comm_op or COMM_KIND_SPLIT */
-    const char *opname; /* as shown in messages: "all_gatherv", ... */
-    uint64_t seq;
-    size_t count;
-    ts_dtype dtype;
-    int peer;           /* send/recv only, else -1 */
-    uint64_t recent_id; /* its entry in the recent-operations record */
-    double seconds;     /* time spent in start, wait and test so far */
-    double wait_begin;  /* when waiting started (0: not yet) */
-    int32_t scratch;    /* the core's barrier fallback reduces this */
-};
+#include <string.h> /* memcpy, memset, strlen */
 
 /* ---------------------------------------------------------------------------
  * Names, clocks
@@ -71,93 +34,6 @@ const char *ts_reduce_op_name(ts_reduce_op op) {
     case TS_REDUCE_MIN: return "min";
     }
     return "?";
-}
-
-static double comm_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Polling back-off: a few tight polls for short operations, then yield the
- * core, then sleep briefly so that oversubscribed peers can run. */
-static void comm_backoff(unsigned spins) {
-    if (spins < 32) return;
-    if (spins < 256) {
-        sched_yield();
-        return;
-    }
-    struct timespec ts = {0, spins < 2048 ? 20000 : 200000};
-    nanosleep(&ts, NULL);
-}
-
-/* ---------------------------------------------------------------------------
- * The record of recent operations (per process, over all communicators)
- * ------------------------------------------------------------------------- */
-
-enum { RECENT_RUNNING = 0, RECENT_DONE, RECENT_FAILED, RECENT_TIMEOUT };
-
-typedef struct comm_recent {
-    uint64_t id; /* 1-based; 0: empty slot */
-    char axis[TS_COMM_NAME_MAX];
-    const char *opname;
-    uint64_t seq;
-    size_t count;
-    ts_dtype dtype;
-    uint64_t bytes;
-    int peer;
-    int state;
-    double t_start, t_end;
-} comm_recent;
-
-static comm_recent comm_recent_ops[TS_COMM_RECENT];
-static uint64_t comm_recent_last; /* id of the newest entry */
-
-static uint64_t comm_recent_add(const ts_comm *comm, const ts_comm_request *r, uint64_t bytes) {
-    uint64_t id = ++comm_recent_last;
-    comm_recent *e = &comm_recent_ops[id % TS_COMM_RECENT];
-    memset(e, 0, sizeof *e);
-    e->id = id;
-    memcpy(e->axis, comm->name, sizeof e->axis);
-    e->opname = r->opname;
-    e->seq = r->seq;
-    e->count = r->count;
-    e->dtype = r->dtype;
-    e->bytes = bytes;
-    e->peer = r->peer;
-    e->state = RECENT_RUNNING;
-    e->t_start = comm_now();
-    return id;
-}
-
-static void comm_recent_mark(uint64_t id, int state) {
-    comm_recent *e = &comm_recent_ops[id % TS_COMM_RECENT];
-    if (e->id != id) return; /* already overwritten by newer operations */
-    e->state = state;
-    e->t_end = comm_now();
-}
-
-void ts_comm_print_recent(FILE *f) {
-    static const char *states[] = {"RUNNING", "done", "FAILED", "TIMED OUT"};
-    double now = comm_now();
-    fprintf(f, "tessera: last %d communication operations on this rank, oldest first:\n",
-            TS_COMM_RECENT);
-    fprintf(f, "  %6s %-12s %-16s %6s %10s %5s %12s %5s %9s %9s  %s\n", "#", "axis", "op", "seq",
-            "count", "dtype", "bytes", "peer", "ago_s", "took_s", "state");
-    uint64_t first = comm_recent_last >= TS_COMM_RECENT ? comm_recent_last - TS_COMM_RECENT + 1 : 1;
-    for (uint64_t id = first; id <= comm_recent_last; id++) {
-        const comm_recent *e = &comm_recent_ops[id % TS_COMM_RECENT];
-        if (e->id != id) continue;
-        char peer[16] = "-", took[32] = "-";
-        if (e->peer >= 0) snprintf(peer, sizeof peer, "%d", e->peer);
-        if (e->state != RECENT_RUNNING) snprintf(took, sizeof took, "%.6f", e->t_end - e->t_start);
-        int none = strcmp(e->opname, "barrier") == 0; /* no payload */
-        fprintf(f, "  %6llu %-12s %-16s %6llu %10zu %5s %12llu %5s %9.3f %9s  %s\n",
-                (unsigned long long)e->id, e->axis, e->opname, (unsigned long long)e->seq, e->count,
-                none ? "-" : ts_dtype_name(e->dtype), (unsigned long long)e->bytes, peer,
-                now - e->t_start, took, states[e->state]);
-    }
-    fflush(f);
 }
 
 /* ---------------------------------------------------------------------------
@@ -273,155 +149,6 @@ void ts_comm_abort(ts_comm *comm, int code) {
     fflush(stderr);
     if (comm && comm->ops->abort) comm->ops->abort(comm->ctx, code);
     _Exit(code ? code : 1);
-}
-
-/* ---------------------------------------------------------------------------
- * Requests: start, poll, finish, timeout
- * ------------------------------------------------------------------------- */
-
-static ts_status comm_usable(const ts_comm *comm, const char *opname) {
-    if (!comm) return ts_error(TS_ERR_INVALID, "%s: communicator is NULL", opname);
-    if (comm->broken)
-        return ts_error(TS_ERR_COMM,
-                        "%s on axis '%s': the communicator is unusable after an earlier timeout",
-                        opname, comm->name);
-    return TS_OK;
-}
-
-/* Makes the request of an operation about to start: sequence number and
- * recent-operations entry. */
-static ts_status comm_request_new(ts_comm *comm, int kind, const char *opname, size_t count,
-                                  ts_dtype dtype, int peer, uint64_t bytes, ts_comm_request **out) {
-    ts_comm_request *r = calloc(1, sizeof *r);
-    if (!r) return ts_error(TS_ERR_NOMEM, "%s on axis '%s': out of memory", opname, comm->name);
-    r->comm = comm;
-    r->kind = kind;
-    r->opname = opname;
-    r->seq = (kind == TS_COMM_SEND || kind == TS_COMM_RECV) ? ++comm->seq_p2p : ++comm->seq_coll;
-    r->count = count;
-    r->dtype = dtype;
-    r->peer = peer;
-    r->recent_id = comm_recent_add(comm, r, bytes);
-    *out = r;
-    return TS_OK;
-}
-
-/* Completes the bookkeeping of a started operation: on success charges the
- * counters and hands the request out; on failure releases it. */
-static ts_status comm_request_started(ts_comm_request *r, ts_status st, double t0, uint64_t bytes,
-                                      ts_comm_request **req) {
-    r->seconds += comm_now() - t0;
-    if (st != TS_OK) {
-        comm_recent_mark(r->recent_id, RECENT_FAILED);
-        free(r);
-        *req = NULL;
-        return st;
-    }
-    if (r->kind < TS_COMM_NOPS) {
-        r->comm->counters[r->kind].calls++;
-        r->comm->counters[r->kind].bytes += bytes;
-    }
-    *req = r;
-    return TS_OK;
-}
-
-static void comm_request_finish(ts_comm_request *r, ts_status st) {
-    if (r->kind < TS_COMM_NOPS) r->comm->counters[r->kind].seconds += r->seconds;
-    comm_recent_mark(r->recent_id, st == TS_OK ? RECENT_DONE : RECENT_FAILED);
-    free(r);
-}
-
-static ts_status comm_timeout(ts_comm_request *r) {
-    ts_comm *comm = r->comm;
-    char what[160];
-    if (r->kind == TS_COMM_BARRIER)
-        snprintf(what, sizeof what, "barrier #%llu", (unsigned long long)r->seq);
-    else if (r->kind == COMM_KIND_SPLIT)
-        snprintf(what, sizeof what, "split #%llu (color exchange)", (unsigned long long)r->seq);
-    else if (r->peer >= 0)
-        snprintf(what, sizeof what, "%s #%llu (count %zu %s, peer %d)", r->opname,
-                 (unsigned long long)r->seq, r->count, ts_dtype_name(r->dtype), r->peer);
-    else
-        snprintf(what, sizeof what, "%s #%llu (count %zu %s)", r->opname,
-                 (unsigned long long)r->seq, r->count, ts_dtype_name(r->dtype));
-    int p2p = r->kind == TS_COMM_SEND || r->kind == TS_COMM_RECV;
-    ts_status st =
-        ts_error(TS_ERR_COMM, "%s timeout after %gs on axis '%s': %s did not complete",
-                 p2p ? "point-to-point" : "collective", comm->timeout_s, comm->name, what);
-    comm_recent_mark(r->recent_id, RECENT_TIMEOUT);
-    fprintf(stderr, "tessera: %s\n", ts_last_error());
-    ts_comm_print_recent(stderr);
-    if (comm->abort_on_timeout) {
-        fprintf(stderr, "tessera: aborting the job after a communication timeout on axis '%s'\n",
-                comm->name);
-        ts_comm_abort(comm, (int)TS_ERR_COMM);
-    }
-    /* The backend request stays in flight: leak it rather than free memory
-     * the transport may still use, and refuse further work on this axis. */
-    comm->broken = 1;
-    free(r);
-    return st;
-}
-
-/* Polls `r` until it completes (block) or once (!block). On completion the
- * request is released and *done = 1. */
-static ts_status comm_progress(ts_comm_request *r, int block, int *done) {
-    ts_comm *comm = r->comm;
-    *done = 0;
-    if (!r->breq) {
-        *done = 1;
-        comm_request_finish(r, TS_OK);
-        return TS_OK;
-    }
-    double t0 = comm_now();
-    if (r->wait_begin == 0.0) r->wait_begin = t0;
-    double deadline = comm->timeout_s > 0 ? r->wait_begin + comm->timeout_s : -1.0;
-    for (unsigned spins = 0;; spins++) {
-        int d = 0;
-        ts_status st = comm->ops->test(comm->ctx, r->breq, &d);
-        double t = comm_now();
-        if (st != TS_OK || d) {
-            r->seconds += t - t0;
-            *done = 1;
-            comm_request_finish(r, st);
-            return st;
-        }
-        if (deadline > 0 && t > deadline) {
-            r->seconds += t - t0;
-            *done = 1; /* released */
-            return comm_timeout(r);
-        }
-        if (!block) {
-            r->seconds += t - t0;
-            return TS_OK;
-        }
-        comm_backoff(spins);
-    }
-}
-
-ts_status ts_comm_wait(ts_comm_request *req) {
-    if (!req) return TS_OK;
-    int done;
-    return comm_progress(req, 1, &done);
-}
-
-ts_status ts_comm_wait_all(ts_comm_request **reqs, int n) {
-    ts_status first = TS_OK;
-    for (int i = 0; i < n; i++) {
-        ts_status st = ts_comm_wait(reqs[i]);
-        reqs[i] = NULL;
-        if (st && !first) first = st;
-    }
-    return first;
-}
-
-ts_status ts_comm_test(ts_comm_request *req, int *done) {
-    if (!done) return ts_error(TS_ERR_INVALID, "ts_comm_test: done is NULL");
-    if (!req) {
-        *done = 1;
-        return TS_OK;
-    }
-    return comm_progress(req, 0, done);
 }
 
 /* ---------------------------------------------------------------------------
@@ -867,8 +594,8 @@ ts_status ts_comm_counters_json(const ts_comm *comm, char *buf, size_t cap, size
         const ts_comm_op_counter *c = &comm->counters[op];
         if (!c->calls) continue;
         COMM_JSON_PUT("%s\"%s\":{\"calls\":%llu,\"bytes\":%llu,\"seconds\":%.9g}", first ? "" : ",",
-                      comm_op_names[op], (unsigned long long)c->calls, (unsigned long long)c->bytes,
-                      c->seconds);
+                      ts_comm_op_name((ts_comm_op)op), (unsigned long long)c->calls,
+                      (unsigned long long)c->bytes, c->seconds);
         first = 0;
     }
     COMM_JSON_PUT("}");
@@ -915,136 +642,4 @@ void ts_comm_block_range(size_t total, int nparts, int part, size_t *offset, siz
     }
     if (offset) *offset = off;
     if (count) *count = cnt;
-}
-
-/* ---------------------------------------------------------------------------
- * The self backend: one rank, no transport. Every operation completes in its
- * start call (req = NULL), so `test` is never called.
- * ------------------------------------------------------------------------- */
-
-static void self_copy(void *dst, const void *src, size_t bytes) {
-    if (dst != src && bytes) memmove(dst, src, bytes);
-}
-
-static ts_status self_all_reduce(void *ctx, const void *send, void *recv, size_t count,
-                                 ts_dtype dtype, ts_reduce_op op, void **req) {
-    (void)ctx, (void)op;
-    self_copy(recv, send, count * ts_dtype_size(dtype));
-    *req = NULL;
-    return TS_OK;
-}
-
-static ts_status self_all_gather(void *ctx, const void *send, void *recv, size_t count,
-                                 ts_dtype dtype, void **req) {
-    (void)ctx;
-    self_copy(recv, send, count * ts_dtype_size(dtype));
-    *req = NULL;
-    return TS_OK;
-}
-
-static ts_status self_all_gatherv(void *ctx, const void *send, void *recv, const size_t *counts,
-                                  const size_t *displs, ts_dtype dtype, void **req) {
-    (void)ctx;
-    size_t es = ts_dtype_size(dtype);
-    self_copy((char *)recv + displs[0] * es, send, counts[0] * es);
-    *req = NULL;
-    return TS_OK;
-}
-
-static ts_status self_reduce_scatter(void *ctx, const void *send, void *recv, size_t count,
-                                     ts_dtype dtype, ts_reduce_op op, void **req) {
-    return self_all_reduce(ctx, send, recv, count, dtype, op, req);
-}
-
-static ts_status self_reduce_scatter_v(void *ctx, const void *send, void *recv,
-                                       const size_t *counts, ts_dtype dtype, ts_reduce_op op,
-                                       void **req) {
-    return self_all_reduce(ctx, send, recv, counts[0], dtype, op, req);
-}
-
-static ts_status self_all_to_allv(void *ctx, const void *send, const size_t *send_counts,
-                                  const size_t *send_displs, void *recv, const size_t *recv_counts,
-                                  const size_t *recv_displs, ts_dtype dtype, void **req) {
-    (void)ctx;
-    size_t es = ts_dtype_size(dtype);
-    if (send_counts[0] != recv_counts[0])
-        return ts_error(TS_ERR_INVALID,
-                        "all_to_allv on a self communicator: send count %zu != recv count %zu",
-                        send_counts[0], recv_counts[0]);
-    self_copy((char *)recv + recv_displs[0] * es, (const char *)send + send_displs[0] * es,
-              send_counts[0] * es);
-    *req = NULL;
-    return TS_OK;
-}
-
-static ts_status self_broadcast(void *ctx, void *buf, size_t count, ts_dtype dtype, int root,
-                                void **req) {
-    (void)ctx, (void)buf, (void)count, (void)dtype, (void)root;
-    *req = NULL;
-    return TS_OK;
-}
-
-/* Unreachable: the core rejects every peer of a size-1 communicator. */
-static ts_status self_send(void *ctx, const void *buf, size_t count, ts_dtype dtype, int peer,
-                           int tag, void **req) {
-    (void)ctx, (void)buf, (void)count, (void)dtype, (void)tag, (void)req;
-    return ts_error(TS_ERR_INVALID, "send on a self communicator: there is no peer %d", peer);
-}
-
-static ts_status self_recv(void *ctx, void *buf, size_t count, ts_dtype dtype, int peer, int tag,
-                           void **req) {
-    (void)ctx, (void)buf, (void)count, (void)dtype, (void)tag, (void)req;
-    return ts_error(TS_ERR_INVALID, "recv on a self communicator: there is no peer %d", peer);
-}
-
-static ts_status self_barrier(void *ctx, void **req) {
-    (void)ctx;
-    *req = NULL;
-    return TS_OK;
-}
-
-static ts_status self_test(void *ctx, void *req, int *done) {
-    (void)ctx, (void)req;
-    *done = 1;
-    return TS_OK;
-}
-
-static ts_status self_split(void *ctx, int color, int key, const int *members, int new_size,
-                            int new_rank, void **new_ctx) {
-    (void)ctx, (void)color, (void)key, (void)members, (void)new_size, (void)new_rank;
-    *new_ctx = NULL;
-    return TS_OK;
-}
-
-static void self_free(void *ctx) {
-    (void)ctx;
-}
-
-static ts_status self_all_to_all(void *ctx, const void *send, void *recv, size_t count,
-                                 ts_dtype dtype, void **req) {
-    return self_all_gather(ctx, send, recv, count, dtype, req);
-}
-
-static const ts_comm_ops comm_self_ops = {
-    .version = TS_COMM_OPS_VERSION,
-    .name = "self",
-    .all_reduce = self_all_reduce,
-    .all_gather = self_all_gather,
-    .all_gatherv = self_all_gatherv,
-    .reduce_scatter = self_reduce_scatter,
-    .reduce_scatter_v = self_reduce_scatter_v,
-    .all_to_all = self_all_to_all,
-    .all_to_allv = self_all_to_allv,
-    .broadcast = self_broadcast,
-    .send = self_send,
-    .recv = self_recv,
-    .barrier = self_barrier,
-    .test = self_test,
-    .split = self_split,
-    .free = self_free,
-    .abort = NULL,
-};
-
-ts_status ts_comm_self_create(const char *name, double timeout_s, ts_comm **out) {
-    return ts_comm_create(&comm_self_ops, NULL, name, 0, 1, NULL, timeout_s, out);
 }

@@ -11,9 +11,8 @@
 #include <stdio.h>
 
 #include "backend.h"
+#include "internal.h"
 #include "plugin.h"
-
-#define TS_INTERNAL __attribute__((visibility("hidden")))
 
 #define PLG_MSG 2048
 #define PLG_CTX_MAGIC 0x74706c67u /* "tplg" */

@@ -10,31 +10,8 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "backend_plan.h"
 #include "cpu_kernels.h"
 #include "tessera/device.h"
-
-/* Memory counters of the model's device: the host allocator's on the CPU,
- * the device allocator's on a GPU. */
-static ts_mem_counter trainer_mem(const ts_trainer *t, ts_mem_category cat) {
-    if (t->be->kind == TS_DEVICE_PLAN) return ts_backend_plan_stats(cat);
-    return t->be->kind == TS_DEVICE_CPU ? ts_mem_stats(cat) : ts_device_mem_stats(cat);
-}
-
-/* Per pipeline stage: the measured bubble of the step and the activation
- * peak so far (KiB), gathered over the pipeline group (collective). */
-static ts_status trainer_stage_stats(ts_trainer *t, const ts_step_stats *s, float *bubble,
-                                     int32_t *peak_kib) {
-    float b = (float)s->bubble;
-    int32_t k = (int32_t)(trainer_mem(t, TS_MEM_ACTS).peak / 1024);
-    if (!t->stage_comm || t->stages == 1) {
-        bubble[0] = b;
-        peak_kib[0] = k;
-        return TS_OK;
-    }
-    TS_TRY(ts_comm_all_gather(t->stage_host, &b, bubble, 1, TS_F32));
-    return ts_comm_all_gather(t->stage_host, &k, peak_kib, 1, TS_I32);
-}
 
 /* A JSON number, or null when it is not finite (JSON has no NaN). */
 static void json_num(FILE *f, const char *fmt, double v) {
@@ -44,8 +21,9 @@ static void json_num(FILE *f, const char *fmt, double v) {
         fputs("null", f);
 }
 
-static ts_status trainer_write_metrics(ts_trainer *t, const ts_step_stats *s, const float *bubble,
-                                       const int32_t *peak_kib) {
+static ts_status trainer_write_metrics(ts_trainer *t, const ts_step_stats *s) {
+    const float *bubble = t->stage_bubble;
+    const int32_t *peak_kib = t->stage_peak_kib;
     FILE *f = t->metrics.f;
     ts_mem_counter total = trainer_mem(t, TS_MEM_NCAT);
     fprintf(f, "{\"step\":%lld,\"loss\":", (long long)s->step);
@@ -154,10 +132,7 @@ ts_status ts_trainer_run(ts_trainer *t) {
                    s.tokens_per_s, s.step_ms, (double)total.peak / (1 << 20));
             fflush(stdout);
         }
-        float bubble[t->stages];
-        int32_t peak_kib[t->stages];
-        TS_TRY(trainer_stage_stats(t, &s, bubble, peak_kib));
-        if (t->metrics.f) TS_TRY(trainer_write_metrics(t, &s, bubble, peak_kib));
+        if (t->metrics.f) TS_TRY(trainer_write_metrics(t, &s));
         if (s.skipped) TS_TRY(trainer_skipped(t, &s));
         /* A checkpoint falls due every checkpoint_every steps and at the
          * end; one due on a skipped step waits for the next applied step,

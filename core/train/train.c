@@ -751,6 +751,10 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
         ts_model_create_arch(t->arch, &t->mcfg, dtype, seed, par ? &shard : NULL, t->be, &t->model);
     if (st) CHECK(trainer_model_error(cfg, st));
     trainer_pipeline(t);
+    t->stage_bubble = calloc((size_t)t->stages, sizeof *t->stage_bubble);
+    t->stage_peak_kib = calloc((size_t)t->stages, sizeof *t->stage_peak_kib);
+    if (!t->stage_bubble || !t->stage_peak_kib)
+        CHECK(ts_error(TS_ERR_NOMEM, "trainer: out of memory"));
     ts_optim_config oc = {
         .lr = (float)ts_config_float(cfg, "train", "lr"),
         .min_lr = (float)ts_config_float(cfg, "train", "min_lr"),
@@ -885,6 +889,8 @@ void ts_trainer_destroy(ts_trainer *t) {
     free(t->mviews);
     free(t->core_reduce);
     free(t->opt_counts);
+    free(t->stage_bubble);
+    free(t->stage_peak_kib);
     ts_layout_plan_free(&t->plan);
     ts_schedule_free(&t->schedule);
     if (t->be && t->be->kind != TS_DEVICE_CPU) {
@@ -964,6 +970,28 @@ static ts_status trainer_load_batch(ts_trainer *t, int64_t *valid) {
     return ts_batch_valid_total(t->batch_comm, n, valid);
 }
 
+/* Memory counters of the model's device: the host allocator's on the CPU,
+ * the device allocator's on a GPU, the dry run's counts in a plan. */
+ts_mem_counter trainer_mem(const ts_trainer *t, ts_mem_category cat) {
+    if (t->be->kind == TS_DEVICE_PLAN) return ts_backend_plan_stats(cat);
+    return t->be->kind == TS_DEVICE_CPU ? ts_mem_stats(cat) : ts_device_mem_stats(cat);
+}
+
+/* Per pipeline stage: the measured bubble of the step and the activation
+ * peak so far (KiB), gathered over the pipeline group (collective: part of
+ * every step, so that a plan counts it like the run). */
+static ts_status trainer_stage_stats(ts_trainer *t, double bubble) {
+    float b = (float)bubble;
+    int32_t k = (int32_t)(trainer_mem(t, TS_MEM_ACTS).peak / 1024);
+    if (!t->stage_comm || t->stages == 1) {
+        t->stage_bubble[0] = b;
+        t->stage_peak_kib[0] = k;
+        return TS_OK;
+    }
+    TS_TRY(ts_comm_all_gather(t->stage_host, &b, t->stage_bubble, 1, TS_F32));
+    return ts_comm_all_gather(t->stage_host, &k, t->stage_peak_kib, 1, TS_I32);
+}
+
 ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
     double t0 = now_seconds();
     ts_trace_set_step(t->trace, t->state.step + 1);
@@ -1004,5 +1032,5 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
         t->skipped_in_row = 0;
     }
     stats->skipped_steps = t->skipped_total;
-    return TS_OK;
+    return trainer_stage_stats(t, stats->bubble);
 }

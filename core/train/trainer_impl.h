@@ -18,6 +18,7 @@
 
 #include "data.h"
 #include "file.h"
+#include "internal.h"
 #include "schedule.h"
 #include "train.h"
 #include "trace.h"
@@ -52,9 +53,11 @@ struct ts_trainer {
     /* Pipeline: this rank's stage of `stages`, running `chunks` model chunks
      * (virtual stages chunk * stages + stage). */
     int stages, stage, chunks;
-    ts_comm *stage_comm; /* the pipeline group: comm rank = stage       */
-    ts_comm *stage_host; /* the same group for host memory (borrowed)   */
-    ts_comm *tie_comm;   /* first and last stage (tied wte); borrowed    */
+    ts_comm *stage_comm;     /* the pipeline group: comm rank = stage       */
+    ts_comm *stage_host;     /* the same group for host memory (borrowed)   */
+    float *stage_bubble;     /* per stage: the last step's bubble        */
+    int32_t *stage_peak_kib; /* per stage: the activation peak (KiB)     */
+    ts_comm *tie_comm;       /* first and last stage (tied wte); borrowed    */
     /* Per (micro-batch, chunk): received activations and gradients, the
      * chunk's output, the gradient sent upstream, and pending sends. */
     float **act_in, **grad_in, **grad_out;
@@ -114,30 +117,33 @@ static inline double now_seconds(void) {
 }
 
 /* An error about [section] key, naming where it was set (file and line). */
-ts_status trainer_key_error(const ts_config *cfg, const char *section, const char *key,
-                            const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+TS_INTERNAL ts_status trainer_key_error(const ts_config *cfg, const char *section, const char *key,
+                                        const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* The same wrapping the last error (a file's own message); returns `code`
  * when it is not TS_OK. */
-ts_status trainer_key_error_last(const ts_config *cfg, const char *section, const char *key,
-                                 ts_status code);
+TS_INTERNAL ts_status trainer_key_error_last(const ts_config *cfg, const char *section,
+                                             const char *key, ts_status code);
+
+/* train.c: the memory counters of the model's device for `cat`. */
+TS_INTERNAL ts_mem_counter trainer_mem(const ts_trainer *t, ts_mem_category cat);
 
 /* train.c: whether every window of this step lies within [data] epochs,
  * agreed by all ranks (collective). */
-ts_status trainer_have_data(ts_trainer *t, int *have);
+TS_INTERNAL ts_status trainer_have_data(ts_trainer *t, int *have);
 
 /* executor.c: runs the step's schedule (every action, the optimizer step
  * among them) on the loaded batch with `valid` target tokens in the global
  * batch. *loss_sum: this rank's summed loss; *norm, *lr: the step's
  * gradient norm and learning rate; *skipped: the update was not applied (a
  * non-finite loss or norm on some rank). */
-ts_status trainer_execute(ts_trainer *t, int64_t valid, double *loss_sum, double *norm, float *lr,
-                          int *skipped);
+TS_INTERNAL ts_status trainer_execute(ts_trainer *t, int64_t valid, double *loss_sum, double *norm,
+                                      float *lr, int *skipped);
 
 /* state_io.c: sets the master weights (and the bf16 parameters) from the
  * unsharded flat array `full` (global_numel f32, host memory). */
-ts_status trainer_set_master(ts_trainer *t, const float *full);
+TS_INTERNAL ts_status trainer_set_master(ts_trainer *t, const float *full);
 /* state_io.c: saves a checkpoint of the current state (collective: every
  * rank takes part, world rank 0 writes); its path goes to `path`. */
-ts_status trainer_save(ts_trainer *t, char *path, size_t size);
+TS_INTERNAL ts_status trainer_save(ts_trainer *t, char *path, size_t size);
 
 #endif /* TESSERA_CORE_TRAINER_IMPL_H */

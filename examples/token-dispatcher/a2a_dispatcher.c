@@ -40,6 +40,7 @@ typedef struct a2a_state {
     int64_t nrecv;      /* rows received                                          */
     float *send, *recv; /* device staging: nsent and nrecv rows                   */
     float *expert_rows; /* device: received rows by expert then source            */
+    float *probs_send, *probs_recv, *expert_probs; /* host: the rows' probabilities */
     size_t send_cap, recv_cap, expert_cap;
 } a2a_state;
 
@@ -65,6 +66,7 @@ static void a2a_destroy(ts_plugin_ctx *ctx, void *state) {
     a2a_state *s = state;
     if (!s) return;
     a2a_free_buffers(s);
+    free(s->probs_send), free(s->probs_recv), free(s->expert_probs);
     free(s->send_counts);
     free(s->send_displs);
     free(s->recv_counts);
@@ -81,6 +83,33 @@ static ts_status a2a_reserve(float **buf, size_t *cap, size_t rows, int C) {
     *buf = a2a.host->device_alloc(a2a.ctx, TS_MEM_COMM, (rows ? rows : 1) * (size_t)C * 4);
     *cap = *buf ? rows : 0;
     return *buf ? TS_OK : TS_ERR_NOMEM;
+}
+
+/* The rows' probabilities go the same way as the rows (host memory, over
+ * the host communicator) and are regrouped the same way. */
+static ts_status a2a_probs(a2a_state *s, ts_plugin_dispatch_args *a) {
+    int R = s->ranks, L = a->local_experts;
+    free(s->probs_send), free(s->probs_recv), free(s->expert_probs);
+    s->probs_send = malloc(((size_t)s->nsent + 1) * sizeof(float));
+    s->probs_recv = malloc(((size_t)s->nrecv + 1) * sizeof(float));
+    s->expert_probs = malloc(((size_t)s->nrecv + 1) * sizeof(float));
+    if (!s->probs_send || !s->probs_recv || !s->expert_probs)
+        return a2a.host->error(a2a.ctx, TS_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < s->nsent; i++)
+        s->probs_send[i] = a->probs[s->order[i]];
+    TS_TRY(a2a.host->all_to_allv(a->host_comm, s->probs_send, s->send_counts, s->send_displs,
+                                 s->probs_recv, s->recv_counts, s->recv_displs, TS_F32));
+    int64_t out = 0;
+    for (int e = 0; e < L; e++)
+        for (int src = 0; src < R; src++) {
+            int64_t off = (int64_t)s->recv_displs[src];
+            for (int k = 0; k < e; k++)
+                off += s->from[src * L + k];
+            for (int64_t i = 0; i < s->from[src * L + e]; i++)
+                s->expert_probs[out++] = s->probs_recv[off + i];
+        }
+    a->expert_probs = s->expert_probs;
+    return TS_OK;
 }
 
 static ts_status a2a_dispatch(ts_plugin_ctx *ctx, void *state, void *vargs) {
@@ -171,6 +200,8 @@ static ts_status a2a_dispatch(ts_plugin_ctx *ctx, void *state, void *vargs) {
         for (int src = 0; src < R; src++)
             a->expert_counts[e] += from[src * L + e];
     }
+    a->expert_probs = NULL;
+    if (a->probs) TS_TRY(a2a_probs(s, a));
     a->expert_rows = s->expert_rows;
     a->expert_nrows = s->nrecv;
     a->bytes_sent = s->nsent * (int64_t)row;

@@ -514,14 +514,26 @@ typedef struct ts_plugin_dispatch_args {
                                     (=); 0 for a dropped row                       */
     /* --- both: out --------------------------------------------------------- */
     int64_t bytes_sent; /* bytes of row data this rank sent (metrics)  */
+    /* --- dispatch: the router's weights ------------------------------------ */
+    /* In: (nrows) host, row r's routing probability; NULL when the layer
+     * applies the weights itself after combine. */
+    const float *probs;
+    /* Out, when probs is given: (expert_nrows) host, the probability of
+     * each row of expert_rows in the same order, so that the experts can
+     * weight their outputs (the dispatcher's memory until its next dispatch
+     * or destroy). */
+    float *expert_probs;
 } ts_plugin_dispatch_args;
 
 /* A token dispatcher for mixture-of-experts layers (the ep plugin's default,
- * or a third party's). dispatch sends rows to the ranks of their experts,
- * combine brings them back (args: ts_plugin_dispatch_args, borrowed for the
- * call; ABI 1.0 declared it void *). A combine follows the dispatch whose
- * routing it reverses, with the same args block. Fields are only appended;
- * set struct_size to sizeof. */
+ * or a third party's). dispatch sends rows (and their routing
+ * probabilities, when given) to the ranks of their experts, combine brings
+ * each row's expert output back as it is: weighting is the layer's, on the
+ * expert side (expert_probs) or after combine (args:
+ * ts_plugin_dispatch_args, borrowed for the call; ABI 1.0 declared it
+ * void *). A combine follows the dispatch whose routing it reverses, with
+ * the same args block. Fields are only appended; set struct_size to
+ * sizeof. */
 typedef struct ts_plugin_dispatcher_ops {
     uint32_t struct_size; /* sizeof(ts_plugin_dispatcher_ops) of the plugin */
     /* Optional (NULL: no state). Called once before the first dispatch;
@@ -531,7 +543,7 @@ typedef struct ts_plugin_dispatcher_ops {
     /* Required. Sends every token to the ranks of its experts. Failure: the
      * step fails and, in a multi-rank run, the job ends. */
     ts_status (*dispatch)(ts_plugin_ctx *ctx, void *state, void *args);
-    /* Required. Brings expert outputs back and weights them. Failure: as
+    /* Required. Brings the expert outputs back, row by row. Failure: as
      * dispatch. */
     ts_status (*combine)(ts_plugin_ctx *ctx, void *state, void *args);
     /* Optional. Frees what create made; never fails. */
