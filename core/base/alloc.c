@@ -4,24 +4,35 @@
  * Every block carries a 64-byte header recording its size and category, so
  * that frees are counted against the category they were allocated under.
  * `reserved` counts what is held from the system (payload rounded up to 64
- * bytes plus the header); `allocated` counts the payload asked for. Counters
- * are updated with atomics so OpenMP threads may allocate.
+ * bytes plus the header; whole pages for a large block); `allocated` counts
+ * the payload asked for. Counters are updated with atomics so OpenMP threads
+ * may allocate.
+ *
+ * Blocks of ALLOC_MAP_MIN bytes and more are mapped from the system and
+ * unmapped when freed (zeroed by the kernel, so their pages are resident
+ * only once written). Left to malloc, large blocks freed during a step stay
+ * in its heap as glibc raises its mapping threshold, and the process's
+ * resident memory then drifts above the accounted peak by up to the
+ * threshold's ceiling, depending on the address layout.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h> /* sysconf */
+#include <sys/mman.h> /* mmap, munmap */
+#include <unistd.h>   /* sysconf */
 
 #include "tessera/tessera.h"
 
 #define ALLOC_ALIGN 64
 #define ALLOC_MAGIC 0x7e55e7a5u
+#define ALLOC_MAP_MIN (1u << 20)
 
 typedef struct alloc_header {
     size_t bytes;
     uint32_t magic;
     uint32_t cat;
-    char pad[ALLOC_ALIGN - sizeof(size_t) - 2 * sizeof(uint32_t)];
+    uint32_t mapped; /* from mmap (else aligned_alloc) */
+    char pad[ALLOC_ALIGN - sizeof(size_t) - 3 * sizeof(uint32_t)];
 } alloc_header;
 
 _Static_assert(sizeof(alloc_header) == ALLOC_ALIGN, "header keeps alignment");
@@ -54,7 +65,10 @@ size_t ts_physical_memory(void) {
 }
 
 static size_t alloc_reserved_bytes(size_t bytes) {
-    return sizeof(alloc_header) + ((bytes + ALLOC_ALIGN - 1) / ALLOC_ALIGN) * ALLOC_ALIGN;
+    size_t total = sizeof(alloc_header) + ((bytes + ALLOC_ALIGN - 1) / ALLOC_ALIGN) * ALLOC_ALIGN;
+    if (total < ALLOC_MAP_MIN) return total;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return (total + page - 1) / page * page;
 }
 
 void *ts_mem_alloc(ts_mem_category cat, size_t bytes) {
@@ -77,16 +91,24 @@ void *ts_mem_alloc(ts_mem_category cat, size_t bytes) {
         return NULL;
     }
     size_t total = alloc_reserved_bytes(bytes);
-    alloc_header *h = aligned_alloc(ALLOC_ALIGN, total);
+    int mapped = total >= ALLOC_MAP_MIN;
+    alloc_header *h;
+    if (mapped) {
+        h = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (h == MAP_FAILED) h = NULL;
+    } else {
+        h = aligned_alloc(ALLOC_ALIGN, total);
+        if (h) memset(h, 0, total);
+    }
     if (!h) {
         ts_error(TS_ERR_NOMEM, "allocator: out of memory allocating %zu bytes of %s", bytes,
                  alloc_names[cat]);
         return NULL;
     }
-    memset(h, 0, total);
     h->bytes = bytes;
     h->magic = ALLOC_MAGIC;
     h->cat = (uint32_t)cat;
+    h->mapped = (uint32_t)mapped;
     size_t now = atomic_fetch_add(&alloc_allocated[cat], bytes) + bytes;
     size_t all = atomic_fetch_add(&alloc_allocated[TS_MEM_NCAT], bytes) + bytes;
     atomic_fetch_add(&alloc_reserved[cat], total);
@@ -106,7 +128,10 @@ void ts_mem_free(void *ptr) {
     atomic_fetch_sub(&alloc_reserved[h->cat], total);
     atomic_fetch_sub(&alloc_reserved[TS_MEM_NCAT], total);
     h->magic = 0;
-    free(h);
+    if (h->mapped)
+        munmap(h, total);
+    else
+        free(h);
 }
 
 ts_mem_counter ts_mem_stats(ts_mem_category cat) {
