@@ -20,7 +20,7 @@
  * communicators and device memory may be in use anywhere), or look for a
  * backend other than "cuda".
  */
-#define _GNU_SOURCE /* dladdr */
+#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -183,17 +183,9 @@ static void bl_search_dirs(bl_dirs *d) {
 #ifdef TESSERA_BACKEND_DIR
     bl_dirs_add(d, TESSERA_BACKEND_DIR, strlen(TESSERA_BACKEND_DIR));
 #else
-    Dl_info info;
-    if (dladdr((void *)&ts_backend_cuda_load, &info) && info.dli_fname) {
-        const char *slash = strrchr(info.dli_fname, '/');
-        char buf[1024];
-        if (slash)
-            snprintf(buf, sizeof buf, "%.*s/tessera", (int)(slash - info.dli_fname),
-                     info.dli_fname);
-        else
-            snprintf(buf, sizeof buf, "tessera");
-        bl_dirs_add(d, buf, strlen(buf));
-    }
+    char buf[4096];
+    ts_plugin_default_dir(buf, sizeof buf);
+    bl_dirs_add(d, buf, strlen(buf));
 #endif
 }
 

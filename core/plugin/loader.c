@@ -9,7 +9,7 @@
  * What it does not do: the host table (host.c) or the registry of what
  * plugins registered (registry.c), or know any plugin by name.
  */
-#define _GNU_SOURCE /* dladdr */
+#define _GNU_SOURCE
 #include <ctype.h>
 #include <dirent.h>
 #include <dlfcn.h>
@@ -176,17 +176,9 @@ static void plg_search_dirs(const char *plugin_path, plg_dirs *d) {
     d->n = 0;
     plg_dirs_add_list(d, plugin_path);
     plg_dirs_add_list(d, getenv("TESSERA_PLUGIN_PATH"));
-    Dl_info info;
-    if (dladdr((void *)&ts_plugins_create, &info) && info.dli_fname) {
-        const char *slash = strrchr(info.dli_fname, '/');
-        char buf[4096];
-        if (slash)
-            snprintf(buf, sizeof buf, "%.*s/tessera", (int)(slash - info.dli_fname),
-                     info.dli_fname);
-        else
-            snprintf(buf, sizeof buf, "tessera");
-        plg_dirs_add(d, buf, strlen(buf));
-    }
+    char buf[4096];
+    ts_plugin_default_dir(buf, sizeof buf);
+    plg_dirs_add(d, buf, strlen(buf));
 #ifdef TESSERA_PLUGIN_DIR
     plg_dirs_add_list(d, TESSERA_PLUGIN_DIR);
 #endif

@@ -11,11 +11,14 @@
  * What it does not do: open the library, or check anything the dynamic
  * loader itself reports as an error (relocations, symbols, dependencies).
  */
+#define _GNU_SOURCE /* dladdr */
 #include "plugin_file.h"
 
+#include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -280,4 +283,15 @@ ts_status ts_plugin_file_check(const char *path) {
     }
     free(buf);
     return st;
+}
+
+void ts_plugin_default_dir(char *buf, size_t size) {
+    Dl_info info;
+    const char *slash = NULL;
+    if (dladdr((void *)&ts_plugin_default_dir, &info) && info.dli_fname)
+        slash = strrchr(info.dli_fname, '/');
+    if (slash)
+        snprintf(buf, size, "%.*s/tessera", (int)(slash - info.dli_fname), info.dli_fname);
+    else
+        snprintf(buf, size, "tessera");
 }

@@ -58,6 +58,12 @@ extern "C" {
  * if the buffer for a large program header table cannot be allocated. */
 ts_status ts_plugin_file_check(const char *path);
 
+/* The directory the core searches by default for plugins and backends:
+ * <the directory of the library holding the core>/tessera (for an installed
+ * core <libdir>/tessera, for a build tree <build>/tessera), written to buf;
+ * "tessera" when the library's path is unknown. */
+void ts_plugin_default_dir(char *buf, size_t size);
+
 /* The ELF checks alone, on memory: `buf` holds the first `len` bytes of a
  * file of `file_size` bytes (len <= file_size; the whole file is fine).
  * The ELF header and the program header table must lie within those `len`
