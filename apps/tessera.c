@@ -287,6 +287,10 @@ static void print_groups(const ts_mesh *mesh, FILE *f) {
  * category, and what every group's communicator carried in one step. */
 typedef struct plan_result {
     size_t params, grads, optim, acts, comm, batch;
+    /* Peaks during the steps: gathered parameters and gradients, staging. */
+    size_t params_peak, grads_peak, optim_peak, total_peak;
+    size_t numel;           /* parameters of the whole model (P)          */
+    ts_dtype dtype;         /* of the parameters                          */
     const ts_parallel *par; /* the dry run's context: its counters    */
 } plan_result;
 
@@ -319,10 +323,63 @@ static ts_status plan_dry_run(const ts_config *cfg, ts_plugins *reg, const ts_me
         r->acts = ts_backend_plan_stats(TS_MEM_ACTS).peak;
         r->comm = ts_backend_plan_stats(TS_MEM_COMM).peak;
         r->batch = ts_backend_plan_stats(TS_MEM_OTHER).peak;
+        r->params_peak = ts_backend_plan_stats(TS_MEM_PARAMS).peak;
+        r->grads_peak = ts_backend_plan_stats(TS_MEM_GRADS).peak;
+        r->optim_peak = ts_backend_plan_stats(TS_MEM_OPTIM).peak;
+        r->total_peak = ts_backend_plan_stats(TS_MEM_NCAT).peak;
+        const ts_train_state *ts = ts_trainer_state(t);
+        r->numel = ts->model->global_numel;
+        r->dtype = ts->model->dtype;
         r->par = *par;
     }
     ts_trainer_destroy(t);
     return st;
+}
+
+/* The model state in the ZeRO paper's ledger (Rajbhandari et al. 2020,
+ * section 3.1): with 16-bit weights, 2 bytes per parameter of weights and
+ * 2 of gradients, and 12 of f32 master weights and Adam moments: 16P in
+ * all, 16P/dp per rank fully sharded. (This build keeps gradients in f32:
+ * its own per-rank bytes are the dry run's above.) Decimal units. */
+static void plan_state_numbers(const plan_result *r, double *weights, double *state) {
+    double wbytes = r->dtype == TS_BF16 ? 2.0 : 4.0;
+    *weights = wbytes * (double)r->numel;
+    /* f32 weights are their own master copy: 4 + 4 + 8 = 16 bytes too. */
+    *state = 16.0 * (double)r->numel;
+}
+
+static void plan_bytes(double b, char *buf, size_t size) {
+    static const char *unit[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+    int u = 0;
+    while (b >= 1000.0 && u < 5) {
+        b /= 1000.0;
+        u++;
+    }
+    snprintf(buf, size, "%.4g %s", b, unit[u]);
+}
+
+static void plan_state_text(const plan_result *r, int dp) {
+    double w, st;
+    char a[32], b[32], c[32];
+    plan_state_numbers(r, &w, &st);
+    plan_bytes(w, a, sizeof a);
+    plan_bytes(st, b, sizeof b);
+    plan_bytes(st / dp, c, sizeof c);
+    printf("model state (P = %zu parameters, %s): weights %s (%gP), model state %s (16P: "
+           "weights, gradients, f32 master weights and Adam moments), fully sharded over dp %d "
+           "%s per rank (16P/%d); this run keeps per rank %zu bytes (params + grads + "
+           "optimizer)\n",
+           r->numel, ts_dtype_name(r->dtype), a, w / (double)r->numel, b, dp, c, dp,
+           r->params + r->grads + r->optim);
+}
+
+static void plan_state_json(const plan_result *r, int dp) {
+    double w, st;
+    plan_state_numbers(r, &w, &st);
+    printf("\"model_state\":{\"parameters\":%zu,\"dtype\":\"%s\",\"weights_bytes\":%.0f,"
+           "\"state_bytes\":%.0f,\"dp\":%d,\"state_bytes_per_rank\":%.0f,"
+           "\"run_bytes_per_rank\":%zu},",
+           r->numel, ts_dtype_name(r->dtype), w, st, dp, st / dp, r->params + r->grads + r->optim);
 }
 
 /* Calls `fn` for every (group, op) with traffic in the dry run, world last. */
@@ -442,8 +499,13 @@ static int cmd_plan(int argc, char **argv) {
                 printf("\",");
             } else {
                 printf("\"memory\":{\"params\":%zu,\"grads\":%zu,\"optimizer\":%zu,"
-                       "\"activations\":%zu,\"comm\":%zu,\"batch\":%zu},\"comm\":{",
+                       "\"activations\":%zu,\"comm\":%zu,\"batch\":%zu},",
                        est.params, est.grads, est.optim, est.acts, est.comm, est.batch);
+                printf("\"peak\":{\"params\":%zu,\"grads\":%zu,\"optimizer\":%zu,"
+                       "\"total\":%zu},",
+                       est.params_peak, est.grads_peak, est.optim_peak, est.total_peak);
+                plan_state_json(&est, ts_mesh_axis_size(mesh, TS_AXIS_DP));
+                printf("\"comm\":{");
                 plan_each_comm(&est, world, plan_comm_json);
                 printf("},");
             }
@@ -474,6 +536,9 @@ static int cmd_plan(int argc, char **argv) {
                    opts.rank, est.params, est.grads, est.optim, est.acts, shape.micro_batches,
                    shape.B, shape.T, est.comm, est.batch);
         if (!unbound[0]) {
+            printf("  peak during a step: params %zu, grads %zu, optimizer %zu, all %zu bytes\n",
+                   est.params_peak, est.grads_peak, est.optim_peak, est.total_peak);
+            plan_state_text(&est, ts_mesh_axis_size(mesh, TS_AXIS_DP));
             printf("communication of rank %d per step:\n", opts.rank);
             plan_each_comm(&est, world, plan_comm_text);
         }

@@ -134,11 +134,14 @@ typedef struct ts_param {
      * sums it over that axis when the gradient is complete, unless a plugin
      * provides the reduction (bit clear, see ts_model_set_reducer). */
     unsigned grad_partial;
-    int tied_copy; /* a copy of a parameter whose owning module runs on
-                      another pipeline rank (GPT-2's LM head's wte): the
-                      owner's copy is the one checkpoints and the gradient
-                      norm count                                       */
-    int decay;     /* weight decay applies (2-D weights)              */
+    int tied_copy;  /* a copy of a parameter whose owning module runs on
+                       another pipeline rank (GPT-2's LM head's wte): the
+                       owner's copy is the one checkpoints and the gradient
+                       norm count                                       */
+    int tied_split; /* read by modules on two pipeline ranks (the owner's
+                       and a tied copy's): the two gradients are summed
+                       over the tie group each step                     */
+    int decay;      /* weight decay applies (2-D weights)              */
     ts_init_kind init;
     float init_std;
     int64_t init_rows; /* NORMAL: rows initialised (wte: V of Vp)        */

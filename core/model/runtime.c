@@ -406,7 +406,8 @@ ts_status ts_model_create_arch(const ts_arch *arch, const ts_model_config *cfg, 
             local[p] = n++;
             q->global_offset = global;
             q->tied_copy = m->module_chunk[owner[p]] < 0;
-            if (users[p] > 1 && !all) m->tied_split = 1;
+            q->tied_split = users[p] > 1 && !all;
+            if (q->tied_split) m->tied_split = 1;
             q->global_ndim = decl[p].ndim;
             for (int d = 0; d < 3; d++) {
                 q->global_shape[d] = d < decl[p].ndim ? decl[p].shape[d] : 1;
@@ -579,68 +580,32 @@ static void param_block_copy(const ts_param *p, const int64_t *boff, float *whol
         }
 }
 
-/* The axis of the model that cuts p's stored block (-1: none; at most one
- * is supported). */
-static int param_cut_axis(const ts_model *m, const ts_param *p, int *count) {
-    int axis = -1;
-    *count = 0;
-    for (int a = 0; a < m->naxes; a++)
-        if (p->on[a].kind == TS_PLACEMENT_SHARD || (p->provided >> a & 1u)) {
-            axis = a;
-            (*count)++;
-        }
-    return axis;
-}
-
-/* The dimension axis a cuts p's stored block along. */
-static int param_store_dim(const ts_model *m, const ts_param *p, int a) {
-    (void)m;
-    if (p->on[a].kind == TS_PLACEMENT_SHARD) return p->on[a].dim;
-    for (int d = 0; d < p->global_ndim; d++)
-        if (p->store.shape[d] != p->value.shape[d]) return d;
-    return 0;
-}
-
 ts_status ts_model_gather(ts_model *m, const float *local, float *full) {
-    float *buf = NULL;
-    size_t cap = 0;
-    ts_status st = TS_OK;
-    for (int i = 0; i < m->nparams && !st; i++) {
+    for (int i = 0; i < m->nparams; i++) {
         ts_param *p = &m->params[i];
-        size_t n = (size_t)ts_tensor_numel(&p->store);
+        size_t n = (size_t)ts_tensor_numel(&p->store), total = 1;
         float *whole = full + p->global_offset;
         if (p->tied_copy) continue; /* the owner's rank writes it */
-        int cuts, a = param_cut_axis(m, p, &cuts);
-        if (a < 0) {
+        for (int d = 0; d < p->global_ndim; d++)
+            total *= (size_t)p->global_shape[d];
+        if (n == total) {
             memcpy(whole, local + p->offset, n * sizeof(float));
             continue;
         }
-        if (cuts > 1)
-            return ts_error(TS_ERR_INVALID,
-                            "model: %s is cut over %d axes; gathering one is "
-                            "supported",
-                            p->value.name, cuts);
-        const ts_model_axis *ax = &m->axes[a];
-        int size = ax->size, dim = param_store_dim(m, p, a);
-        if (n * size > cap) {
-            ts_mem_free(buf);
-            cap = n * size;
-            buf = ts_mem_alloc(TS_MEM_COMM, cap * sizeof(float));
-            if (!buf) return TS_ERR_NOMEM;
-        }
-        /* Equal blocks: rank r's sits at r times the extent along dim. */
-        if (p->global_shape[dim] != p->store.shape[dim] * size)
-            return ts_error(TS_ERR_INVALID, "model: %s is cut into unequal blocks over %s",
-                            p->value.name, ax->name);
-        st = ts_comm_all_gather(ax->host ? ax->host : ax->comm, local + p->offset, buf, n, TS_F32);
-        for (int r = 0; r < size && !st; r++) {
-            int64_t boff[3] = {p->store_offset[0], p->store_offset[1], p->store_offset[2]};
-            boff[dim] = p->store.shape[dim] * r;
-            param_block_copy(p, boff, whole, buf + n * r, 0);
+        /* Cut over one or more axes, evenly or not: every rank writes its
+         * block into zeros and the blocks are summed over each axis that
+         * cuts it, as integers (the bits of a float plus zeros are the same
+         * bits: -0.0 and NaN payloads survive). */
+        memset(whole, 0, total * sizeof(float));
+        param_block_copy(p, p->store_offset, whole, (float *)local + p->offset, 0);
+        for (int a = 0; a < m->naxes; a++) {
+            if (p->on[a].kind != TS_PLACEMENT_SHARD && !(p->provided >> a & 1u)) continue;
+            const ts_model_axis *ax = &m->axes[a];
+            TS_TRY(ts_comm_all_reduce(ax->host ? ax->host : ax->comm, whole, whole, total, TS_I32,
+                                      TS_REDUCE_SUM));
         }
     }
-    ts_mem_free(buf);
-    return st;
+    return TS_OK;
 }
 
 void ts_model_scatter(const ts_model *m, const float *full, float *local) {

@@ -486,18 +486,33 @@ static ts_status host_provide(ts_plugin_ctx *ctx, ts_plugin_provision what, cons
                               plg_provider **out) {
     ts_plugins *reg = ctx->reg;
     ts_mesh_axis a;
+    int is_default = (what & TS_PROVIDE_DEFAULT) != 0;
+    what = (ts_plugin_provision)(what & ~TS_PROVIDE_DEFAULT);
     if ((unsigned)what >= TS_PROVIDE_COUNT)
         return reg_end(
             ctx, ts_error(TS_ERR_PLUGIN, "registers provision %d (no such provision)", (int)what));
     if (!axis || ts_mesh_axis_from_name(axis, &a) != TS_OK)
         return reg_end(ctx, ts_error(TS_ERR_PLUGIN, "provides %s on '%s', which is not a mesh axis",
                                      ts_plugin_provision_name(what), axis ? axis : "(null)"));
-    for (int i = 0; i < reg->nproviders; i++)
-        if (reg->providers[i].what == what && strcmp(reg->providers[i].axis, axis) == 0)
+    for (int i = 0; i < reg->nproviders; i++) {
+        plg_provider *q = &reg->providers[i];
+        if (q->what != what || strcmp(q->axis, axis) != 0) continue;
+        if (is_default) { /* someone provides it already: the default yields */
+            *out = NULL;
+            return TS_OK;
+        }
+        if (!q->is_default)
             return reg_end(ctx, ts_error(TS_ERR_PLUGIN,
                                          "provides %s on %s, which plugin '%s' already provides",
-                                         ts_plugin_provision_name(what), axis,
-                                         reg->providers[i].ctx->name));
+                                         ts_plugin_provision_name(what), axis, q->ctx->name));
+        /* Takes the default over. */
+        memset(q, 0, sizeof *q);
+        q->what = what;
+        snprintf(q->axis, sizeof q->axis, "%s", axis);
+        q->ctx = ctx;
+        *out = q;
+        return TS_OK;
+    }
     if (!plg_grow((void **)&reg->providers, &reg->capproviders, reg->nproviders + 1,
                   sizeof *reg->providers))
         return reg_end(ctx, plg_nomem());
@@ -505,6 +520,7 @@ static ts_status host_provide(ts_plugin_ctx *ctx, ts_plugin_provision what, cons
     memset(p, 0, sizeof *p);
     p->what = what;
     snprintf(p->axis, sizeof p->axis, "%s", axis);
+    p->is_default = is_default;
     p->ctx = ctx;
     *out = p;
     return TS_OK;
@@ -513,13 +529,14 @@ static ts_status host_provide(ts_plugin_ctx *ctx, ts_plugin_provision what, cons
 static ts_status host_register_provider(ts_plugin_ctx *ctx, ts_plugin_provision what,
                                         const char *axis) {
     TS_TRY(reg_begin(ctx, "register_provider"));
-    if (what == TS_PROVIDE_ATTENTION || what == TS_PROVIDE_OPTIMIZER_STATE)
+    ts_plugin_provision kind = (ts_plugin_provision)(what & ~TS_PROVIDE_DEFAULT);
+    if (kind == TS_PROVIDE_ATTENTION || kind == TS_PROVIDE_OPTIMIZER_STATE)
         return reg_end(ctx,
                        ts_error(TS_ERR_PLUGIN,
                                 "provides %s with register_provider; it is registered with "
                                 "its ops (register_%s)",
-                                ts_plugin_provision_name(what),
-                                what == TS_PROVIDE_ATTENTION ? "attention" : "optimizer_state"));
+                                ts_plugin_provision_name(kind),
+                                kind == TS_PROVIDE_ATTENTION ? "attention" : "optimizer_state"));
     plg_provider *p;
     return host_provide(ctx, what, axis, &p);
 }
@@ -564,6 +581,11 @@ static ts_status host_register_optimizer_state(ts_plugin_ctx *ctx, const char *a
     plg_copy_ops(&p->optimizer, sizeof p->optimizer, ops, ops->struct_size);
     p->user = user;
     return TS_OK;
+}
+
+static const char *host_provider(ts_plugin_ctx *ctx, ts_plugin_provision what, const char *axis) {
+    if (!plg_ctx_ok(ctx) || !axis) return NULL;
+    return ts_plugins_provider(ctx->reg, (ts_plugin_provision)(what & ~TS_PROVIDE_DEFAULT), axis);
 }
 
 void plg_host_fill(ts_host *h) {
@@ -632,4 +654,5 @@ void plg_host_fill(ts_host *h) {
     h->register_provider = host_register_provider;
     h->register_attention = host_register_attention;
     h->register_optimizer_state = host_register_optimizer_state;
+    h->provider = host_provider;
 }

@@ -30,6 +30,10 @@ static ts_status trainer_grad_norm(ts_trainer *t, double loss_sum, double *norm)
         size_t begin = m->params[p].offset, end = begin;
         while (p < m->nparams && t->norm_owner[p] && m->params[p].offset == end)
             end += (size_t)ts_tensor_numel(&m->params[p++].store_grad);
+        /* Only the optimizer's range, when its state is cut. */
+        if (begin < t->optim->shard.begin) begin = t->optim->shard.begin;
+        if (end > t->optim->shard.end) end = t->optim->shard.end;
+        if (begin >= end) continue;
         double s = 0.0;
         TS_TRY(t->be->sumsq(&s, m->grad_data + begin, end - begin));
         local += s;
@@ -100,6 +104,23 @@ static ts_status trainer_core_reduce(ts_trainer *t) {
     return TS_OK;
 }
 
+/* The core's own sums of a parameter's gradient (`what`): over an axis
+ * that cuts the rows a replicated weight is applied to (a sequence-sliced
+ * region) its gradient is partial (SUM_PARTIAL); a tied weight's is summed
+ * with its copy on the other pipeline stage (SUM_TIE). */
+enum { SUM_PARTIAL = 1, SUM_TIE = 2 };
+static ts_status trainer_param_sums(ts_trainer *t, ts_param *p, int what) {
+    size_t n = (size_t)ts_tensor_numel(&p->store_grad);
+    for (int a = 0; (what & SUM_PARTIAL) && a < t->model->naxes; a++)
+        if (p->grad_partial & (1u << a))
+            TS_TRY(ts_comm_all_reduce(t->model->axes[a].comm, p->store_grad.data,
+                                      p->store_grad.data, n, TS_F32, TS_REDUCE_SUM));
+    if ((what & SUM_TIE) && p->tied_split)
+        TS_TRY(ts_comm_all_reduce(t->tie_comm, p->store_grad.data, p->store_grad.data, n, TS_F32,
+                                  TS_REDUCE_SUM));
+    return TS_OK;
+}
+
 /* After each module's backward of the step's last micro-batch: the gradients
  * it completed are ready, announced in reverse order of their offsets. */
 static ts_status trainer_module_done(void *user, int module) {
@@ -119,14 +140,14 @@ static ts_status trainer_module_done(void *user, int module) {
         }
     for (int k = 0; k < n; k++) {
         ts_param *p = &t->model->params[idx[k]];
-        /* A weight replicated over an axis that cuts the rows it is applied
-         * to (a sequence-sliced region) has a partial gradient there: sum it
-         * before anyone reads it. */
-        for (int a = 0; a < t->model->naxes; a++)
-            if (p->grad_partial & (1u << a))
-                TS_TRY(ts_comm_all_reduce(
-                    t->model->axes[a].comm, p->store_grad.data, p->store_grad.data,
-                    (size_t)ts_tensor_numel(&p->store_grad), TS_F32, TS_REDUCE_SUM));
+        /* A parameter stored cut by a plugin is complete only once the
+         * plugin has reduced it (by BEFORE_OPTIMIZER): its sums come then. */
+        if (!p->provided) {
+            TS_TRY(trainer_param_sums(t, p, SUM_PARTIAL));
+            /* A tied weight is summed with its copy at the optimizer step,
+             * then announced (trainer_optimizer_step). */
+            if (p->tied_split) continue;
+        }
         TS_TRY(trainer_hook(t, TS_HOOK_GRAD_READY, -1, p));
     }
     return TS_OK;
@@ -263,13 +284,20 @@ static ts_status trainer_optimizer_step(ts_trainer *t, double loss_sum, double *
                                         int *skipped) {
     ts_model *m = t->model;
     double t0 = now_seconds();
-    TS_TRY(trainer_hook(t, TS_HOOK_BEFORE_OPTIMIZER, -1, NULL));
-    if (m->tied_split) {
-        ts_param *wte = ts_model_param(m, "wte");
-        TS_TRY(ts_comm_all_reduce(t->tie_comm, wte->store_grad.data, wte->store_grad.data,
-                                  (size_t)ts_tensor_numel(&wte->store_grad), TS_F32,
-                                  TS_REDUCE_SUM));
+    /* Tied weights: this rank's gradient is complete now; summed with the
+     * copy's, it is announced like the others. */
+    for (int i = 0; i < m->nparams; i++) {
+        ts_param *p = &m->params[i];
+        if (!p->tied_split || p->provided) continue;
+        TS_TRY(trainer_param_sums(t, p, SUM_TIE));
+        TS_TRY(trainer_hook(t, TS_HOOK_GRAD_READY, -1, p));
     }
+    TS_TRY(trainer_hook(t, TS_HOOK_BEFORE_OPTIMIZER, -1, NULL));
+    /* Parameters stored cut: the plugin has reduced them; now the core's
+     * own sums. */
+    for (int i = 0; i < m->nparams; i++)
+        if (m->params[i].provided)
+            TS_TRY(trainer_param_sums(t, &m->params[i], SUM_PARTIAL | SUM_TIE));
     TS_TRY(trainer_core_reduce(t));
     double t1 = now_seconds();
     ts_trace_span(t->trace, "grad_sync", TS_TRACE_CAT_COLLECTIVE, t0, t1, -1, t->stage, -1);

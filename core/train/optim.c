@@ -39,20 +39,38 @@ ts_status ts_optimizer_create_shard(const ts_optim_config *cfg, ts_model *model,
     o->cfg = *cfg;
     o->be = model->be;
     o->numel = model->numel;
-    o->shard = shard ? *shard : (ts_optim_shard){0, model->numel, NULL, NULL};
-    size_t n = o->shard.end - o->shard.begin, bytes = (n ? n : 1) * sizeof(float);
-    o->m = o->be->alloc(TS_MEM_OPTIM, bytes);
-    o->v = o->be->alloc(TS_MEM_OPTIM, bytes);
+    o->shard = shard ? *shard : (ts_optim_shard){0, model->numel, NULL, NULL, 0};
+    o->shard.offload = o->shard.offload && model->be->kind != TS_DEVICE_CPU;
+    o->state_be = o->shard.offload ? ts_backend_cpu() : model->be;
+    size_t b = o->shard.begin, n = o->shard.end - b, bytes = (n ? n : 1) * sizeof(float);
+    const ts_backend *sb = o->state_be;
+    o->m = sb->alloc(TS_MEM_OPTIM, bytes);
+    o->v = sb->alloc(TS_MEM_OPTIM, bytes);
     ts_status st = TS_OK;
-    if (model->dtype == TS_F32) {
-        o->master = (float *)model->param_data + o->shard.begin;
+    if (model->dtype == TS_F32 && !o->shard.offload) {
+        o->master = (float *)model->param_data + b;
     } else {
-        o->master = o->be->alloc(TS_MEM_OPTIM, bytes);
+        o->master = sb->alloc(TS_MEM_OPTIM, bytes);
         o->owns_master = 1;
-        if (o->master)
-            st = o->be->bf16_to_f32(o->master, (uint16_t *)model->param_data + o->shard.begin, n);
     }
-    if (!o->m || !o->v || !o->master || st) {
+    if (o->shard.offload) {
+        o->grad_host = sb->alloc(TS_MEM_OPTIM, bytes);
+        if (model->dtype == TS_BF16)
+            o->bf16_host = sb->alloc(TS_MEM_OPTIM, (n ? n : 1) * sizeof(uint16_t));
+    }
+    int ok = o->m && o->v && o->master && (!o->shard.offload || o->grad_host) &&
+             (!o->shard.offload || model->dtype != TS_BF16 || o->bf16_host);
+    /* The master copy starts as the parameters of the range. */
+    if (ok && o->owns_master) {
+        if (model->dtype == TS_F32)
+            st = o->be->to_host(o->master, (float *)model->param_data + b, n * sizeof(float));
+        else if (!o->shard.offload)
+            st = o->be->bf16_to_f32(o->master, (uint16_t *)model->param_data + b, n);
+        else if (!(st = o->be->to_host(o->bf16_host, (uint16_t *)model->param_data + b,
+                                       n * sizeof(uint16_t))))
+            st = sb->bf16_to_f32(o->master, o->bf16_host, n);
+    }
+    if (!ok || st) {
         ts_optimizer_destroy(o);
         return st ? st : TS_ERR_NOMEM;
     }
@@ -62,9 +80,12 @@ ts_status ts_optimizer_create_shard(const ts_optim_config *cfg, ts_model *model,
 
 void ts_optimizer_destroy(ts_optimizer *o) {
     if (!o) return;
-    o->be->free(o->m);
-    o->be->free(o->v);
-    if (o->owns_master) o->be->free(o->master);
+    const ts_backend *sb = o->state_be ? o->state_be : o->be;
+    sb->free(o->m);
+    sb->free(o->v);
+    if (o->owns_master) sb->free(o->master);
+    sb->free(o->grad_host);
+    sb->free(o->bf16_host);
     free(o);
 }
 
@@ -72,19 +93,33 @@ ts_status ts_optimizer_step(ts_optimizer *o, ts_model *model, int64_t step, floa
                             float grad_scale) {
     const ts_optim_config *c = &o->cfg;
     size_t b = o->shard.begin, e = o->shard.end;
+    int bf = model->dtype == TS_BF16, off = o->shard.offload;
+    /* Offloaded: the range's gradient comes down, the update runs on the
+     * host, the range's parameters go up. */
+    const float *grad = model->grad_data;
+    if (off) {
+        TS_TRY(o->be->to_host(o->grad_host, model->grad_data + b, (e - b) * sizeof(float)));
+        grad = o->grad_host - b;
+    }
     /* In bf16 the step also writes the bf16 parameters (one pass). */
-    uint16_t *bf16 = model->dtype == TS_BF16 ? model->param_data : NULL;
+    uint16_t *bf16 = !bf ? NULL : off ? o->bf16_host - b : (uint16_t *)model->param_data;
     for (int i = 0; i < model->nparams; i++) {
         const ts_param *p = &model->params[i];
         size_t lo = p->offset, hi = lo + (size_t)ts_tensor_numel(&p->store);
         if (lo < b) lo = b;
         if (hi > e) hi = e;
         if (lo >= hi) continue;
-        TS_TRY(o->be->adamw(o->master + (lo - b), o->m + (lo - b), o->v + (lo - b),
-                            bf16 ? bf16 + lo : NULL, model->grad_data + lo, hi - lo, lr, c->beta1,
-                            c->beta2, c->eps, p->decay ? c->weight_decay : 0.0f, (int)(step + 1),
-                            grad_scale));
+        TS_TRY(o->state_be->adamw(o->master + (lo - b), o->m + (lo - b), o->v + (lo - b),
+                                  bf16 ? bf16 + lo : NULL, grad + lo, hi - lo, lr, c->beta1,
+                                  c->beta2, c->eps, p->decay ? c->weight_decay : 0.0f,
+                                  (int)(step + 1), grad_scale));
     }
+    if (off && bf)
+        TS_TRY(o->be->from_host((uint16_t *)model->param_data + b, o->bf16_host,
+                                (e - b) * sizeof(uint16_t)));
+    else if (off)
+        TS_TRY(
+            o->be->from_host((float *)model->param_data + b, o->master, (e - b) * sizeof(float)));
     if (o->shard.after_step)
         TS_TRY(o->shard.after_step(o->shard.user, model->param_data, model->dtype, model->numel));
     return TS_OK;

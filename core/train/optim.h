@@ -43,6 +43,9 @@ typedef struct ts_optim_shard {
     size_t begin, end;
     ts_status (*after_step)(void *user, void *params, ts_dtype dtype, size_t numel);
     void *user;
+    /* The state and its update in host memory while the model is on a GPU
+     * (ignored when it is on the CPU already). */
+    int offload;
 } ts_optim_shard;
 
 typedef struct ts_optimizer {
@@ -50,12 +53,18 @@ typedef struct ts_optimizer {
     const ts_backend *be; /* the model's: where the arrays live (borrowed) */
     size_t numel;         /* elements of the model's flat buffers          */
     ts_optim_shard shard; /* the range kept here: [0, numel) uncut          */
+    /* Where the state lives and the update runs: the model's backend, or
+     * the CPU's when offloaded. */
+    const ts_backend *state_be;
     /* Element i of the flat buffers (begin <= i < end) is at [i - begin]: */
-    float *m, *v;  /* first and second moments (TS_MEM_OPTIM), on the
-                      model's device                                    */
+    float *m, *v;  /* first and second moments (TS_MEM_OPTIM)          */
     float *master; /* f32 master weights: the model's own array (from
-                      begin) in fp32 mode, a TS_MEM_OPTIM copy in bf16 */
+                      begin) in fp32 mode, a TS_MEM_OPTIM copy in bf16
+                      mode or when offloaded                            */
     int owns_master;
+    /* Offloaded: the range's gradient and bf16 parameters in host memory. */
+    float *grad_host;
+    uint16_t *bf16_host;
 } ts_optimizer;
 
 /* The learning rate of 0-based step `step`: lr * (step+1)/warmup during

@@ -14,28 +14,29 @@
 
 #include "cpu_kernels.h"
 
-/* Copies `bytes` between host memory and the model's device (a memcpy on
+/* Copies `bytes` between host memory and the memory of `be` (a memcpy on
  * the CPU). */
-static ts_status trainer_upload(ts_trainer *t, void *dev, const void *host, size_t bytes) {
-    if (t->be->kind != TS_DEVICE_CPU) return t->be->from_host(dev, host, bytes);
+static ts_status trainer_upload(const ts_backend *be, void *dev, const void *host, size_t bytes) {
+    if (be->kind != TS_DEVICE_CPU) return be->from_host(dev, host, bytes);
     if (dev != host) memcpy(dev, host, bytes);
     return TS_OK;
 }
 
-static ts_status trainer_download(ts_trainer *t, void *host, const void *dev, size_t bytes) {
-    if (t->be->kind != TS_DEVICE_CPU) return t->be->to_host(host, dev, bytes);
+static ts_status trainer_download(const ts_backend *be, void *host, const void *dev, size_t bytes) {
+    if (be->kind != TS_DEVICE_CPU) return be->to_host(host, dev, bytes);
     if (dev != host) memcpy(host, dev, bytes);
     return TS_OK;
 }
 
-/* The host's view of `dev` (numel f32 of the model's device): `dev` itself
+/* The host's view of `dev` (numel f32 in the memory of `be`): `dev` itself
  * on the CPU, else a copy in `host` (numel floats). */
-static ts_status trainer_host(ts_trainer *t, const float *dev, float *host, const float **out) {
-    if (t->be->kind == TS_DEVICE_CPU) {
+static ts_status trainer_host(ts_trainer *t, const ts_backend *be, const float *dev, float *host,
+                              const float **out) {
+    if (be->kind == TS_DEVICE_CPU) {
         *out = dev;
         return TS_OK;
     }
-    TS_TRY(t->be->to_host(host, dev, t->model->numel * sizeof(float)));
+    TS_TRY(be->to_host(host, dev, t->model->numel * sizeof(float)));
     *out = host;
     return TS_OK;
 }
@@ -45,14 +46,23 @@ static int trainer_optim_cut(const ts_trainer *t) {
     return t->optim->shard.begin != 0 || t->optim->shard.end != t->model->numel;
 }
 
+/* Whether state_io needs host buffers of numel floats per array: the
+ * model's device is not the host, or the optimizer's ranges are gathered. */
+static int trainer_needs_host(const ts_trainer *t) {
+    return t->be->kind != TS_DEVICE_CPU || t->optim->state_be->kind != TS_DEVICE_CPU ||
+           trainer_optim_cut(t);
+}
+
 /* The whole local array (numel f32, host) of an optimizer array that holds
- * this rank's range (`range`, device): the array itself when nothing is cut
- * (on the CPU), else every rank's range gathered over the cutting axis into
- * `host` (numel floats). Collective over that axis when cut. */
+ * this rank's range (`range`, where the optimizer's state lives): the array
+ * itself when nothing is cut (on the CPU), else every rank's range gathered
+ * over the cutting axis into `host` (numel floats). Collective over that
+ * axis when cut. */
 static ts_status trainer_whole(ts_trainer *t, const float *range, float *host, const float **out) {
-    if (!trainer_optim_cut(t)) return trainer_host(t, range, host, out);
+    const ts_backend *sb = t->optim->state_be;
+    if (!trainer_optim_cut(t)) return trainer_host(t, sb, range, host, out);
     size_t b = t->optim->shard.begin, e = t->optim->shard.end;
-    TS_TRY(trainer_download(t, host + b, range, (e - b) * sizeof(float)));
+    TS_TRY(trainer_download(sb, host + b, range, (e - b) * sizeof(float)));
     TS_TRY(ts_comm_all_gatherv(t->model->axes[t->opt_axis].host, host + b, host, t->opt_counts,
                                TS_F32));
     *out = host;
@@ -60,17 +70,18 @@ static ts_status trainer_whole(ts_trainer *t, const float *range, float *host, c
 }
 
 /* The whole local master weights: the f32 parameters themselves (whole
- * after every update), or the bf16 run's master copy gathered. */
+ * after every update), or the master copy (bf16 runs, offloaded state)
+ * gathered. */
 static ts_status trainer_master_whole(ts_trainer *t, float *host, const float **out) {
-    if (t->model->dtype == TS_F32) return trainer_host(t, t->model->param_data, host, out);
+    if (!t->optim->owns_master) return trainer_host(t, t->be, t->model->param_data, host, out);
     return trainer_whole(t, t->optim->master, host, out);
 }
 
-/* Sets an optimizer array (this rank's range, device) from the whole local
- * array `local` (numel f32, host). */
+/* Sets an optimizer array (this rank's range) from the whole local array
+ * `local` (numel f32, host). */
 static ts_status trainer_put_range(ts_trainer *t, float *range, const float *local) {
     size_t b = t->optim->shard.begin, e = t->optim->shard.end;
-    return trainer_upload(t, range, local + b, (e - b) * sizeof(float));
+    return trainer_upload(t->optim->state_be, range, local + b, (e - b) * sizeof(float));
 }
 
 /* Sets the master weights and the parameters from the whole local array
@@ -78,9 +89,9 @@ static ts_status trainer_put_range(ts_trainer *t, float *range, const float *loc
  * run on a device). */
 static ts_status trainer_put_master(ts_trainer *t, const float *local, uint16_t *scratch) {
     ts_model *m = t->model;
+    if (t->optim->owns_master) TS_TRY(trainer_put_range(t, t->optim->master, local));
     if (m->dtype == TS_F32)
-        return trainer_upload(t, m->param_data, local, m->numel * sizeof(float));
-    TS_TRY(trainer_put_range(t, t->optim->master, local));
+        return trainer_upload(t->be, m->param_data, local, m->numel * sizeof(float));
     if (t->be->kind == TS_DEVICE_CPU) return t->be->f32_to_bf16(m->param_data, local, m->numel);
     ts_cpu_f32_to_bf16(scratch, local, m->numel);
     return t->be->from_host(m->param_data, scratch, m->numel * sizeof(uint16_t));
@@ -168,7 +179,7 @@ static ts_status trainer_state_finite(ts_trainer *t) {
     int32_t bad[3], all[3];
     for (int k = 0; k < 3; k++) {
         double s = 0.0;
-        TS_TRY(t->be->sumsq(&s, arrays[k], n));
+        TS_TRY(t->optim->state_be->sumsq(&s, arrays[k], n));
         bad[k] = !isfinite(s);
     }
     memcpy(all, bad, sizeof all);
@@ -191,7 +202,7 @@ static ts_status trainer_state_finite(ts_trainer *t) {
 ts_status trainer_save(ts_trainer *t, char *path, size_t size) {
     ts_model *m = t->model;
     TS_TRY(trainer_state_finite(t));
-    int cut = trainer_cut(t), local = t->be->kind != TS_DEVICE_CPU || trainer_optim_cut(t);
+    int cut = trainer_cut(t), local = trainer_needs_host(t);
     size_t n = m->global_numel, ln = m->numel;
     float *buf = cut ? ts_mem_alloc(TS_MEM_OTHER, 3 * n * sizeof(float)) : NULL;
     float *host = local ? ts_mem_alloc(TS_MEM_OTHER, 3 * ln * sizeof(float)) : NULL;
@@ -215,7 +226,7 @@ ts_status trainer_save(ts_trainer *t, char *path, size_t size) {
 
 ts_status ts_trainer_export(ts_trainer *t, const char *path) {
     ts_model *m = t->model;
-    int local = t->be->kind != TS_DEVICE_CPU || trainer_optim_cut(t);
+    int local = trainer_needs_host(t);
     float *buf =
         trainer_cut(t) ? ts_mem_alloc(TS_MEM_OTHER, m->global_numel * sizeof(float)) : NULL;
     float *host = local ? ts_mem_alloc(TS_MEM_OTHER, m->numel * sizeof(float)) : NULL;

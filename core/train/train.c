@@ -345,7 +345,7 @@ static ts_status trainer_optim_after_step(void *user, void *params, ts_dtype dty
  * fail alike. */
 static ts_status trainer_optim_shard(ts_trainer *t, ts_optim_shard *sh) {
     ts_model *m = t->model;
-    *sh = (ts_optim_shard){0, m->numel, NULL, NULL};
+    *sh = (ts_optim_shard){0, m->numel, NULL, NULL, 0};
     t->opt_axis = -1;
     for (int a = 0; a < m->naxes; a++) {
         const ts_plugin_optimizer_state_ops *ops;
@@ -371,10 +371,22 @@ static ts_status trainer_optim_shard(ts_trainer *t, ts_optim_shard *sh) {
     ts_error(TS_OK, "%s", "");
     if (t->opt_ops->partition(t->opt_ctx, m->numel, &b, &e, t->opt_user) != TS_OK)
         snprintf(why, sizeof why, "%s", ts_last_error_bare());
-    /* Status and range of every rank: {failed, begin, end} as 32-bit words. */
+    else if ((t->opt_ops->flags & TS_OPTIMIZER_STATE_OFFLOAD) && t->be->kind == TS_DEVICE_CPU)
+        snprintf(why, sizeof why,
+                 "it keeps the optimizer state in host memory (offload), and the model trains "
+                 "there already ([train] device = cpu): nothing to offload");
+    /* Status, range and buffer size of every rank: {failed, begin, end,
+     * numel}, the sizes as two 32-bit words each. */
+    enum { W = 7 };
     int R = ax->size;
-    int32_t mine[5] = {why[0] != 0, (int32_t)(uint32_t)b, (int32_t)(uint32_t)(b >> 32),
-                       (int32_t)(uint32_t)e, (int32_t)(uint32_t)(e >> 32)};
+    size_t n = m->numel;
+    int32_t mine[W] = {why[0] != 0,
+                       (int32_t)(uint32_t)b,
+                       (int32_t)(uint32_t)(b >> 32),
+                       (int32_t)(uint32_t)e,
+                       (int32_t)(uint32_t)(e >> 32),
+                       (int32_t)(uint32_t)n,
+                       (int32_t)(uint32_t)(n >> 32)};
     int32_t *all = malloc((size_t)R * sizeof mine);
     t->opt_counts = malloc((size_t)R * sizeof *t->opt_counts);
     if (!all || !t->opt_counts) {
@@ -382,31 +394,41 @@ static ts_status trainer_optim_shard(ts_trainer *t, ts_optim_shard *sh) {
         return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
     }
     /* A dry run's group moves nothing: its ranges cannot be compared. */
-    ts_status st = t->plan_only ? TS_OK : ts_comm_all_gather(ax->host, mine, all, 5, TS_I32);
+    ts_status st = t->plan_only ? TS_OK : ts_comm_all_gather(ax->host, mine, all, W, TS_I32);
     for (int r = 0; t->plan_only && r < R; r++)
-        memcpy(all + 5 * r, mine, sizeof mine);
+        memcpy(all + W * r, mine, sizeof mine);
+#define WORD64(w, k) ((size_t)(uint32_t)(w)[k] | (size_t)(uint32_t)(w)[(k) + 1] << 32)
+    /* Either every rank keeps its whole buffer (nothing cut), or the ranges
+     * tile the buffer, the same size on every rank, in rank order. */
+    int whole = 1;
+    for (int r = 0; r < R; r++) {
+        const int32_t *w = all + W * r;
+        whole &= WORD64(w, 1) == 0 && WORD64(w, 3) == WORD64(w, 5);
+    }
     size_t prev = 0;
     for (int r = 0; r < R && !st; r++) {
-        const int32_t *w = all + 5 * r;
-        size_t rb = (size_t)(uint32_t)w[1] | (size_t)(uint32_t)w[2] << 32;
-        size_t re = (size_t)(uint32_t)w[3] | (size_t)(uint32_t)w[4] << 32;
+        const int32_t *w = all + W * r;
+        size_t rb = WORD64(w, 1), re = WORD64(w, 3), rn = WORD64(w, 5);
         if (w[0])
             st = ts_error(TS_ERR_PLUGIN,
                           "plugin '%s': optimizer state over %s: partition failed on rank %d of "
                           "the group%s%s",
                           t->opt_plugin, ax->name, r, why[0] ? ": " : "", why);
-        else if (!t->plan_only &&
-                 (rb != prev || re < rb || re > m->numel || (r == R - 1 && re != m->numel)))
+        else if (!whole && !t->plan_only &&
+                 (rn != n || rb != prev || re < rb || re > n || (r == R - 1 && re != n)))
             st = ts_error(TS_ERR_PLUGIN,
                           "plugin '%s': optimizer state over %s: rank %d of the group keeps "
                           "[%zu, %zu) of the %zu elements; the ranges must tile [0, %zu) in rank "
                           "order (the previous one ends at %zu)",
-                          t->opt_plugin, ax->name, r, rb, re, m->numel, m->numel, prev);
+                          t->opt_plugin, ax->name, r, rb, re, rn, n, prev);
         t->opt_counts[r] = re - rb;
         prev = re;
     }
+#undef WORD64
     free(all);
-    *sh = (ts_optim_shard){b, e, trainer_optim_after_step, t};
+    t->opt_cut = !whole;
+    *sh = (ts_optim_shard){b, e, trainer_optim_after_step, t,
+                           (t->opt_ops->flags & TS_OPTIMIZER_STATE_OFFLOAD) != 0};
     return st;
 }
 
@@ -426,8 +448,10 @@ static ts_status trainer_ready_after(ts_trainer *t) {
 
 /* Who counts each parameter in the global gradient norm: a rank holding a
  * shard counts it; among ranks holding the same replica (placement R on an
- * axis of size > 1) only coordinate 0 does. Summed over the world, every
- * element of every parameter is then counted exactly once. */
+ * axis of size > 1) only coordinate 0 does, except over the axis that cuts
+ * the optimizer state, where each rank counts its own range of the flat
+ * buffers (the gradient need only be reduced there). Summed over the
+ * world, every element of every parameter is then counted exactly once. */
 static ts_status trainer_norm_owners(ts_trainer *t) {
     ts_model *m = t->model;
     t->norm_owner = malloc((size_t)m->nparams);
@@ -445,8 +469,11 @@ static ts_status trainer_norm_owners(ts_trainer *t) {
             /* Pipeline ranks hold different parameters (their stage's), not
              * replicas of the same ones. */
             if (ax->size == 1 || ax->placement.kind == TS_PLACEMENT_SHARD ||
-                strcmp(ax->name, "pp") == 0)
+                strcmp(ax->name, ts_mesh_axis_name(TS_AXIS_PP)) == 0)
                 continue;
+            /* The optimizer state cut over an axis: each rank counts the
+             * range it updates (trainer_grad_norm). */
+            if (t->opt_cut && strcmp(ax->name, m->axes[t->opt_axis].name) == 0) continue;
             ts_mesh_axis axis;
             TS_TRY(ts_mesh_axis_from_name(ax->name, &axis));
             if (ts_parallel_coord(t->par, axis) != 0) t->norm_owner[p] = 0;
@@ -767,6 +794,11 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
         .grad_clip = (float)ts_config_float(cfg, "train", "grad_clip"),
     };
     if (oc.decay_steps == 0) oc.decay_steps = t->steps;
+    /* The plugins see the model (its views, the device) from here on: an
+     * optimizer-state provider's partition may read them. */
+    t->state.seed = seed;
+    if (reg) ts_plugins_set_device(reg, t->be);
+    CHECK(trainer_views(t));
     ts_optim_shard oshard;
     CHECK(trainer_optim_shard(t, &oshard));
     CHECK(ts_optimizer_create_shard(&oc, t->model, &oshard, &t->optim));
@@ -783,8 +815,6 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
     t->state = (ts_train_state){t->model, t->optim, 0, 0, seed};
     CHECK(trainer_ready_after(t));
     CHECK(trainer_norm_owners(t));
-    if (reg) ts_plugins_set_device(reg, t->be);
-    CHECK(trainer_views(t));
     CHECK(trainer_core_reductions(t));
     if (par) t->tie_comm = ts_parallel_data_comm(par, "embedding");
     if (ts_plugins_num_schedulers(reg) > 1)

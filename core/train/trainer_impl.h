@@ -76,6 +76,7 @@ struct ts_trainer {
      * its index in model->axes (-1: not cut), the provider, and every
      * rank's range length in rank order of the axis group. */
     int opt_axis;
+    int opt_cut; /* its ranges cut the buffers (not the whole on each rank) */
     const char *opt_plugin;
     const ts_plugin_optimizer_state_ops *opt_ops;
     ts_plugin_ctx *opt_ctx;

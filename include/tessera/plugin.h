@@ -389,6 +389,13 @@ typedef enum ts_plugin_provision {
      * (host->register_attention). */
     TS_PROVIDE_ATTENTION = 3,
     TS_PROVIDE_COUNT = 4,
+    /* OR-ed into `what` of register_provider: a default, provided unless
+     * another plugin provides the same on the axis (which then takes it
+     * over, whatever the load order). A plugin that registers a default asks
+     * host->provider (from its first transform on) whether it is still the
+     * provider before acting: dp's gradient reduction is one, which zero
+     * takes over. */
+    TS_PROVIDE_DEFAULT = 0x100,
 } ts_plugin_provision;
 
 /* ABI 1.1: attention over sequences cut along an axis (context
@@ -424,7 +431,9 @@ typedef struct ts_plugin_attention_ops {
 /* ABI 1.1: optimizer state cut over an axis (ZeRO-1 style). The core's
  * AdamW keeps master weights and moments only for this rank's range of the
  * flat buffers and updates only that range; the provider then makes the
- * parameters whole again. */
+ * parameters whole again. The gradient need only be complete in the range:
+ * the global gradient norm sums each rank's range. A provider whose ranges
+ * are the whole buffer on every rank cuts nothing (it may still offload). */
 typedef struct ts_plugin_optimizer_state_ops {
     uint32_t struct_size;
     /* Required. This rank's range [*begin, *end) of the `numel` elements of
@@ -437,7 +446,15 @@ typedef struct ts_plugin_optimizer_state_ops {
      * fails. */
     ts_status (*after_step)(ts_plugin_ctx *ctx, void *params, ts_dtype dtype, size_t numel,
                             void *user);
+    /* Optional: TS_OPTIMIZER_STATE_* bits (0: none). */
+    uint32_t flags;
 } ts_plugin_optimizer_state_ops;
+
+/* The optimizer state (master weights, moments) and its update live in host
+ * memory while the model trains on a GPU: each step the core copies the
+ * gradient range down and the updated parameter range up. Refused on a CPU
+ * run (nothing to offload from). */
+#define TS_OPTIMIZER_STATE_OFFLOAD 1u
 
 /* A hook (ABI 1.0).
  * Inputs:  ctx, the event (borrowed for the call; its tensors are the
@@ -778,6 +795,9 @@ typedef struct ts_host {
     /* Optimizer state cut over `axis` (and the provision). */
     ts_status (*register_optimizer_state)(ts_plugin_ctx *ctx, const char *axis,
                                           const ts_plugin_optimizer_state_ops *ops, void *user);
+    /* The plugin providing `what` on `axis` (its name), or NULL; final once
+     * every plugin's init has run (from the first transform on). */
+    const char *(*provider)(ts_plugin_ctx *ctx, ts_plugin_provision what, const char *axis);
     /* ABI 1.2 and later append here. */
 } ts_host;
 

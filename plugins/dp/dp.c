@@ -22,6 +22,9 @@
  *    knows the partial gradients there are summed; a parameter another
  *    plugin keeps cut over dp (its layout S(d) there, e.g. parameter
  *    storage presented whole) is that plugin's to reduce and is skipped.
+ *    The provision is a default: a plugin that reduces gradients its own
+ *    way (zero's reduce-scatter) takes it over, and dp then reduces
+ *    nothing (it still cuts the batch).
  *
  * Buckets reduce the gradient memory in place when their tensors are
  * adjacent in memory (the core's flat gradient array, visited in reverse
@@ -62,6 +65,7 @@ typedef struct dp_state {
     double bucket_bytes;
     int overlap;
     ts_comm *comm; /* dp-cp: every rank holding a part of the batch */
+    int active;    /* dp reduces the gradients (nobody took it over) */
     dp_bucket buckets[DP_MAX_BUCKETS];
     int nbuckets; /* closed buckets this step                      */
     float *open_base;
@@ -83,6 +87,8 @@ static double dp_now(void) {
 /* The communicator exists only once the mesh does: fetch it lazily. */
 static ts_status dp_bind(void) {
     if (dp.comm) return TS_OK;
+    const char *who = dp.host->provider(dp.ctx, TS_PROVIDE_GRAD_REDUCTION, "dp");
+    dp.active = who && strcmp(who, "dp") == 0;
     dp.comm = dp.host->comm(dp.ctx, "dp-cp");
     if (!dp.comm) return dp.host->error(dp.ctx, TS_ERR_INVALID, "no dp-cp communicator");
     return TS_OK;
@@ -131,6 +137,7 @@ static ts_status dp_progress(void) {
 static ts_status dp_grad_ready(ts_plugin_ctx *ctx, const ts_plugin_hook_event *ev, void *user) {
     (void)ctx;
     (void)user;
+    if (!dp.active) return TS_OK;
     if (ev->grad->dtype != TS_F32)
         return dp.host->error(dp.ctx, TS_ERR_INVALID, "gradient %s is %d, not f32", ev->grad->name,
                               (int)ev->grad->dtype);
@@ -175,6 +182,7 @@ static ts_status dp_before_optimizer(ts_plugin_ctx *ctx, const ts_plugin_hook_ev
     (void)ctx;
     (void)ev;
     (void)user;
+    if (!dp.active) return TS_OK;
     dp.t_backward_end = dp_now();
     TS_TRY(dp_close_bucket());
     for (int i = 0; i < dp.nbuckets; i++) {
@@ -236,8 +244,8 @@ static ts_status dp_init(const ts_host *host, ts_plugin_ctx *ctx) {
     TS_TRY(host->register_hook(ctx, TS_HOOK_BEFORE_FORWARD, dp_before_forward, NULL));
     TS_TRY(host->register_hook(ctx, TS_HOOK_GRAD_READY, dp_grad_ready, NULL));
     /* The buckets reduce over dp-cp: every axis that cuts the batch. */
-    TS_TRY(host->register_provider(ctx, TS_PROVIDE_GRAD_REDUCTION, "dp"));
-    TS_TRY(host->register_provider(ctx, TS_PROVIDE_GRAD_REDUCTION, "cp"));
+    TS_TRY(host->register_provider(ctx, TS_PROVIDE_GRAD_REDUCTION | TS_PROVIDE_DEFAULT, "dp"));
+    TS_TRY(host->register_provider(ctx, TS_PROVIDE_GRAD_REDUCTION | TS_PROVIDE_DEFAULT, "cp"));
     return host->register_hook(ctx, TS_HOOK_BEFORE_OPTIMIZER, dp_before_optimizer, NULL);
 }
 

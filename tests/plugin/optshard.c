@@ -66,6 +66,7 @@ static ts_status optshard_init(const ts_host *host, ts_plugin_ctx *ctx) {
         sizeof ops,
         optshard_partition,
         optshard_after_step,
+        0,
     };
     return host->register_optimizer_state(ctx, os.axis, &ops, NULL);
 }
