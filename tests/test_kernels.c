@@ -422,6 +422,289 @@ static void test_attention(void) {
     check_grads(&k, ps, 1, 1e-2f, FD_TOL);
 }
 
+/* --- block attention (context parallelism) ------------------------------------ */
+
+/* max |a - ref| / max(1, max |ref|), float against float; NaN anywhere: inf */
+static double max_err_f(const float *a, const float *ref, size_t n) {
+    double e = 0.0, m = 1.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        if (d != d) return INFINITY;
+        e = d > e ? d : e;
+        m = fabs(ref[i]) > m ? fabs(ref[i]) : m;
+    }
+    return e / m;
+}
+
+/* The whole causal attention of qkv (nB, nT, 3nC) as the block kernels must
+ * reproduce it: out, dqkv (+= onto g0) from ts_cpu_attention_*, and lse in
+ * double. */
+typedef struct {
+    int nB, nT, nC, nH;
+    float *qkv, *dout, *g0, *out, *lse, *dqkv;
+} blk_ref;
+
+static void blk_ref_init(blk_ref *r, int nB, int nT, int nC, int nH) {
+    size_t nqkv = (size_t)nB * nT * 3 * nC, nout = (size_t)nB * nT * nC;
+    size_t natt = (size_t)nB * nH * nT * nT;
+    int hs = nC / nH;
+    *r = (blk_ref){.nB = nB, .nT = nT, .nC = nC, .nH = nH};
+    r->qkv = falloc(nqkv), r->g0 = falloc(nqkv), r->dqkv = falloc(nqkv);
+    r->dout = falloc(nout), r->out = falloc(nout), r->lse = falloc((size_t)nB * nH * nT);
+    fill(r->qkv, nqkv, 1.5f), fill(r->dout, nout, 1), fill(r->g0, nqkv, 1);
+    float *att = falloc(natt), *scratch = falloc(natt);
+    ts_cpu_attention_forward(r->out, att, r->qkv, nB, nT, nC, nH);
+    memcpy(r->dqkv, r->g0, nqkv * sizeof(float));
+    ts_cpu_attention_backward(r->dqkv, scratch, r->dout, r->qkv, att, nB, nT, nC, nH);
+    for (int b = 0; b < nB; b++)
+        for (int h = 0; h < nH; h++)
+            for (int t = 0; t < nT; t++) {
+                const float *q = r->qkv + ((size_t)b * nT + t) * 3 * nC + h * hs;
+                double mx = -INFINITY, sum = 0.0, *s = malloc((size_t)(t + 1) * sizeof *s);
+                for (int u = 0; u <= t; u++) {
+                    const float *k = r->qkv + ((size_t)b * nT + u) * 3 * nC + nC + h * hs;
+                    s[u] = 0.0;
+                    for (int i = 0; i < hs; i++)
+                        s[u] += (double)q[i] * k[i];
+                    s[u] /= sqrt((double)hs);
+                    mx = fmax(mx, s[u]);
+                }
+                for (int u = 0; u <= t; u++)
+                    sum += exp(s[u] - mx);
+                r->lse[((size_t)b * nH + h) * nT + t] = (float)(mx + log(sum));
+                free(s);
+            }
+    free(att), free(scratch);
+}
+
+static void blk_ref_free(blk_ref *r) {
+    free(r->qkv), free(r->dout), free(r->g0), free(r->out), free(r->lse), free(r->dqkv);
+}
+
+/* (a) One block over the whole sequence (Tq = Tk = T, offset 0), q, k, v
+ * inside qkv (qs = kvs = 3C, os = C): the whole attention's out and dqkv,
+ * and lse against double; the backward twice gives the same bits. */
+static void block_whole_case(int nB, int nT, int nC, int nH) {
+    printf(" one block, B=%d T=%d C=%d NH=%d\n", nB, nT, nC, nH);
+    blk_ref r;
+    blk_ref_init(&r, nB, nT, nC, nH);
+    size_t nqkv = (size_t)nB * nT * 3 * nC, nout = (size_t)nB * nT * nC,
+           nlse = (size_t)nB * nH * nT;
+    float *out = falloc(nout), *lse = falloc(nlse), *dqkv = falloc(nqkv), *d2 = falloc(nqkv);
+    for (size_t i = 0; i < nout; i++)
+        out[i] = NAN; /* must be written */
+    int s3 = 3 * nC;
+    ts_cpu_attention_block_forward(out, lse, r.qkv, r.qkv + nC, r.qkv + 2 * nC, nB, nT, nT, nC, nH,
+                                   s3, s3, nC, 0);
+    double e = max_err_f(out, r.out, nout);
+    expect(e <= 1e-6, "out vs ts_cpu_attention_forward", e, 1e-6);
+    e = max_err_f(lse, r.lse, nlse);
+    expect(e <= 1e-6, "lse vs double reference", e, 1e-6);
+    memcpy(dqkv, r.g0, nqkv * sizeof(float));
+    ts_cpu_attention_block_backward(dqkv, dqkv + nC, dqkv + 2 * nC, r.qkv, r.qkv + nC,
+                                    r.qkv + 2 * nC, out, r.dout, lse, nB, nT, nT, nC, nH, s3, s3,
+                                    nC, 0);
+    e = max_err_f(dqkv, r.dqkv, nqkv);
+    expect(e <= 1e-6, "dqkv (+=) vs ts_cpu_attention_backward", e, 1e-6);
+    memset(dqkv, 0, nqkv * sizeof(float)), memset(d2, 0, nqkv * sizeof(float));
+    for (float *g = dqkv; g; g = g == dqkv ? d2 : NULL)
+        ts_cpu_attention_block_backward(g, g + nC, g + 2 * nC, r.qkv, r.qkv + nC, r.qkv + 2 * nC,
+                                        out, r.dout, lse, nB, nT, nT, nC, nH, s3, s3, nC, 0);
+    expect(!memcmp(dqkv, d2, nqkv * sizeof(float)), "backward twice: same bits", 0, 0);
+    free(out), free(lse), free(dqkv), free(d2);
+    blk_ref_free(&r);
+}
+
+/* (b), (d) The sequence cut in nch chunks, chunk c being rows [at[c],
+ * at[c+1]). Rank r of n holds the query chunks {r} (contiguous) or {r,
+ * 2n-1-r} (mirrored, nch = 2n). Every query chunk meets every key chunk kc
+ * with offset at[qc] - at[kc], the key chunks in ring order (the rank's own
+ * first, then those of ranks r-1, r-2, ... modulo n), so that chunks past
+ * the diagonal, fully masked, are merged in too. Chunks are packed as a
+ * plugin holds them: q in its own (B, Tc, 3C) block (qs = 3C), k and v side
+ * by side in (B, Tc, 2C) (kvs = 2C). The merged out and lse, and the
+ * gradients summed over the blocks, are compared with the whole attention. */
+static void block_split_case(int nranks, int mirrored, const int *at) {
+    enum { SB = 2, SC = 16, SH = 2 };
+    int nch = mirrored ? 2 * nranks : nranks, per = mirrored ? 2 : 1, ST = at[nch];
+    printf(" %s split over %d ranks, chunks at", mirrored ? "mirrored" : "contiguous", nranks);
+    for (int c = 0; c <= nch; c++)
+        printf(" %d", at[c]);
+    printf(", B=%d C=%d NH=%d\n", SB, SC, SH);
+    blk_ref r;
+    blk_ref_init(&r, SB, ST, SC, SH);
+    size_t nqkv = (size_t)SB * ST * 3 * SC, nout = (size_t)SB * ST * SC,
+           nlse = (size_t)SB * SH * ST;
+    /* pools in chunk order: chunk c starts at SB * at[c] rows */
+    float *q = falloc(nqkv), *dq = falloc(nqkv), *kv = falloc((size_t)SB * ST * 2 * SC),
+          *dkv = falloc((size_t)SB * ST * 2 * SC), *out = falloc(nout), *lse = falloc(nlse),
+          *dout = falloc(nout), *o2 = falloc(nout), *l2 = falloc(nlse);
+#define CH(pool, c, width) ((pool) + (size_t)SB * at[c] * (width))
+    for (int c = 0; c < nch; c++)
+        for (int b = 0; b < SB; b++)
+            for (int i = 0; i < at[c + 1] - at[c]; i++) {
+                size_t row = (size_t)b * ST + at[c] + i, lrow = (size_t)b * (at[c + 1] - at[c]) + i;
+                const float *x = r.qkv + row * 3 * SC, *g = r.g0 + row * 3 * SC;
+                memcpy(CH(q, c, 3 * SC) + lrow * 3 * SC, x, 3 * SC * sizeof(float));
+                memcpy(CH(dq, c, 3 * SC) + lrow * 3 * SC, g, 3 * SC * sizeof(float));
+                memcpy(CH(kv, c, 2 * SC) + lrow * 2 * SC, x + SC, 2 * SC * sizeof(float));
+                memcpy(CH(dkv, c, 2 * SC) + lrow * 2 * SC, g + SC, 2 * SC * sizeof(float));
+                memcpy(CH(dout, c, SC) + lrow * SC, r.dout + row * SC, SC * sizeof(float));
+            }
+    /* forward and merge, then the backward from the merged out and lse */
+    for (int pass = 0; pass < 2; pass++)
+        for (int rk = 0; rk < nranks; rk++)
+            for (int a = 0; a < per; a++) {
+                int qc = a ? nch - 1 - rk : rk, Tq = at[qc + 1] - at[qc];
+                float *oq = CH(out, qc, SC), *lq = CH(lse, qc, SH);
+                for (int step = 0; step < nranks; step++) {
+                    int src = ((rk - step) % nranks + nranks) % nranks;
+                    for (int a2 = 0; a2 < per; a2++) {
+                        int kc = a2 ? nch - 1 - src : src, Tk = at[kc + 1] - at[kc];
+                        int64_t off = at[qc] - at[kc];
+                        const float *kk = CH(kv, kc, 2 * SC), *vv = kk + SC;
+                        if (pass == 1)
+                            ts_cpu_attention_block_backward(
+                                CH(dq, qc, 3 * SC), CH(dkv, kc, 2 * SC), CH(dkv, kc, 2 * SC) + SC,
+                                CH(q, qc, 3 * SC), kk, vv, oq, CH(dout, qc, SC), lq, SB, Tq, Tk, SC,
+                                SH, 3 * SC, 2 * SC, SC, off);
+                        else if (step == 0 && a2 == 0)
+                            ts_cpu_attention_block_forward(oq, lq, CH(q, qc, 3 * SC), kk, vv, SB,
+                                                           Tq, Tk, SC, SH, 3 * SC, 2 * SC, SC, off);
+                        else {
+                            ts_cpu_attention_block_forward(o2, l2, CH(q, qc, 3 * SC), kk, vv, SB,
+                                                           Tq, Tk, SC, SH, 3 * SC, 2 * SC, SC, off);
+                            ts_cpu_attention_block_merge(oq, lq, o2, l2, SB, Tq, SC, SH, SC);
+                        }
+                    }
+                }
+            }
+    /* unpack into whole-sequence order and compare */
+    float *fo = falloc(nout), *fl = falloc(nlse), *fd = falloc(nqkv);
+    for (int c = 0; c < nch; c++) {
+        int Tc = at[c + 1] - at[c];
+        for (int b = 0; b < SB; b++) {
+            for (int i = 0; i < Tc; i++) {
+                size_t row = (size_t)b * ST + at[c] + i, lrow = (size_t)b * Tc + i;
+                memcpy(fo + row * SC, CH(out, c, SC) + lrow * SC, SC * sizeof(float));
+                memcpy(fd + row * 3 * SC, CH(dq, c, 3 * SC) + lrow * 3 * SC, SC * sizeof(float));
+                memcpy(fd + row * 3 * SC + SC, CH(dkv, c, 2 * SC) + lrow * 2 * SC,
+                       2 * SC * sizeof(float));
+            }
+            for (int h = 0; h < SH; h++)
+                memcpy(fl + ((size_t)b * SH + h) * ST + at[c],
+                       CH(lse, c, SH) + ((size_t)b * SH + h) * Tc, Tc * sizeof(float));
+        }
+    }
+#undef CH
+    double e = max_err_f(fo, r.out, nout);
+    expect(e <= 1e-6, "merged out vs the whole attention", e, 1e-6);
+    e = max_err_f(fl, r.lse, nlse);
+    expect(e <= 1e-6, "merged lse vs double reference", e, 1e-6);
+    e = max_err_f(fd, r.dqkv, nqkv);
+    expect(e <= 1e-6, "dq, dk, dv summed over blocks (+=) vs whole", e, 1e-6);
+    free(q), free(kv), free(dq), free(dkv), free(out), free(lse), free(dout), free(o2), free(l2);
+    free(fo), free(fl), free(fd);
+    blk_ref_free(&r);
+}
+
+/* (c) Rows that see no key: out 0 and lse -inf, over a NaN-poisoned out; the
+ * merge takes the other side exactly and never makes NaN; the backward adds
+ * nothing for them. An offset beyond the block masks nothing. */
+static void block_masked_case(void) {
+    enum { MB = 2, MT = 12, MC = 8, MH = 2 };
+    printf(" masked rows, B=%d T=%d C=%d NH=%d\n", MB, MT, MC, MH);
+    size_t nq = (size_t)MB * MT * 3 * MC, no = (size_t)MB * MT * MC, nl = (size_t)MB * MH * MT;
+    float *qkv = falloc(nq), *dout = falloc(no), *o = falloc(no), *l = falloc(nl), *o2 = falloc(no),
+          *l2 = falloc(nl), *o3 = falloc(no), *l3 = falloc(nl), *g = falloc(nq), *g0 = falloc(nq);
+    fill(qkv, nq, 1.5f), fill(dout, no, 1), fill(g0, nq, 1);
+    const float *q = qkv, *k = qkv + MC, *v = qkv + 2 * MC;
+    int s3 = 3 * MC, hs = MC / MH, half = MT / 2;
+    /* offset -half: rows i < half see nothing, the rest see j <= i - half */
+    for (size_t i = 0; i < no; i++)
+        o[i] = NAN;
+    ts_cpu_attention_block_forward(o, l, q, k, v, MB, MT, MT, MC, MH, s3, s3, MC, -half);
+    int ok = 1;
+    for (int b = 0; b < MB; b++)
+        for (int i = 0; i < MT; i++)
+            for (int h = 0; h < MH; h++) {
+                float li = l[((size_t)b * MH + h) * MT + i];
+                ok &= i < half ? li == -INFINITY : isfinite(li);
+                for (int d = 0; d < hs; d++) {
+                    float x = o[((size_t)b * MT + i) * MC + h * hs + d];
+                    ok &= i < half ? x == 0.0f : isfinite(x);
+                }
+            }
+    expect(ok, "offset -T/2: first rows out 0, lse -inf", 0, 0);
+    /* offset -T and INT64_MIN: everything masked */
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < no; i++)
+            o3[i] = NAN;
+        ts_cpu_attention_block_forward(o3, l3, q, k, v, MB, MT, MT, MC, MH, s3, s3, MC,
+                                       pass ? INT64_MIN : -MT);
+        ok = 1;
+        for (size_t i = 0; i < no; i++)
+            ok &= o3[i] == 0.0f;
+        for (size_t i = 0; i < nl; i++)
+            ok &= l3[i] == -INFINITY;
+        expect(ok, pass ? "offset INT64_MIN: all masked" : "offset -T: all out 0, lse -inf", 0, 0);
+    }
+    /* INT64_MAX and T - 1: no mask, the same bits */
+    ts_cpu_attention_block_forward(o2, l2, q, k, v, MB, MT, MT, MC, MH, s3, s3, MC, INT64_MAX);
+    ts_cpu_attention_block_forward(o3, l3, q, k, v, MB, MT, MT, MC, MH, s3, s3, MC, MT - 1);
+    expect(!memcmp(o2, o3, no * sizeof(float)) && !memcmp(l2, l3, nl * sizeof(float)),
+           "offset INT64_MAX equals T-1 (no mask)", 0, 0);
+    /* merge: (all masked) + (no mask) takes the other side bit for bit ... */
+    float *m = falloc(no), *ml = falloc(nl);
+    ts_cpu_attention_block_forward(m, ml, q, k, v, MB, MT, MT, MC, MH, s3, s3, MC, -MT);
+    ts_cpu_attention_block_merge(m, ml, o2, l2, MB, MT, MC, MH, MC);
+    expect(!memcmp(m, o2, no * sizeof(float)) && !memcmp(ml, l2, nl * sizeof(float)),
+           "merge -inf side with a partial: the partial exactly", 0, 0);
+    /* ... (no mask) + (all masked) leaves it unchanged ... */
+    ts_cpu_attention_block_forward(o3, l3, q, k, v, MB, MT, MT, MC, MH, s3, s3, MC, -MT);
+    ts_cpu_attention_block_merge(m, ml, o3, l3, MB, MT, MC, MH, MC);
+    expect(!memcmp(m, o2, no * sizeof(float)) && !memcmp(ml, l2, nl * sizeof(float)),
+           "merge a -inf partial: unchanged", 0, 0);
+    /* ... both masked: out 0, lse -inf, no NaN; and the half-masked o, l
+     * merged with a masked partial keeps its -inf rows at 0 */
+    ts_cpu_attention_block_forward(m, ml, q, k, v, MB, MT, MT, MC, MH, s3, s3, MC, -MT);
+    ts_cpu_attention_block_merge(m, ml, o3, l3, MB, MT, MC, MH, MC);
+    ts_cpu_attention_block_merge(o, l, o3, l3, MB, MT, MC, MH, MC);
+    ok = 1;
+    for (size_t i = 0; i < no; i++)
+        ok &= m[i] == 0.0f && !isnan(o[i]);
+    for (size_t i = 0; i < nl; i++)
+        ok &= ml[i] == -INFINITY && !isnan(l[i]);
+    expect(ok, "merge both -inf: out 0, lse -inf, no NaN", 0, 0);
+    /* backward: a fully masked block adds nothing; nor do lse = -inf rows,
+     * even against an unmasked block */
+    memcpy(g, g0, nq * sizeof(float));
+    ts_cpu_attention_block_backward(g, g + MC, g + 2 * MC, q, k, v, o2, dout, l2, MB, MT, MT, MC,
+                                    MH, s3, s3, MC, -MT);
+    ts_cpu_attention_block_backward(g, g + MC, g + 2 * MC, q, k, v, m, dout, ml, MB, MT, MT, MC, MH,
+                                    s3, s3, MC, INT64_MAX);
+    expect(!memcmp(g, g0, nq * sizeof(float)), "backward of masked rows or blocks adds nothing", 0,
+           0);
+    free(qkv), free(dout), free(o), free(l), free(o2), free(l2), free(o3), free(l3), free(g);
+    free(g0), free(m), free(ml);
+}
+
+static void test_attention_block(void) {
+    block_whole_case(B, T, C, NH);
+    block_whole_case(2, 150, 24, 3); /* several 64-key tiles: the online rescale */
+    block_whole_case(1, 1, 8, 1);
+    static const int two[] = {0, 24, 48}, three[] = {0, 16, 32, 48}, four[] = {0, 12, 24, 36, 48};
+    static const int uneven[] = {0, 7, 30, 48}, mirror2[] = {0, 12, 24, 36, 48};
+    static const int mirror3[] = {0, 8, 16, 24, 32, 40, 48};
+    block_split_case(2, 0, two);
+    block_split_case(3, 0, three);
+    block_split_case(4, 0, four);
+    block_split_case(3, 0, uneven); /* Tq != Tk, offsets of every sign */
+    block_split_case(2, 1, mirror2);
+    block_split_case(3, 1, mirror3);
+    block_masked_case();
+}
+
 /* --- residual -------------------------------------------------------------- */
 
 enum { RES_N = 37 };
@@ -908,6 +1191,7 @@ static const struct {
     {"layernorm", test_layernorm},
     {"gelu", test_gelu},
     {"attention", test_attention},
+    {"attention_block", test_attention_block},
     {"residual", test_residual},
     {"crossentropy", test_crossentropy},
     {"crossentropy_shards", test_crossentropy_shards},

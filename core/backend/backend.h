@@ -192,6 +192,33 @@ typedef struct ts_backend {
      * seq_to_stage    stage (tp, B, T/tp, C) = full (B, T, C) cut by rank */
     ts_status (*seq_from_stage)(float *full, const float *stage, int tp, int B, int T, int C);
     ts_status (*seq_to_stage)(float *stage, const float *full, int tp, int B, int T, int C);
+
+    /* --- ABI 1.1: attention of a block of queries against a block of keys
+     * (context parallelism: ring attention), as ts_cpu_attention_block_*
+     * (cpu_kernels.h: the layout by row strides qs / kvs / os, the causal
+     * offset, the arithmetic). Both backends save lse (B, NH, Tq) here.
+     * attention_block_forward   out (=), lse (=; -inf for a row with no
+     *                           visible key, its out row 0)
+     * attention_block_merge     (out, lse) folded with a partial (out2,
+     *                           lse2) over other keys, in place
+     * attention_block_backward  dq, dk, dv += this key block's part, given
+     *                           the final (merged) out and lse, and dout */
+    ts_status (*attention_block_forward)(float *out, float *lse, const float *q, const float *k,
+                                         const float *v, int B, int Tq, int Tk, int C, int NH,
+                                         int qs, int kvs, int os, int64_t offset);
+    ts_status (*attention_block_merge)(float *out, float *lse, const float *out2, const float *lse2,
+                                       int B, int Tq, int C, int NH, int os);
+    ts_status (*attention_block_backward)(float *dq, float *dk, float *dv, const float *q,
+                                          const float *k, const float *v, const float *out,
+                                          const float *dout, const float *lse, int B, int Tq,
+                                          int Tk, int C, int NH, int qs, int kvs, int os,
+                                          int64_t offset);
+
+    /* --- ABI 1.1: a strided copy (device to device): `rows` rows of `width`
+     * bytes, from src with `spitch` bytes between rows to dst with `dpitch`
+     * (cudaMemcpy2D's arguments; no overlap). */
+    ts_status (*copy_2d)(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                         size_t rows);
 } ts_backend;
 
 /* The CPU backend: always available, never fails. */

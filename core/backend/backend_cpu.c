@@ -25,6 +25,12 @@ static ts_status cpu_copy(void *dst, const void *src, size_t bytes) {
     if (bytes) memcpy(dst, src, bytes);
     return TS_OK;
 }
+static ts_status cpu_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch,
+                             size_t width, size_t rows) {
+    for (size_t r = 0; width && r < rows; r++)
+        memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    return TS_OK;
+}
 static ts_status cpu_sync(void) {
     return TS_OK;
 }
@@ -152,6 +158,28 @@ static ts_status cpu_attention_backward(float *dqkv, float *scratch, const float
     return TS_OK;
 }
 
+static ts_status cpu_attention_block_forward(float *out, float *lse, const float *q, const float *k,
+                                             const float *v, int B, int Tq, int Tk, int C, int NH,
+                                             int qs, int kvs, int os, int64_t offset) {
+    ts_cpu_attention_block_forward(out, lse, q, k, v, B, Tq, Tk, C, NH, qs, kvs, os, offset);
+    return TS_OK;
+}
+static ts_status cpu_attention_block_merge(float *out, float *lse, const float *out2,
+                                           const float *lse2, int B, int Tq, int C, int NH,
+                                           int os) {
+    ts_cpu_attention_block_merge(out, lse, out2, lse2, B, Tq, C, NH, os);
+    return TS_OK;
+}
+static ts_status cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *q,
+                                              const float *k, const float *v, const float *out,
+                                              const float *dout, const float *lse, int B, int Tq,
+                                              int Tk, int C, int NH, int qs, int kvs, int os,
+                                              int64_t offset) {
+    ts_cpu_attention_block_backward(dq, dk, dv, q, k, v, out, dout, lse, B, Tq, Tk, C, NH, qs, kvs,
+                                    os, offset);
+    return TS_OK;
+}
+
 static ts_status cpu_ce_shard_max(float *rowmax, const float *logits, int N, int V_loc,
                                   int Vp_loc) {
     ts_cpu_ce_shard_max(rowmax, logits, N, V_loc, Vp_loc);
@@ -266,6 +294,10 @@ static const ts_backend cpu_backend = {
     .bf16_to_f32 = cpu_bf16_to_f32,
     .seq_from_stage = cpu_seq_from_stage,
     .seq_to_stage = cpu_seq_to_stage,
+    .attention_block_forward = cpu_attention_block_forward,
+    .attention_block_merge = cpu_attention_block_merge,
+    .attention_block_backward = cpu_attention_block_backward,
+    .copy_2d = cpu_copy_2d,
 };
 
 const ts_backend *ts_backend_cpu(void) {

@@ -128,6 +128,10 @@ static ts_status plan_copy(void *d, const void *s, size_t n) {
     (void)d, (void)s, (void)n;
     return TS_OK;
 }
+static ts_status plan_copy_2d(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t r) {
+    (void)d, (void)dp, (void)s, (void)sp, (void)w, (void)r;
+    return TS_OK;
+}
 static ts_status plan_to_host(void *host, const void *src, size_t n) {
     (void)src;
     memset(host, 0, n);
@@ -211,6 +215,27 @@ static ts_status plan_attention_backward(float *dq, float *s, const float *d, co
                                          const float *o, const float *sv, int B, int T, int C,
                                          int NH) {
     (void)dq, (void)s, (void)d, (void)q, (void)o, (void)sv, (void)B, (void)T, (void)C, (void)NH;
+    return TS_OK;
+}
+static ts_status plan_attention_block_forward(float *o, float *l, const float *q, const float *k,
+                                              const float *v, int B, int Tq, int Tk, int C, int NH,
+                                              int qs, int kvs, int os, int64_t off) {
+    (void)o, (void)l, (void)q, (void)k, (void)v, (void)B, (void)Tq, (void)Tk, (void)C, (void)NH,
+        (void)qs, (void)kvs, (void)os, (void)off;
+    return TS_OK;
+}
+static ts_status plan_attention_block_merge(float *o, float *l, const float *o2, const float *l2,
+                                            int B, int Tq, int C, int NH, int os) {
+    (void)o, (void)l, (void)o2, (void)l2, (void)B, (void)Tq, (void)C, (void)NH, (void)os;
+    return TS_OK;
+}
+static ts_status plan_attention_block_backward(float *dq, float *dk, float *dv, const float *q,
+                                               const float *k, const float *v, const float *o,
+                                               const float *d, const float *l, int B, int Tq,
+                                               int Tk, int C, int NH, int qs, int kvs, int os,
+                                               int64_t off) {
+    (void)dq, (void)dk, (void)dv, (void)q, (void)k, (void)v, (void)o, (void)d, (void)l, (void)B,
+        (void)Tq, (void)Tk, (void)C, (void)NH, (void)qs, (void)kvs, (void)os, (void)off;
     return TS_OK;
 }
 static ts_status plan_ce_max(float *r, const float *l, int N, int V, int Vp) {
@@ -316,6 +341,10 @@ ts_status ts_backend_plan(const ts_backend *target, const ts_backend **out) {
         .bf16_to_f32 = plan_bf16_to_f32,
         .seq_from_stage = plan_stage,
         .seq_to_stage = plan_stage,
+        .attention_block_forward = plan_attention_block_forward,
+        .attention_block_merge = plan_attention_block_merge,
+        .attention_block_backward = plan_attention_block_backward,
+        .copy_2d = plan_copy_2d,
     };
     *out = &plan_table;
     return TS_OK;

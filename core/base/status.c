@@ -18,14 +18,20 @@ void ts_error_set_rank(int rank, int world) {
 }
 
 ts_status ts_error(ts_status code, const char *fmt, ...) {
-    int n = 0;
-    if (status_rank >= 0 && status_world > 1)
-        n = snprintf(status_message, sizeof status_message, "[rank %d/%d] ", status_rank,
-                     status_world);
+    /* Formatted aside first: an argument may be the last message itself
+     * (a caller wrapping ts_last_error_bare() with its context). */
+    char msg[sizeof status_message];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(status_message + n, sizeof status_message - (size_t)n, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    size_t n = 0, len = strlen(msg);
+    if (status_rank >= 0 && status_world > 1)
+        n = (size_t)snprintf(status_message, sizeof status_message, "[rank %d/%d] ", status_rank,
+                             status_world);
+    if (len > sizeof status_message - 1 - n) len = sizeof status_message - 1 - n;
+    memcpy(status_message + n, msg, len);
+    status_message[n + len] = '\0';
     return code;
 }
 

@@ -37,6 +37,50 @@ static ts_place hidden_place(const ts_model *m) {
 /* ---------------------------------------------------------------------------
  * Embedding: out = wte[tokens] + wpe[t]. Parameters: wte, wpe.
  * ------------------------------------------------------------------------- */
+/* The positions of this rank's ctx->T tokens of each sequence (host): the
+ * trainer's (ctx->positions), or pos0, pos0 + 1, ... */
+static const int32_t *step_positions(ts_model *m, const ts_step_ctx *ctx) {
+    if (ctx->positions) return ctx->positions;
+    if (m->npositions < ctx->T) {
+        int32_t *p = realloc(m->positions, (size_t)ctx->T * sizeof *p);
+        if (!p) {
+            ts_error(TS_ERR_NOMEM, "model: out of memory");
+            return NULL;
+        }
+        m->positions = p;
+        m->npositions = ctx->T;
+    }
+    for (int i = 0; i < ctx->T; i++)
+        m->positions[i] = ctx->pos0 + i;
+    return m->positions;
+}
+
+/* The learned positions of rows row0 .. row0 + Tl - 1 of this rank's tokens
+ * of each sequence (B, Tl, C): forward (backward = 0) adds them to dst, the
+ * hidden state, from src = wpe; backward sums src, the hidden state's
+ * gradient, into dst = dwpe. One call per run of consecutive positions. */
+static ts_status position_rows(ts_model *m, const ts_step_ctx *ctx, float *dst, const float *src,
+                               int row0, int Tl, int backward) {
+    const int32_t *pos = step_positions(m, ctx);
+    if (!pos) return TS_ERR_NOMEM;
+    int B = ctx->B, C = m->cfg.d_model;
+    ts_status (*add)(float *, const float *, int, int, int, int) =
+        backward ? m->be->position_backward : m->be->position_forward;
+    for (int r = 0; r < Tl;) {
+        int n = 1;
+        while (r + n < Tl && pos[row0 + r + n] == pos[row0 + r] + n)
+            n++;
+        if (n == Tl) return add(dst, src, B, Tl, C, pos[row0]); /* every sequence at once */
+        for (int b = 0; b < B; b++) {
+            size_t row = (size_t)b * Tl + r;
+            TS_TRY(backward ? add(dst, src + row * C, 1, n, C, pos[row0 + r])
+                            : add(dst + row * C, src, 1, n, C, pos[row0 + r]));
+        }
+        r += n;
+    }
+    return TS_OK;
+}
+
 static ts_status embedding_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor *x,
                                    ts_tensor *y) {
     (void)x;
@@ -57,8 +101,7 @@ static ts_status embedding_forward(ts_module *mod, ts_step_ctx *ctx, const ts_te
     TS_TRY(be->embedding_shard_forward(look, ctx->tokens, ts_layer_weight(m, wte, 0), v0, Vl,
                                        (int)Nlook, C));
     TS_TRY(ts_layer_redistribute(m, out, look, &lp, &xp, B, T, C, &h));
-    TS_TRY(be->position_forward(out, ts_layer_weight(m, wpe, 1), B, Tl, C,
-                                ctx->pos0 + ts_layer_row0(m, &xp, T)));
+    TS_TRY(position_rows(m, ctx, out, ts_layer_weight(m, wpe, 1), ts_layer_row0(m, &xp, T), Tl, 0));
     TS_TRY(ts_layer_round(m, out, Nl * C));
     int64_t shape[3] = {B, Tl, C};
     ts_tensor_view(y, "embedding.out", TS_F32, 3, shape, out, TS_MEM_ACTS);
@@ -75,8 +118,7 @@ static ts_status embedding_backward(ts_module *mod, ts_step_ctx *ctx, const ts_t
     int B = ctx->B, T = ctx->T, C = m->cfg.d_model, v0, Vl;
     TS_TRY(ts_layer_embedding_place(m, wte, &lp, &v0, &Vl));
     int Tl = ts_layer_rows(m, &xp, T);
-    TS_TRY(m->be->position_backward(ts_layer_grad(wpe), dy->data, B, Tl, C,
-                                    ctx->pos0 + ts_layer_row0(m, &xp, T)));
+    TS_TRY(position_rows(m, ctx, ts_layer_grad(wpe), dy->data, ts_layer_row0(m, &xp, T), Tl, 1));
     /* The lookup needs the gradient of every row it produced. */
     ts_place glp = ts_layer_grad_place(m, &lp);
     float *buf = NULL, *dlook;
@@ -186,18 +228,12 @@ static size_t block_carve(block_acts *a, float *base, const block_shape *s, size
 }
 
 /* The attention provider's arguments for this micro-batch of this rank's
- * T rows of each sequence (positions pos0, pos0 + 1, ...). */
+ * T rows of each sequence. */
 static ts_status provider_args(ts_module *mod, ts_step_ctx *ctx, const block_shape *s, int a,
                                ts_plugin_attention_args *args) {
     ts_model *m = mod->model;
-    if (m->npositions < ctx->T) {
-        int32_t *p = realloc(m->positions, (size_t)ctx->T * sizeof *p);
-        if (!p) return ts_error(TS_ERR_NOMEM, "model: out of memory");
-        m->positions = p;
-        m->npositions = ctx->T;
-    }
-    for (int i = 0; i < ctx->T; i++)
-        m->positions[i] = ctx->pos0 + i;
+    const int32_t *pos = step_positions(m, ctx);
+    if (!pos) return TS_ERR_NOMEM;
     *args = (ts_plugin_attention_args){.struct_size = sizeof *args,
                                        .micro_batch = ctx->mb,
                                        .B = ctx->B,
@@ -205,7 +241,7 @@ static ts_status provider_args(ts_module *mod, ts_step_ctx *ctx, const block_sha
                                        .T_local = ctx->T,
                                        .C = s->Cl,
                                        .NH = s->NHl,
-                                       .positions = m->positions,
+                                       .positions = pos,
                                        .saved = ts_module_provider_state(mod, ctx->mb),
                                        .comm = m->axes[a].comm,
                                        .bf16 = m->dtype == TS_BF16};

@@ -36,6 +36,9 @@ typedef struct ts_step_ctx {
                                rank's part when an axis cuts the sequence) */
     int pos0;               /* the position of the first of those T tokens
                                in its sequence                           */
+    /* Or, when not NULL, the position of each of the T tokens (host memory,
+     * increasing; an axis that holds mirrored chunks of every sequence). */
+    const int32_t *positions;
     const int32_t *tokens;  /* (B, T) inputs                                */
     const int32_t *targets; /* (B, T) next tokens; -1 = masked position     */
     /* tokens and targets are memory of the model's device. targets_host is

@@ -140,16 +140,43 @@ void ts_parallel_destroy(ts_parallel *p) {
     free(p);
 }
 
+/* 1 when the group tokens a and b name the same axes, in any order
+ * ("cp-dp" and "dp-cp": a group is a set of axes). */
+static int token_same_axes(const char *a, const char *b) {
+    if (strcmp(a, b) == 0) return 1;
+    if (strlen(a) != strlen(b)) return 0;
+    for (const char *p = a; *p;) { /* every axis of a is one of b */
+        size_t n = strcspn(p, "-");
+        int found = 0;
+        for (const char *q = b; *q && !found;) {
+            size_t m = strcspn(q, "-");
+            found = m == n && strncmp(p, q, n) == 0;
+            q += m + (q[m] == '-');
+        }
+        if (!found) return 0;
+        p += n + (p[n] == '-');
+    }
+    return 1;
+}
+
+/* The index of the group `token` names (its axes in any order), or -1. */
+static int parallel_find(const ts_parallel *p, const char *token) {
+    for (int i = 0; i < p->ncomms; i++)
+        if (strcmp(p->names[i], token) == 0) return i;
+    for (int i = 0; i < p->ncomms; i++)
+        if (token_same_axes(p->names[i], token)) return i;
+    return -1;
+}
+
 ts_comm *ts_parallel_comm(const ts_parallel *p, const char *token) {
     if (strcmp(token, "world") == 0) return p->world;
-    for (int i = 0; i < p->ncomms; i++)
-        if (strcmp(p->names[i], token) == 0) return p->comms[i];
-    return NULL;
+    int i = parallel_find(p, token);
+    return i < 0 ? NULL : p->comms[i];
 }
 
 ts_comm *ts_parallel_data_comm(const ts_parallel *p, const char *token) {
-    for (int i = 0; i < p->ncomms; i++)
-        if (p->dcomms[i] && strcmp(p->names[i], token) == 0) return p->dcomms[i];
+    int i = parallel_find(p, token);
+    if (i >= 0 && p->dcomms[i]) return p->dcomms[i];
     return ts_parallel_comm(p, token);
 }
 

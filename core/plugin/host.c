@@ -398,6 +398,17 @@ static ts_status host_device_copy(ts_plugin_ctx *ctx, void *dst, const void *src
     return ctx->reg->be->copy(dst, src, bytes);
 }
 
+static ts_status host_device_copy_2d(ts_plugin_ctx *ctx, void *dst, size_t dpitch, const void *src,
+                                     size_t spitch, size_t width, size_t rows) {
+    TS_TRY(host_need_device(ctx));
+    if (rows > 1 && (dpitch < width || spitch < width))
+        return ts_error(TS_ERR_INVALID,
+                        "%s: device_copy_2d: pitches %zu (dst) and %zu (src) must be at least the "
+                        "width, %zu bytes",
+                        ctx->name, dpitch, spitch, width);
+    return ctx->reg->be->copy_2d(dst, dpitch, src, spitch, width, rows);
+}
+
 static ts_status host_device_to_host(ts_plugin_ctx *ctx, void *host, const void *src,
                                      size_t bytes) {
     TS_TRY(host_need_device(ctx));
@@ -449,6 +460,79 @@ static ts_status host_attention_backward(ts_plugin_ctx *ctx, float *dqkv, float 
     const ts_backend *be = ctx->reg->be;
     return (bf16 ? be->attention_backward_bf16 : be->attention_backward)(dqkv, scratch, dout, qkv,
                                                                          out, saved, B, T, C, NH);
+}
+
+/* Block attention's arguments: sizes > 0 and C % NH == 0 (dims), then each
+ * further size or stride against its minimum (at_least), naming the call. */
+static ts_status host_block_dims(ts_plugin_ctx *ctx, const char *op, int B, int Tq, int C, int NH) {
+    TS_TRY(host_need_device(ctx));
+    if (B <= 0 || Tq <= 0 || C <= 0 || NH <= 0)
+        return ts_error(TS_ERR_INVALID, "%s: %s: sizes must be positive (B=%d Tq=%d C=%d NH=%d)",
+                        ctx->name, op, B, Tq, C, NH);
+    if (C % NH)
+        return ts_error(TS_ERR_INVALID, "%s: %s: C=%d is not divisible by NH=%d", ctx->name, op, C,
+                        NH);
+    return TS_OK;
+}
+static ts_status host_block_at_least(ts_plugin_ctx *ctx, const char *op, const char *what,
+                                     int value, int min) {
+    if (value < min)
+        return ts_error(TS_ERR_INVALID, "%s: %s: %s=%d must be at least %d", ctx->name, op, what,
+                        value, min);
+    return TS_OK;
+}
+static ts_status host_block_tensors(ts_plugin_ctx *ctx, const char *op, const void *const *t,
+                                    const char *const *names, int n) {
+    for (int i = 0; i < n; i++)
+        if (!t[i]) return ts_error(TS_ERR_INVALID, "%s: %s: %s is NULL", ctx->name, op, names[i]);
+    return TS_OK;
+}
+
+static ts_status host_attention_block_forward(ts_plugin_ctx *ctx, float *out, float *lse,
+                                              const float *q, const float *k, const float *v, int B,
+                                              int Tq, int Tk, int C, int NH, int qs, int kvs,
+                                              int os, int64_t offset) {
+    const char *op = "attention_block_forward";
+    const void *t[] = {out, lse, q, k, v};
+    const char *names[] = {"out", "lse", "q", "k", "v"};
+    TS_TRY(host_block_dims(ctx, op, B, Tq, C, NH));
+    TS_TRY(host_block_at_least(ctx, op, "Tk", Tk, 1));
+    TS_TRY(host_block_at_least(ctx, op, "qs", qs, C));
+    TS_TRY(host_block_at_least(ctx, op, "kvs", kvs, C));
+    TS_TRY(host_block_at_least(ctx, op, "os", os, C));
+    TS_TRY(host_block_tensors(ctx, op, t, names, 5));
+    return ctx->reg->be->attention_block_forward(out, lse, q, k, v, B, Tq, Tk, C, NH, qs, kvs, os,
+                                                 offset);
+}
+
+static ts_status host_attention_block_merge(ts_plugin_ctx *ctx, float *out, float *lse,
+                                            const float *out2, const float *lse2, int B, int Tq,
+                                            int C, int NH, int os) {
+    const char *op = "attention_block_merge";
+    const void *t[] = {out, lse, out2, lse2};
+    const char *names[] = {"out", "lse", "out2", "lse2"};
+    TS_TRY(host_block_dims(ctx, op, B, Tq, C, NH));
+    TS_TRY(host_block_at_least(ctx, op, "os", os, C));
+    TS_TRY(host_block_tensors(ctx, op, t, names, 4));
+    return ctx->reg->be->attention_block_merge(out, lse, out2, lse2, B, Tq, C, NH, os);
+}
+
+static ts_status host_attention_block_backward(ts_plugin_ctx *ctx, float *dq, float *dk, float *dv,
+                                               const float *q, const float *k, const float *v,
+                                               const float *out, const float *dout,
+                                               const float *lse, int B, int Tq, int Tk, int C,
+                                               int NH, int qs, int kvs, int os, int64_t offset) {
+    const char *op = "attention_block_backward";
+    const void *t[] = {dq, dk, dv, q, k, v, out, dout, lse};
+    const char *names[] = {"dq", "dk", "dv", "q", "k", "v", "out", "dout", "lse"};
+    TS_TRY(host_block_dims(ctx, op, B, Tq, C, NH));
+    TS_TRY(host_block_at_least(ctx, op, "Tk", Tk, 1));
+    TS_TRY(host_block_at_least(ctx, op, "qs", qs, C));
+    TS_TRY(host_block_at_least(ctx, op, "kvs", kvs, C));
+    TS_TRY(host_block_at_least(ctx, op, "os", os, C));
+    TS_TRY(host_block_tensors(ctx, op, t, names, 9));
+    return ctx->reg->be->attention_block_backward(dq, dk, dv, q, k, v, out, dout, lse, B, Tq, Tk, C,
+                                                  NH, qs, kvs, os, offset);
 }
 
 static ts_status host_layout_coords(ts_plugin_ctx *ctx, const ts_layout *l, int *coords) {
@@ -557,6 +641,12 @@ static ts_status host_register_attention(ts_plugin_ctx *ctx, const char *axis,
                                      "registers attention on %s without forward "
                                      "and backward",
                                      axis ? axis : "(null)"));
+    if (ops->struct_size >= offsetof(ts_plugin_attention_ops, order) + sizeof ops->order &&
+        ops->order != TS_SEQUENCE_CONTIGUOUS && ops->order != TS_SEQUENCE_MIRRORED)
+        return reg_end(ctx, ts_error(TS_ERR_PLUGIN,
+                                     "registers attention on %s with sequence order %d "
+                                     "(not a ts_plugin_sequence_order)",
+                                     axis ? axis : "(null)", ops->order));
     plg_provider *p;
     TS_TRY(host_provide(ctx, TS_PROVIDE_ATTENTION, axis, &p));
     plg_copy_ops(&p->attention, sizeof p->attention, ops, ops->struct_size);
@@ -655,4 +745,8 @@ void plg_host_fill(ts_host *h) {
     h->register_attention = host_register_attention;
     h->register_optimizer_state = host_register_optimizer_state;
     h->provider = host_provider;
+    h->attention_block_forward = host_attention_block_forward;
+    h->attention_block_merge = host_attention_block_merge;
+    h->attention_block_backward = host_attention_block_backward;
+    h->device_copy_2d = host_device_copy_2d;
 }

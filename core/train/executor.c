@@ -199,6 +199,7 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
                                .B = t->B,
                                .T = t->T_local,
                                .pos0 = t->seq0,
+                               .positions = t->positions,
                                .tokens = t->tokens_dev + off,
                                .targets = t->targets_dev + off,
                                .targets_host = t->targets + off,

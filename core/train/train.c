@@ -239,6 +239,38 @@ static ts_status trainer_batch_split(ts_trainer *t) {
     return TS_OK;
 }
 
+/* The position of each of this rank's T_local tokens of every sequence: its
+ * block of data.tokens along the sequence, or, when the provider of the
+ * axis cutting the sequence holds mirrored chunks, chunks c and 2n-1-c. */
+static ts_status trainer_positions(ts_trainer *t, const ts_model_shard *shard,
+                                   const ts_layout_plan_entry *data) {
+    free(t->positions);
+    t->positions = malloc((size_t)(t->T_local > 0 ? t->T_local : 1) * sizeof *t->positions);
+    if (!t->positions) return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
+    for (int i = 0; i < t->T_local; i++)
+        t->positions[i] = t->seq0 + i;
+    const ts_model_axis *mirror = NULL;
+    int cuts = 0;
+    for (int a = 0; a < data->layout.naxes; a++)
+        cuts += data->layout.axes[a].placement.kind == TS_PLACEMENT_SHARD &&
+                data->layout.axes[a].placement.dim == 1 && data->layout.axes[a].size > 1;
+    for (int a = 0; a < shard->naxes; a++)
+        if (shard->axes[a].cuts_sequence && shard->axes[a].attention->order == TS_SEQUENCE_MIRRORED)
+            mirror = &shard->axes[a];
+    if (!mirror) return TS_OK;
+    if (cuts != 1)
+        return ts_error(TS_ERR_PLUGIN,
+                        "data.tokens is cut along the sequence over %d axes; mirrored chunks "
+                        "(the provider of attention over %s) need it cut over that axis alone",
+                        cuts, mirror->name);
+    int n = mirror->size, c = mirror->coord, L = t->T / (2 * n);
+    for (int i = 0; i < L; i++) {
+        t->positions[i] = c * L + i;
+        t->positions[L + i] = (2 * n - 1 - c) * L + i;
+    }
+    return TS_OK;
+}
+
 /* The mesh axes that may cut the model's tensors, read from the plan: every
  * axis of size > 1 except the pipeline's (stages come from the plan's
  * stage fields), with this rank's coordinate and communicators, and whether
@@ -279,19 +311,16 @@ static ts_status trainer_model_axes(ts_trainer *t, ts_model_shard *shard) {
                                 "provides attention over it",
                                 name);
             ax->attention = ops;
+            if (ops->order == TS_SEQUENCE_MIRRORED && t->T % (2 * size) != 0)
+                return trainer_key_error(
+                    t->cfg, "train", "seq_len",
+                    "seq_len = %d is not divisible by 2 x %s = %d (plugin '%s' holds mirrored "
+                    "chunks of every sequence: 2 x %d chunks of equal length)",
+                    t->T, name, 2 * size, ts_plugins_provider(t->reg, TS_PROVIDE_ATTENTION, name),
+                    size);
         }
         ax->comm = ts_parallel_data_comm(t->par, name);
         ax->host = ts_parallel_comm(t->par, name);
-        /* A hidden state cut along the sequence must cut it evenly. */
-        const ts_layout_plan_entry *act = ts_layout_plan_find(&t->plan, "act.x");
-        int k = act ? ts_layout_axis_index(&act->layout, name) : -1;
-        if (!ax->cuts_batch && k >= 0 && act->layout.axes[k].placement.kind == TS_PLACEMENT_SHARD &&
-            act->layout.axes[k].placement.dim == 1 && t->T % size != 0)
-            return trainer_key_error(
-                t->cfg, "train", "seq_len",
-                "seq_len = %d is not divisible by %s = %d (act.x is cut along the "
-                "sequence over it)",
-                t->T, name, size);
     }
     shard->stages = ts_mesh_axis_size(t->par->mesh, TS_AXIS_PP);
     shard->stage = ts_parallel_coord(t->par, TS_AXIS_PP);
@@ -308,6 +337,21 @@ static ts_status trainer_model_axes(ts_trainer *t, ts_model_shard *shard) {
     TS_TRY(ts_layout_local_block(&data->layout, coords, off, shp));
     t->seq0 = (int)off[1];
     t->T_local = (int)shp[1];
+    TS_TRY(trainer_positions(t, shard, data));
+    /* A hidden state cut along the sequence by an axis that reads the same
+     * tokens (sequence parallelism) must cut this rank's rows evenly. */
+    const ts_layout_plan_entry *act = ts_layout_plan_find(&t->plan, "act.x");
+    for (int a = 0; a < shard->naxes; a++) {
+        const ts_model_axis *ax = &shard->axes[a];
+        int k = act ? ts_layout_axis_index(&act->layout, ax->name) : -1;
+        if (!ax->cuts_batch && k >= 0 && act->layout.axes[k].placement.kind == TS_PLACEMENT_SHARD &&
+            act->layout.axes[k].placement.dim == 1 && t->T_local % ax->size != 0)
+            return trainer_key_error(t->cfg, "train", "seq_len",
+                                     "seq_len = %d leaves %d tokens of every sequence on this "
+                                     "rank, not divisible by %s = %d (act.x is cut along the "
+                                     "sequence over it)",
+                                     t->T, t->T_local, ax->name, ax->size);
+    }
     for (int a = 0; a < shard->naxes; a++)
         if (ts_plugins_provider(t->reg, TS_PROVIDE_PARAM_STORAGE, shard->axes[a].name))
             shard->provided_axes |= 1u << a;
@@ -913,6 +957,7 @@ void ts_trainer_destroy(ts_trainer *t) {
     free(t->ready_after);
     free(t->norm_owner);
     free(t->window);
+    free(t->positions);
     if (t->reg) ts_plugins_set_model(t->reg, NULL);
     free(t->pviews);
     free(t->pview_ptrs);
@@ -987,8 +1032,10 @@ static ts_status trainer_load_batch(ts_trainer *t, int64_t *valid) {
             /* This rank's part of every sequence. */
             int32_t *in = t->window, *tg = t->window + t->T;
             TS_TRY(ts_dataset_window(t->data, trainer_window(t, k, b), t->T, in, tg));
-            memcpy(t->tokens + seq * T, in + t->seq0, (size_t)T * sizeof(int32_t));
-            memcpy(t->targets + seq * T, tg + t->seq0, (size_t)T * sizeof(int32_t));
+            for (int i = 0; i < T; i++) {
+                t->tokens[seq * T + i] = in[t->positions[i]];
+                t->targets[seq * T + i] = tg[t->positions[i]];
+            }
         }
     int64_t n = 0;
     for (size_t i = 0; i < seq * T; i++)

@@ -90,6 +90,7 @@ struct ts_trainer {
     /* This rank's tokens of each sequence: T_local of them from position
      * seq0 (the whole sequence unless an axis cuts data.tokens along it). */
     int T_local, seq0;
+    int32_t *positions; /* (T_local): their positions in the sequence     */
     int32_t *window; /* one data window (T + 1 tokens' inputs, targets)  */
     int64_t steps;
     int log_every;

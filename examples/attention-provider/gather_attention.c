@@ -156,7 +156,10 @@ static ts_status ga_init(const ts_host *host, ts_plugin_ctx *ctx) {
     TS_TRY(host->register_axis(ctx, "cp", (int)size, TS_MESH_DENSE));
     TS_TRY(
         host->register_transform(ctx, "sequence_cut", TS_PHASE_SHARD_SEQUENCE, ga_transform, NULL));
-    static const ts_plugin_attention_ops ops = {sizeof ops, ga_forward, ga_backward};
+    static const ts_plugin_attention_ops ops = {.struct_size = sizeof ops,
+                                                .forward = ga_forward,
+                                                .backward = ga_backward,
+                                                .order = TS_SEQUENCE_CONTIGUOUS};
     return host->register_attention(ctx, "cp", &ops, NULL);
 }
 

@@ -408,7 +408,8 @@ typedef struct ts_plugin_attention_args {
     int B, T, T_local; /* sequences; tokens per sequence; this rank's rows */
     int C, NH;         /* attention width and heads on this rank          */
     /* Position in the sequence of each of this rank's rows (host, T_local
-     * entries, increasing): the causal mask compares positions. */
+     * entries, increasing; in runs of consecutive positions, one run for
+     * CONTIGUOUS, two for MIRRORED): the causal mask compares positions. */
     const int32_t *positions;
     const float *qkv;  /* (B, T_local, 3C): q, k, v blocks, heads contiguous */
     float *out;        /* forward: (B, T_local, C), written (=)            */
@@ -421,11 +422,26 @@ typedef struct ts_plugin_attention_args {
     int bf16;      /* the model's bf16 mode: round as the core does      */
 } ts_plugin_attention_args;
 
+/* Which rows of every sequence a rank of the axis holds (the provider's
+ * choice; the core reads the data, the positions and the hidden state in
+ * that order). With n ranks on the axis:
+ *   CONTIGUOUS  rank i holds part i of n (the layout rule, S(1));
+ *   MIRRORED    the sequence is cut in 2n chunks and rank i holds chunks i
+ *               and 2n-1-i, in that order, so that every rank has the same
+ *               causal attention work (Megatron-LM's and Transformer
+ *               Engine's load balancing); seq_len must divide by 2n. */
+typedef enum ts_plugin_sequence_order {
+    TS_SEQUENCE_CONTIGUOUS = 0,
+    TS_SEQUENCE_MIRRORED = 1,
+} ts_plugin_sequence_order;
+
 typedef struct ts_plugin_attention_ops {
     uint32_t struct_size; /* sizeof(ts_plugin_attention_ops) of the plugin */
     /* Required, both. Failure: the step fails (the job ends). */
     ts_status (*forward)(ts_plugin_ctx *ctx, ts_plugin_attention_args *args, void *user);
     ts_status (*backward)(ts_plugin_ctx *ctx, ts_plugin_attention_args *args, void *user);
+    /* A ts_plugin_sequence_order (absent in an older plugin: CONTIGUOUS). */
+    int order;
 } ts_plugin_attention_ops;
 
 /* ABI 1.1: optimizer state cut over an axis (ZeRO-1 style). The core's
@@ -798,6 +814,55 @@ typedef struct ts_host {
     /* The plugin providing `what` on `axis` (its name), or NULL; final once
      * every plugin's init has run (from the first transform on). */
     const char *(*provider)(ts_plugin_ctx *ctx, ts_plugin_provision what, const char *axis);
+
+    /* --- ABI 1.1: attention of a block of queries against a block of keys (context parallelism) */
+    /* The steps of ring attention on the run's device, f32 (a plugin in the
+     * model's bf16 mode rounds its inputs itself). NH heads of hs = C/NH,
+     * scores s_ij = q_i . k_j / sqrt(hs). Tensors are device memory given by
+     * row strides in floats (the first C columns are used):
+     *   q (B, Tq, qs), dq: (b, i, h, d) at q[(b*Tq + i)*qs + h*hs + d]
+     *   k, v (B, Tk, kvs), dk, dv: at [(b*Tk + j)*kvs + h*hs + d]
+     *   out, out2, dout (B, Tq, os): at [(b*Tq + i)*os + h*hs + d]
+     *   lse, lse2 (B, NH, Tq), contiguous: [(b*NH + h)*Tq + i]
+     * Key row j is visible to query row i iff j <= i + offset (offset = the
+     * sequence position of query row 0 minus that of key row 0; >= Tk - 1
+     * masks nothing). Inside a packed qkv (B, T, 3C): q = qkv, k = qkv + C,
+     * v = qkv + 2C, qs = kvs = 3C; Tq = Tk = T with offset 0 is the core's
+     * attention.
+     * attention_block_forward: out (=) the softmax over the visible keys of
+     *   s, times v; lse (=) log sum_j exp(s_ij) over them. A row with no
+     *   visible key gets out 0 and lse -INFINITY.
+     * attention_block_merge: folds (out2, lse2), the same rows over a
+     *   disjoint set of keys, into (out, lse) in place: L = log(e^lse +
+     *   e^lse2), out = out e^(lse - L) + out2 e^(lse2 - L). A side at
+     *   -INFINITY adds nothing (both: out 0, lse -INFINITY); never NaN.
+     * attention_block_backward: given the FINAL out and lse (merged over
+     *   every key block) and dout, accumulates (+=) this key block's part:
+     *   P = exp(s - lse) on visible keys, D_i = dout_i . out_i,
+     *   dv_j += sum_i P_ij dout_i, dS = P (dout_i . v_j - D_i),
+     *   dq_i += sum_j dS_ij k_j / sqrt(hs), dk_j += sum_i dS_ij q_i / sqrt(hs).
+     *   Rows with lse = -INFINITY contribute nothing.
+     * Ordered with the model's kernels (on a GPU, its stream); deterministic.
+     * Failure: TS_ERR_INVALID for a size <= 0, C not divisible by NH, a
+     * stride below C, a NULL tensor, or before the device is open; a device
+     * error otherwise (a head size above 128 on a GPU). */
+    ts_status (*attention_block_forward)(ts_plugin_ctx *ctx, float *out, float *lse, const float *q,
+                                         const float *k, const float *v, int B, int Tq, int Tk,
+                                         int C, int NH, int qs, int kvs, int os, int64_t offset);
+    ts_status (*attention_block_merge)(ts_plugin_ctx *ctx, float *out, float *lse,
+                                       const float *out2, const float *lse2, int B, int Tq, int C,
+                                       int NH, int os);
+    ts_status (*attention_block_backward)(ts_plugin_ctx *ctx, float *dq, float *dk, float *dv,
+                                          const float *q, const float *k, const float *v,
+                                          const float *out, const float *dout, const float *lse,
+                                          int B, int Tq, int Tk, int C, int NH, int qs, int kvs,
+                                          int os, int64_t offset);
+    /* --- ABI 1.1: a strided copy in the run's device memory --------------- */
+    /* `rows` rows of `width` bytes from src (rows `spitch` bytes apart) to
+     * dst (`dpitch` apart), ordered like device_copy: e.g. the k and v
+     * columns of every row of a packed qkv. No overlap. */
+    ts_status (*device_copy_2d)(ts_plugin_ctx *ctx, void *dst, size_t dpitch, const void *src,
+                                size_t spitch, size_t width, size_t rows);
     /* ABI 1.2 and later append here. */
 } ts_host;
 

@@ -94,6 +94,50 @@ void ts_cpu_attention_forward(float *out, float *att, const float *qkv, int B, i
 void ts_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH);
 
+/* --- block attention: a block of queries against a block of keys -----------
+ * (attention_block.c) The step of ring attention (context parallelism): the
+ * queries of one part of the sequence against the keys and values of
+ * another, with the log-sum-exp saved so that partial results over disjoint
+ * key blocks merge exactly, and no (Tq, Tk) matrix anywhere.
+ * NH heads of hs = C/NH; scores s_ij = q_i . k_j / sqrt(hs) per head. Tensors
+ * are given by row strides in floats (only the first C columns are used):
+ *   q (B, Tq, qs), dq    element (b, i, h, d) at [(b*Tq + i)*qs + h*hs + d]
+ *   k, v (B, Tk, kvs), dk, dv          (b, j, h, d) at [(b*Tk + j)*kvs + ...]
+ *   out, dout (B, Tq, os)              (b, i, h, d) at [(b*Tq + i)*os + ...]
+ *   lse (B, NH, Tq), contiguous        [(b*NH + h)*Tq + i]
+ * Causal offset: key j is visible to query i iff j <= i + offset (offset =
+ * position of query row 0 - position of key row 0): offset >= Tk - 1 masks
+ * nothing, offset < -(Tq - 1) everything. Inside a packed qkv (B, T, 3C),
+ * q = qkv, k = qkv + C, v = qkv + 2C with qs = kvs = 3C, os = C; with Tq =
+ * Tk = T and offset 0 these are ts_cpu_attention_forward / _backward.
+ *
+ * forward   out (=) = softmax over the visible keys of s, times v;
+ *           lse (=) = log sum_j exp(s_ij) over the visible j (max + log sum
+ *           exp(s - max)). A row with no visible key: out 0, lse -INFINITY.
+ * merge     folds (out2, lse2), the same rows over a disjoint set of keys,
+ *           into (out, lse) in place: L = log(exp(lse) + exp(lse2)) (max +
+ *           log1p(exp(min - max))), out = out e^(lse-L) + out2 e^(lse2-L).
+ *           A side at -INFINITY adds nothing; both: out 0, lse -INFINITY.
+ *           out2 has out's stride os. Never produces NaN from -INFINITY.
+ * backward  given the FINAL out and lse (merged over every key block) and
+ *           dout, accumulates (+=) this key block's part of the gradient:
+ *           P = exp(s - lse) on visible keys; D_i = dout_i . out_i;
+ *           dv_j += sum_i P_ij dout_i; dS = P (dout_i . v_j - D_i);
+ *           dq_i += scale sum_j dS_ij k_j; dk_j += scale sum_i dS_ij q_i.
+ *           Rows with lse = -INFINITY contribute nothing.
+ * Deterministic: forward and merge rows are independent; the backward
+ * splits (batch, head) pairs across threads, each the only writer of its
+ * head's columns. */
+void ts_cpu_attention_block_forward(float *out, float *lse, const float *q, const float *k,
+                                    const float *v, int B, int Tq, int Tk, int C, int NH, int qs,
+                                    int kvs, int os, int64_t offset);
+void ts_cpu_attention_block_merge(float *out, float *lse, const float *out2, const float *lse2,
+                                  int B, int Tq, int C, int NH, int os);
+void ts_cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *q,
+                                     const float *k, const float *v, const float *out,
+                                     const float *dout, const float *lse, int B, int Tq, int Tk,
+                                     int C, int NH, int qs, int kvs, int os, int64_t offset);
+
 /* --- residual add -----------------------------------------------------------
  * out (n) = a + b;  backward: da += dout, db += dout (either may be NULL). */
 void ts_cpu_residual_forward(float *out, const float *a, const float *b, size_t n);

@@ -14,27 +14,6 @@
 #include "cpu_kernels.h"
 #include "fastmath.h"
 
-/* exp(x) for x <= 0 (x minus the max or the lse of its row): Cody-Waite
- * reduction to r in [-ln2/2, ln2/2] and the Cephes degree-6 polynomial, about
- * 1 ulp; 0 below -87, where exp would go subnormal. The clamp and the zeroing
- * select on integer bits: a float compare with a constant bound lets GCC fold
- * the clamped path into a constant under -ftrapping-math, which leaves a
- * branch in the loop and stops vectorization. */
-static inline float ce_expf(float x) {
-    uint32_t b;
-    memcpy(&b, &x, sizeof b);
-    uint32_t mag = b & 0x7fffffffu;
-    int under = mag > 0x42ae0000u; /* |x| > 87 or NaN */
-    b = (b & 0x80000000u) | (under ? 0x42ae0000u : mag);
-    memcpy(&x, &b, sizeof x);
-    float e = ts_cpu_exp_poly(x);
-    uint32_t keep = under ? 0u : 0xffffffffu;
-    memcpy(&b, &e, sizeof b);
-    b &= keep;
-    memcpy(&e, &b, sizeof e);
-    return e;
-}
-
 void ts_cpu_crossentropy_forward(float *losses,          /* (N) */
                                  float *lse,             /* (N) */
                                  const float *logits,    /* (N, Vp) */
@@ -50,7 +29,7 @@ void ts_cpu_crossentropy_forward(float *losses,          /* (N) */
         float s = 0.0f;
 #pragma omp simd reduction(+ : s)
         for (int c = 0; c < V; c++)
-            s += ce_expf(x[c] - mx);
+            s += ts_cpu_exp_neg(x[c] - mx);
         float l = mx + logf(s);
         lse[n] = l;
         losses[n] = targets[n] < 0 ? 0.0f : l - x[targets[n]];
@@ -60,11 +39,11 @@ void ts_cpu_crossentropy_forward(float *losses,          /* (N) */
 /* One row of the gradient, out of place or in place. */
 static void ce_row(float *restrict d, const float *restrict x, float l, float dloss, int V) {
     for (int c = 0; c < V; c++)
-        d[c] = ce_expf(x[c] - l) * dloss;
+        d[c] = ts_cpu_exp_neg(x[c] - l) * dloss;
 }
 static void ce_row_inplace(float *d, float l, float dloss, int V) {
     for (int c = 0; c < V; c++)
-        d[c] = ce_expf(d[c] - l) * dloss;
+        d[c] = ts_cpu_exp_neg(d[c] - l) * dloss;
 }
 
 void ts_cpu_crossentropy_backward(float *dlogits,         /* (N, Vp) */
@@ -116,7 +95,7 @@ void ts_cpu_ce_shard_sumexp(float *stats,           /* (N, 2) */
         float mx = rowmax[n], s = 0.0f;
 #pragma omp simd reduction(+ : s)
         for (int c = 0; c < V_loc; c++)
-            s += ce_expf(x[c] - mx);
+            s += ts_cpu_exp_neg(x[c] - mx);
         int t = targets[n] - v0;
         stats[2 * n] = s;
         stats[2 * n + 1] = targets[n] >= 0 && t >= 0 && t < V_loc ? x[t] : 0.0f;

@@ -28,4 +28,24 @@ static inline float ts_cpu_exp_poly(float x) {
     return p * scale;
 }
 
+/* exp(x) for x <= 0 (a value minus the max or the lse of its row): 0 below
+ * -87, where exp would go subnormal. The clamp and the zeroing select on
+ * integer bits: a float compare with a constant bound lets GCC fold the
+ * clamped path into a constant under -ftrapping-math, which leaves a branch
+ * in the loop and stops vectorization. */
+static inline float ts_cpu_exp_neg(float x) {
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    uint32_t mag = b & 0x7fffffffu;
+    int under = mag > 0x42ae0000u; /* |x| > 87 or NaN */
+    b = (b & 0x80000000u) | (under ? 0x42ae0000u : mag);
+    memcpy(&x, &b, sizeof x);
+    float e = ts_cpu_exp_poly(x);
+    uint32_t keep = under ? 0u : 0xffffffffu;
+    memcpy(&b, &e, sizeof b);
+    b &= keep;
+    memcpy(&e, &b, sizeof e);
+    return e;
+}
+
 #endif /* TESSERA_KERNELS_CPU_FASTMATH_H */

@@ -216,6 +216,29 @@ ts_status ts_cuda_attention_backward_bf16(float *dqkv, const float *dout, const 
                                           const float *out, const float *lse, int B, int T, int C,
                                           int NH);
 
+/* --- block attention for context parallelism (attention_block.cu) ---------------
+ * ts_cpu_attention_block_forward / _merge / _backward (cpu_kernels.h has the
+ * layout by row strides, the causal offset and the arithmetic), same
+ * arguments and results, in f32: a block of Tq query rows against a block of
+ * Tk key/value rows, out (=) and lse (B, NH, Tq) (=, -inf for a row that sees
+ * no key); merge folds a second partial (out2, lse2) into (out, lse); the
+ * backward accumulates (+=) dq, dk, dv of one key block from the final out
+ * and lse. hs = C/NH <= 128, B*NH <= 65535, strides >= C. Like the attention
+ * above: flash-style tiles, no (Tq, Tk) matrix, and the backward runs as two
+ * kernels (dk, dv per key tile; dq per query tile) with no atomics, so the
+ * results are deterministic. Compared with the CPU kernels within 1e-5
+ * (tests/cuda/, family `attention_block`). */
+ts_status ts_cuda_attention_block_forward(float *out, float *lse, const float *q, const float *k,
+                                          const float *v, int B, int Tq, int Tk, int C, int NH,
+                                          int qs, int kvs, int os, int64_t offset);
+ts_status ts_cuda_attention_block_merge(float *out, float *lse, const float *out2,
+                                        const float *lse2, int B, int Tq, int C, int NH, int os);
+ts_status ts_cuda_attention_block_backward(float *dq, float *dk, float *dv, const float *q,
+                                           const float *k, const float *v, const float *out,
+                                           const float *dout, const float *lse, int B, int Tq,
+                                           int Tk, int C, int NH, int qs, int kvs, int os,
+                                           int64_t offset);
+
 /* --- softmax cross-entropy over a padded vocabulary (crossentropy.cu) ---------
  * As ts_cpu_crossentropy_*: logits (N, Vp), only the first V columns are
  * real; targets (N) a class id in [0, V) or -1 (masked: loss 0, no gradient).
@@ -280,6 +303,9 @@ ts_status ts_cuda_ce_shard_loss(float *losses, float *lse, const float *rowmax, 
  * blocks put back in sequence order, seq_to_stage the reverse. */
 ts_status ts_cuda_zero(void *ptr, size_t bytes);
 ts_status ts_cuda_copy(void *dst, const void *src, size_t bytes);
+/* rows x width bytes between pitched device buffers (cudaMemcpy2DAsync). */
+ts_status ts_cuda_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                          size_t rows);
 ts_status ts_cuda_seq_from_stage(float *full, const float *stage, int tp, int B, int T, int C);
 ts_status ts_cuda_seq_to_stage(float *stage, const float *full, int tp, int B, int T, int C);
 

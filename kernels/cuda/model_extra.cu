@@ -75,6 +75,14 @@ ts_status ts_cuda_copy(void *dst, const void *src, size_t bytes) {
     return TS_OK;
 }
 
+ts_status ts_cuda_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                          size_t rows) {
+    if (!width || !rows) return TS_OK;
+    TS_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice,
+                                    ts_cuda_cur_stream()));
+    return TS_OK;
+}
+
 /* Per rank r: B rows of Tl*C floats, pitch T*C in `full`, Tl*C in `stage`. */
 ts_status ts_cuda_seq_from_stage(float *full, const float *stage, int tp, int B, int T, int C) {
     TS_CUDA_REQUIRE(tp > 0 && T % tp == 0, "ts_cuda_seq_from_stage");

@@ -6,7 +6,8 @@
 #   TOL    relative tolerance on every step's loss and gradient norm (x10)
 #          and on the final weights
 #   --set  what makes the parallel run parallel (plugins and their keys)
-#   MODE   plain, layers=N (both runs use N layers), or
+#   MODE   plain, layers=N (both runs use N layers), set=SECTION.KEY=VALUE
+#          (both runs), or
 #   masked train on text whose spaces are masked targets ([data]
 #          ignore_token = 32), dense in the first half of every batch and
 #          sparse in the second, so ranks hold very different numbers of
@@ -18,7 +19,10 @@ shift 5
 PARALLEL=("$@")
 EXTRA_SET=(--set train.dtype=$DTYPE)
 write_config
-case "$MODE" in layers=*) EXTRA_SET+=(--set model.layers=${MODE#layers=}) ;; esac
+case "$MODE" in
+layers=*) EXTRA_SET+=(--set model.layers=${MODE#layers=}) ;;
+set=*) EXTRA_SET+=(--set "${MODE#set=}") ;;
+esac
 if [ "$MODE" = masked ]; then
     python3 - <<'PY'
 import random

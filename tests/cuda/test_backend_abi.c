@@ -112,8 +112,11 @@ int main(int argc, char **argv) {
     refused(NULL, "returned NULL", "NULL descriptor");
     d = good, d.abi_version = TS_BACKEND_ABI_MAKE(TS_BACKEND_ABI_MAJOR + 1, 0);
     refused(&d, "built for backend ABI 2.0", "another major");
+    char newer[64];
+    snprintf(newer, sizeof newer, "built for backend ABI %d.%d", TS_BACKEND_ABI_MAJOR,
+             TS_BACKEND_ABI_MINOR + 1);
     d = good, d.abi_version = TS_BACKEND_ABI_MAKE(TS_BACKEND_ABI_MAJOR, TS_BACKEND_ABI_MINOR + 1);
-    refused(&d, "built for backend ABI 1.1", "a newer minor");
+    refused(&d, newer, "a newer minor");
     d = good, d.struct_size = 16;
     refused(&d, "descriptor of 16 bytes", "too small");
     d = good, d.name = NULL;

@@ -3,7 +3,8 @@
  *
  *   test_cuda_kernels FAMILY     (matmul_f32, matmul_bf16, embedding, layernorm,
  *                                 gelu, attention, residual, crossentropy,
- *                                 adamw, reduce, model_extra, attention_bf16)
+ *                                 adamw, reduce, model_extra, attention_bf16,
+ *                                 attention_block)
  *
  * Each run draws fresh random inputs (the seed is time-based and printed;
  * TS_TEST_SEED=S replays one), uploads the same inputs to both backends, and
@@ -437,6 +438,118 @@ static void test_attention(int bf16) {
     }
 }
 
+/* --- block attention (context parallelism) ----------------------------------------- */
+/* Compares the first C columns of `rows` rows of stride `stride`; lse-like
+ * arrays (lse = 1) must also agree on where they are -inf. */
+static void check_strided(const char *what, const float *d_gpu, const float *cpu, size_t rows,
+                          int stride, int C, int lse) {
+    float *g = host_f(d_gpu, rows * stride), *a = malloc(rows * C * sizeof *a),
+          *b = malloc(rows * C * sizeof *b);
+    int inf_ok = 1;
+    for (size_t r = 0; r < rows; r++)
+        for (int c = 0; c < C; c++) {
+            float x = g[r * stride + c], y = cpu[r * stride + c];
+            if (lse && (isinf(x) || isinf(y))) {
+                inf_ok &= x == -INFINITY && y == -INFINITY;
+                x = y = 0.0f;
+            }
+            a[r * C + c] = x, b[r * C + c] = y;
+        }
+    double e = inf_ok ? rel_err(a, b, rows * C) : INFINITY;
+    int ok = e <= TOL_F32;
+    printf("  %-40s rel err %.3g (tol %.0e) %s\n", what, e, TOL_F32, ok ? "ok" : "FAIL");
+    if (!ok) g_failures++;
+    free(g), free(a), free(b);
+}
+
+/* Queries (B, Tq) against two key blocks of Tk rows: block 1 with `offset`,
+ * block 2 the Tk positions before it (offset + Tk), as a ring step brings
+ * them. q lives in rows of qs = C + qpad floats, k and v side by side in
+ * rows of kvs = 2C + kvpad, out and dout in rows of os = C + opad. Each
+ * backend runs forward 1, forward 2, merge, then the backward of both key
+ * blocks from its own merged out and lse; dq and dk/dv (whole buffers, pads
+ * included) are prefilled with the same random values. */
+static void attention_block_case(int B, int Tq, int Tk, int C, int NH, int qpad, int kvpad,
+                                 int opad, int64_t offset) {
+    int qs = C + qpad, kvs = 2 * C + kvpad, os = C + opad;
+    printf("attention_block B=%d Tq=%d Tk=%d C=%d NH=%d (hs=%d) qs=%d kvs=%d os=%d offset=%lld\n",
+           B, Tq, Tk, C, NH, C / NH, qs, kvs, os, (long long)offset);
+    size_t nq = (size_t)B * Tq * qs, nkv = (size_t)B * Tk * kvs, no = (size_t)B * Tq * os;
+    size_t nl = (size_t)B * NH * Tq, rows_q = (size_t)B * Tq;
+    float *q = host_rand(nq, 2.0f), *kv1 = host_rand(nkv, 2.0f), *kv2 = host_rand(nkv, 2.0f);
+    float *dout = host_rand(no, 1.0f), *dq = host_rand(nq, 1.0f), *dkv1 = host_rand(nkv, 1.0f);
+    float *dkv2 = host_rand(nkv, 1.0f);
+    float *o = host_rand(no, 1.0f), *o2 = host_copy(o, no); /* pads: same values both sides */
+    float *l = malloc(nl * sizeof *l), *l2 = malloc(nl * sizeof *l2);
+    float *d_q = dev_f(q, nq), *d_kv1 = dev_f(kv1, nkv), *d_kv2 = dev_f(kv2, nkv);
+    float *d_dout = dev_f(dout, no), *d_dq = dev_f(dq, nq), *d_dkv1 = dev_f(dkv1, nkv);
+    float *d_dkv2 = dev_f(dkv2, nkv), *d_o = dev_f(o, no), *d_o2 = dev_f(o2, no);
+    float *d_l = dev_nan(nl), *d_l2 = dev_nan(nl);
+    /* the C columns of out are poisoned on the device: they must be written */
+    float *pois = host_copy(o, no);
+    for (size_t r = 0; r < rows_q; r++)
+        memset(pois + r * os, 0xff, (size_t)C * sizeof(float));
+    cu(cudaMemcpy(d_o, pois, no * sizeof(float), cudaMemcpyHostToDevice), "poison");
+    cu(cudaMemcpy(d_o2, pois, no * sizeof(float), cudaMemcpyHostToDevice), "poison");
+    cu(cudaDeviceSynchronize(), "sync");
+
+    ts_cpu_attention_block_forward(o, l, q, kv1, kv1 + C, B, Tq, Tk, C, NH, qs, kvs, os, offset);
+    CALL(ts_cuda_attention_block_forward(d_o, d_l, d_q, d_kv1, d_kv1 + C, B, Tq, Tk, C, NH, qs, kvs,
+                                         os, offset));
+    check_strided("forward out, key block 1", d_o, o, rows_q, os, C, 0);
+    check_strided("forward lse, key block 1", d_l, l, nl, 1, 1, 1);
+    int64_t off2 = offset > INT64_MAX - Tk ? INT64_MAX : offset + Tk;
+    ts_cpu_attention_block_forward(o2, l2, q, kv2, kv2 + C, B, Tq, Tk, C, NH, qs, kvs, os, off2);
+    CALL(ts_cuda_attention_block_forward(d_o2, d_l2, d_q, d_kv2, d_kv2 + C, B, Tq, Tk, C, NH, qs,
+                                         kvs, os, off2));
+    check_strided("forward out, key block 2", d_o2, o2, rows_q, os, C, 0);
+    check_strided("forward lse, key block 2", d_l2, l2, nl, 1, 1, 1);
+    ts_cpu_attention_block_merge(o, l, o2, l2, B, Tq, C, NH, os);
+    CALL(ts_cuda_attention_block_merge(d_o, d_l, d_o2, d_l2, B, Tq, C, NH, os));
+    check_strided("merge out", d_o, o, rows_q, os, C, 0);
+    check_strided("merge lse", d_l, l, nl, 1, 1, 1);
+
+    ts_cpu_attention_block_backward(dq, dkv1, dkv1 + C, q, kv1, kv1 + C, o, dout, l, B, Tq, Tk, C,
+                                    NH, qs, kvs, os, offset);
+    ts_cpu_attention_block_backward(dq, dkv2, dkv2 + C, q, kv2, kv2 + C, o, dout, l, B, Tq, Tk, C,
+                                    NH, qs, kvs, os, off2);
+    CALL(ts_cuda_attention_block_backward(d_dq, d_dkv1, d_dkv1 + C, d_q, d_kv1, d_kv1 + C, d_o,
+                                          d_dout, d_l, B, Tq, Tk, C, NH, qs, kvs, os, offset));
+    CALL(ts_cuda_attention_block_backward(d_dq, d_dkv2, d_dkv2 + C, d_q, d_kv2, d_kv2 + C, d_o,
+                                          d_dout, d_l, B, Tq, Tk, C, NH, qs, kvs, os, off2));
+    check("backward dq (+=, whole rows)", d_dq, dq, nq, TOL_F32);
+    check("backward dk, dv of block 1 (+=)", d_dkv1, dkv1, nkv, TOL_F32);
+    check("backward dk, dv of block 2 (+=)", d_dkv2, dkv2, nkv, TOL_F32);
+    /* determinism: the backward from zero twice gives the same bits */
+    float *g1;
+    cu(cudaMemset(d_dkv1, 0, nkv * sizeof(float)), "memset");
+    cu(cudaDeviceSynchronize(), "sync");
+    CALL(ts_cuda_attention_block_backward(d_dq, d_dkv1, d_dkv1 + C, d_q, d_kv1, d_kv1 + C, d_o,
+                                          d_dout, d_l, B, Tq, Tk, C, NH, qs, kvs, os, offset));
+    g1 = host_f(d_dkv1, nkv);
+    cu(cudaMemset(d_dkv1, 0, nkv * sizeof(float)), "memset");
+    cu(cudaDeviceSynchronize(), "sync");
+    CALL(ts_cuda_attention_block_backward(d_dq, d_dkv1, d_dkv1 + C, d_q, d_kv1, d_kv1 + C, d_o,
+                                          d_dout, d_l, B, Tq, Tk, C, NH, qs, kvs, os, offset));
+    check_bits("backward dk, dv repeatable", d_dkv1, g1, nkv * sizeof(float));
+
+    cudaFree(d_q), cudaFree(d_kv1), cudaFree(d_kv2), cudaFree(d_dout), cudaFree(d_dq);
+    cudaFree(d_dkv1), cudaFree(d_dkv2), cudaFree(d_o), cudaFree(d_o2), cudaFree(d_l);
+    cudaFree(d_l2);
+    free(q), free(kv1), free(kv2), free(dout), free(dq), free(dkv1), free(dkv2), free(o);
+    free(o2), free(l), free(l2), free(pois), free(g1);
+}
+
+static void test_attention_block(void) {
+    int T = 33 + rnd_int(64);
+    attention_block_case(2, T, T, 128, 2, 0, 0, 0, 0); /* hs 64, the diagonal block */
+    attention_block_case(1 + rnd_int(2), 40, 70, 48, 3, 5, 3, 7, -13);  /* hs 16; empty rows */
+    attention_block_case(1, 50, 20 + rnd_int(40), 96, 1, 0, 0, 2, 200); /* hs 96; no mask */
+    attention_block_case(2, 30, 45, 64, 4, 1, 0, 0, -35);      /* block 1 masked, block 2 partly */
+    attention_block_case(1, 20, 30, 64, 2, 0, 0, 0, -60);      /* both blocks fully masked */
+    attention_block_case(2, 1, 37, 64, 4, 0, 0, 0, INT64_MAX); /* a single row, no mask */
+}
+
 /* --- residual -------------------------------------------------------------------------- */
 static void test_residual(void) {
     int N = 5 + rnd_int(60), C = 40 + rnd_int(900);
@@ -727,9 +840,10 @@ static void test_model_extra(void) {
 }
 
 int main(int argc, char **argv) {
-    static const char *families[] = {"matmul_f32", "matmul_bf16", "embedding",   "layernorm",
-                                     "gelu",       "attention",   "residual",    "crossentropy",
-                                     "adamw",      "reduce",      "model_extra", "attention_bf16"};
+    static const char *families[] = {
+        "matmul_f32",  "matmul_bf16",    "embedding",      "layernorm", "gelu",
+        "attention",   "residual",       "crossentropy",   "adamw",     "reduce",
+        "model_extra", "attention_bf16", "attention_block"};
     int nfam = (int)(sizeof families / sizeof *families), fam = -1;
     for (int i = 0; argc == 2 && i < nfam; i++)
         if (strcmp(argv[1], families[i]) == 0) fam = i;
@@ -767,6 +881,7 @@ int main(int argc, char **argv) {
     case 9: test_reduce(); break;
     case 10: test_model_extra(); break;
     case 11: test_attention(1); break;
+    case 12: test_attention_block(); break;
     }
     ts_cuda_free();
     printf("%s: %s (%d failed checks)\n", families[fam], g_failures ? "FAIL" : "PASS", g_failures);

@@ -182,6 +182,10 @@ static const ts_backend cuda_backend = {
     .bf16_to_f32 = ts_cuda_bf16_to_f32,
     .seq_from_stage = ts_cuda_seq_from_stage,
     .seq_to_stage = ts_cuda_seq_to_stage,
+    .attention_block_forward = ts_cuda_attention_block_forward,
+    .attention_block_merge = ts_cuda_attention_block_merge,
+    .attention_block_backward = ts_cuda_attention_block_backward,
+    .copy_2d = ts_cuda_copy_2d,
 };
 
 static ts_status cuda_open(const ts_backend **out) {
