@@ -32,7 +32,12 @@
  * 1 and 2 reduce-scatter P and all-gather P (the bytes of one all-reduce);
  * stage 3 all-gathers 2P and reduce-scatters P (1.5x).
  *
- * What it does not do: shard over cp (zero refuses cp > 1), or keep
+ * With cp (every sequence cut over it) the gradients are partial over cp
+ * as well: each reduced range or block is all-reduced over cp. The state is
+ * sharded over dp alone (Megatron-LM's distributed optimizer shards over
+ * dp x cp); the cp ranks of one dp coordinate keep the same shard.
+ *
+ * What it does not do: shard over dp x cp, or keep
  * gradients in bf16 (they are f32 in every stage).
  */
 #include <stddef.h>
@@ -105,6 +110,9 @@ static struct {
     double bucket_bytes;
     ts_comm *comm; /* dp, device tensors */
     int rank, ranks;
+    /* cp, when it cuts every sequence: the weights' gradients are partial
+     * over it too; each reduced range or block is summed over it. */
+    ts_comm *cp_comm;
     const ts_plugin_model *model;
     /* stage 1 */
     size_t numel, *range_begin, *range_count; /* per rank */
@@ -187,10 +195,7 @@ static ts_status zero_transform(ts_plugin_ctx *ctx, ts_layout_plan *plan, void *
                                      "zero shards the model state over the data-parallel ranks, "
                                      "and nothing cuts the batch over dp: load dp first "
                                      "([parallel] plugins = dp, zero)");
-            if (cp >= 0 && e->layout.axes[cp].size > 1)
-                return z.host->error(z.ctx, TS_ERR_CONFIG,
-                                     "zero shards over dp alone, and cp has %d ranks",
-                                     e->layout.axes[cp].size);
+            (void)cp;
         }
         /* Stages 2 and 3 store every parameter cut over dp. */
         if (z.stage >= 2 && e->kind == TS_PLAN_PARAM && dp >= 0 && e->layout.axes[dp].size > 1)
@@ -209,6 +214,8 @@ static ts_status zero_bind(void) {
     if (!z.comm) return z.host->error(z.ctx, TS_ERR_INVALID, "no dp communicator");
     z.rank = z.host->comm_rank(z.comm);
     z.ranks = z.host->comm_size(z.comm);
+    ts_comm *cp = z.host->comm(z.ctx, "cp");
+    z.cp_comm = cp && z.host->comm_size(cp) > 1 ? cp : NULL;
     if (z.ranks > ZERO_MAX_RANKS)
         return z.host->error(z.ctx, TS_ERR_INVALID, "more than %d dp ranks", ZERO_MAX_RANKS);
     return TS_OK;
@@ -287,6 +294,16 @@ static ts_status zero_after_step(ts_plugin_ctx *ctx, void *params, ts_dtype dtyp
     return st;
 }
 
+/* A reduced range or block summed over cp as well (the dp ranks of one cp
+ * coordinate hold partial sums of the same weights). */
+static ts_status zero_sum_cp(float *block, size_t n) {
+    if (!z.cp_comm) return TS_OK;
+    double t0 = zero_now();
+    ts_status st = z.host->all_reduce(z.cp_comm, block, block, n, TS_F32, TS_REDUCE_SUM);
+    z.wait_reduce_s += zero_now() - t0;
+    return st;
+}
+
 /* The part of [begin, end) each rank owns. */
 static void zero_bucket_counts(size_t begin, size_t end, size_t *counts) {
     for (int r = 0; r < z.ranks; r++) {
@@ -318,6 +335,7 @@ static ts_status zero_bucket_finish(zero_bucket *b) {
     size_t lo = z.range_begin[z.rank], hi = lo + z.range_count[z.rank];
     if (lo < b->begin) lo = b->begin;
     if (hi > b->end) hi = b->end;
+    if (!st && hi > lo) st = zero_sum_cp(b->block, hi - lo);
     if (!st && hi > lo)
         st = z.host->device_copy(z.ctx, z.grad_base + lo, b->block, (hi - lo) * sizeof(float));
     z.host->device_free(z.ctx, b->block);
@@ -535,6 +553,7 @@ static ts_status zero_finish_oldest(void) {
     ts_status st = q->req ? z.host->wait(q->req) : TS_OK;
     z.wait_reduce_s += zero_now() - t0;
     q->req = NULL;
+    if (!st && q->n) st = zero_sum_cp(q->block, q->n);
     if (!st && q->n) st = z.host->device_add(z.ctx, q->dst, q->block, q->n);
     z.host->device_free(z.ctx, q->block);
     z.host->device_free(z.ctx, q->whole);
@@ -761,6 +780,9 @@ static ts_status zero_init(const ts_host *host, ts_plugin_ctx *ctx) {
                                                       0};
     static const ts_plugin_optimizer_state_ops cut_offload = {
         sizeof cut_offload, zero_partition, zero_after_step, TS_OPTIMIZER_STATE_OFFLOAD};
+    /* The gradients are partial over cp too: zero sums its ranges or blocks
+     * over it (dp's default reduction over dp-cp yields). */
+    TS_TRY(host->register_provider(ctx, TS_PROVIDE_GRAD_REDUCTION, "cp"));
     if (z.stage == 1) {
         TS_TRY(host->register_provider(ctx, TS_PROVIDE_GRAD_REDUCTION, "dp"));
         TS_TRY(host->register_hook(ctx, TS_HOOK_GRAD_READY, zero_grad_ready, NULL));

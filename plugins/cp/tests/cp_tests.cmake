@@ -32,7 +32,10 @@ list(APPEND cp_cases
   "cp_ring_cp2_tp2_sequence_parallel|${equiv}|4 16 fp32 1e-5 plain --set parallel.plugins=cp,tp --set cp.size=2 --set tp.size=2 --set tp.sequence_parallel=true"
   "cp_all_to_all_cp2_tp2|${equiv}|4 16 fp32 1e-5 plain --set parallel.plugins=cp,tp --set cp.algorithm=all_to_all --set cp.size=2 --set tp.size=2 --set tp.sequence_parallel=true"
   "cp_ring_cp2_dp2_pp2|${equiv}|8 8 fp32 1e-5 plain --set parallel.plugins=dp,cp,pp --set cp.size=2 --set pp.size=2"
-  "cp_ring_cp2_dp2|${equiv}|4 8 fp32 1e-5 plain --set parallel.plugins=dp,cp --set cp.size=2")
+  "cp_ring_cp2_dp2|${equiv}|4 8 fp32 1e-5 plain --set parallel.plugins=dp,cp --set cp.size=2"
+  "cp_ring_cp2_dp2_zero1|${equiv}|4 8 fp32 1e-5 plain --set parallel.plugins=dp,cp,zero --set cp.size=2 --set zero.stage=1"
+  "cp_ring_cp2_dp2_zero3|${equiv}|4 8 fp32 1e-5 plain --set parallel.plugins=dp,cp,zero --set cp.size=2 --set zero.stage=3"
+  "cp_all_to_all_cp2_dp2_pp2_zero2|${equiv}|8 4 fp32 1e-5 plain --set parallel.plugins=dp,cp,pp,zero --set cp.size=2 --set pp.size=2 --set zero.stage=2 --set cp.algorithm=all_to_all")
 tessera_script_tests(cp ${cp_cases})
 list(APPEND cp_cases_more
   "cp_load_balance_equal_work|${cp_tests}/balance.sh|"
