@@ -296,6 +296,84 @@ static void test_bf16(void) {
     ts_model_destroy(f);
 }
 
+/* The MoE block (core/model/moe.c) against central differences of the whole
+ * objective: the mean LM loss plus the load-balancing and z losses. 4
+ * experts, top 2, every block MoE; routing is piecewise constant in the
+ * parameters, so eps is small (1e-3: the difference quotient then carries
+ * ~5e-4 absolute noise on gradients of 1e-2..1e-1) and the tolerance 1e-2;
+ * a missing term (the aux loss's gradient, the renormalisation, the z-loss)
+ * moves the router's error far above it. With capacity_factor 1.0 some
+ * rows are dropped and the same must hold. */
+static double moe_objective(ts_model *m, int B, int T, const int32_t *tok, const int32_t *tgt) {
+    ts_moe_stats_reset(&m->moe_stats, m->cfg.experts);
+    double loss = mean_loss(m, B, T, tok, tgt);
+    return loss + m->moe_stats.aux_loss + m->moe_stats.z_loss;
+}
+
+static void test_moe_grad(float capacity_factor) {
+    ts_model_config cfg = tiny;
+    cfg.experts = 4;
+    cfg.moe_every = 1;
+    cfg.expert_hidden = 24;
+    cfg.top_k = 2;
+    cfg.aux_loss_coeff = 0.1f;
+    cfg.z_loss_coeff = 0.01f;
+    cfg.capacity_factor = capacity_factor;
+    ts_model *m = NULL;
+    if (ts_model_create(&cfg, TS_F32, 1, NULL, NULL, &m) != TS_OK) {
+        fprintf(stderr, "model: %s\n", ts_last_error());
+        exit(1);
+    }
+    randomise(m);
+    int B = 2, T = 8;
+    int32_t tok[16], tgt[16];
+    make_batch(B, T, tok, tgt);
+    ts_model_zero_grad(m);
+    ts_moe_stats_reset(&m->moe_stats, cfg.experts);
+    ts_step_ctx c = {.mb = 0,
+                     .B = B,
+                     .T = T,
+                     .tokens = tok,
+                     .targets = tgt,
+                     .dloss = 1.0f / (float)count_valid(tgt, B * T)};
+    EXPECT(ts_model_forward_backward(m, &c) == TS_OK, "%s", ts_last_error());
+    int64_t rows = 0;
+    for (int e = 0; e < cfg.experts; e++)
+        rows += m->moe_stats.tokens[e];
+    EXPECT(rows + m->moe_stats.dropped == (int64_t)cfg.layers * B * T * cfg.top_k,
+           "rows %lld + dropped %lld", (long long)rows, (long long)m->moe_stats.dropped);
+    EXPECT(capacity_factor == 0.0f || m->moe_stats.dropped > 0, "capacity 1.0 dropped nothing");
+    float *p = ts_model_param_f32(m);
+    const float eps = 1e-3f;
+    uint64_t key = ts_rng_key(5, "test.sample");
+    for (int t = 0; t < m->nparams; t++) {
+        ts_param *q = &m->params[t];
+        if (!strstr(q->value.name, "moe") && !strstr(q->value.name, "ln2")) continue;
+        int64_t n = ts_tensor_numel(&q->value);
+        int samples = n < 24 ? (int)n : 24;
+        double num = 0.0, den = 0.0;
+        for (int s = 0; s < samples; s++) {
+            int64_t i = samples == n
+                            ? s
+                            : (int64_t)(ts_rng_u64(key, (uint64_t)(t * 100 + s)) % (uint64_t)n);
+            size_t k = q->offset + (size_t)i;
+            float saved = p[k];
+            p[k] = saved + eps;
+            double lp = moe_objective(m, B, T, tok, tgt);
+            p[k] = saved - eps;
+            double lm = moe_objective(m, B, T, tok, tgt);
+            p[k] = saved;
+            double fd = (lp - lm) / (2.0 * eps), g = m->grad_data[k];
+            num += (fd - g) * (fd - g);
+            den += g * g;
+        }
+        double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+        EXPECT(rel < 1e-2, "%s: relative gradient error %.3g", q->value.name, rel);
+        printf("%-28s relative gradient error %.2e\n", q->value.name, rel);
+    }
+    ts_model_destroy(m);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_model grad|accumulation|init|lr|memory|bf16\n");
@@ -314,6 +392,10 @@ int main(int argc, char **argv) {
         test_memory();
     else if (strcmp(argv[1], "bf16") == 0)
         test_bf16();
+    else if (strcmp(argv[1], "moe_grad") == 0)
+        test_moe_grad(0.0f);
+    else if (strcmp(argv[1], "moe_grad_dropping") == 0)
+        test_moe_grad(1.0f);
     else {
         fprintf(stderr, "unknown case %s\n", argv[1]);
         return 2;

@@ -219,6 +219,15 @@ typedef struct ts_backend {
      * (cudaMemcpy2D's arguments; no overlap). */
     ts_status (*copy_2d)(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                          size_t rows);
+
+    /* --- ABI 1.1: a mixture of experts' outputs, k rows per token --------
+     * moe_rows_sum           out (N, C) += sum_j w[t k + j] rows[t k + j]
+     *                        (w NULL: weights 1)
+     * moe_rows_sum_backward  drows (N k, C) = w[r] dout[r / k];
+     *                        dw (N k) = rows[r] . dout[r / k] */
+    ts_status (*moe_rows_sum)(float *out, const float *rows, const float *w, int N, int k, int C);
+    ts_status (*moe_rows_sum_backward)(float *drows, float *dw, const float *dout, const float *rows,
+                                       const float *w, int N, int k, int C);
 } ts_backend;
 
 /* The CPU backend: always available, never fails. */

@@ -31,6 +31,16 @@ static ts_status cpu_copy_2d(void *dst, size_t dpitch, const void *src, size_t s
         memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
     return TS_OK;
 }
+static ts_status cpu_moe_rows_sum(float *out, const float *rows, const float *w, int N, int k,
+                                  int C) {
+    ts_cpu_moe_rows_sum(out, rows, w, N, k, C);
+    return TS_OK;
+}
+static ts_status cpu_moe_rows_sum_backward(float *drows, float *dw, const float *dout,
+                                           const float *rows, const float *w, int N, int k, int C) {
+    ts_cpu_moe_rows_sum_backward(drows, dw, dout, rows, w, N, k, C);
+    return TS_OK;
+}
 static ts_status cpu_sync(void) {
     return TS_OK;
 }
@@ -298,6 +308,8 @@ static const ts_backend cpu_backend = {
     .attention_block_merge = cpu_attention_block_merge,
     .attention_block_backward = cpu_attention_block_backward,
     .copy_2d = cpu_copy_2d,
+    .moe_rows_sum = cpu_moe_rows_sum,
+    .moe_rows_sum_backward = cpu_moe_rows_sum_backward,
 };
 
 const ts_backend *ts_backend_cpu(void) {

@@ -132,6 +132,15 @@ static ts_status plan_copy_2d(void *d, size_t dp, const void *s, size_t sp, size
     (void)d, (void)dp, (void)s, (void)sp, (void)w, (void)r;
     return TS_OK;
 }
+static ts_status plan_moe_rows_sum(float *o, const float *r, const float *w, int N, int k, int C) {
+    (void)o, (void)r, (void)w, (void)N, (void)k, (void)C;
+    return TS_OK;
+}
+static ts_status plan_moe_rows_sum_backward(float *dr, float *dw, const float *d, const float *r,
+                                            const float *w, int N, int k, int C) {
+    (void)dr, (void)dw, (void)d, (void)r, (void)w, (void)N, (void)k, (void)C;
+    return TS_OK;
+}
 static ts_status plan_to_host(void *host, const void *src, size_t n) {
     (void)src;
     memset(host, 0, n);
@@ -345,6 +354,8 @@ ts_status ts_backend_plan(const ts_backend *target, const ts_backend **out) {
         .attention_block_merge = plan_attention_block_merge,
         .attention_block_backward = plan_attention_block_backward,
         .copy_2d = plan_copy_2d,
+        .moe_rows_sum = plan_moe_rows_sum,
+        .moe_rows_sum_backward = plan_moe_rows_sum_backward,
     };
     *out = &plan_table;
     return TS_OK;

@@ -142,6 +142,18 @@ static const ts_module_ops embedding_ops = {"embedding", embedding_forward, embe
  * mlp.proj.bias.
  * ------------------------------------------------------------------------- */
 enum { LN1W, LN1B, QKVW, QKVB, PROJW, PROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB };
+/* An MoE block (moe.h) has, after LN2B, the router and the experts' four
+ * parameters in place of the MLP's: 13 in all. */
+enum { MOE_FIRST = LN2B + 1, MOE_BLOCK_PARAMS = LN2B + 6 };
+
+static int block_is_moe(const ts_module *mod) {
+    return mod->nparams == MOE_BLOCK_PARAMS;
+}
+
+/* Whether block l of the configuration is an MoE block. */
+static int layer_is_moe(const ts_model_config *c, int l) {
+    return c->experts > 0 && l % c->moe_every == 0;
+}
 
 /* The block's placements and local sizes for a micro-batch of B x T. */
 typedef struct block_shape {
@@ -153,7 +165,8 @@ typedef struct block_shape {
     int Tl;                        /* rows of the hidden state per sequence */
     size_t Nl, N;                  /* hidden-state rows; rows of the products */
     int C, Cl, NHl, F4;            /* width; local attention width, heads,
-                                      MLP width                             */
+                                      MLP width (0 in an MoE block)         */
+    int moe;                       /* the MLP is a mixture of experts       */
 } block_shape;
 
 static ts_status block_shape_of(ts_module *mod, int B, int T, block_shape *s) {
@@ -163,17 +176,20 @@ static ts_status block_shape_of(ts_module *mod, int B, int T, block_shape *s) {
                                   &s->dqkv_in));
     TS_TRY(ts_layer_linear_places(m, ts_module_param(mod, PROJW), &s->qkv, &s->proj_in, &s->proj,
                                   NULL));
-    TS_TRY(
-        ts_layer_linear_places(m, ts_module_param(mod, FCW), &s->x, &s->fc_in, &s->fc, &s->dfc_in));
-    TS_TRY(ts_layer_linear_places(m, ts_module_param(mod, FCPROJW), &s->fc, &s->fcproj_in,
-                                  &s->fcproj, NULL));
+    s->moe = block_is_moe(mod);
+    if (!s->moe) {
+        TS_TRY(ts_layer_linear_places(m, ts_module_param(mod, FCW), &s->x, &s->fc_in, &s->fc,
+                                      &s->dfc_in));
+        TS_TRY(ts_layer_linear_places(m, ts_module_param(mod, FCPROJW), &s->fc, &s->fcproj_in,
+                                      &s->fcproj, NULL));
+    }
     s->C = m->cfg.d_model;
     s->Tl = ts_layer_rows(m, &s->x, T);
     s->Nl = (size_t)B * s->Tl;
     s->N = (size_t)B * ts_layer_rows(m, &s->qkv_in, T);
     s->Cl = (int)ts_module_param(mod, QKVW)->value.shape[1];
     s->NHl = (int)((int64_t)m->cfg.heads * s->Cl / s->C);
-    s->F4 = (int)ts_module_param(mod, FCW)->value.shape[0];
+    s->F4 = s->moe ? 0 : (int)ts_module_param(mod, FCW)->value.shape[0];
     return TS_OK;
 }
 
@@ -312,14 +328,20 @@ static ts_status block_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor
                                           W(PROJB, 3), W(LN2W, 1), W(LN2B, 2), Nl, C,
                                           m->dtype == TS_BF16));
 
-    /* MLP branch. */
-    TS_TRY(ts_layer_redistribute(m, gathered, a.ln2, &s.x, &s.fc_in, B, T, C, &full));
-    TS_TRY(ts_layer_linear_forward(m, a.fch, full, P(FCW), NULL, N, C, F4));
-    TS_TRY(be->bias_gelu_forward(a.fch_gelu, a.fch, W(FCB, 1), N, F4, m->dtype == TS_BF16));
-    TS_TRY(ts_layer_linear_forward(m, partial, a.fch_gelu, P(FCPROJW), NULL, N, F4, C));
-    TS_TRY(ts_layer_redistribute(m, a.out, partial, &s.fcproj, &s.x, B, T, C, &h));
-    TS_TRY(be->residual_forward(a.out, h, a.res2, (size_t)Nl * C));
-    TS_TRY(be->add_bias(a.out, W(FCPROJB, 1), Nl, C));
+    /* MLP branch: this rank's rows of the hidden state through the experts,
+     * or the (cut) dense MLP. */
+    if (s.moe) {
+        TS_TRY(ts_moe_forward(mod, ctx, MOE_FIRST, a.ln2, partial, Nl));
+        TS_TRY(be->residual_forward(a.out, partial, a.res2, (size_t)Nl * C));
+    } else {
+        TS_TRY(ts_layer_redistribute(m, gathered, a.ln2, &s.x, &s.fc_in, B, T, C, &full));
+        TS_TRY(ts_layer_linear_forward(m, a.fch, full, P(FCW), NULL, N, C, F4));
+        TS_TRY(be->bias_gelu_forward(a.fch_gelu, a.fch, W(FCB, 1), N, F4, m->dtype == TS_BF16));
+        TS_TRY(ts_layer_linear_forward(m, partial, a.fch_gelu, P(FCPROJW), NULL, N, F4, C));
+        TS_TRY(ts_layer_redistribute(m, a.out, partial, &s.fcproj, &s.x, B, T, C, &h));
+        TS_TRY(be->residual_forward(a.out, h, a.res2, (size_t)Nl * C));
+        TS_TRY(be->add_bias(a.out, W(FCPROJB, 1), Nl, C));
+    }
     TS_TRY(ts_layer_round(m, a.out, (size_t)Nl * C));
 
     int64_t shape[3] = {B, s.Tl, C};
@@ -360,21 +382,28 @@ static ts_status block_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tenso
     TS_TRY(be->zero(dln, N * C * sizeof(float)));
     TS_TRY(be->zero(datty, (N * Cl + N * 3 * Cl) * sizeof(float)));
     float *dout = dy->data, *din, *full, *dh;
-    ts_place gfcproj = ts_layer_grad_place(m, &s.fcproj), gproj = ts_layer_grad_place(m, &s.proj);
+    ts_place gfcproj = s.moe ? s.x : ts_layer_grad_place(m, &s.fcproj);
+    ts_place gproj = ts_layer_grad_place(m, &s.proj);
 
-    /* MLP branch: the projection's gradient as its output was (before the
-     * redistribution to the hidden state). */
-    TS_TRY(be->bias_grad(ts_layer_grad(P(FCPROJB)), dout, (int)Nl, C));
-    TS_TRY(ts_layer_redistribute(m, dfull, dout, &s.x, &gfcproj, B, T, C, &din));
-    TS_TRY(ts_layer_linear_backward(m, dfch_gelu, ts_layer_grad(P(FCPROJW)), NULL, din, a.fch_gelu,
-                                    P(FCPROJW), (int)N, F4, C));
-    TS_TRY(be->gelu_backward(dfch, a.fch, dfch_gelu, N * F4));
-    TS_TRY(ts_layer_redistribute(m, gathered, a.ln2, &s.x, &s.fc_in, B, T, C, &full));
-    TS_TRY(ts_layer_linear_backward(m, dln, ts_layer_grad(P(FCW)), ts_layer_grad(P(FCB)), dfch,
-                                    full, P(FCW), (int)N, C, F4));
-    /* dln as the product gives it (partial sums where it is column parallel)
-     * to the hidden state's placement. */
-    TS_TRY(ts_layer_redistribute(m, dfull, dln, &s.dfc_in, &s.x, B, T, C, &dh));
+    if (s.moe) { /* the experts' and the router's gradient, on this rank's rows */
+        TS_TRY(be->zero(dln, Nl * C * sizeof(float)));
+        TS_TRY(ts_moe_backward(mod, ctx, MOE_FIRST, a.ln2, dout, dln, (int)Nl));
+        dh = dln;
+    } else {
+        /* MLP branch: the projection's gradient as its output was (before
+         * the redistribution to the hidden state). */
+        TS_TRY(be->bias_grad(ts_layer_grad(P(FCPROJB)), dout, (int)Nl, C));
+        TS_TRY(ts_layer_redistribute(m, dfull, dout, &s.x, &gfcproj, B, T, C, &din));
+        TS_TRY(ts_layer_linear_backward(m, dfch_gelu, ts_layer_grad(P(FCPROJW)), NULL, din,
+                                        a.fch_gelu, P(FCPROJW), (int)N, F4, C));
+        TS_TRY(be->gelu_backward(dfch, a.fch, dfch_gelu, N * F4));
+        TS_TRY(ts_layer_redistribute(m, gathered, a.ln2, &s.x, &s.fc_in, B, T, C, &full));
+        TS_TRY(ts_layer_linear_backward(m, dln, ts_layer_grad(P(FCW)), ts_layer_grad(P(FCB)), dfch,
+                                        full, P(FCW), (int)N, C, F4));
+        /* dln as the product gives it (partial sums where it is column
+         * parallel) to the hidden state's placement. */
+        TS_TRY(ts_layer_redistribute(m, dfull, dln, &s.dfc_in, &s.x, B, T, C, &dh));
+    }
     TS_TRY(be->copy(dres2, dout, Nl * C * sizeof(float)));
     TS_TRY(be->layernorm_backward(dres2, ts_layer_grad(P(LN2W)), ts_layer_grad(P(LN2B)), dh, a.res2,
                                   W(LN2W, 1), a.ln2_mean, a.ln2_rstd, (int)Nl, C));
@@ -582,6 +611,15 @@ static int gpt2_params(const ts_model_config *c, ts_param_decl *d) {
         LAYER("attn.proj.bias", 1, C, 1, 1, 0, TS_INIT_ZEROS, 0);
         LAYER("ln2.weight", 1, C, 1, 1, 0, TS_INIT_ONES, 0);
         LAYER("ln2.bias", 1, C, 1, 1, 0, TS_INIT_ZEROS, 0);
+        if (layer_is_moe(c, l)) {
+            int E = c->experts, F = c->expert_hidden;
+            LAYER("moe.router.weight", 2, E, C, 1, 1, TS_INIT_NORMAL, std);
+            LAYER("moe.experts.fc.weight", 3, E, F, C, 1, TS_INIT_NORMAL, std);
+            LAYER("moe.experts.fc.bias", 2, E, F, 1, 0, TS_INIT_ZEROS, 0);
+            LAYER("moe.experts.proj.weight", 3, E, C, F, 1, TS_INIT_NORMAL, resid_std);
+            LAYER("moe.experts.proj.bias", 2, E, C, 1, 0, TS_INIT_ZEROS, 0);
+            continue;
+        }
         LAYER("mlp.fc.weight", 2, 4 * C, C, 1, 1, TS_INIT_NORMAL, std);
         LAYER("mlp.fc.bias", 1, 4 * C, 1, 1, 0, TS_INIT_ZEROS, 0);
         LAYER("mlp.proj.weight", 2, C, 4 * C, 1, 1, TS_INIT_NORMAL, resid_std);
@@ -594,25 +632,27 @@ static int gpt2_params(const ts_model_config *c, ts_param_decl *d) {
     return n;
 }
 
-/* Parameter indices follow gpt2_params: wte 0, wpe 1, block l's 12 from
- * 2 + 12 l, lnf 2 + 12 L and 3 + 12 L. */
+/* Parameter indices follow gpt2_params: wte 0, wpe 1, then each block's 12
+ * (13 for an MoE block) in order, then lnf's two. */
 static int gpt2_modules(const ts_model_config *c, ts_module_decl *d) {
-    int L = c->layers, n = 0;
+    int L = c->layers, n = 0, p = 2;
     if (d) {
         d[n] = (ts_module_decl){.ops = &embedding_ops, .nparams = 2, .params = {0, 1}};
         snprintf(d[n].name, TS_NAME_MAX, "embedding");
     }
     n++;
     for (int l = 0; l < L; l++, n++) {
-        if (!d) continue;
-        d[n] = (ts_module_decl){.ops = &block_ops, .nparams = 12};
-        snprintf(d[n].name, TS_NAME_MAX, "h.%d", l);
-        for (int k = 0; k < 12; k++)
-            d[n].params[k] = 2 + 12 * l + k;
+        int np = layer_is_moe(c, l) ? MOE_BLOCK_PARAMS : 12;
+        if (d) {
+            d[n] = (ts_module_decl){.ops = &block_ops, .nparams = np};
+            snprintf(d[n].name, TS_NAME_MAX, "h.%d", l);
+            for (int k = 0; k < np; k++)
+                d[n].params[k] = p + k;
+        }
+        p += np;
     }
     if (d) {
-        d[n] =
-            (ts_module_decl){.ops = &head_ops, .nparams = 3, .params = {2 + 12 * L, 3 + 12 * L, 0}};
+        d[n] = (ts_module_decl){.ops = &head_ops, .nparams = 3, .params = {p, p + 1, 0}};
         snprintf(d[n].name, TS_NAME_MAX, "head");
     }
     return n + 1;
@@ -640,7 +680,7 @@ static ts_status gpt2_check(const ts_model *m) {
         TS_TRY(block_shape_of(mod, 1, 1, &s));
         const ts_place *chain[4][2] = {
             {&s.x, &s.qkv_in}, {&s.proj, &s.x}, {&s.x, &s.fc_in}, {&s.fcproj, &s.x}};
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < (s.moe ? 2 : 4); k++)
             if (!ts_layer_can_redistribute(m, chain[k][0], chain[k][1]))
                 return ts_error(TS_ERR_CONFIG, "%s: %s", mod->name, ts_last_error_bare());
         for (int a = 0; a < m->naxes; a++)
@@ -661,6 +701,11 @@ static double gpt2_flops(const ts_model_config *c, int B, int T) {
      * (causal halves the useful work; we count the full square, as
      * implemented). One multiply-add is 2 FLOPs; backward is twice forward. */
     double gemm = N * (L * 12.0 * C * C + C * Vp);
+    /* An MoE block: each token through top_k experts of 2 C F, and the
+     * router's C E, in place of the dense MLP's 8 C^2. */
+    for (int l = 0; l < c->layers; l++)
+        if (layer_is_moe(c, l))
+            gemm += N * (c->top_k * 2.0 * C * c->expert_hidden + C * c->experts - 8.0 * C * C);
     double attn = L * (double)B * 2.0 * T * T * C;
     return 3.0 * 2.0 * (gemm + attn);
 }

@@ -347,15 +347,18 @@ float *ts_module_save(ts_module *mod, int mb, size_t floats, const float *input)
         const float **in = s ? realloc(t->input, (size_t)cap * sizeof *in) : NULL;
         if (in) t->input = in;
         void **pr = in ? realloc(t->provider, (size_t)cap * sizeof *pr) : NULL;
-        if (!pr) {
+        if (pr) t->provider = pr;
+        void **mo = pr ? realloc(t->moe, (size_t)cap * sizeof *mo) : NULL;
+        if (!mo) {
             ts_error(TS_ERR_NOMEM, "model: out of memory for saved-state table");
             return NULL;
         }
-        t->provider = pr;
+        t->moe = mo;
         for (int i = t->cap; i < cap; i++) {
             s[i] = NULL;
             in[i] = NULL;
             pr[i] = NULL;
+            mo[i] = NULL;
         }
         t->cap = cap;
     }
@@ -377,6 +380,11 @@ const float *ts_module_saved_input(ts_module *mod, int mb) {
 void **ts_module_provider_state(ts_module *mod, int mb) {
     TS_ASSERT(mb < mod->saved.cap);
     return &mod->saved.provider[mb];
+}
+
+void **ts_module_moe_state(ts_module *mod, int mb) {
+    TS_ASSERT(mb < mod->saved.cap);
+    return &mod->saved.moe[mb];
 }
 
 void ts_module_release(ts_module *mod, int mb) {

@@ -123,6 +123,8 @@ float *ts_module_save(ts_module *mod, int mb, size_t floats, const float *input)
 float *ts_module_saved(ts_module *mod, int mb);
 const float *ts_module_saved_input(ts_module *mod, int mb);
 void ts_module_release(ts_module *mod, int mb);
+/* The slot of an MoE layer's state for micro-batch mb (after ts_module_save). */
+void **ts_module_moe_state(ts_module *mod, int mb);
 /* The slot of an attention provider's state for micro-batch mb (after
  * ts_module_save for it). */
 void **ts_module_provider_state(ts_module *mod, int mb);

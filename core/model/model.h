@@ -45,6 +45,7 @@
 #include "tessera/comm.h"
 #include "tessera/layout.h"
 #include "tessera/mesh.h"
+#include "moe.h"
 #include "tessera/plugin.h" /* attention providers */
 #include "tessera/tessera.h"
 
@@ -62,6 +63,11 @@ typedef struct ts_model_config {
     int vocab;        /* V: real token ids are [0, V)                   */
     int padded_vocab; /* Vp >= V: rows of wte, columns of the logits    */
     int context;      /* maxT: rows of wpe                              */
+    /* Mixture of experts (experts = 0: none). Blocks l with l % moe_every
+     * == 0 route each token to top_k of `experts` MLPs of expert_hidden. */
+    int experts, moe_every, expert_hidden, top_k;
+    float aux_loss_coeff, z_loss_coeff, capacity_factor;
+    int drop_by_position; /* drop_policy = position (else probs)       */
 } ts_model_config;
 
 typedef enum ts_init_kind {
@@ -214,6 +220,9 @@ struct ts_model {
      * providers (host memory). */
     int32_t *positions;
     int npositions;
+    /* Mixture of experts (moe.h): who routes the rows, and the step's sums. */
+    ts_moe_routing moe;
+    ts_moe_stats moe_stats;
 };
 
 /* Checks the shape (C % NH, Vp >= V, ...); messages name the [model] key. */

@@ -21,6 +21,7 @@
 
 #include <stdint.h>
 
+#include "tessera/comm.h"
 #include "tessera/tessera.h"
 
 #ifdef __cplusplus
@@ -47,6 +48,10 @@ typedef struct ts_step_ctx {
     const int32_t *targets_host;
     float dloss;          /* d(objective)/d(one token's loss): 1 / (valid
                              tokens in the global batch)                  */
+    int micro_batches;    /* of the step: auxiliary losses average over them */
+    /* The ranks holding the other parts of this micro-batch (host memory;
+     * NULL: this rank alone): the MoE layer's token counts sum over it. */
+    ts_comm *batch_comm;
     double loss_sum;      /* out: the head adds the sum of token losses   */
     int64_t valid_tokens; /* out: the head adds the unmasked positions    */
     /* Optional: called after each module's backward with the module's index
@@ -77,6 +82,7 @@ typedef struct ts_module_store {
     float **slot;
     const float **input; /* the module's input x of that micro-batch */
     void **provider;     /* an attention provider's state of it        */
+    void **moe;          /* the MoE layer's routing and expert state   */
 } ts_module_store;
 
 struct ts_module {
@@ -88,6 +94,7 @@ struct ts_module {
                         in the order the architecture declared them      */
     int param_index[16];
     ts_module_store saved;
+    void *moe_layer; /* an MoE block's dispatcher state (moe.c)          */
 };
 
 #ifdef __cplusplus

@@ -75,6 +75,13 @@ ts_status ts_model_config_check(const ts_model_config *c) {
                         c->padded_vocab, c->vocab);
     if (c->context < 1)
         return ts_error(TS_ERR_CONFIG, "[model] context = %d: must be at least 1", c->context);
+    if (c->experts > 0 && (c->top_k < 1 || c->top_k > c->experts))
+        return ts_error(TS_ERR_CONFIG,
+                        "[model] top_k = %d: a token chooses 1 .. experts = %d experts", c->top_k,
+                        c->experts);
+    if (c->experts > 0 && (c->moe_every < 1 || c->expert_hidden < 1))
+        return ts_error(TS_ERR_CONFIG, "[model] moe_every = %d and expert_hidden = %d must be >= 1",
+                        c->moe_every, c->expert_hidden);
     return TS_OK;
 }
 
@@ -516,6 +523,7 @@ done:
 
 void ts_model_destroy(ts_model *m) {
     if (!m) return;
+    ts_moe_stats_free(&m->moe_stats);
     for (int i = 0; m->modules && i < m->nmodules; i++) {
         ts_module *mod = m->modules[i];
         if (!mod) continue;
@@ -524,6 +532,8 @@ void ts_model_destroy(ts_model *m) {
         free(mod->saved.slot);
         free(mod->saved.input);
         free(mod->saved.provider);
+        ts_moe_layer_free(mod);
+        free(mod->saved.moe);
         free(mod);
     }
     free(m->modules);

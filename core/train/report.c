@@ -57,7 +57,19 @@ static ts_status trainer_write_metrics(ts_trainer *t, const ts_step_stats *s) {
     fprintf(f, "],\"activation_peak_bytes\":[");
     for (int k = 0; k < t->stages; k++)
         fprintf(f, "%s%lld", k ? "," : "", 1024LL * peak_kib[k]);
-    fprintf(f, "]}}\n");
+    fprintf(f, "]}");
+    if (s->experts > 0) {
+        fprintf(f, ",\"moe\":{\"aux_loss\":");
+        json_num(f, "%.9g", s->aux_loss);
+        fprintf(f, ",\"z_loss\":");
+        json_num(f, "%.9g", s->z_loss);
+        fprintf(f, ",\"dropped\":%lld,\"dispatch_bytes\":%lld,\"expert_tokens\":[",
+                (long long)s->dropped, (long long)s->dispatch_bytes);
+        for (int e = 0; e < s->experts; e++)
+            fprintf(f, "%s%lld", e ? "," : "", (long long)s->expert_tokens[e]);
+        fprintf(f, "]}");
+    }
+    fprintf(f, "}\n");
     return ts_file_stream_flush(&t->metrics);
 }
 

@@ -57,6 +57,20 @@ static ts_status trainer_model_config(const ts_config *cfg, ts_model_config *mc)
     mc->vocab = (int)ts_config_int(cfg, "model", "vocab");
     mc->padded_vocab = (int)ts_config_int(cfg, "model", "padded_vocab");
     mc->context = (int)ts_config_int(cfg, "model", "context");
+    mc->experts = (int)ts_config_int(cfg, "model", "experts");
+    mc->moe_every = (int)ts_config_int(cfg, "model", "moe_every");
+    mc->expert_hidden = (int)ts_config_int(cfg, "model", "expert_hidden");
+    mc->top_k = (int)ts_config_int(cfg, "model", "top_k");
+    mc->aux_loss_coeff = (float)ts_config_float(cfg, "model", "aux_loss_coeff");
+    mc->z_loss_coeff = (float)ts_config_float(cfg, "model", "z_loss_coeff");
+    mc->capacity_factor = (float)ts_config_float(cfg, "model", "capacity_factor");
+    mc->drop_by_position = strcmp(ts_config_str(cfg, "model", "drop_policy"), "position") == 0;
+    if (mc->experts > 0 && mc->expert_hidden == 0) mc->expert_hidden = 4 * mc->d_model;
+    if (mc->experts > 0 && mc->top_k > mc->experts)
+        return trainer_key_error(cfg, "model", "top_k",
+                                 "top_k = %d is more than experts = %d: a token cannot choose more "
+                                 "experts than there are",
+                                 mc->top_k, mc->experts);
     const char *init = ts_config_str(cfg, "model", "init");
     if (strncmp(init, "llmc:", 5) == 0) {
         ts_model_config h;
@@ -1069,12 +1083,45 @@ static ts_status trainer_stage_stats(ts_trainer *t, double bubble) {
     return ts_comm_all_gather(t->stage_host, &k, t->stage_peak_kib, 1, TS_I32);
 }
 
+/* The MoE blocks' sums of the step over the batch's ranks and the pipeline
+ * stages (each stage holds its own blocks); the losses are already the
+ * batch's. */
+static ts_status trainer_moe_stats(ts_trainer *t, ts_step_stats *stats) {
+    ts_moe_stats *m = &t->model->moe_stats;
+    stats->experts = t->mcfg.experts;
+    if (t->mcfg.experts <= 0) return TS_OK;
+    int E = m->experts;
+    int32_t *c = malloc(((size_t)E + 1) * sizeof *c);
+    if (!c) return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
+    for (int e = 0; e < E; e++)
+        c[e] = (int32_t)m->tokens[e];
+    c[E] = (int32_t)m->dropped;
+    float loss[2] = {(float)m->aux_loss, (float)m->z_loss};
+    ts_status st = TS_OK;
+    if (t->batch_comm && ts_comm_size(t->batch_comm) > 1)
+        st = ts_comm_all_reduce(t->batch_comm, c, c, (size_t)E + 1, TS_I32, TS_REDUCE_SUM);
+    if (!st && t->stage_host && ts_comm_size(t->stage_host) > 1) {
+        st = ts_comm_all_reduce(t->stage_host, c, c, (size_t)E + 1, TS_I32, TS_REDUCE_SUM);
+        if (!st) st = ts_comm_all_reduce(t->stage_host, loss, loss, 2, TS_F32, TS_REDUCE_SUM);
+    }
+    for (int e = 0; !st && e < E; e++)
+        m->tokens[e] = c[e];
+    stats->dropped = c[E];
+    free(c);
+    stats->aux_loss = loss[0];
+    stats->z_loss = loss[1];
+    stats->expert_tokens = m->tokens;
+    stats->dispatch_bytes = m->bytes_sent;
+    return st;
+}
+
 ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
     double t0 = now_seconds();
     ts_trace_set_step(t->trace, t->state.step + 1);
     int64_t valid = 0;
     TS_TRY(trainer_load_batch(t, &valid));
     TS_TRY(ts_model_zero_grad(t->model));
+    if (t->mcfg.experts > 0) TS_TRY(ts_moe_stats_reset(&t->model->moe_stats, t->mcfg.experts));
     double loss_sum = 0.0, norm = 0.0;
     float lr = 0.0f;
     int skipped = 0;
@@ -1109,5 +1156,6 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
         t->skipped_in_row = 0;
     }
     stats->skipped_steps = t->skipped_total;
+    TS_TRY(trainer_moe_stats(t, stats));
     return trainer_stage_stats(t, stats->bubble);
 }

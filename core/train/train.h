@@ -47,6 +47,14 @@ typedef struct ts_step_stats {
                               the update was not applied (the step still counts
                               and its batch is consumed)                       */
     int64_t skipped_steps; /* steps skipped so far in this run          */
+    /* Mixture of experts (experts > 0): the step's auxiliary losses (with
+     * their coefficients, summed over the MoE blocks), rows each expert
+     * computed and rows dropped over the whole batch, and the row bytes this
+     * rank's dispatchers sent. expert_tokens is the trainer's. */
+    int experts;
+    double aux_loss, z_loss;
+    const int64_t *expert_tokens;
+    int64_t dropped, dispatch_bytes;
 } ts_step_stats;
 
 /* Builds everything from cfg (already validated): the model shape (from

@@ -188,6 +188,16 @@ void ts_cpu_ce_shard_loss(float *losses, float *lse, const float *rowmax, const 
 void ts_cpu_add_bias(float *out, const float *bias, int N, int C);
 void ts_cpu_bias_grad(float *dbias, const float *dout, int N, int C);
 
+/* --- mixture of experts (moe.c) --------------------------------------------
+ * Row r of rows (N k, C) is token r / k's output of its (r % k)-th expert.
+ * moe_rows_sum           out (N, C) += sum_j w[t k + j] rows[t k + j]
+ *                        (w NULL: weights 1), j in order
+ * moe_rows_sum_backward  drows (N k, C) = w[r] dout[r / k];
+ *                        dw (N k) = rows[r] . dout[r / k] */
+void ts_cpu_moe_rows_sum(float *out, const float *rows, const float *w, int N, int k, int C);
+void ts_cpu_moe_rows_sum_backward(float *drows, float *dw, const float *dout, const float *rows,
+                                  const float *w, int N, int k, int C);
+
 /* --- AdamW (decoupled weight decay, Loshchilov & Hutter 2019) --------------
  * For each i:  g = grad[i] * grad_scale
  *   m = beta1 m + (1-beta1) g;  v = beta2 v + (1-beta2) g^2

@@ -303,6 +303,11 @@ ts_status ts_cuda_ce_shard_loss(float *losses, float *lse, const float *rowmax, 
  * blocks put back in sequence order, seq_to_stage the reverse. */
 ts_status ts_cuda_zero(void *ptr, size_t bytes);
 ts_status ts_cuda_copy(void *dst, const void *src, size_t bytes);
+/* The mixture of experts' weighted sum of k rows per token and its
+ * gradient (moe.cu; kernels/cpu/cpu_kernels.h has the arithmetic). */
+ts_status ts_cuda_moe_rows_sum(float *out, const float *rows, const float *w, int N, int k, int C);
+ts_status ts_cuda_moe_rows_sum_backward(float *drows, float *dw, const float *dout,
+                                        const float *rows, const float *w, int N, int k, int C);
 /* rows x width bytes between pitched device buffers (cudaMemcpy2DAsync). */
 ts_status ts_cuda_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                           size_t rows);

@@ -186,6 +186,8 @@ static const ts_backend cuda_backend = {
     .attention_block_merge = ts_cuda_attention_block_merge,
     .attention_block_backward = ts_cuda_attention_block_backward,
     .copy_2d = ts_cuda_copy_2d,
+    .moe_rows_sum = ts_cuda_moe_rows_sum,
+    .moe_rows_sum_backward = ts_cuda_moe_rows_sum_backward,
 };
 
 static ts_status cuda_open(const ts_backend **out) {

@@ -81,7 +81,7 @@ static void fixture_free(fixture *fx) {
 }
 
 static ts_model_config model_of(int layers) {
-    ts_model_config c = {layers, 16, 2, 50, 64, 16};
+    ts_model_config c = {.layers = layers, .d_model = 16, .heads = 2, .vocab = 50, .padded_vocab = 64, .context = 16};
     return c;
 }
 
