@@ -51,7 +51,9 @@ static const char *usage_train =
 static const char *usage_export =
     "usage: tessera export CONFIG --out PATH [--checkpoint FILE] [--set ...]\n"
     "\n"
-    "Writes the model's weights as an llm.c GPT-2 checkpoint (version 3, f32).\n"
+    "Writes the model's weights as an llm.c GPT-2 checkpoint (version 3, f32);\n"
+    "a mixture-of-experts model, which llm.c cannot hold, as tessera's raw weights\n"
+    "(the same 1024-byte header, magic 20260601, then every parameter in f32).\n"
     "The weights come from FILE, else from the newest checkpoint in\n"
     "[train] checkpoint_dir, else from the model's initialisation ([model] init).\n"
     "\n"

@@ -618,6 +618,8 @@ static int gpt2_params(const ts_model_config *c, ts_param_decl *d) {
             LAYER("moe.experts.fc.bias", 2, E, F, 1, 0, TS_INIT_ZEROS, 0);
             LAYER("moe.experts.proj.weight", 3, E, C, F, 1, TS_INIT_NORMAL, resid_std);
             LAYER("moe.experts.proj.bias", 2, E, C, 1, 0, TS_INIT_ZEROS, 0);
+            for (int k = 1; d && k <= 4; k++)
+                d[n - k].expert = 1;
             continue;
         }
         LAYER("mlp.fc.weight", 2, 4 * C, C, 1, 1, TS_INIT_NORMAL, std);

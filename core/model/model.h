@@ -162,6 +162,8 @@ typedef struct ts_param_decl {
     ts_init_kind init;
     float std;
     int64_t rows; /* NORMAL: leading-dimension rows initialised           */
+    int expert;   /* an expert's weights (dimension 0: the experts): it lives
+                     on the expert mesh (etp, ep, edp, pp) in the layout plan */
 } ts_param_decl;
 
 /* The architecture's declaration of one module: its ops and the parameters

@@ -735,13 +735,15 @@ ts_status ts_model_loss(ts_model *m, ts_step_ctx *ctx, double *mean_loss) {
  * The layout plan
  * ------------------------------------------------------------------------- */
 static ts_status plan_entry(ts_layout_plan *plan, const ts_mesh *mesh, const char *name, int ndim,
-                            const int64_t *shape, ts_plan_kind kind) {
+                            const int64_t *shape, ts_plan_kind kind, int expert) {
     ts_layout l;
     TS_TRY(ts_layout_init(&l, ndim, shape));
-    /* The dense mesh: GPT-2's tensors live there. Expert tensors (MoE) will
-     * carry the expert mesh's axes (etp, ep, edp, pp) instead. */
-    static const ts_mesh_axis axes[] = {TS_AXIS_TP, TS_AXIS_CP, TS_AXIS_DP, TS_AXIS_PP};
-    for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++)
+    /* The dense mesh, or the expert mesh for experts' weights (parallel
+     * folding: both cover the same ranks, only pp is shared). */
+    static const ts_mesh_axis dense[] = {TS_AXIS_TP, TS_AXIS_CP, TS_AXIS_DP, TS_AXIS_PP};
+    static const ts_mesh_axis experts[] = {TS_AXIS_ETP, TS_AXIS_EP, TS_AXIS_EDP, TS_AXIS_PP};
+    const ts_mesh_axis *axes = expert ? experts : dense;
+    for (size_t i = 0; i < 4; i++)
         TS_TRY(ts_layout_add_axis(&l, ts_mesh_axis_name(axes[i]), ts_mesh_axis_size(mesh, axes[i]),
                                   ts_placement_replicate()));
     TS_TRY(ts_layout_plan_add(plan, name, &l, -1));
@@ -759,16 +761,17 @@ ts_status ts_model_layout_plan_arch(const ts_arch *arch, const ts_model_config *
                                     ts_layout_plan *plan) {
     if (!arch) arch = ts_arch_gpt2();
     int64_t data[2] = {global_batch, T}, act[3] = {global_batch, T, cfg->d_model};
-    TS_TRY(plan_entry(plan, mesh, "data.tokens", 2, data, TS_PLAN_DATA));
-    TS_TRY(plan_entry(plan, mesh, "data.targets", 2, data, TS_PLAN_DATA));
-    TS_TRY(plan_entry(plan, mesh, "act.x", 3, act, TS_PLAN_ACTIVATION));
+    TS_TRY(plan_entry(plan, mesh, "data.tokens", 2, data, TS_PLAN_DATA, 0));
+    TS_TRY(plan_entry(plan, mesh, "data.targets", 2, data, TS_PLAN_DATA, 0));
+    TS_TRY(plan_entry(plan, mesh, "act.x", 3, act, TS_PLAN_ACTIVATION, 0));
     int n = arch->declare_params(cfg, NULL);
     ts_param_decl *decl = calloc((size_t)n, sizeof *decl);
     if (!decl) return ts_error(TS_ERR_NOMEM, "model: out of memory");
     arch->declare_params(cfg, decl);
     ts_status st = TS_OK;
     for (int i = 0; i < n && !st; i++)
-        st = plan_entry(plan, mesh, decl[i].name, decl[i].ndim, decl[i].shape, TS_PLAN_PARAM);
+        st = plan_entry(plan, mesh, decl[i].name, decl[i].ndim, decl[i].shape, TS_PLAN_PARAM,
+                        decl[i].expert);
     free(decl);
     return st;
 }

@@ -174,6 +174,11 @@ static ts_status llmc_read_param(const llmc_param *p, void *arg) {
 }
 
 ts_status ts_llmc_load(const char *path, const ts_model *m, float *full) {
+    if (m->cfg.experts > 0)
+        return ts_error(TS_ERR_CONFIG,
+                        "%s: llm.c's GPT-2 checkpoints have no mixture of experts, and [model] "
+                        "experts = %d",
+                        path, m->cfg.experts);
     int32_t h[LLMC_HEADER_INTS];
     FILE *f = NULL;
     TS_TRY(llmc_header(path, h, &f));
@@ -215,7 +220,27 @@ static ts_status llmc_write_param(const llmc_param *p, void *arg) {
     return TS_OK;
 }
 
+/* llm.c's GPT-2 has no mixture of experts: such a model is written as
+ * tessera's raw weights instead, the same 256-int header (magic
+ * TS_RAW_MAGIC, version 1, the shape, then experts, moe_every,
+ * expert_hidden, top_k) and every parameter in f32, in the order the
+ * architecture declares them. */
+#define TS_RAW_MAGIC 20260601
+static ts_status raw_save(const char *path, const ts_model *m, const float *full) {
+    int32_t h[LLMC_HEADER_INTS];
+    memset(h, 0, sizeof h);
+    const ts_model_config *c = &m->cfg;
+    int32_t head[] = {TS_RAW_MAGIC,     1,          c->context,      c->vocab,   c->layers,
+                      c->heads,         c->d_model, c->padded_vocab, c->experts, c->moe_every,
+                      c->expert_hidden, c->top_k};
+    memcpy(h, head, sizeof head);
+    const void *bufs[2] = {h, full};
+    size_t sizes[2] = {sizeof h, m->global_numel * sizeof(float)};
+    return ts_write_atomic(path, 2, bufs, sizes);
+}
+
 ts_status ts_llmc_save(const char *path, const ts_model *m, const float *full) {
+    if (m->cfg.experts > 0) return raw_save(path, m, full);
     int32_t h[LLMC_HEADER_INTS];
     memset(h, 0, sizeof h);
     h[0] = LLMC_MAGIC;

@@ -6,8 +6,8 @@
 #   TOL    relative tolerance on every step's loss and gradient norm (x10)
 #          and on the final weights
 #   --set  what makes the parallel run parallel (plugins and their keys)
-#   MODE   plain, layers=N (both runs use N layers), set=SECTION.KEY=VALUE
-#          (both runs), or
+#   MODE   plain, layers=N (both runs use N layers), set=S.K=V[,S.K=V...]
+#          (keys of both runs), or
 #   masked train on text whose spaces are masked targets ([data]
 #          ignore_token = 32), dense in the first half of every batch and
 #          sparse in the second, so ranks hold very different numbers of
@@ -21,7 +21,8 @@ EXTRA_SET=(--set train.dtype=$DTYPE)
 write_config
 case "$MODE" in
 layers=*) EXTRA_SET+=(--set model.layers=${MODE#layers=}) ;;
-set=*) EXTRA_SET+=(--set "${MODE#set=}") ;;
+set=*) IFS=, read -ra keys <<< "${MODE#set=}"
+    for k in "${keys[@]}"; do EXTRA_SET+=(--set "$k"); done ;;
 esac
 if [ "$MODE" = masked ]; then
     python3 - <<'PY'
