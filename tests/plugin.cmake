@@ -79,14 +79,70 @@ add_test(NAME sdk_install_builds_and_loads_hello_plugin
 set_tests_properties(sdk_install_builds_and_loads_hello_plugin PROPERTIES
   LABELS core TIMEOUT 180 ENVIRONMENT "${TESSERA_TEST_ENV}")
 
-# The ABI 1.1 examples (module hooks, an attention provider, a token
-# dispatcher) built against the installed SDK and run (tests/sdk_examples.sh).
+# The ABI 1.1 examples (module hooks, an attention provider, the token
+# dispatchers a2a and flex) built against the installed SDK and run
+# (tests/sdk_examples.sh).
 add_executable(test_dispatch ${PROJECT_SOURCE_DIR}/tests/test_dispatch.c)
 target_link_libraries(test_dispatch PRIVATE tessera)
 add_test(NAME sdk_examples_build_and_run
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/sdk_examples.sh ${CMAKE_BINARY_DIR}
     ${PROJECT_SOURCE_DIR} $<TARGET_FILE:tessera_cli> $<TARGET_FILE:test_dispatch>
-    ${TESSERA_TEST_PLUGIN_DIR})
+    ${TESSERA_TEST_PLUGIN_DIR} $<TARGET_FILE:test_dispatch_parity>)
 set_tests_properties(sdk_examples_build_and_run PROPERTIES LABELS core TIMEOUT 600
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
 add_dependencies(test_dispatch ${TESSERA_TEST_PLUGIN_TARGETS})
+
+# Token dispatchers (label ep): the ep plugin's built-in "all_to_all" and
+# "all_gather" (plugins/ep/dispatch_*.c, compiled into the test plugin
+# tessera-ep_dispatchers.so, which registers them and nothing else) and the
+# example "flex" (examples/flex-dispatcher, built here too as
+# tessera-flex.so; sdk_examples.sh builds it out of tree against the SDK),
+# each checked against the contract by test_dispatch on 2 and 4 ranks, and
+# all three against each other by test_dispatch_parity: bit-identical expert
+# rows, probabilities and combined rows for one random top-k routing, flex's
+# dispatch sending exactly the duplicate rows fewer.
+add_library(test_plugin_ep_dispatchers MODULE ${PROJECT_SOURCE_DIR}/tests/plugin/ep_dispatchers.c
+  ${PROJECT_SOURCE_DIR}/plugins/ep/dispatch_a2a.c ${PROJECT_SOURCE_DIR}/plugins/ep/dispatch_gather.c)
+target_include_directories(test_plugin_ep_dispatchers PRIVATE ${PROJECT_SOURCE_DIR}/include
+  ${PROJECT_SOURCE_DIR}/plugins/ep)
+add_library(test_plugin_flex MODULE
+  ${PROJECT_SOURCE_DIR}/examples/flex-dispatcher/flex_dispatcher.c)
+target_include_directories(test_plugin_flex PRIVATE ${PROJECT_SOURCE_DIR}/include)
+foreach(t test_plugin_ep_dispatchers test_plugin_flex)
+  string(REPLACE "test_plugin_" "" name ${t})
+  target_link_options(${t} PRIVATE -Wl,--no-undefined)
+  set_target_properties(${t} PROPERTIES PREFIX "" SUFFIX ".so" OUTPUT_NAME tessera-${name}
+    LIBRARY_OUTPUT_DIRECTORY ${TESSERA_TEST_PLUGIN_DIR} C_VISIBILITY_PRESET hidden)
+endforeach()
+add_executable(test_dispatch_parity ${PROJECT_SOURCE_DIR}/tests/test_dispatch_parity.c)
+target_link_libraries(test_dispatch_parity PRIVATE tessera)
+add_dependencies(test_dispatch test_plugin_ep_dispatchers test_plugin_flex)
+add_dependencies(test_dispatch_parity test_plugin_ep_dispatchers test_plugin_flex)
+set(TESSERA_DISPATCH_INI ${CMAKE_BINARY_DIR}/tests/dispatchers.ini)
+file(WRITE ${TESSERA_DISPATCH_INI}
+  "[parallel]\nplugins = ep_dispatchers, flex\nplugin_path = ${TESSERA_TEST_PLUGIN_DIR}\n")
+foreach(name all_to_all all_gather flex)
+  # ranks:experts; 6 rounds (probabilities in odd rounds).
+  foreach(case 2:4 4:8)
+    string(REPLACE ":" ";" case ${case})
+    list(GET case 0 n)
+    list(GET case 1 experts)
+    add_test(NAME ep_dispatch_${name}_meets_contract_np${n}
+      COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${n} $<TARGET_FILE:test_dispatch>
+        ${TESSERA_DISPATCH_INI} ${name} ${experts} 6)
+    set_tests_properties(ep_dispatch_${name}_meets_contract_np${n} PROPERTIES LABELS ep
+      TIMEOUT 120 ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+  endforeach()
+endforeach()
+# ranks:experts:top-k.
+foreach(case 2:4:2 3:6:3 4:8:4)
+  string(REPLACE ":" ";" case ${case})
+  list(GET case 0 n)
+  list(GET case 1 experts)
+  list(GET case 2 topk)
+  add_test(NAME ep_dispatchers_agree_and_flex_sends_no_duplicates_np${n}
+    COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${n} $<TARGET_FILE:test_dispatch_parity>
+      ${TESSERA_DISPATCH_INI} ${experts} ${topk} 6)
+  set_tests_properties(ep_dispatchers_agree_and_flex_sends_no_duplicates_np${n} PROPERTIES
+    LABELS ep TIMEOUT 120 ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+endforeach()

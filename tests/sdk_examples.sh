@@ -11,12 +11,16 @@
 #    transform;
 #  - gather_attention (sequences cut over cp = 2) gives the losses and norms
 #    of one rank within 1e-5;
-#  - the dispatcher "a2a" passes test_dispatch's contract checks on 2 and 4
-#    ranks.
+#  - the dispatchers "a2a" (examples/token-dispatcher) and "flex"
+#    (examples/flex-dispatcher) pass test_dispatch's contract checks on 2 and
+#    4 ranks; with TEST_DISPATCH_PARITY given, flex built here agrees bit for
+#    bit with the ep plugin's all_to_all and all_gather (the test plugin
+#    ep_dispatchers) and sends exactly the duplicate rows fewer.
 #
 # usage: sdk_examples.sh BUILD_DIR SOURCE_DIR TESSERA TEST_DISPATCH TEST_PLUGIN_DIR
+#                        [TEST_DISPATCH_PARITY]
 set -euo pipefail
-build=$1 src=$2 tessera=$3 dispatch=$4 testplugins=$5
+build=$1 src=$2 tessera=$3 dispatch=$4 testplugins=$5 parity=${6:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "sdk_examples.sh: FAIL: $*"; exit 1; }
@@ -25,7 +29,7 @@ mpi() { timeout -s KILL 240 mpirun --oversubscribe --bind-to none "$@"; }
 
 echo "== install into $tmp/prefix"
 cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" || { cat "$tmp/install.log"; fail "install"; }
-for ex in module-hook attention-provider token-dispatcher; do
+for ex in module-hook attention-provider token-dispatcher flex-dispatcher; do
   echo "== build examples/$ex against the prefix"
   cp -r "$src/examples/$ex" "$tmp/$ex-src"
   cmake -S "$tmp/$ex-src" -B "$tmp/$ex" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
@@ -106,4 +110,15 @@ echo "== token-dispatcher: a2a on 2 and 4 ranks"
 printf '[parallel]\nplugins = a2a_dispatcher\nplugin_path = %s\n' "$tmp/token-dispatcher" > a2a.ini
 mpi -np 2 "$dispatch" a2a.ini a2a 4 3 || fail "a2a on 2 ranks"
 mpi -np 4 "$dispatch" a2a.ini a2a 8 3 || fail "a2a on 4 ranks"
+
+echo "== flex-dispatcher: flex on 2 and 4 ranks"
+printf '[parallel]\nplugins = flex\nplugin_path = %s\n' "$tmp/flex-dispatcher" > flex.ini
+mpi -np 2 "$dispatch" flex.ini flex 4 3 || fail "flex on 2 ranks"
+mpi -np 4 "$dispatch" flex.ini flex 8 3 || fail "flex on 4 ranks"
+if [ -n "$parity" ]; then
+  # The flex built here comes first; ep_dispatchers from the test plugins.
+  printf '[parallel]\nplugins = ep_dispatchers, flex\nplugin_path = %s:%s\n' \
+    "$tmp/flex-dispatcher" "$testplugins" > parity.ini
+  mpi -np 4 "$parity" parity.ini 8 4 3 || fail "flex against all_to_all and all_gather"
+fi
 echo "sdk_examples.sh: PASS"

@@ -148,6 +148,7 @@ typedef struct ts_param {
                        and a tied copy's): the two gradients are summed
                        over the tie group each step                     */
     int decay;      /* weight decay applies (2-D weights)              */
+    int expert;     /* an expert's weights (ts_param_decl.expert)       */
     ts_init_kind init;
     float init_std;
     int64_t init_rows; /* NORMAL: rows initialised (wte: V of Vp)        */

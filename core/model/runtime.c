@@ -427,6 +427,7 @@ ts_status ts_model_create_arch(const ts_arch *arch, const ts_model_config *cfg, 
             memcpy(q->on, on[p], sizeof q->on);
             q->offset = total;
             q->decay = decl[p].decay;
+            q->expert = decl[p].expert;
             q->init = decl[p].init;
             q->init_std = decl[p].std;
             q->init_rows = decl[p].rows;

@@ -614,6 +614,10 @@ static ts_status host_register_provider(ts_plugin_ctx *ctx, ts_plugin_provision 
                                         const char *axis) {
     TS_TRY(reg_begin(ctx, "register_provider"));
     ts_plugin_provision kind = (ts_plugin_provision)(what & ~TS_PROVIDE_DEFAULT);
+    if (kind == TS_PROVIDE_EXPERTS)
+        return reg_end(ctx, ts_error(TS_ERR_PLUGIN,
+                                     "provides experts with register_provider; it is registered "
+                                     "with its dispatcher (register_experts)"));
     if (kind == TS_PROVIDE_ATTENTION || kind == TS_PROVIDE_OPTIMIZER_STATE)
         return reg_end(ctx,
                        ts_error(TS_ERR_PLUGIN,
@@ -651,6 +655,21 @@ static ts_status host_register_attention(ts_plugin_ctx *ctx, const char *axis,
     TS_TRY(host_provide(ctx, TS_PROVIDE_ATTENTION, axis, &p));
     plg_copy_ops(&p->attention, sizeof p->attention, ops, ops->struct_size);
     p->user = user;
+    return TS_OK;
+}
+
+static ts_status host_register_experts(ts_plugin_ctx *ctx, const char *axis,
+                                       const char *dispatcher) {
+    TS_TRY(reg_begin(ctx, "register_experts"));
+    size_t n = dispatcher ? strlen(dispatcher) : 0;
+    if (n == 0 || n >= sizeof((plg_provider *)0)->dispatcher)
+        return reg_end(ctx, ts_error(TS_ERR_PLUGIN,
+                                     "registers experts on %s without a dispatcher name (1..63 "
+                                     "characters)",
+                                     axis ? axis : "(null)"));
+    plg_provider *p;
+    TS_TRY(host_provide(ctx, TS_PROVIDE_EXPERTS, axis, &p));
+    snprintf(p->dispatcher, sizeof p->dispatcher, "%s", dispatcher);
     return TS_OK;
 }
 
@@ -749,4 +768,5 @@ void plg_host_fill(ts_host *h) {
     h->attention_block_merge = host_attention_block_merge;
     h->attention_block_backward = host_attention_block_backward;
     h->device_copy_2d = host_device_copy_2d;
+    h->register_experts = host_register_experts;
 }

@@ -178,6 +178,9 @@ typedef struct ts_plugin_dispatcher_entry {
 /* The dispatcher called `name`, or NULL with TS_ERR_CONFIG set as the last
  * error (listing the known ones). */
 const ts_plugin_dispatcher_entry *ts_plugins_dispatcher(const ts_plugins *reg, const char *name);
+/* The dispatcher name the provider of experts over `axis` chose, or NULL
+ * when no plugin routes experts there (host->register_experts). */
+const char *ts_plugins_experts(const ts_plugins *reg, const char *axis);
 
 /* Lists every plugin (like ompi_info): name, version, ABI, file and
  * description, each INI key with type, default, range or choices and help,

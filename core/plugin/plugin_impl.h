@@ -71,6 +71,7 @@ typedef struct plg_provider {
     ts_plugin_attention_ops attention;
     ts_plugin_optimizer_state_ops optimizer;
     void *user;
+    char dispatcher[64]; /* TS_PROVIDE_EXPERTS: the dispatcher's name     */
 } plg_provider;
 
 struct ts_plugins {

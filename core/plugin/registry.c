@@ -328,7 +328,7 @@ ts_status ts_plugins_run_module_hooks(ts_plugins *reg, ts_plugin_module_event *e
 
 const char *ts_plugin_provision_name(ts_plugin_provision what) {
     static const char *names[] = {"gradient reduction", "parameter storage", "optimizer state",
-                                  "attention"};
+                                  "attention", "experts"};
     return (unsigned)what < TS_PROVIDE_COUNT ? names[what] : "?";
 }
 
@@ -367,6 +367,11 @@ int ts_plugins_attention(const ts_plugins *reg, const char *axis,
     *ctx = p->ctx;
     *user = p->user;
     return 1;
+}
+
+const char *ts_plugins_experts(const ts_plugins *reg, const char *axis) {
+    const plg_provider *p = plg_provider_of(reg, TS_PROVIDE_EXPERTS, axis);
+    return p ? p->dispatcher : NULL;
 }
 
 int ts_plugins_optimizer_state(const ts_plugins *reg, const char *axis,

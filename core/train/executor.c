@@ -201,7 +201,7 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
                                .pos0 = t->seq0,
                                .positions = t->positions,
                                .micro_batches = t->micro_batches,
-                               .batch_comm = t->batch_comm,
+                               .batch_comm = t->rows_comm,
                                .tokens = t->tokens_dev + off,
                                .targets = t->targets_dev + off,
                                .targets_host = t->targets + off,

@@ -285,6 +285,98 @@ static ts_status trainer_positions(ts_trainer *t, const ts_model_shard *shard,
     return TS_OK;
 }
 
+/* 1 when some parameter of the plan is cut over axis `name`. */
+static int trainer_axis_cuts_params(ts_layout_plan *plan, const char *name) {
+    for (int e = 0; e < plan->count; e++) {
+        const ts_layout_plan_entry *en = &plan->entries[e];
+        int k = ts_layout_axis_index(&en->layout, name);
+        if (en->kind == TS_PLAN_PARAM && k >= 0 && en->layout.axes[k].size > 1 &&
+            en->layout.axes[k].placement.kind == TS_PLACEMENT_SHARD)
+            return 1;
+    }
+    return 0;
+}
+
+/* The mixture-of-experts layers' routing: the axis their experts are cut
+ * over (dimension 0 of every expert weight), the dispatcher the plugin
+ * providing experts there chose, and this rank's experts. Experts cut
+ * nowhere are all on this rank and the layers route by themselves. */
+static ts_status trainer_moe_routing(ts_trainer *t) {
+    ts_model *m = t->model;
+    if (m->cfg.experts <= 0) return TS_OK;
+    /* The ranks holding the other rows of a micro-batch: those cutting the
+     * batch, and those cutting the hidden state along the sequence. */
+    char token[64] = "";
+    size_t len = 0;
+    for (int a = 0; a < m->naxes; a++)
+        if (m->axes[a].cuts_batch || m->act[a].kind == TS_PLACEMENT_SHARD)
+            len += (size_t)snprintf(token + len, sizeof token - len, "%s%s", len ? "-" : "",
+                                    m->axes[a].name);
+    t->rows_comm = len ? ts_parallel_comm(t->par, token) : NULL;
+    if (len && !t->rows_comm)
+        return ts_error(TS_ERR_PLUGIN,
+                        "the mixture of experts counts tokens over %s, a combination of axes with "
+                        "no communicator",
+                        token);
+    const ts_param *ref = NULL;
+    int axis = -1;
+    for (int i = 0; i < m->nparams; i++) {
+        const ts_param *p = &m->params[i];
+        for (int a = 0; p->expert && a < m->naxes; a++) {
+            if (p->on[a].kind != TS_PLACEMENT_SHARD) continue;
+            if (p->on[a].dim != 0 || (axis >= 0 && axis != a))
+                return ts_error(TS_ERR_PLUGIN,
+                                "%s is cut along dimension %d over %s; an expert's weights are "
+                                "cut by experts (dimension 0), over one axis",
+                                p->value.name, p->on[a].dim, m->axes[a].name);
+            axis = a;
+            ref = p;
+        }
+    }
+    if (axis < 0) return TS_OK;
+    const ts_model_axis *ax = &m->axes[axis];
+    /* Routed, an expert's gradient gathers every token sent to it; copies
+     * of it on other ranks are summed over the expert mesh's data axis (by
+     * its gradient reduction), not over the dense mesh's axes. Ranks that
+     * hold the same rows would send them twice. */
+    for (int a = 0; a < m->naxes; a++)
+        if (a != axis && m->axes[a].size > 1 && !m->axes[a].cuts_batch &&
+            m->act[a].kind != TS_PLACEMENT_SHARD)
+            return ts_error(TS_ERR_CONFIG,
+                            "the experts are routed over %s, and the %s ranks hold the same "
+                            "rows of the hidden state: each would send its tokens to the experts "
+                            "again. Cut the hidden state along the sequence over %s (sequence "
+                            "parallelism; Megatron-LM requires it with experts too)",
+                            ax->name, m->axes[a].name, m->axes[a].name);
+    for (int i = 0; i < m->nparams; i++)
+        if (m->params[i].expert) m->params[i].grad_partial = 0;
+    if (m->cfg.experts % ax->size != 0)
+        return trainer_key_error(t->cfg, "model", "experts",
+                                 "experts = %d is not divisible by %s = %d (the experts are cut "
+                                 "over it)",
+                                 m->cfg.experts, ax->name, ax->size);
+    const char *name = ts_plugins_experts(t->reg, ax->name);
+    if (!name)
+        return ts_error(TS_ERR_PLUGIN,
+                        "the experts are cut over %s, and no plugin routes the tokens to them "
+                        "there (host->register_experts)",
+                        ax->name);
+    const ts_plugin_dispatcher_entry *d = ts_plugins_dispatcher(t->reg, name);
+    if (!d)
+        return ts_error(TS_ERR_CONFIG, "plugin '%s' routes the experts over %s with %s",
+                        ts_plugins_provider(t->reg, TS_PROVIDE_EXPERTS, ax->name), ax->name,
+                        ts_last_error_bare());
+    m->moe = (ts_moe_routing){.ops = &d->ops,
+                              .ctx = d->ctx,
+                              .user = d->user,
+                              .name = d->name,
+                              .comm = ax->comm,
+                              .host = ax->host,
+                              .first_expert = (int)ref->block_offset[0],
+                              .local_experts = (int)ref->value.shape[0]};
+    return TS_OK;
+}
+
 /* The mesh axes that may cut the model's tensors, read from the plan: every
  * axis of size > 1 except the pipeline's (stages come from the plan's
  * stage fields), with this rank's coordinate and communicators, and whether
@@ -301,7 +393,9 @@ static ts_status trainer_model_axes(ts_trainer *t, ts_model_shard *shard) {
         if (axis == TS_AXIS_PP || size <= 1) continue;
         const char *name = ts_mesh_axis_name(axis);
         int i = ts_layout_axis_index(&data->layout, name);
-        if (i < 0) continue; /* an axis of the other mesh */
+        /* An axis of the other mesh counts where it cuts parameters (the
+         * experts' weights over the expert mesh). */
+        if (i < 0 && !trainer_axis_cuts_params(&t->plan, name)) continue;
         if (shard->naxes == TS_MODEL_MAX_AXES)
             return ts_error(TS_ERR_INTERNAL, "trainer: more than %d cutting axes",
                             TS_MODEL_MAX_AXES);
@@ -309,7 +403,7 @@ static ts_status trainer_model_axes(ts_trainer *t, ts_model_shard *shard) {
         snprintf(ax->name, sizeof ax->name, "%s", name);
         ax->size = size;
         ax->coord = ts_parallel_coord(t->par, axis);
-        ax->cuts_batch = data->layout.axes[i].placement.kind == TS_PLACEMENT_SHARD;
+        ax->cuts_batch = i >= 0 && data->layout.axes[i].placement.kind == TS_PLACEMENT_SHARD;
         ax->cuts_sequence = ax->cuts_batch && data->layout.axes[i].placement.dim == 1;
         if (ax->cuts_sequence) {
             if (t->T % size != 0)
@@ -836,6 +930,7 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
         ts_model_create_arch(t->arch, &t->mcfg, dtype, seed, par ? &shard : NULL, t->be, &t->model);
     if (st) CHECK(trainer_model_error(cfg, st));
     trainer_pipeline(t);
+    if (par) CHECK(trainer_moe_routing(t));
     t->stage_bubble = calloc((size_t)t->stages, sizeof *t->stage_bubble);
     t->stage_peak_kib = calloc((size_t)t->stages, sizeof *t->stage_peak_kib);
     if (!t->stage_bubble || !t->stage_peak_kib)
@@ -1098,8 +1193,8 @@ static ts_status trainer_moe_stats(ts_trainer *t, ts_step_stats *stats) {
     c[E] = (int32_t)m->dropped;
     float loss[2] = {(float)m->aux_loss, (float)m->z_loss};
     ts_status st = TS_OK;
-    if (t->batch_comm && ts_comm_size(t->batch_comm) > 1)
-        st = ts_comm_all_reduce(t->batch_comm, c, c, (size_t)E + 1, TS_I32, TS_REDUCE_SUM);
+    if (t->rows_comm && ts_comm_size(t->rows_comm) > 1)
+        st = ts_comm_all_reduce(t->rows_comm, c, c, (size_t)E + 1, TS_I32, TS_REDUCE_SUM);
     if (!st && t->stage_host && ts_comm_size(t->stage_host) > 1) {
         st = ts_comm_all_reduce(t->stage_host, c, c, (size_t)E + 1, TS_I32, TS_REDUCE_SUM);
         if (!st) st = ts_comm_all_reduce(t->stage_host, loss, loss, 2, TS_F32, TS_REDUCE_SUM);

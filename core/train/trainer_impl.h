@@ -32,6 +32,7 @@ struct ts_trainer {
     int parts, part;           /* the global batch is cut in `parts` blocks of
                                   sequences (data.tokens S(0)); ours is `part` */
     ts_comm *batch_comm;       /* ranks holding disjoint parts of the batch   */
+    ts_comm *rows_comm;        /* ... and of the hidden state's rows (SP)     */
     int *ready_after;          /* per parameter: the module whose backward
                                   completes its gradient                      */
     unsigned char *norm_owner; /* per parameter: this rank counts it in the

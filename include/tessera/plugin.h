@@ -388,7 +388,11 @@ typedef enum ts_plugin_provision {
     /* Computes attention when the axis cuts every sequence
      * (host->register_attention). */
     TS_PROVIDE_ATTENTION = 3,
-    TS_PROVIDE_COUNT = 4,
+    /* Routes the mixture-of-experts layers' rows over the axis, whose ranks
+     * hold different experts (expert weights S(0) over it), with a
+     * dispatcher chosen by name (host->register_experts). */
+    TS_PROVIDE_EXPERTS = 4,
+    TS_PROVIDE_COUNT = 5,
     /* OR-ed into `what` of register_provider: a default, provided unless
      * another plugin provides the same on the axis (which then takes it
      * over, whatever the load order). A plugin that registers a default asks
@@ -863,6 +867,13 @@ typedef struct ts_host {
      * columns of every row of a packed qkv. No overlap. */
     ts_status (*device_copy_2d)(ts_plugin_ctx *ctx, void *dst, size_t dpitch, const void *src,
                                 size_t spitch, size_t width, size_t rows);
+    /* --- ABI 1.1: mixture of experts --------------------------------------- */
+    /* During init: the MoE layers' experts are cut over `axis` (the plugin's
+     * transform places their weights S(0) there) and their rows travel with
+     * the dispatcher called `dispatcher` (registered by any plugin; an
+     * unknown name stops start-up listing the registered ones). Declares
+     * TS_PROVIDE_EXPERTS on the axis. */
+    ts_status (*register_experts)(ts_plugin_ctx *ctx, const char *axis, const char *dispatcher);
     /* ABI 1.2 and later append here. */
 } ts_host;
 

@@ -66,6 +66,12 @@ typedef struct dp_state {
     int overlap;
     ts_comm *comm; /* dp-cp: every rank holding a part of the batch */
     int active;    /* dp reduces the gradients (nobody took it over) */
+    /* Experts' weights live on the expert mesh: replicated over edp, their
+     * gradients are all-reduced over it, one call per parameter. */
+    ts_comm *expert_comm;
+    ts_comm_request *expert_reqs[DP_MAX_BUCKETS];
+    int nexpert;
+    size_t expert_bytes;
     dp_bucket buckets[DP_MAX_BUCKETS];
     int nbuckets; /* closed buckets this step                      */
     float *open_base;
@@ -91,7 +97,29 @@ static ts_status dp_bind(void) {
     dp.active = who && strcmp(who, "dp") == 0;
     dp.comm = dp.host->comm(dp.ctx, "dp-cp");
     if (!dp.comm) return dp.host->error(dp.ctx, TS_ERR_INVALID, "no dp-cp communicator");
+    dp.expert_comm = dp.host->comm(dp.ctx, "edp");
     return TS_OK;
+}
+
+/* The axis `name` of a layout, or NULL. */
+static const ts_layout_axis *dp_axis(const ts_layout *l, const char *name) {
+    for (int a = 0; a < l->naxes; a++)
+        if (strcmp(l->axes[a].name, name) == 0) return &l->axes[a];
+    return NULL;
+}
+
+/* An expert's gradient: replicated over edp (when it has ranks), summed
+ * there at once. */
+static ts_status dp_expert_grad(const ts_layout *l, const ts_tensor *grad, size_t n) {
+    const ts_layout_axis *edp = dp_axis(l, "edp");
+    if (!edp || edp->size <= 1 || edp->placement.kind != TS_PLACEMENT_REPLICATE) return TS_OK;
+    if (!dp.expert_comm) return dp.host->error(dp.ctx, TS_ERR_INVALID, "no edp communicator");
+    if (dp.nexpert == DP_MAX_BUCKETS)
+        return dp.host->error(dp.ctx, TS_ERR_INVALID, "more than %d expert gradients",
+                              DP_MAX_BUCKETS);
+    dp.expert_bytes += n * sizeof(float);
+    return dp.host->all_reduce_start(dp.expert_comm, grad->data, grad->data, n, TS_F32,
+                                     TS_REDUCE_SUM, &dp.expert_reqs[dp.nexpert++]);
 }
 
 static ts_status dp_start(dp_bucket *b) {
@@ -141,19 +169,23 @@ static ts_status dp_grad_ready(ts_plugin_ctx *ctx, const ts_plugin_hook_event *e
     if (ev->grad->dtype != TS_F32)
         return dp.host->error(dp.ctx, TS_ERR_INVALID, "gradient %s is %d, not f32", ev->grad->name,
                               (int)ev->grad->dtype);
-    /* A parameter cut over dp is reduced by the plugin that stores it so. */
-    if (ev->struct_size >= offsetof(ts_plugin_hook_event, view) + sizeof ev->view && ev->view &&
-        ev->view->layout) {
-        const ts_layout *l = ev->view->layout;
-        for (int a = 0; a < l->naxes; a++)
-            if (strcmp(l->axes[a].name, "dp") == 0 && l->axes[a].size > 1 &&
-                l->axes[a].placement.kind != TS_PLACEMENT_REPLICATE)
-                return dp.overlap ? dp_progress() : TS_OK;
-    }
     float *g = ev->grad->data;
     size_t n = 1;
     for (int d = 0; d < ev->grad->ndim; d++)
         n *= (size_t)ev->grad->shape[d];
+    if (ev->struct_size >= offsetof(ts_plugin_hook_event, view) + sizeof ev->view && ev->view &&
+        ev->view->layout) {
+        const ts_layout *l = ev->view->layout;
+        const ts_layout_axis *ax = dp_axis(l, "dp");
+        /* Not on the dense mesh: an expert's weights. */
+        if (!ax) {
+            TS_TRY(dp_expert_grad(l, ev->grad, n));
+            return dp.overlap ? dp_progress() : TS_OK;
+        }
+        /* A parameter cut over dp is reduced by the plugin that stores it so. */
+        if (ax->size > 1 && ax->placement.kind != TS_PLACEMENT_REPLICATE)
+            return dp.overlap ? dp_progress() : TS_OK;
+    }
     /* Gradients arrive in reverse order of use; adjacent ones extend the
      * open bucket downwards in memory. */
     if (dp.open_count > 0 && g + n != dp.open_base) TS_TRY(dp_close_bucket());
@@ -170,6 +202,8 @@ static ts_status dp_before_forward(ts_plugin_ctx *ctx, const ts_plugin_hook_even
     TS_TRY(dp_bind());
     if (ev->micro_batch == 0) {
         dp.nbuckets = 0;
+        dp.nexpert = 0;
+        dp.expert_bytes = 0;
         dp.open_base = NULL;
         dp.open_count = 0;
         dp.reduced_bytes = 0;
@@ -185,6 +219,10 @@ static ts_status dp_before_optimizer(ts_plugin_ctx *ctx, const ts_plugin_hook_ev
     if (!dp.active) return TS_OK;
     dp.t_backward_end = dp_now();
     TS_TRY(dp_close_bucket());
+    for (int i = 0; i < dp.nexpert; i++) {
+        TS_TRY(dp.host->wait(dp.expert_reqs[i]));
+        dp.expert_reqs[i] = NULL;
+    }
     for (int i = 0; i < dp.nbuckets; i++) {
         dp_bucket *b = &dp.buckets[i];
         if (!dp.overlap) TS_TRY(dp_start(b));
@@ -207,6 +245,8 @@ static ts_status dp_before_optimizer(ts_plugin_ctx *ctx, const ts_plugin_hook_ev
     double hidden = dp.span_s > 0 ? 1.0 - dp.exposed_s / dp.span_s : 0.0;
     TS_TRY(dp.host->metric(dp.ctx, "buckets", (double)dp.nbuckets));
     TS_TRY(dp.host->metric(dp.ctx, "allreduce_bytes", (double)dp.reduced_bytes));
+    if (dp.expert_bytes)
+        TS_TRY(dp.host->metric(dp.ctx, "expert_allreduce_bytes", (double)dp.expert_bytes));
     TS_TRY(dp.host->metric(dp.ctx, "allreduce_exposed_ms", 1e3 * dp.exposed_s));
     TS_TRY(dp.host->metric(dp.ctx, "allreduce_span_ms", 1e3 * dp.span_s));
     return dp.host->metric(dp.ctx, "hidden_fraction", hidden);

@@ -67,7 +67,7 @@ static ts_status tp_transform(ts_plugin_ctx *ctx, ts_layout_plan *plan, void *us
     for (int i = 0; i < plan->count; i++) {
         ts_layout_plan_entry *e = &plan->entries[i];
         ts_layout_axis *ax = tp_axis(e);
-        if (!ax) return tp.host->error(ctx, TS_ERR_INVALID, "%s has no tp axis", e->name);
+        if (!ax) continue; /* on the expert mesh (experts' weights): etp's, not tp's */
         if (e->kind == TS_PLAN_PARAM) {
             int dim = tp_cut(e->name);
             if (dim < 0) continue;

@@ -1,0 +1,91 @@
+/*
+ * ep.c — tessera-ep.so: expert parallelism for the mixture-of-experts
+ * blocks ([model] experts). The experts of every MoE block are split over
+ * the `ep` axis of the expert mesh (etp x ep x edp x pp): rank r of an ep
+ * group holds experts [r E/ep, (r+1) E/ep), and the rows each token routes to
+ * an expert travel to that expert's rank and back with a token dispatcher,
+ * chosen by name ([ep] dispatcher): the built-in all_to_all and all_gather
+ * (dispatch_a2a.c, dispatch_gather.c), or any plugin's (a third party's
+ * `flex`, examples/flex-dispatcher).
+ *
+ * Parallel folding (Megatron-LM): the expert mesh covers the same ranks as
+ * the dense mesh tp x cp x dp x pp, with its own sizes; only the pipeline
+ * groups must coincide (the mesh checks it). The experts' gradients are
+ * complete on their rank once combine has brought every token's
+ * contribution; where edp > 1 the ranks of an edp group hold the same
+ * experts and dp all-reduces their gradients over edp.
+ *
+ * What it decides: the placement of the experts' weights (S(0) over ep,
+ * their first dimension is the experts), the axis sizes, and the
+ * dispatcher. What it does not: the router, capacity and the losses (the
+ * model's MoE layer), the experts' tensor parallelism (etp must be 1).
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "dispatch.h"
+#include "tessera/layout.h"
+#include "tessera/plugin.h"
+
+static const ts_plugin_key ep_keys[] = {
+    {"size", TS_PLUGIN_KEY_INT, "1", 1, 1 << 16, NULL,
+     "expert-parallel ranks: the experts of a block split over them"},
+    {"tensor_size", TS_PLUGIN_KEY_INT, "1", 1, 1, NULL,
+     "expert tensor parallelism (etp); only 1 (experts' matrices whole)"},
+    {"dispatcher", TS_PLUGIN_KEY_STRING, "all_to_all", 1, 0, NULL,
+     "the token dispatcher: all_to_all, all_gather, or a name another plugin registers"},
+};
+
+static struct {
+    const ts_host *host;
+    ts_plugin_ctx *ctx;
+} ep;
+
+/* The experts' weights (the entries of the expert mesh: they have an ep
+ * axis) cut by experts over ep. */
+static ts_status ep_transform(ts_plugin_ctx *ctx, ts_layout_plan *plan, void *user) {
+    (void)ctx;
+    (void)user;
+    for (int i = 0; i < plan->count; i++) {
+        ts_layout_plan_entry *e = &plan->entries[i];
+        if (e->kind != TS_PLAN_PARAM) continue;
+        for (int a = 0; a < e->layout.naxes; a++)
+            if (strcmp(e->layout.axes[a].name, "ep") == 0 && e->layout.axes[a].size > 1)
+                e->layout.axes[a].placement = ts_placement_shard(0);
+    }
+    return TS_OK;
+}
+
+static ts_status ep_init(const ts_host *host, ts_plugin_ctx *ctx) {
+    ep.host = host;
+    ep.ctx = ctx;
+    if (!TS_HOST_HAS(host, register_experts))
+        return host->error(ctx, TS_ERR_PLUGIN, "needs a core with register_experts (ABI 1.1)");
+    int64_t size, etp;
+    const char *dispatcher;
+    TS_TRY(host->config_int(ctx, "size", &size));
+    TS_TRY(host->config_int(ctx, "tensor_size", &etp));
+    TS_TRY(host->config_str(ctx, "dispatcher", &dispatcher));
+    TS_TRY(host->register_axis(ctx, "ep", (int)size, TS_MESH_EXPERT));
+    TS_TRY(host->register_axis(ctx, "etp", (int)etp, TS_MESH_EXPERT));
+    TS_TRY(host->register_transform(ctx, "experts_over_ep", TS_PHASE_SHARD_EXPERT, ep_transform,
+                                    NULL));
+    TS_TRY(ep_register_dispatchers(host, ctx));
+    return host->register_experts(ctx, "ep", dispatcher);
+}
+
+static const ts_plugin_descriptor ep_descriptor = {
+    TS_PLUGIN_ABI_VERSION,
+    sizeof(ts_plugin_descriptor),
+    "ep",
+    "0.1.0",
+    "expert parallelism: MoE experts split over ep, tokens routed by a dispatcher",
+    ep_keys,
+    sizeof ep_keys / sizeof ep_keys[0],
+    ep_init,
+    NULL,
+};
+
+TS_PLUGIN_EXPORT const ts_plugin_descriptor *tessera_plugin_descriptor(void) {
+    return &ep_descriptor;
+}
