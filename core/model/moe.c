@@ -320,6 +320,15 @@ ts_status ts_moe_forward(ts_module *mod, ts_step_ctx *ctx, int first, const floa
     be->free(zdev);
     TS_TRY(st);
     moe_topk(c, logits, s, N);
+    /* The dry run (tessera plan) computes no logits: it routes evenly, row
+     * r to expert r mod E, the balanced case its traffic predicts. */
+    if (be->kind == TS_DEVICE_PLAN) {
+        memset(s->counts, 0, (size_t)E * sizeof *s->counts);
+        for (size_t r = 0; r < rows; r++) {
+            s->choice[r] = (int32_t)(r % (size_t)E);
+            s->counts[s->choice[r]]++;
+        }
+    }
     int64_t dropped = moe_drop(c, s, N);
     for (size_t r = 0; r < rows; r++)
         src_index[r] = (int32_t)(r / (size_t)k);
@@ -465,6 +474,7 @@ ts_status ts_moe_backward(ts_module *mod, ts_step_ctx *ctx, int first, const flo
         if (ident) ident[r] = (int32_t)r;
     ts_plugin_dispatch_args a = moe_args(m, s, (int)rows, ident, drows, (int)rows);
     if (!st) st = moe_route(mod, &a, 0);
+    m->moe_stats.bytes_sent += a.bytes_sent;
     if (!st && a.expert_nrows != s->R)
         st = ts_error(TS_ERR_INTERNAL, "%s: the gradients reached %lld rows, the rows %lld",
                       mod->name, (long long)a.expert_nrows, (long long)s->R);
@@ -497,6 +507,7 @@ ts_status ts_moe_backward(ts_module *mod, ts_step_ctx *ctx, int first, const flo
         a.expert_rows_in = dxin;
         a.rows_out = drows; /* free again: reused */
         st = moe_route(mod, &a, 1);
+        m->moe_stats.bytes_sent += a.bytes_sent;
     }
     if (!st) st = be->moe_rows_sum(dx, drows, NULL, N, k, C);
     /* Through the router. */
