@@ -27,6 +27,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "layers.h"
 #include "model.h"
@@ -66,6 +67,12 @@ typedef struct moe_layer {
     int created;
     moe_local local;
 } moe_layer;
+
+static double moe_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static ts_status moe_nomem(void) {
     return ts_error(TS_ERR_NOMEM, "moe: out of memory");
@@ -379,6 +386,8 @@ ts_status ts_moe_forward(ts_module *mod, ts_step_ctx *ctx, int first, const floa
     float *wdev = be->alloc(TS_MEM_ACTS, rows * sizeof(float));
     if (!s->xin || !s->hpre || !s->hact || !s->rows_out || !yexp || !wdev) st = moe_nomem();
     if (!st && R) st = be->copy(s->xin, a.expert_rows, R * C * sizeof(float));
+    double t0 = moe_now();
+    st_->expert_rows += (int64_t)R;
     const float *w1 = ts_layer_weight(m, fc, 1);
     const float *b1 = ts_layer_weight(m, ts_module_param(mod, first + FCB), 2);
     size_t o = 0;
@@ -399,6 +408,7 @@ ts_status ts_moe_forward(ts_module *mod, ts_step_ctx *ctx, int first, const floa
             st = be->matmul_forward(yexp + o * C, s->hact + o * F, w2 + (size_t)e * C * F,
                                     b2 + (size_t)e * C, n, F, C);
     }
+    st_->expert_s += moe_now() - t0;
     if (!st) {
         a.expert_rows_in = yexp;
         a.rows_out = s->rows_out;
@@ -488,6 +498,7 @@ ts_status ts_moe_backward(ts_module *mod, ts_step_ctx *ctx, int first, const flo
     const float *w1 = ts_layer_weight(m, pfc, 1), *w2 = ts_layer_weight(m, ppj, 3);
     float *dw1 = ts_layer_grad(pfc), *db1 = ts_layer_grad(pfcb);
     float *dw2 = ts_layer_grad(ppj), *db2 = ts_layer_grad(ppjb);
+    double t0 = moe_now();
     size_t o = 0;
     for (int e = 0; !st && e < El; o += (size_t)s->per_expert[e++]) {
         int n = (int)s->per_expert[e];
@@ -502,6 +513,7 @@ ts_status ts_moe_backward(ts_module *mod, ts_step_ctx *ctx, int first, const flo
                 be->matmul_backward(dxin + o * C, dw1 + (size_t)e * F * C, db1 + (size_t)e * F,
                                     dhpre + o * F, s->xin + o * C, w1 + (size_t)e * F * C, n, C, F);
     }
+    m->moe_stats.expert_s += moe_now() - t0;
     /* The experts' input gradients back to their rows, summed per token. */
     if (!st) {
         a.expert_rows_in = dxin;
@@ -547,8 +559,8 @@ ts_status ts_moe_stats_reset(ts_moe_stats *s, int experts) {
     }
     for (int e = 0; e < s->experts; e++)
         s->tokens[e] = 0;
-    s->aux_loss = s->z_loss = 0.0;
-    s->dropped = s->bytes_sent = 0;
+    s->aux_loss = s->z_loss = s->expert_s = 0.0;
+    s->dropped = s->bytes_sent = s->expert_rows = 0;
     return TS_OK;
 }
 

@@ -57,6 +57,9 @@ typedef struct ts_moe_stats {
     int64_t *tokens;         /* (experts): rows each expert computed       */
     int64_t dropped;         /* rows dropped by capacity                   */
     int64_t bytes_sent;      /* row data the dispatcher sent               */
+    int64_t expert_rows;     /* rows this rank's experts computed          */
+    double expert_s;         /* time in this rank's experts, forward and
+                                backward (on a GPU: enqueueing only)     */
 } ts_moe_stats;
 
 /* The MoE MLP of a block on its N rows x (C), given the module's

@@ -63,8 +63,11 @@ static ts_status trainer_write_metrics(ts_trainer *t, const ts_step_stats *s) {
         json_num(f, "%.9g", s->aux_loss);
         fprintf(f, ",\"z_loss\":");
         json_num(f, "%.9g", s->z_loss);
-        fprintf(f, ",\"dropped\":%lld,\"dispatch_bytes\":%lld,\"expert_tokens\":[",
-                (long long)s->dropped, (long long)s->dispatch_bytes);
+        fprintf(f,
+                ",\"dropped\":%lld,\"dispatch_bytes\":%lld,\"expert_ms\":%.6g,"
+                "\"expert_ms_max\":%.6g,\"expert_rows_max\":%.0f,\"expert_tokens\":[",
+                (long long)s->dropped, (long long)s->dispatch_bytes, s->expert_ms, s->expert_ms_max,
+                s->expert_rows_max);
         for (int e = 0; e < s->experts; e++)
             fprintf(f, "%s%lld", e ? "," : "", (long long)s->expert_tokens[e]);
         fprintf(f, "]}");

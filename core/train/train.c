@@ -1207,6 +1207,12 @@ static ts_status trainer_moe_stats(ts_trainer *t, ts_step_stats *stats) {
     stats->z_loss = loss[1];
     stats->expert_tokens = m->tokens;
     stats->dispatch_bytes = m->bytes_sent;
+    float busy[2] = {(float)m->expert_rows, (float)(1e3 * m->expert_s)};
+    stats->expert_ms = busy[1];
+    if (!st && t->par && t->par->size > 1)
+        st = ts_comm_all_reduce(t->par->world, busy, busy, 2, TS_F32, TS_REDUCE_MAX);
+    stats->expert_rows_max = busy[0];
+    stats->expert_ms_max = busy[1];
     return st;
 }
 

@@ -55,6 +55,9 @@ typedef struct ts_step_stats {
     double aux_loss, z_loss;
     const int64_t *expert_tokens;
     int64_t dropped, dispatch_bytes;
+    /* The busiest rank's (of the world): rows its experts computed and its
+     * time in them; this rank's time in them. */
+    double expert_rows_max, expert_ms_max, expert_ms;
 } ts_step_stats;
 
 /* Builds everything from cfg (already validated): the model shape (from
