@@ -45,11 +45,16 @@ typedef struct moe_saved {
     int32_t *counts;     /* host (E): rows routed to each expert before
                             dropping, over the batch's ranks                 */
     double tokens;       /* Tg: tokens of the batch's ranks                  */
-    int64_t *per_expert; /* host (local experts): rows each computed        */
-    int64_t R;           /* rows this rank's experts computed                */
-    float *rows_out;     /* device (N k, C): each row's expert output        */
-    float *xin;          /* device (R, C): the experts' input rows           */
-    float *hpre, *hact;  /* device (R, F): before and after the GELU         */
+    int64_t *per_expert; /* host (local experts): rows dispatch brought each */
+    int64_t R;           /* rows dispatch brought this rank                  */
+    /* The rows the experts compute on: with the experts' hidden layer cut
+     * over etp, every etp rank's (tp_counts: ranks x local experts), grouped
+     * by expert; else this rank's (loop = per_expert). */
+    int32_t *tp_counts;
+    int64_t *loop, Rall;
+    float *rows_out;    /* device (N k, C): each row's expert output        */
+    float *xin;         /* device (Rall, C): the experts' input rows        */
+    float *hpre, *hact; /* device (Rall, F / etp): before, after the GELU   */
 } moe_saved;
 
 /* The layer's own routing on this rank (no dispatcher): the rows grouped by
@@ -160,6 +165,7 @@ static void moe_saved_free(ts_model *m, moe_saved *s) {
     m->be->free(s->hpre);
     m->be->free(s->hact);
     free(s->probs);
+    free(s->tp_counts);
     free(s);
 }
 
@@ -282,14 +288,105 @@ static ts_plugin_dispatch_args moe_args(const ts_model *m, moe_saved *s, int nro
                                      .expert_counts = s->per_expert};
 }
 
+/* ---------------------------------------------------------------------------
+ * Expert tensor parallelism: the experts' hidden layer cut over etp. Every
+ * rank of an etp group computes its slice of each expert on the rows all of
+ * them received: the rows are gathered, grouped by expert (etp_gather), and
+ * the products' partial sums reduce-scattered back to the rank each row came
+ * to (etp_scatter), Megatron-LM's all-gather before the experts and
+ * reduce-scatter after them.
+ * ------------------------------------------------------------------------- */
+
+/* Every etp rank's rows per local expert (after this rank's dispatch). */
+static ts_status etp_counts(ts_model *m, moe_saved *s, int El) {
+    const ts_moe_routing *rt = &m->moe;
+    s->loop = s->per_expert;
+    s->Rall = s->R;
+    if (rt->tp_ranks <= 1) return TS_OK;
+    free(s->tp_counts);
+    s->tp_counts = malloc((size_t)rt->tp_ranks * El * sizeof *s->tp_counts + (size_t)El * 8);
+    if (!s->tp_counts) return moe_nomem();
+    int32_t mine[El > 0 ? El : 1];
+    for (int e = 0; e < El; e++)
+        mine[e] = (int32_t)s->per_expert[e];
+    TS_TRY(ts_comm_all_gather(rt->tp_host, mine, s->tp_counts, (size_t)El, TS_I32));
+    s->loop = (int64_t *)(s->tp_counts + (size_t)rt->tp_ranks * El);
+    s->Rall = 0;
+    for (int e = 0; e < El; e++) {
+        s->loop[e] = 0;
+        for (int r = 0; r < rt->tp_ranks; r++)
+            s->loop[e] += s->tp_counts[(size_t)r * El + e];
+        s->Rall += s->loop[e];
+    }
+    return TS_OK;
+}
+
+/* Rank-major rows (each etp rank's, grouped by expert) <-> expert-major
+ * (each expert's, by rank). to_experts = 0 is the inverse. */
+static ts_status etp_move(ts_model *m, const moe_saved *s, int El, float *by_expert, float *by_rank,
+                          int C, int to_experts) {
+    int ranks = m->moe.tp_ranks;
+    size_t src = 0, row = (size_t)C * sizeof(float);
+    for (int r = 0; r < ranks; r++)
+        for (int e = 0; e < El; e++) {
+            size_t n = (size_t)s->tp_counts[(size_t)r * El + e], dst = 0;
+            for (int f = 0; f < e; f++)
+                dst += (size_t)s->loop[f];
+            for (int q = 0; q < r; q++)
+                dst += (size_t)s->tp_counts[(size_t)q * El + e];
+            if (n)
+                TS_TRY(to_experts ? m->be->copy(by_expert + dst * C, by_rank + src * C, n * row)
+                                  : m->be->copy(by_rank + src * C, by_expert + dst * C, n * row));
+            src += n;
+        }
+    return TS_OK;
+}
+
+/* Rows per etp rank, in elements of C floats. */
+static void etp_sizes(const ts_model *m, const moe_saved *s, int El, int C, size_t *counts) {
+    for (int r = 0; r < m->moe.tp_ranks; r++) {
+        counts[r] = 0;
+        for (int e = 0; e < El; e++)
+            counts[r] += (size_t)s->tp_counts[(size_t)r * El + e] * C;
+    }
+}
+
+/* This rank's rows (R, C) -> every etp rank's, by expert (Rall, C). */
+static ts_status etp_gather(ts_model *m, const moe_saved *s, int El, const float *mine, float *all,
+                            int C) {
+    size_t counts[m->moe.tp_ranks];
+    etp_sizes(m, s, El, C, counts);
+    float *ranked = m->be->alloc(TS_MEM_COMM, ((size_t)s->Rall + 1) * C * sizeof(float));
+    if (!ranked) return moe_nomem();
+    ts_status st = ts_comm_all_gatherv(m->moe.tp, mine, ranked, counts, TS_F32);
+    if (!st) st = etp_move(m, s, El, all, ranked, C, 1);
+    m->be->free(ranked);
+    return st;
+}
+
+/* Partial sums over the etp ranks of every row, by expert (Rall, C) ->
+ * this rank's rows summed (R, C). */
+static ts_status etp_scatter(ts_model *m, const moe_saved *s, int El, float *all, float *mine,
+                             int C) {
+    size_t counts[m->moe.tp_ranks];
+    etp_sizes(m, s, El, C, counts);
+    float *ranked = m->be->alloc(TS_MEM_COMM, ((size_t)s->Rall + 1) * C * sizeof(float));
+    if (!ranked) return moe_nomem();
+    ts_status st = etp_move(m, s, El, all, ranked, C, 0);
+    if (!st) st = ts_comm_reduce_scatter_v(m->moe.tp, ranked, mine, counts, TS_F32, TS_REDUCE_SUM);
+    m->be->free(ranked);
+    return st;
+}
+
 ts_status ts_moe_forward(ts_module *mod, ts_step_ctx *ctx, int first, const float *x, float *y,
                          int N) {
     ts_model *m = mod->model;
     const ts_backend *be = m->be;
     const ts_model_config *c = &m->cfg;
-    int E = c->experts, k = c->top_k, C = c->d_model, F = c->expert_hidden;
+    int E = c->experts, k = c->top_k, C = c->d_model;
     int El = m->moe.ops ? m->moe.local_experts : E;
     const ts_param *fc = ts_module_param(mod, first + FC);
+    int F = (int)fc->value.shape[1]; /* this rank's slice of expert_hidden */
     if (fc->value.shape[0] != El)
         return ts_error(TS_ERR_INTERNAL, "%s: holds %lld experts, routing expects %d", mod->name,
                         (long long)fc->value.shape[0], El);
@@ -377,22 +474,29 @@ ts_status ts_moe_forward(ts_module *mod, ts_step_ctx *ctx, int first, const floa
     TS_TRY(moe_route(mod, &a, 0));
     st_->bytes_sent += a.bytes_sent;
     s->R = a.expert_nrows;
-    size_t R = (size_t)s->R;
+    TS_TRY(etp_counts(m, s, El));
+    int tp = m->moe.tp_ranks > 1;
+    size_t R = (size_t)s->Rall;
     s->xin = be->alloc(TS_MEM_ACTS, (R ? R : 1) * C * sizeof(float));
     s->hpre = be->alloc(TS_MEM_ACTS, (R ? R : 1) * F * sizeof(float));
     s->hact = be->alloc(TS_MEM_ACTS, (R ? R : 1) * F * sizeof(float));
     s->rows_out = be->alloc(TS_MEM_ACTS, rows * C * sizeof(float));
     float *yexp = be->alloc(TS_MEM_ACTS, (R ? R : 1) * C * sizeof(float));
+    float *yown = tp ? be->alloc(TS_MEM_ACTS, ((size_t)s->R + 1) * C * sizeof(float)) : yexp;
     float *wdev = be->alloc(TS_MEM_ACTS, rows * sizeof(float));
-    if (!s->xin || !s->hpre || !s->hact || !s->rows_out || !yexp || !wdev) st = moe_nomem();
-    if (!st && R) st = be->copy(s->xin, a.expert_rows, R * C * sizeof(float));
+    if (!s->xin || !s->hpre || !s->hact || !s->rows_out || !yexp || !yown || !wdev)
+        st = moe_nomem();
+    if (!st && tp)
+        st = etp_gather(m, s, El, a.expert_rows, s->xin, C);
+    else if (!st && R)
+        st = be->copy(s->xin, a.expert_rows, R * C * sizeof(float));
     double t0 = moe_now();
     st_->expert_rows += (int64_t)R;
     const float *w1 = ts_layer_weight(m, fc, 1);
     const float *b1 = ts_layer_weight(m, ts_module_param(mod, first + FCB), 2);
     size_t o = 0;
-    for (int e = 0; !st && e < El; o += (size_t)s->per_expert[e++]) {
-        int n = (int)s->per_expert[e];
+    for (int e = 0; !st && e < El; o += (size_t)s->loop[e++]) {
+        int n = (int)s->loop[e];
         if (!n) continue;
         st = be->matmul_forward(s->hpre + o * F, s->xin + o * C, w1 + (size_t)e * F * C,
                                 b1 + (size_t)e * F, n, C, F);
@@ -401,16 +505,19 @@ ts_status ts_moe_forward(ts_module *mod, ts_step_ctx *ctx, int first, const floa
     if (!st) st = ts_layer_round(m, s->hact, R * F);
     const float *w2 = ts_layer_weight(m, ts_module_param(mod, first + PROJ), 3);
     const float *b2 = ts_layer_weight(m, ts_module_param(mod, first + PROJB), 0);
+    /* Cut over etp, the products are partial sums: the bias once. */
+    int bias = !tp || m->moe.tp_rank == 0;
     o = 0;
-    for (int e = 0; !st && e < El; o += (size_t)s->per_expert[e++]) {
-        int n = (int)s->per_expert[e];
+    for (int e = 0; !st && e < El; o += (size_t)s->loop[e++]) {
+        int n = (int)s->loop[e];
         if (n)
             st = be->matmul_forward(yexp + o * C, s->hact + o * F, w2 + (size_t)e * C * F,
-                                    b2 + (size_t)e * C, n, F, C);
+                                    bias ? b2 + (size_t)e * C : NULL, n, F, C);
     }
     st_->expert_s += moe_now() - t0;
+    if (!st && tp) st = etp_scatter(m, s, El, yexp, yown, C);
     if (!st) {
-        a.expert_rows_in = yexp;
+        a.expert_rows_in = yown;
         a.rows_out = s->rows_out;
         st = moe_route(mod, &a, 1);
         st_->bytes_sent += a.bytes_sent;
@@ -419,6 +526,7 @@ ts_status ts_moe_forward(ts_module *mod, ts_step_ctx *ctx, int first, const floa
     if (!st) st = be->zero(y, (size_t)N * C * sizeof(float));
     if (!st) st = be->from_host(wdev, s->w, rows * sizeof(float));
     if (!st) st = be->moe_rows_sum(y, s->rows_out, wdev, N, k, C);
+    if (tp) be->free(yown);
     be->free(yexp);
     be->free(wdev);
     return st;
@@ -459,21 +567,29 @@ ts_status ts_moe_backward(ts_module *mod, ts_step_ctx *ctx, int first, const flo
     ts_model *m = mod->model;
     const ts_backend *be = m->be;
     const ts_model_config *c = &m->cfg;
-    int E = c->experts, k = c->top_k, C = c->d_model, F = c->expert_hidden;
+    int E = c->experts, k = c->top_k, C = c->d_model;
+    int F = (int)ts_module_param(mod, first + FC)->value.shape[1];
     int El = m->moe.ops ? m->moe.local_experts : E;
     moe_saved *s = *ts_module_moe_state(mod, ctx->mb);
     TS_ASSERT(s && s->N == N);
-    size_t rows = (size_t)N * k, R = (size_t)s->R;
+    int tp = m->moe.tp_ranks > 1;
+    size_t rows = (size_t)N * k, R = (size_t)s->Rall;
     float *wdev = be->alloc(TS_MEM_ACTS, rows * sizeof(float));
     float *dwdev = be->alloc(TS_MEM_ACTS, rows * sizeof(float));
     float *drows = be->alloc(TS_MEM_ACTS, rows * C * sizeof(float));
     float *dhact = be->alloc(TS_MEM_ACTS, (R ? R : 1) * F * sizeof(float));
     float *dhpre = be->alloc(TS_MEM_ACTS, (R ? R : 1) * F * sizeof(float));
     float *dxin = be->alloc(TS_MEM_ACTS, (R ? R : 1) * C * sizeof(float));
+    /* With etp: the output gradients of every etp rank's rows, and this
+     * rank's rows' input gradients summed over the slices. */
+    float *dyall = tp ? be->alloc(TS_MEM_ACTS, (R ? R : 1) * C * sizeof(float)) : NULL;
+    float *dxown = tp ? be->alloc(TS_MEM_ACTS, ((size_t)s->R + 1) * C * sizeof(float)) : dxin;
     float *dz = malloc(rows * sizeof(float) + (size_t)N * E * sizeof(float));
     int32_t *ident = malloc(rows * sizeof *ident);
     ts_status st =
-        wdev && dwdev && drows && dhact && dhpre && dxin && dz && ident ? TS_OK : moe_nomem();
+        wdev && dwdev && drows && dhact && dhpre && dxin && dz && ident && (!tp || (dyall && dxown))
+            ? TS_OK
+            : moe_nomem();
     float *dw = dz + (size_t)N * E;
     /* Through the weighted sum: each row's gradient and its weight's. */
     if (!st) st = be->from_host(wdev, s->w, rows * sizeof(float));
@@ -488,6 +604,11 @@ ts_status ts_moe_backward(ts_module *mod, ts_step_ctx *ctx, int first, const flo
     if (!st && a.expert_nrows != s->R)
         st = ts_error(TS_ERR_INTERNAL, "%s: the gradients reached %lld rows, the rows %lld",
                       mod->name, (long long)a.expert_nrows, (long long)s->R);
+    const float *dyexp = a.expert_rows;
+    if (!st && tp) {
+        st = etp_gather(m, s, El, a.expert_rows, dyall, C);
+        dyexp = dyall;
+    }
     if (!st) st = be->zero(dhact, (R ? R : 1) * F * sizeof(float));
     if (!st) st = be->zero(dhpre, (R ? R : 1) * F * sizeof(float));
     if (!st) st = be->zero(dxin, (R ? R : 1) * C * sizeof(float));
@@ -500,12 +621,11 @@ ts_status ts_moe_backward(ts_module *mod, ts_step_ctx *ctx, int first, const flo
     float *dw2 = ts_layer_grad(ppj), *db2 = ts_layer_grad(ppjb);
     double t0 = moe_now();
     size_t o = 0;
-    for (int e = 0; !st && e < El; o += (size_t)s->per_expert[e++]) {
-        int n = (int)s->per_expert[e];
+    for (int e = 0; !st && e < El; o += (size_t)s->loop[e++]) {
+        int n = (int)s->loop[e];
         if (!n) continue;
         st = be->matmul_backward(dhact + o * F, dw2 + (size_t)e * C * F, db2 + (size_t)e * C,
-                                 a.expert_rows + o * C, s->hact + o * F, w2 + (size_t)e * C * F, n,
-                                 F, C);
+                                 dyexp + o * C, s->hact + o * F, w2 + (size_t)e * C * F, n, F, C);
         if (!st)
             st = be->gelu_backward(dhpre + o * F, s->hpre + o * F, dhact + o * F, (size_t)n * F);
         if (!st)
@@ -514,9 +634,10 @@ ts_status ts_moe_backward(ts_module *mod, ts_step_ctx *ctx, int first, const flo
                                     dhpre + o * F, s->xin + o * C, w1 + (size_t)e * F * C, n, C, F);
     }
     m->moe_stats.expert_s += moe_now() - t0;
+    if (!st && tp) st = etp_scatter(m, s, El, dxin, dxown, C);
     /* The experts' input gradients back to their rows, summed per token. */
     if (!st) {
-        a.expert_rows_in = dxin;
+        a.expert_rows_in = dxown;
         a.rows_out = drows; /* free again: reused */
         st = moe_route(mod, &a, 1);
         m->moe_stats.bytes_sent += a.bytes_sent;
@@ -540,6 +661,10 @@ ts_status ts_moe_backward(ts_module *mod, ts_step_ctx *ctx, int first, const flo
     be->free(dhact);
     be->free(dhpre);
     be->free(dxin);
+    if (tp) {
+        be->free(dyall);
+        be->free(dxown);
+    }
     free(dz);
     free(ident);
     moe_saved_free(m, s);

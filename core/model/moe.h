@@ -42,6 +42,11 @@ typedef struct ts_moe_routing {
     const char *name; /* the dispatcher's, for messages                 */
     ts_comm *comm, *host;
     int first_expert, local_experts;
+    /* The experts' hidden layer cut over an expert tensor-parallel group
+     * (tp_ranks > 1): its communicators (device, host) and this rank's
+     * place in it. */
+    ts_comm *tp, *tp_host;
+    int tp_ranks, tp_rank;
 } ts_moe_routing;
 
 #define TS_MOE_MAX_EXPERTS 65536

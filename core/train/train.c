@@ -319,20 +319,29 @@ static ts_status trainer_moe_routing(ts_trainer *t) {
                         "no communicator",
                         token);
     const ts_param *ref = NULL;
-    int axis = -1;
+    int axis = -1, tp = -1;
     for (int i = 0; i < m->nparams; i++) {
         const ts_param *p = &m->params[i];
         for (int a = 0; p->expert && a < m->naxes; a++) {
             if (p->on[a].kind != TS_PLACEMENT_SHARD) continue;
-            if (p->on[a].dim != 0 || (axis >= 0 && axis != a))
+            /* By experts over the routing axis, by the hidden layer over
+             * the experts' tensor-parallel axis. */
+            int *which = p->on[a].dim == 0 ? &axis : &tp;
+            if (*which >= 0 && *which != a)
                 return ts_error(TS_ERR_PLUGIN,
-                                "%s is cut along dimension %d over %s; an expert's weights are "
-                                "cut by experts (dimension 0), over one axis",
-                                p->value.name, p->on[a].dim, m->axes[a].name);
-            axis = a;
-            ref = p;
+                                "%s is cut over %s and %s along dimension %d; an expert's weights "
+                                "are cut by experts (dimension 0) over one axis and by their "
+                                "hidden layer over one other",
+                                p->value.name, m->axes[*which].name, m->axes[a].name, p->on[a].dim);
+            *which = a;
+            if (p->on[a].dim == 0) ref = p;
         }
     }
+    if (axis < 0 && tp >= 0)
+        return ts_error(TS_ERR_PLUGIN,
+                        "the experts' hidden layer is cut over %s, but the experts are not cut "
+                        "over an axis that routes tokens to them",
+                        m->axes[tp].name);
     if (axis < 0) return TS_OK;
     const ts_model_axis *ax = &m->axes[axis];
     /* Routed, an expert's gradient gathers every token sent to it; copies
@@ -340,7 +349,7 @@ static ts_status trainer_moe_routing(ts_trainer *t) {
      * its gradient reduction), not over the dense mesh's axes. Ranks that
      * hold the same rows would send them twice. */
     for (int a = 0; a < m->naxes; a++)
-        if (a != axis && m->axes[a].size > 1 && !m->axes[a].cuts_batch &&
+        if (a != axis && a != tp && m->axes[a].size > 1 && !m->axes[a].cuts_batch &&
             m->act[a].kind != TS_PLACEMENT_SHARD)
             return ts_error(TS_ERR_CONFIG,
                             "the experts are routed over %s, and the %s ranks hold the same "
@@ -373,7 +382,14 @@ static ts_status trainer_moe_routing(ts_trainer *t) {
                               .comm = ax->comm,
                               .host = ax->host,
                               .first_expert = (int)ref->block_offset[0],
-                              .local_experts = (int)ref->value.shape[0]};
+                              .local_experts = (int)ref->value.shape[0],
+                              .tp_ranks = 1};
+    if (tp >= 0) {
+        m->moe.tp = m->axes[tp].comm;
+        m->moe.tp_host = m->axes[tp].host;
+        m->moe.tp_ranks = m->axes[tp].size;
+        m->moe.tp_rank = m->axes[tp].coord;
+    }
     return TS_OK;
 }
 

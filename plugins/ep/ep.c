@@ -17,8 +17,10 @@
  *
  * What it decides: the placement of the experts' weights (S(0) over ep,
  * their first dimension is the experts), the axis sizes, and the
- * dispatcher. What it does not: the router, capacity and the losses (the
- * model's MoE layer), the experts' tensor parallelism (etp must be 1).
+ * dispatcher, and with [ep] tensor_size > 1 the cut of each expert's hidden
+ * layer over etp (the MoE layer gathers the rows over etp and
+ * reduce-scatters the partial outputs). What it does not: the router,
+ * capacity and the losses (the model's MoE layer).
  */
 #include <stddef.h>
 #include <string.h>
@@ -30,8 +32,8 @@
 static const ts_plugin_key ep_keys[] = {
     {"size", TS_PLUGIN_KEY_INT, "1", 1, 1 << 16, NULL,
      "expert-parallel ranks: the experts of a block split over them"},
-    {"tensor_size", TS_PLUGIN_KEY_INT, "1", 1, 1, NULL,
-     "expert tensor parallelism (etp); only 1 (experts' matrices whole)"},
+    {"tensor_size", TS_PLUGIN_KEY_INT, "1", 1, 1 << 16, NULL,
+     "expert tensor parallelism (etp): each expert's hidden layer cut over etp ranks"},
     {"dispatcher", TS_PLUGIN_KEY_STRING, "all_to_all", 1, 0, NULL,
      "the token dispatcher: all_to_all, all_gather, or a name another plugin registers"},
 };
@@ -41,17 +43,38 @@ static struct {
     ts_plugin_ctx *ctx;
 } ep;
 
+/* The dimension of an expert weight's hidden layer (fc: its rows, dim 1;
+ * its bias, dim 1; proj: its columns, dim 2), or -1 (proj's bias: whole). */
+static int ep_hidden_dim(const char *name) {
+    static const struct {
+        const char *suffix;
+        int dim;
+    } cuts[] = {{".fc.weight", 1}, {".fc.bias", 1}, {".proj.weight", 2}};
+    size_t len = strlen(name);
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        size_t k = strlen(cuts[i].suffix);
+        if (len > k && strcmp(name + len - k, cuts[i].suffix) == 0) return cuts[i].dim;
+    }
+    return -1;
+}
+
 /* The experts' weights (the entries of the expert mesh: they have an ep
- * axis) cut by experts over ep. */
+ * axis) cut by experts over ep, and by their hidden layer over etp (the
+ * first product column parallel, the second row parallel, as Megatron-LM's
+ * expert tensor parallelism). */
 static ts_status ep_transform(ts_plugin_ctx *ctx, ts_layout_plan *plan, void *user) {
     (void)ctx;
     (void)user;
     for (int i = 0; i < plan->count; i++) {
         ts_layout_plan_entry *e = &plan->entries[i];
         if (e->kind != TS_PLAN_PARAM) continue;
-        for (int a = 0; a < e->layout.naxes; a++)
-            if (strcmp(e->layout.axes[a].name, "ep") == 0 && e->layout.axes[a].size > 1)
-                e->layout.axes[a].placement = ts_placement_shard(0);
+        for (int a = 0; a < e->layout.naxes; a++) {
+            ts_layout_axis *ax = &e->layout.axes[a];
+            if (ax->size <= 1) continue;
+            if (strcmp(ax->name, "ep") == 0) ax->placement = ts_placement_shard(0);
+            int dim = ep_hidden_dim(e->name);
+            if (strcmp(ax->name, "etp") == 0 && dim >= 0) ax->placement = ts_placement_shard(dim);
+        }
     }
     return TS_OK;
 }

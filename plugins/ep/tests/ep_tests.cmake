@@ -24,6 +24,8 @@ foreach(d all_to_all all_gather flex)
 endforeach()
 list(APPEND ep_cases
   "ep_folding_tp2_dp4_sp_ep4_edp2|${equiv}|8 4 fp32 1e-5 ${moe8} --set parallel.plugins=dp,tp,ep --set tp.size=2 --set tp.sequence_parallel=true --set ep.size=4"
+  "ep_ep2_etp2_tp2_sp|${equiv}|4 8 fp32 1e-5 ${moe} --set parallel.plugins=dp,tp,ep --set tp.size=2 --set tp.sequence_parallel=true --set ep.size=2 --set ep.tensor_size=2"
+  "ep_ep2_etp2_edp2_8_ranks|${equiv}|8 4 fp32 1e-5 ${moe} --set parallel.plugins=dp,tp,ep --set tp.size=2 --set tp.sequence_parallel=true --set ep.size=2 --set ep.tensor_size=2"
   "ep_ep2_edp2|${equiv}|4 4 fp32 1e-5 ${moe} --set parallel.plugins=dp,ep --set ep.size=2"
   "ep_ep2_pp2|${equiv}|4 8 fp32 1e-5 ${moe} --set parallel.plugins=dp,pp,ep --set pp.size=2 --set ep.size=2"
   "ep_ep2_cp2|${equiv}|4 8 fp32 1e-5 ${moe} --set parallel.plugins=dp,cp,ep --set cp.size=2 --set ep.size=2"
