@@ -14,7 +14,7 @@ if(TESSERA_CUDA AND TARGET tessera_kernels_cuda)
 
   set(TESSERA_CUDA_TEST_FAMILIES matmul_f32 matmul_bf16 embedding layernorm gelu
     attention residual crossentropy adamw reduce model_extra attention_bf16
-    attention_block)
+    attention_block moe)
   foreach(family ${TESSERA_CUDA_TEST_FAMILIES})
     add_test(NAME cuda_${family} COMMAND test_cuda_kernels ${family})
     set_tests_properties(cuda_${family} PROPERTIES

@@ -101,7 +101,7 @@ foreach(t test_cuda_kernels_emu tessera_emu_cli tessera_cuda_probe_emu test_nccl
 endforeach()
 
 set(TESSERA_EMU_FAMILIES matmul_f32 matmul_bf16 embedding layernorm gelu attention residual
-  crossentropy adamw reduce model_extra attention_bf16 attention_block)
+  crossentropy adamw reduce model_extra attention_bf16 attention_block moe)
 foreach(family ${TESSERA_EMU_FAMILIES})
   add_test(NAME cuda_emulated_${family} COMMAND test_cuda_kernels_emu ${family})
   set_tests_properties(cuda_emulated_${family} PROPERTIES LABELS emulated TIMEOUT 600

@@ -839,11 +839,40 @@ static void test_model_extra(void) {
     free(zeros), free(full), free(stage);
 }
 
+/* The mixture of experts' weighted row sum (moe.cu) against the CPU's: out
+ * += accumulates, NULL weights mean 1, the row gradients exactly and the
+ * weights' gradients (a dot product over C, summed in another order) within
+ * TOL_F32. */
+static void test_moe(void) {
+    int N = 1 + rnd_int(200), k = 1 + rnd_int(4), C = 1 + rnd_int(300);
+    size_t rows = (size_t)N * k, n = (size_t)N * C;
+    printf("moe N=%d k=%d C=%d\n", N, k, C);
+    float *out = host_rand(n, 1.0f), *r = host_rand(rows * C, 1.0f), *w = host_rand(rows, 1.0f);
+    float *dout = host_rand(n, 1.0f);
+    float *d_out = dev_f(out, n), *d_r = dev_f(r, rows * C), *d_w = dev_f(w, rows);
+    float *d_dout = dev_f(dout, n);
+    ts_cpu_moe_rows_sum(out, r, w, N, k, C);
+    CALL(ts_cuda_moe_rows_sum(d_out, d_r, d_w, N, k, C));
+    check("moe_rows_sum out (+=)", d_out, out, n, TOL_F32);
+    ts_cpu_moe_rows_sum(out, r, NULL, N, k, C);
+    CALL(ts_cuda_moe_rows_sum(d_out, d_r, NULL, N, k, C));
+    check("moe_rows_sum unweighted (+=)", d_out, out, n, TOL_F32);
+    float *drows = malloc(rows * C * sizeof *drows), *dw = malloc(rows * sizeof *dw);
+    float *d_drows = dev_nan(rows * C), *d_dw = dev_nan(rows);
+    ts_cpu_moe_rows_sum_backward(drows, dw, dout, r, w, N, k, C);
+    CALL(ts_cuda_moe_rows_sum_backward(d_drows, d_dw, d_dout, d_r, d_w, N, k, C));
+    check_bits("moe_rows_sum_backward drows", d_drows, drows, rows * C * sizeof(float));
+    check("moe_rows_sum_backward dw", d_dw, dw, rows, TOL_F32);
+    cudaFree(d_out), cudaFree(d_r), cudaFree(d_w), cudaFree(d_dout), cudaFree(d_drows);
+    cudaFree(d_dw);
+    free(out), free(r), free(w), free(dout), free(drows), free(dw);
+}
+
 int main(int argc, char **argv) {
     static const char *families[] = {
         "matmul_f32",  "matmul_bf16",    "embedding",      "layernorm", "gelu",
         "attention",   "residual",       "crossentropy",   "adamw",     "reduce",
-        "model_extra", "attention_bf16", "attention_block"};
+        "model_extra", "attention_bf16", "attention_block", "moe"};
     int nfam = (int)(sizeof families / sizeof *families), fam = -1;
     for (int i = 0; argc == 2 && i < nfam; i++)
         if (strcmp(argv[1], families[i]) == 0) fam = i;
@@ -882,6 +911,7 @@ int main(int argc, char **argv) {
     case 10: test_model_extra(); break;
     case 11: test_attention(1); break;
     case 12: test_attention_block(); break;
+    case 13: test_moe(); break;
     }
     ts_cuda_free();
     printf("%s: %s (%d failed checks)\n", families[fam], g_failures ? "FAIL" : "PASS", g_failures);

@@ -43,3 +43,13 @@ list(APPEND cp_cases_more
   "cp_activation_memory_matches_plan|${cp_tests}/memory.sh|"
   "cp_bad_input_is_refused|${cp_tests}/bad_input.sh|")
 tessera_script_tests(cp ${cp_cases_more})
+
+# On emulated GPUs (tests/cuda_emu): the ring over the emulated NCCL with the
+# CUDA block-attention kernels, 2 ranks against one CPU rank (1e-4).
+if(TARGET tessera_emu_cli AND NOT TESSERA_SANITIZE)
+  add_test(NAME cp_ring_cp2_emulated_gpu
+    COMMAND bash ${equiv} $<TARGET_FILE:tessera_emu_cli> ${PROJECT_SOURCE_DIR}
+      2 16 fp32 1e-4 plain --set parallel.plugins=cp --set cp.size=2 --set train.device=cuda)
+  set_tests_properties(cp_ring_cp2_emulated_gpu PROPERTIES
+    LABELS "cp;emulated" TIMEOUT 900 ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+endif()

@@ -36,3 +36,14 @@ list(APPEND ep_cases
   "ep_plan_prints_megatron_groups|${ep_tests}/plan_folding.sh|"
   "ep_bad_input_is_refused|${ep_tests}/bad_input.sh|")
 tessera_script_tests(ep ${ep_cases})
+
+# On emulated GPUs (tests/cuda_emu): the experts, the all_to_all dispatcher
+# over the emulated NCCL, the weighted row sum's CUDA kernel; 2 ranks against
+# one CPU rank (1e-4: GPU against CPU, as every emulated training test).
+if(TARGET tessera_emu_cli AND NOT TESSERA_SANITIZE)
+  add_test(NAME ep_ep2_emulated_gpu
+    COMMAND bash ${equiv} $<TARGET_FILE:tessera_emu_cli> ${PROJECT_SOURCE_DIR}
+      2 8 fp32 1e-4 ${moe} --set parallel.plugins=dp,ep --set ep.size=2 --set train.device=cuda)
+  set_tests_properties(ep_ep2_emulated_gpu PROPERTIES
+    LABELS "ep;emulated" TIMEOUT 900 ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+endif()
