@@ -12,13 +12,7 @@
 # same cores that compute, and with more ranks than cores a rank waits for
 # its neighbour's compute as much as for bytes, so little can hide; the
 # figure says what the schedule allows, not what a GPU's copy engines get.
-set -euo pipefail
-BUILD=${1:-build}
-TESSERA=$(cd "$BUILD" && pwd)/bin/tessera
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+. "$(dirname "$0")/lib.sh" "$@"
 cat > bench.ini <<'INI'
 [model]
 layers = 4

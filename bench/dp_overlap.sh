@@ -7,13 +7,7 @@
 # from the metrics of steps 3..12: median step ms, the all-reduce span (first
 # bucket start to last completion), the part of it exposed after backward,
 # and the hidden fraction 1 - exposed / span (the dp plugin's own metric).
-set -euo pipefail
-BUILD=${1:-build}
-TESSERA=$(cd "$BUILD" && pwd)/bin/tessera
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+. "$(dirname "$0")/lib.sh" "$@"
 cat > bench.ini <<'INI'
 [model]
 layers = 6

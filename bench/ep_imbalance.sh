@@ -12,13 +12,7 @@
 # its share of the step, and the step time. On CPU ranks sharing 2 cores the
 # step time also waits on the other ranks' compute; the rows ratio is the
 # load the router creates, the time share what it costs here.
-set -euo pipefail
-BUILD=${1:-build}
-TESSERA=$(cd "$BUILD" && pwd)/bin/tessera
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+. "$(dirname "$0")/lib.sh" "$@"
 cat > bench.ini <<'INI'
 [model]
 layers = 2

@@ -12,13 +12,7 @@
 # (MPI) shares the two cores with the compute, so little can hide; the figure
 # says what the schedule allows, not what a GPU with its own copy engines
 # would get.
-set -euo pipefail
-BUILD=${1:-build}
-TESSERA=$(cd "$BUILD" && pwd)/bin/tessera
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+. "$(dirname "$0")/lib.sh" "$@"
 cat > bench.ini <<'INI'
 [model]
 layers = 6

@@ -91,3 +91,29 @@ if prel > tol:
     sys.exit("final weights differ: relative L2 %.2e > %.0e" % (prel, tol))
 PY
 }
+
+# expect NAME REGEX NP args...: `tessera args...` on NP ranks (1: without
+# mpirun) must fail cleanly (non-zero, not a signal) with a message matching
+# REGEX; the matching line is printed. For the bad-input scripts.
+expect() { # NAME REGEX NP args...
+    local name=$1 regex=$2 np=$3
+    shift 3
+    if [ "$np" = 1 ]; then
+        "$TESSERA" "$@" > $name.txt 2>&1
+    else
+        run_mpi "$np" "$TESSERA" "$@" > $name.txt 2>&1
+    fi
+    local rc=$?
+    [ $rc -ne 0 ] && [ $rc -lt 128 ] || { cat $name.txt; fail "$name: exit status $rc"; }
+    grep -qE "$regex" $name.txt || { cat $name.txt; fail "$name: message does not match /$regex/"; }
+    echo "ok $name: $(grep -m1 -E "$regex" $name.txt)"
+}
+
+# both NAME REGEX NP sets...: expect the same refusal from `tessera plan
+# model.ini --world NP` and from training on NP ranks.
+both() { # NAME REGEX NP sets...
+    local name=$1 regex=$2 np=$3
+    shift 3
+    expect ${name}_plan "$regex" 1 plan model.ini --world "$np" "$@"
+    expect ${name}_run "$regex" "$np" train model.ini "$@"
+}

@@ -4,25 +4,6 @@
 # cut over cp, an unknown algorithm.
 . "$2/tests/cli/multirank.sh"
 write_config
-expect() { # NAME REGEX NP args...
-    local name=$1 regex=$2 np=$3
-    shift 3
-    if [ "$np" = 1 ]; then
-        "$TESSERA" "$@" > $name.txt 2>&1
-    else
-        run_mpi "$np" "$TESSERA" "$@" > $name.txt 2>&1
-    fi
-    local rc=$?
-    [ $rc -ne 0 ] && [ $rc -lt 128 ] || { cat $name.txt; fail "$name: exit status $rc"; }
-    grep -qE "$regex" $name.txt || { cat $name.txt; fail "$name: message does not match /$regex/"; }
-    echo "ok $name: $(grep -m1 -E "$regex" $name.txt)"
-}
-both() { # NAME REGEX NP sets... : the plan for NP ranks, then the run on NP ranks
-    local name=$1 regex=$2 np=$3
-    shift 3
-    expect ${name}_plan "$regex" 1 plan model.ini --world "$np" "$@"
-    expect ${name}_run "$regex" "$np" train model.ini "$@"
-}
 c=(--set parallel.plugins=cp)
 both balanced 'seq_len = 36 is not divisible by 2 x cp = 8' 4 "${c[@]}" --set cp.size=4 \
     --set train.seq_len=36

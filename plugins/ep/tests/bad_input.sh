@@ -7,25 +7,6 @@
 # llm.c checkpoint into a mixture-of-experts model.
 . "$2/tests/cli/multirank.sh"
 write_config
-expect() { # NAME REGEX NP args...
-    local name=$1 regex=$2 np=$3
-    shift 3
-    if [ "$np" = 1 ]; then
-        "$TESSERA" "$@" > $name.txt 2>&1
-    else
-        run_mpi "$np" "$TESSERA" "$@" > $name.txt 2>&1
-    fi
-    local rc=$?
-    [ $rc -ne 0 ] && [ $rc -lt 128 ] || { cat $name.txt; fail "$name: exit status $rc"; }
-    grep -qE "$regex" $name.txt || { cat $name.txt; fail "$name: message does not match /$regex/"; }
-    echo "ok $name: $(grep -m1 -E "$regex" $name.txt)"
-}
-both() { # NAME REGEX NP sets...
-    local name=$1 regex=$2 np=$3
-    shift 3
-    expect ${name}_plan "$regex" 1 plan model.ini --world "$np" "$@"
-    expect ${name}_run "$regex" "$np" train model.ini "$@"
-}
 e=(--set parallel.plugins=dp,ep --set train.micro_batch=8)
 expect top_k 'top_k = 5 is more than experts = 4' 1 train model.ini --set model.experts=4 \
     --set model.top_k=5

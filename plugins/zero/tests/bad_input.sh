@@ -4,19 +4,6 @@
 # and two), zero without dp; and an INI file's own line is named.
 . "$2/tests/cli/multirank.sh"
 write_config
-expect() { # NAME REGEX NP args...
-    local name=$1 regex=$2 np=$3
-    shift 3
-    if [ "$np" = 1 ]; then
-        "$TESSERA" "$@" > $name.txt 2>&1
-    else
-        run_mpi "$np" "$TESSERA" "$@" > $name.txt 2>&1
-    fi
-    local rc=$?
-    [ $rc -ne 0 ] && [ $rc -lt 128 ] || { cat $name.txt; fail "$name: exit status $rc"; }
-    grep -qE "$regex" $name.txt || { cat $name.txt; fail "$name: message does not match /$regex/"; }
-    echo "ok $name: $(grep -m1 -E "$regex" $name.txt)"
-}
 z=(--set parallel.plugins=dp,zero)
 expect stage0 '\[zero\] stage = 0: out of range \[1, 3\]' 1 train model.ini "${z[@]}" --set zero.stage=0
 expect stage4 '\[zero\] stage = 4: out of range \[1, 3\]' 1 train model.ini "${z[@]}" --set zero.stage=4
