@@ -49,7 +49,8 @@ static const char *usage_train =
     "  --set section.key=value   override one key (repeatable)\n";
 
 static const char *usage_export =
-    "usage: tessera export CONFIG --out PATH [--checkpoint FILE] [--set ...]\n"
+    "usage: tessera export CONFIG --out PATH [--format llmc|safetensors] [--checkpoint FILE]\n"
+    "                      [--set ...]\n"
     "\n"
     "Writes the model's weights as an llm.c GPT-2 checkpoint (version 3, f32);\n"
     "a mixture-of-experts model, which llm.c cannot hold, as tessera's raw weights\n"
@@ -58,6 +59,8 @@ static const char *usage_export =
     "[train] checkpoint_dir, else from the model's initialisation ([model] init).\n"
     "\n"
     "  --out PATH         the file to write (atomically)\n"
+    "  --format F         llmc (default), or safetensors: transformers' GPT-2 names and\n"
+    "                     shapes (its Conv1D weights as [in, out]), f32\n"
     "  --checkpoint FILE  a tessera checkpoint to take the weights from\n"
     "  --set section.key=value   override one key (repeatable)\n";
 
@@ -113,6 +116,7 @@ static int cli_usage(int argc, char **argv, const char *usage, int *rc) {
 typedef struct cli_opts {
     const char *out;        /* export --out            */
     const char *checkpoint; /* export --checkpoint     */
+    const char *format;     /* export --format         */
     int world;              /* plan --world            */
     int rank;               /* plan --rank             */
     int json;               /* plan --json             */
@@ -138,6 +142,8 @@ static ts_status load_config(int argc, char **argv, cli_opts *opts, ts_config **
             opts->out = argv[++i];
         } else if (opts && strcmp(argv[i], "--checkpoint") == 0 && i + 1 < argc) {
             opts->checkpoint = argv[++i];
+        } else if (opts && strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
+            opts->format = argv[++i];
         } else if (opts && strcmp(argv[i], "--world") == 0 && i + 1 < argc) {
             char *end = NULL;
             long w = strtol(argv[++i], &end, 10);
@@ -237,6 +243,13 @@ static int cmd_export(int argc, char **argv) {
         fprintf(stderr, "tessera export: --out PATH is required\n");
         return 2;
     }
+    if (opts.format && strcmp(opts.format, "llmc") != 0 &&
+        strcmp(opts.format, "safetensors") != 0) {
+        ts_plugins_destroy(reg);
+        ts_config_destroy(cfg);
+        fprintf(stderr, "tessera export: --format %s: expected llmc or safetensors\n", opts.format);
+        return 2;
+    }
     /* Export what a checkpoint holds, not what resume would do; and leave
      * the run's own outputs alone: its checkpoint directory (which a run
      * may hold locked while we read it), metrics and trace. */
@@ -256,7 +269,7 @@ static int cmd_export(int argc, char **argv) {
     ts_trainer *t = NULL;
     if (!st) st = ts_trainer_create(cfg, NULL, NULL, &t);
     if (!st && checkpoint) st = ts_trainer_load(t, checkpoint);
-    if (!st) st = ts_trainer_export(t, opts.out);
+    if (!st) st = ts_trainer_export(t, opts.out, opts.format);
     if (!st)
         printf("exported %s (step %lld, from %s)\n", opts.out, (long long)ts_trainer_state(t)->step,
                checkpoint ? checkpoint : "initialisation");

@@ -8,7 +8,7 @@ foreach(case grad accumulation init lr memory bf16 moe_grad moe_grad_dropping)
   set_tests_properties(model_${case} PROPERTIES LABELS core ENVIRONMENT "${TESSERA_TEST_ENV}")
 endforeach()
 
-foreach(script train_loss_falls bf16_close resume_sigkill llmc_roundtrip bad_input outputs
+foreach(script train_loss_falls bf16_close resume_sigkill llmc_roundtrip safetensors bad_input outputs
     checkpoint_dir)
   add_test(NAME cli_${script}
     COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/${script}.sh $<TARGET_FILE:tessera_cli> ${PROJECT_SOURCE_DIR})

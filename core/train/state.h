@@ -75,6 +75,14 @@ ts_status ts_llmc_load(const char *path, const ts_model *m, float *full);
  * atomically. */
 ts_status ts_llmc_save(const char *path, const ts_model *m, const float *full);
 
+/* transformers' GPT-2 weights as a safetensors file (safetensors.c):
+ * read_config takes layers, d_model, vocab and context from it (heads are
+ * not in the weights); load reads it into `full` (unsharded flat f32, the
+ * model's shape); save writes `full` in f32, atomically. */
+ts_status ts_safetensors_read_config(const char *path, ts_model_config *cfg);
+ts_status ts_safetensors_load(const char *path, const ts_model *m, float *full);
+ts_status ts_safetensors_save(const char *path, const ts_model *m, const float *full);
+
 /* CRC-32 (IEEE 802.3, reflected, as zlib computes it), chainable from 0. */
 uint32_t ts_crc32(uint32_t crc, const void *data, size_t n);
 

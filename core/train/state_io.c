@@ -224,7 +224,7 @@ ts_status trainer_save(ts_trainer *t, char *path, size_t size) {
     return st;
 }
 
-ts_status ts_trainer_export(ts_trainer *t, const char *path) {
+ts_status ts_trainer_export(ts_trainer *t, const char *path, const char *format) {
     ts_model *m = t->model;
     int local = trainer_needs_host(t);
     float *buf =
@@ -237,7 +237,9 @@ ts_status ts_trainer_export(ts_trainer *t, const char *path) {
     const float *whole, *full;
     ts_status st = trainer_master_whole(t, host, &whole);
     if (!st) st = trainer_full(t, whole, buf, &full);
-    if (!st && t->rank0) st = ts_llmc_save(path, m, full);
+    int safetensors = format && strcmp(format, "safetensors") == 0;
+    if (!st && t->rank0)
+        st = safetensors ? ts_safetensors_save(path, m, full) : ts_llmc_save(path, m, full);
     ts_mem_free(buf);
     ts_mem_free(host);
     return st;

@@ -72,10 +72,14 @@ static ts_status trainer_model_config(const ts_config *cfg, ts_model_config *mc)
                                  "experts than there are",
                                  mc->top_k, mc->experts);
     const char *init = ts_config_str(cfg, "model", "init");
-    if (strncmp(init, "llmc:", 5) == 0) {
-        ts_model_config h;
-        if (ts_llmc_read_config(init + 5, &h) != TS_OK)
+    int safetensors = strncmp(init, "safetensors:", 12) == 0;
+    if (strncmp(init, "llmc:", 5) == 0 || safetensors) {
+        ts_model_config h = *mc;
+        if ((safetensors ? ts_safetensors_read_config(init + 12, &h)
+                         : ts_llmc_read_config(init + 5, &h)) != TS_OK)
             return trainer_key_error_last(cfg, "model", "init", TS_ERR_FORMAT);
+        if (safetensors)
+            h.padded_vocab = mc->padded_vocab ? mc->padded_vocab : (h.vocab + 127) / 128 * 128;
         struct {
             const char *key;
             int *ini;
@@ -88,14 +92,15 @@ static ts_status trainer_model_config(const ts_config *cfg, ts_model_config *mc)
                     {"context", &mc->context, h.context}};
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
             if (ts_config_has(cfg, "model", keys[i].key) && *keys[i].ini != keys[i].file)
-                return trainer_key_error(cfg, "model", keys[i].key,
-                                         "%d conflicts with %d in the llm.c checkpoint %s",
-                                         *keys[i].ini, keys[i].file, init + 5);
+                return trainer_key_error(
+                    cfg, "model", keys[i].key, "%d conflicts with %d in %s %s", *keys[i].ini,
+                    keys[i].file, safetensors ? "the safetensors file" : "the llm.c checkpoint",
+                    strchr(init, ':') + 1);
             *keys[i].ini = keys[i].file;
         }
     } else if (strcmp(init, "random") != 0) {
-        return trainer_key_error(cfg, "model", "init", "'%s' is neither 'random' nor 'llmc:PATH'",
-                                 init);
+        return trainer_key_error(cfg, "model", "init",
+                                 "'%s' is none of 'random', 'llmc:PATH', 'safetensors:PATH'", init);
     }
     if (mc->padded_vocab == 0) mc->padded_vocab = (mc->vocab + 127) / 128 * 128;
     if (mc->d_model % mc->heads != 0)
@@ -972,10 +977,12 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
     CHECK(trainer_optim_shard(t, &oshard));
     CHECK(ts_optimizer_create_shard(&oc, t->model, &oshard, &t->optim));
     const char *init = ts_config_str(cfg, "model", "init");
-    if (!plan && strncmp(init, "llmc:", 5) == 0) {
+    int safetensors = strncmp(init, "safetensors:", 12) == 0;
+    if (!plan && (strncmp(init, "llmc:", 5) == 0 || safetensors)) {
         float *full = ts_mem_alloc(TS_MEM_OTHER, t->model->global_numel * sizeof(float));
         if (!full) CHECK(TS_ERR_NOMEM);
-        st = ts_llmc_load(init + 5, t->model, full);
+        st = safetensors ? ts_safetensors_load(init + 12, t->model, full)
+                         : ts_llmc_load(init + 5, t->model, full);
         if (!st) st = trainer_set_master(t, full);
         ts_mem_free(full);
         if (st) goto fail;

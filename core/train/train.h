@@ -91,7 +91,9 @@ ts_train_state *ts_trainer_state(ts_trainer *t);
 /* Loads a checkpoint file into the trainer's state. */
 ts_status ts_trainer_load(ts_trainer *t, const char *path);
 /* Writes the current weights as an llm.c checkpoint. */
-ts_status ts_trainer_export(ts_trainer *t, const char *path);
+/* format: "llmc" (llm.c's GPT-2; raw weights for a mixture of experts) or
+ * "safetensors" (transformers' GPT-2 names and shapes). */
+ts_status ts_trainer_export(ts_trainer *t, const char *path, const char *format);
 
 #ifdef __cplusplus
 }
