@@ -26,6 +26,7 @@
 #include "plugin.h"
 #include "rng.h"
 #include "tessera/comm.h"
+#include "test_dispatch_setup.h"
 
 static int fails;
 #define CHECK(c)                                                                                   \
@@ -108,15 +109,7 @@ int main(int argc, char **argv) {
     ts_comm *world = NULL;
     ts_config *cfg = NULL;
     ts_plugins *reg = NULL;
-    int n = 0;
-    const ts_key_spec *core = ts_config_core_keys(&n);
-    if (ts_comm_world_init(&argc, &argv, 60.0, &world) || ts_config_create(&cfg) ||
-        ts_config_register(cfg, core, n) || ts_config_load(cfg, argv[1]) ||
-        ts_plugins_create(&reg) || ts_plugins_load(reg, cfg)) {
-        fprintf(stderr, "test_dispatch_parity: %s\n", ts_last_error());
-        return 1;
-    }
-    ts_plugins_set_device(reg, ts_backend_cpu());
+    if (dispatch_setup(&argc, &argv, "test_dispatch_parity", &world, &cfg, &reg)) return 1;
     const ts_plugin_dispatcher_entry *d[NDISP];
     void *state[NDISP] = {0};
     for (int i = 0; i < NDISP; i++) {
