@@ -3,6 +3,8 @@
  *
  *   tessera train CONFIG [--set section.key=value ...]
  *   tessera export CONFIG --out PATH [--checkpoint FILE] [--set ...]
+ *   tessera reshard CONFIG --checkpoint CKPT --out DIR [--set ...]
+ *   tessera inspect CKPT
  *   tessera plan CONFIG --world N [--json] [--set ...]
  *   tessera plugins [--config CONFIG] [--plugin-path DIRS]
  *
@@ -22,6 +24,7 @@
 #include "parallel.h"
 #include "plugin.h"
 #include "schedule.h"
+#include "state.h"
 #include "train.h"
 
 static const char *usage_main =
@@ -30,6 +33,8 @@ static const char *usage_main =
     "commands:\n"
     "  train CONFIG [--set section.key=value ...]   train a model as CONFIG says\n"
     "  export CONFIG --out PATH [--checkpoint FILE]  write weights as an llm.c checkpoint\n"
+    "  reshard CONFIG --checkpoint C --out DIR      rewrite a checkpoint for CONFIG's ranks\n"
+    "  inspect CKPT                                 a checkpoint's tensors, shards and sums\n"
     "  plan CONFIG --world N [--json]                the mesh and rank groups, no training\n"
     "  plugins [--config CONFIG] [--plugin-path D]   list plugins with their INI keys\n"
     "\n"
@@ -63,6 +68,29 @@ static const char *usage_export =
     "                     shapes (its Conv1D weights as [in, out]), f32\n"
     "  --checkpoint FILE  a tessera checkpoint to take the weights from\n"
     "  --set section.key=value   override one key (repeatable)\n";
+
+static const char *usage_reshard =
+    "usage: tessera reshard CONFIG --checkpoint CKPT --out DIR [--set ...]\n"
+    "\n"
+    "Loads checkpoint CKPT (a checkpoint directory of any topology, or an earlier\n"
+    "build's single .tsck file) into the run CONFIG describes and saves it as the\n"
+    "checkpoint directory DIR, each rank writing its own shards, at the same step:\n"
+    "launch it as the run itself (mpirun -np N). Training loads any topology's\n"
+    "checkpoint directly; this converts old files and lays a checkpoint out for\n"
+    "the ranks that will read it.\n"
+    "\n"
+    "  --checkpoint CKPT  the checkpoint to read\n"
+    "  --out DIR          the directory to write (atomically: DIR.tmp.dir, renamed)\n"
+    "  --set section.key=value   override one key (repeatable)\n";
+
+static const char *usage_inspect =
+    "usage: tessera inspect CKPT\n"
+    "\n"
+    "Prints what checkpoint directory CKPT holds: the step, data cursor, seed and\n"
+    "model; every shard file's size; and for every tensor its shape, its number of\n"
+    "shards and the CRC-32 of each array (master weights, first and second\n"
+    "moments) read whole from its shards, so two checkpoints of different\n"
+    "topologies can be compared tensor by tensor. Reads one tensor at a time.\n";
 
 static const char *usage_plan =
     "usage: tessera plan CONFIG --world N [--rank R] [--json] [--set ...]\n"
@@ -278,6 +306,106 @@ static int cmd_export(int argc, char **argv) {
     ts_plugins_destroy(reg);
     ts_config_destroy(cfg);
     return rc;
+}
+
+static int cmd_reshard(int argc, char **argv) {
+    int rc = 0;
+    if (cli_usage(argc, argv, usage_reshard, &rc)) return rc;
+    cli_opts opts = {0};
+    ts_config *cfg = NULL;
+    ts_plugins *reg = NULL;
+    ts_status st = load_config(argc, argv, &opts, &cfg, &reg);
+    if (st) return fail(st);
+    if (!opts.out || !opts.checkpoint || opts.format) {
+        ts_plugins_destroy(reg);
+        ts_config_destroy(cfg);
+        fprintf(stderr, "tessera reshard: --checkpoint CKPT and --out DIR are required "
+                        "(and nothing else but --set)\n");
+        return 2;
+    }
+    /* The run's own outputs stay untouched. */
+    static const char *quiet[] = {"train.resume=no", "train.checkpoint_dir=",
+                                  "train.checkpoint_every=0", "train.metrics=", "train.trace="};
+    for (size_t i = 0; i < sizeof quiet / sizeof quiet[0] && !st; i++)
+        st = ts_config_set(cfg, quiet[i]);
+    ts_comm *world = NULL;
+    ts_parallel *par = NULL;
+    ts_trainer *t = NULL;
+    if (!st) st = start_parallel(&argc, &argv, cfg, reg, &world, &par);
+    if (!st) st = ts_trainer_create(cfg, par, reg, &t);
+    if (!st) st = ts_trainer_load(t, opts.checkpoint);
+    if (!st) st = ts_trainer_save_checkpoint(t, opts.out);
+    if (!st && (!world || ts_comm_rank(world) == 0))
+        printf("resharded %s (step %lld) into %s for %d rank%s\n", opts.checkpoint,
+               (long long)ts_trainer_state(t)->step, opts.out, world ? ts_comm_size(world) : 1,
+               world && ts_comm_size(world) > 1 ? "s" : "");
+    rc = st ? fail(st) : 0;
+    if (rc && world && ts_comm_size(world) > 1) ts_comm_abort(world, rc);
+    ts_trainer_destroy(t);
+    ts_plugins_destroy(reg);
+    ts_parallel_destroy(par);
+    ts_config_destroy(cfg);
+    ts_comm_world_finalize(world);
+    return rc;
+}
+
+static int cmd_inspect(int argc, char **argv) {
+    int rc = 0;
+    if (cli_usage(argc, argv, usage_inspect, &rc)) return rc;
+    if (argc != 1) {
+        fputs(usage_inspect, stderr);
+        return 2;
+    }
+    ts_ckpt_reader *r = NULL;
+    ts_status st = ts_ckpt_reader_open(argv[0], &r);
+    if (st) return fail(st);
+    const ts_ckpt_info *in = ts_ckpt_reader_info(r);
+    const ts_model_config *c = &in->cfg;
+    printf("checkpoint %s\nstep %lld data_cursor %lld seed %llu skipped_steps %lld\n", argv[0],
+           (long long)in->meta.step, (long long)in->meta.data_cursor,
+           (unsigned long long)in->meta.seed, (long long)in->meta.skipped_steps);
+    printf("model layers=%d d_model=%d heads=%d vocab=%d padded_vocab=%d context=%d experts=%d, "
+           "parameters %s\n",
+           c->layers, c->d_model, c->heads, c->vocab, c->padded_vocab, c->context, c->experts,
+           ts_dtype_name(in->param_dtype));
+    uint64_t total = 0, largest = 0;
+    for (int i = 0; i < in->nfiles; i++) {
+        total += in->file_bytes[i];
+        if (in->file_bytes[i] > largest) largest = in->file_bytes[i];
+    }
+    printf("files %d, %llu bytes, largest %llu (%.3f of the mean)\n", in->nfiles,
+           (unsigned long long)total, (unsigned long long)largest,
+           total ? (double)largest * in->nfiles / (double)total : 0.0);
+    for (int i = 0; i < in->nfiles; i++)
+        printf("  rank-%05d.bin %llu\n", i, (unsigned long long)in->file_bytes[i]);
+    int64_t biggest = 1;
+    for (int i = 0; i < in->ntensors; i++) {
+        const int64_t *d = in->tensors[i].shape;
+        if (d[0] * d[1] * d[2] > biggest) biggest = d[0] * d[1] * d[2];
+    }
+    float *buf = malloc((size_t)biggest * sizeof(float));
+    if (!buf) st = ts_error(TS_ERR_NOMEM, "inspect: out of memory");
+    for (int i = 0; i < in->ntensors && !st; i++) {
+        const ts_ckpt_tensor *e = &in->tensors[i];
+        int64_t off[3] = {0, 0, 0}, n = e->shape[0] * e->shape[1] * e->shape[2];
+        int shards = 0;
+        for (int64_t k = 0; k < in->nshards; k++)
+            shards += in->shards[k].tensor == i && in->shards[k].array == 0;
+        char shape[96];
+        int len = snprintf(shape, sizeof shape, "[%lld", (long long)e->shape[0]);
+        for (int d = 1; d < e->ndim; d++)
+            len += snprintf(shape + len, sizeof shape - (size_t)len, ", %lld", (long long)e->shape[d]);
+        snprintf(shape + len, sizeof shape - (size_t)len, "]");
+        printf("tensor %-28s %-18s shards %3d", e->name, shape, shards);
+        for (int a = 0; a < TS_CKPT_ARRAYS && !st; a++) {
+            st = ts_ckpt_reader_read(r, i, a, off, e->shape, 0, n, buf);
+            if (!st) printf("  %s %08x", ts_ckpt_array_name(a), ts_crc32(0, buf, (size_t)n * 4));
+        }
+        printf("\n");
+    }
+    free(buf);
+    ts_ckpt_reader_close(r);
+    return st ? fail(st) : 0;
 }
 
 static void print_groups(const ts_mesh *mesh, FILE *f) {
@@ -629,6 +757,10 @@ int main(int argc, char **argv) {
         rc = cmd_train(argc - 2, argv + 2);
     else if (strcmp(argv[1], "export") == 0)
         rc = cmd_export(argc - 2, argv + 2);
+    else if (strcmp(argv[1], "reshard") == 0)
+        rc = cmd_reshard(argc - 2, argv + 2);
+    else if (strcmp(argv[1], "inspect") == 0)
+        rc = cmd_inspect(argc - 2, argv + 2);
     else if (strcmp(argv[1], "plan") == 0)
         rc = cmd_plan(argc - 2, argv + 2);
     else if (strcmp(argv[1], "plugins") == 0)

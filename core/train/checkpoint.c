@@ -3,7 +3,6 @@
  * atomic file writer and CRC-32 they rely on. The byte layout is documented
  * in docs/formats.md.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -219,27 +218,6 @@ ts_status ts_checkpoint_save(const char *dir, const ts_model *m, const ts_ckpt_m
     free(tab);
     if (!s && path_out) snprintf(path_out, path_size, "%s", path);
     return s;
-}
-
-ts_status ts_checkpoint_latest(const char *dir, char *path, size_t path_size, int *found) {
-    *found = 0;
-    DIR *d = opendir(dir);
-    if (!d) return TS_OK;
-    long long best = -1;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        long long step;
-        char tail[8];
-        /* Exactly ckpt-<digits>.tsck: "%7s" catches a trailing ".tmp". */
-        if (sscanf(e->d_name, "ckpt-%lld.tsck%7s", &step, tail) == 1 &&
-            strlen(e->d_name) == strlen("ckpt-00000000.tsck") && step > best)
-            best = step;
-    }
-    closedir(d);
-    if (best < 0) return TS_OK;
-    snprintf(path, path_size, "%s/ckpt-%08lld.tsck", dir, best);
-    *found = 1;
-    return TS_OK;
 }
 
 static ts_status read_exact(FILE *f, void *buf, size_t n, const char *path, const char *what) {

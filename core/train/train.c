@@ -754,7 +754,9 @@ static ts_status trainer_claim_dir(ts_trainer *t) {
         if (strncmp(e->d_name, "ckpt-", 5) != 0 || !strstr(e->d_name, ".tmp.")) continue;
         char path[8192];
         snprintf(path, sizeof path, "%s/%s", t->ckpt_dir, e->d_name);
-        if (unlink(path) == 0)
+        struct stat sb;
+        int dir = lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+        if (dir ? ts_ckpt_remove_dir(path) == TS_OK : unlink(path) == 0)
             printf("checkpoint_dir: removed %s, left by an interrupted save\n", path);
     }
     if (d) closedir(d);

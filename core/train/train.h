@@ -88,10 +88,15 @@ ts_status ts_trainer_run(ts_trainer *t);
 ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats);
 
 ts_train_state *ts_trainer_state(ts_trainer *t);
-/* Loads a checkpoint file into the trainer's state. */
+/* Loads a checkpoint into the trainer's state: a checkpoint directory
+ * written by any topology (each rank reads its own blocks) or an earlier
+ * build's single file. Collective over the world: a failure on any rank is
+ * an error on every rank. */
 ts_status ts_trainer_load(ts_trainer *t, const char *path);
-/* Writes the current weights as an llm.c checkpoint. */
-/* format: "llmc" (llm.c's GPT-2; raw weights for a mixture of experts) or
+/* Saves the current state as checkpoint directory `path` (written beside it
+ * as PATH.tmp.dir, then renamed). Collective over the world. */
+ts_status ts_trainer_save_checkpoint(ts_trainer *t, const char *path);
+/* Writes the current weights, unsharded, for other programs. format: "llmc" (llm.c's GPT-2; raw weights for a mixture of experts) or
  * "safetensors" (transformers' GPT-2 names and shapes). */
 ts_status ts_trainer_export(ts_trainer *t, const char *path, const char *format);
 
