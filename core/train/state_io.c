@@ -540,6 +540,8 @@ static ts_status trainer_save_dir(ts_trainer *t, const char *final, const char *
         free(fb);
     }
     st = trainer_agree(t, st, "publishing the checkpoint");
+    /* A failed save leaves nothing behind (the previous checkpoints stay). */
+    if (st && t->rank0) ts_ckpt_remove_dir(tmp);
     free(names);
     free(shapes);
     free(ndim);

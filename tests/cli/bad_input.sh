@@ -77,25 +77,33 @@ expect missing_config 'nowhere.ini' train nowhere.ini
 expect bad_set 'no_dot|section\.key' train unknown_key.ini --set no_dot
 expect unknown_plugin 'plugins' train heads.ini --set model.heads=2 --set parallel.plugins=nosuch
 
-# Checkpoints: a good one, then truncated, wrong magic, corrupted payload.
+# Checkpoints: a good one, then a shard file truncated, a shard corrupted,
+# the metadata corrupted or missing, another model's shape; a directory
+# without its completion marker is not a checkpoint.
 base > ck.ini
 printf 'checkpoint_dir = ck\nresume = auto\n' >> ck.ini
 "$TESSERA" train ck.ini > ck.out 2>&1 || { cat ck.out; fail "could not write a checkpoint"; }
-good=ck/ckpt-00000002.tsck
-[ -f "$good" ] || fail "no checkpoint written"
-cp "$good" good.tsck
-size=$(stat -c %s good.tsck)
-head -c $((size - 100)) good.tsck > "$good"
-expect truncated_checkpoint 'ckpt-00000002.tsck.*(truncated|bytes, expected)' train ck.ini --set train.steps=4
-printf 'XXXXXXXX' | dd of="$good" conv=notrunc 2>/dev/null
-cp good.tsck "$good"
-printf 'XXXXXXXX' | dd of="$good" conv=notrunc 2>/dev/null
-expect wrong_magic_checkpoint 'ckpt-00000002.tsck.*wrong magic' train ck.ini --set train.steps=4
-cp good.tsck "$good"
-printf '\x55' | dd of="$good" bs=1 seek=$((size - 7)) conv=notrunc 2>/dev/null
-expect corrupt_checkpoint 'ckpt-00000002.tsck.*checksum' train ck.ini --set train.steps=4
-cp good.tsck "$good"
-expect checkpoint_shape 'ckpt-00000002.tsck.*does not match' train ck.ini --set train.steps=4 --set model.d_model=32
+good=ck/ckpt-00000002
+[ -f "$good/COMPLETE" ] || fail "no checkpoint written"
+cp -r "$good" good.ckpt
+size=$(stat -c %s good.ckpt/rank-00000.bin)
+head -c $((size - 100)) good.ckpt/rank-00000.bin > "$good/rank-00000.bin"
+expect truncated_checkpoint 'ckpt-00000002: shard file .*rank-00000.bin is [0-9]+ bytes, the metadata says [0-9]+ \(truncated' \
+    train ck.ini --set train.steps=4
+cp good.ckpt/rank-00000.bin "$good/"
+printf '\x55' | dd of="$good/rank-00000.bin" bs=1 seek=$((size - 7)) conv=notrunc 2>/dev/null
+expect corrupt_checkpoint 'ckpt-00000002: v of .* in rank-00000.bin: checksum mismatch' train ck.ini --set train.steps=4
+cp good.ckpt/rank-00000.bin "$good/"
+sed -i 's/^step 2$/step 3/' "$good/metadata"
+expect corrupt_metadata 'ckpt-00000002: metadata checksum mismatch' train ck.ini --set train.steps=4
+rm "$good/metadata"
+expect missing_metadata 'ckpt-00000002/metadata' train ck.ini --set train.steps=4
+cp good.ckpt/metadata "$good/"
+expect checkpoint_shape 'ckpt-00000002: model shape .* does not match' train ck.ini --set train.steps=4 --set model.d_model=32
+rm "$good/COMPLETE"
+expect incomplete_checkpoint 'ckpt-00000002: not a complete checkpoint directory' \
+    reshard ck.ini --checkpoint "$good" --out re
+cp good.ckpt/COMPLETE "$good/"
 
 printf 'not an llm.c file at all, but long enough to hold its header...%.0s' $(seq 1 40) > fake.bin
 expect llmc_wrong_magic 'fake.bin.*wrong magic' train heads.ini --set model.heads=2 --set model.init=llmc:fake.bin

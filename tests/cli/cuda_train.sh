@@ -75,7 +75,7 @@ matches_cpu)
         --set train.dtype=bf16
     compare gpu_bf16.jsonl gpu_bf16_chunked.jsonl 1e-3 1e-2
     # Resume: the step-5 checkpoint alone (the step-10 one moved away).
-    mkdir -p resume && cp ckpt_gpu/ckpt-00000005.tsck resume/ || fail "no step-5 checkpoint"
+    mkdir -p resume && cp -r ckpt_gpu/ckpt-00000005 resume/ || fail "no step-5 checkpoint"
     train resumed --set train.device=cuda --set train.checkpoint_dir=resume \
         --set train.resume=auto
     grep -q "resumed from" resumed.txt || fail "the GPU run did not resume"

@@ -85,7 +85,7 @@ for first in zs dp; do
     run_mpi 2 "$TESSERA" train model.ini "${base[@]}" "${b[@]}" --set train.resume=auto \
         --set train.checkpoint_dir=ck_$first --set train.metrics=r_$first.jsonl > r2_$first.txt 2>&1 ||
         { cat r2_$first.txt; fail "second half ($first)"; }
-    grep -q "resumed from ck_$first/ckpt-00000010.tsck at step 10" r2_$first.txt || { cat r2_$first.txt; fail "no resume"; }
+    grep -q "resumed from ck_$first/ckpt-00000010 at step 10" r2_$first.txt || { cat r2_$first.txt; fail "no resume"; }
     close r_$first.jsonl dp_fp32.jsonl
 done
 

@@ -10,10 +10,10 @@ common=(--set train.steps=60 --set train.checkpoint_every=20 --set train.resume=
     --set train.metrics=cut1.jsonl > cut1.txt 2>&1 &
 pid=$!
 for _ in $(seq 1 3000); do
-    [ -f cut/ckpt-00000020.tsck ] && break
+    [ -f cut/ckpt-00000020/COMPLETE ] && break
     sleep 0.01
 done
-[ -f cut/ckpt-00000020.tsck ] || fail "no checkpoint appeared"
+[ -f cut/ckpt-00000020/COMPLETE ] || fail "no checkpoint appeared"
 kill -9 "$pid" 2>/dev/null || fail "the run ended before it could be killed"
 wait "$pid"
 status=$?

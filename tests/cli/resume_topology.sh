@@ -18,12 +18,12 @@ run_mpi 4 "$TESSERA" train model.ini --set train.device=$DEVICE --set parallel.p
     --set tp.sequence_parallel=true --set train.micro_batch=8 --set train.steps=10 \
     --set train.decay_steps=20 --set train.checkpoint_dir=par --set train.metrics=first.jsonl \
     > first.txt 2>&1 || { cat first.txt; fail "dp x tp run failed"; }
-[ -f par/ckpt-00000010.tsck ] || fail "no checkpoint at step 10"
+[ -f par/ckpt-00000010/COMPLETE ] || fail "no checkpoint at step 10"
 grep -q "device $DEVICE" first.txt || { cat first.txt; fail "the run did not train on $DEVICE"; }
 run_mpi 2 "$TESSERA" train model.ini --set train.device=$DEVICE --set parallel.plugins=pp --set pp.size=2 \
     --set train.micro_batch=4 --set train.resume=auto --set train.checkpoint_dir=par \
     --set train.metrics=par.jsonl > second.txt 2>&1 || { cat second.txt; fail "pp resume failed"; }
-grep -q "resumed from par/ckpt-00000010.tsck at step 10" second.txt || { cat second.txt; fail "did not resume"; }
+grep -q "resumed from par/ckpt-00000010 at step 10" second.txt || { cat second.txt; fail "did not resume"; }
 # The resumed run appends steps 11..20 to a fresh metrics file: put the first
 # ten steps of the reference in front so compare_runs sees 20 steps.
 head -n 10 ref.jsonl > joined.jsonl

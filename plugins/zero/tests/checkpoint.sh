@@ -25,7 +25,7 @@ for st in 1 2 3; do
     run full$st 20 "${z[@]}"
     run part$st 10 "${z[@]}"
     run part$st 20 "${z[@]}"
-    grep -q "resumed from part$st/ckpt-00000010.tsck at step 10" part$st.20.txt || fail "stage $st: no resume"
+    grep -q "resumed from part$st/ckpt-00000010 at step 10" part$st.20.txt || fail "stage $st: no resume"
     python3 - full$st.jsonl part$st.jsonl <<'PY' || fail "stage $st: resumed run differs"
 import json, sys
 a = [json.loads(l) for l in open(sys.argv[1])]
