@@ -62,3 +62,13 @@ add_test(NAME cli_plan_matches_run
     ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_plan_matches_run PROPERTIES LABELS core TIMEOUT 600
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+
+# Load-time resharding: save on one topology, resume on another.
+foreach(case tp4_to_1 zero3_dp4_to_tp2_pp2 tp2_pp2_to_zero1_dp2 ep4_to_ep2_other_dispatcher
+    cp2_dp2_to_dp4 pp2_interleaved_to_pp4)
+  add_test(NAME checkpoint_reshard_${case}
+    COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/reshard.sh $<TARGET_FILE:tessera_cli>
+      ${PROJECT_SOURCE_DIR} ${case})
+  set_tests_properties(checkpoint_reshard_${case} PROPERTIES LABELS "core;checkpoint" TIMEOUT 300
+    ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+endforeach()

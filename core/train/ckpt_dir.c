@@ -271,6 +271,7 @@ struct ts_ckpt_reader {
     int64_t *count;     /* ... and how many                                */
     int64_t *order;     /* shard indices grouped by tensor                 */
     char *text;         /* the metadata                                    */
+    uint64_t bytes_read; /* from the shard files so far                    */
 };
 
 static ts_status meta_error(const ts_ckpt_reader *r, int line, const char *what) {
@@ -484,6 +485,10 @@ const ts_ckpt_info *ts_ckpt_reader_info(const ts_ckpt_reader *r) {
     return &r->info;
 }
 
+uint64_t ts_ckpt_reader_bytes_read(const ts_ckpt_reader *r) {
+    return r->bytes_read;
+}
+
 void ts_ckpt_reader_close(ts_ckpt_reader *r) {
     if (!r) return;
     for (int i = 0; r->fds && i < r->info.nfiles; i++)
@@ -532,6 +537,7 @@ static ts_status reader_flush(ts_ckpt_reader *r, pending *p) {
                             got < 0 ? strerror(errno) : "end of file");
         dst += got;
         off += got;
+        r->bytes_read += (uint64_t)got;
         left -= (size_t)got;
     }
     p->n = 0;

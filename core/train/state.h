@@ -152,6 +152,8 @@ int ts_ckpt_reader_find(const ts_ckpt_reader *r, const char *name);
  * value that is not finite. */
 ts_status ts_ckpt_reader_read(ts_ckpt_reader *r, int tensor, int array, const int64_t offset[3],
                               const int64_t extent[3], int64_t lo, int64_t hi, float *dst);
+/* Bytes read from the shard files so far. */
+uint64_t ts_ckpt_reader_bytes_read(const ts_ckpt_reader *r);
 void ts_ckpt_reader_close(ts_ckpt_reader *r);
 
 /* Loads a single-file checkpoint (older builds) into the unsharded arrays (global_numel each). The file

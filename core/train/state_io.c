@@ -156,6 +156,8 @@ static ts_status trainer_load_file(ts_trainer *t, const char *path, ts_ckpt_meta
         ts_model_scatter(m, buf + (size_t)(k + 1) * n, local);
         st = trainer_put_range(t, moments[k], local);
     }
+    struct stat sb;
+    t->ckpt_read = t->ckpt_bytes = stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
     ts_mem_free(buf);
     ts_mem_free(local);
     return st;
@@ -260,6 +262,10 @@ static ts_status trainer_load_dir(ts_trainer *t, const char *path, ts_ckpt_meta 
     }
     if (!st && !direct) st = trainer_put_master(t, local, (uint16_t *)(local + m->numel));
     if (!st) *meta = in->meta;
+    t->ckpt_read = ts_ckpt_reader_bytes_read(r);
+    t->ckpt_bytes = 0;
+    for (int i = 0; i < in->nfiles; i++)
+        t->ckpt_bytes += in->file_bytes[i];
     ts_mem_free(local);
     ts_mem_free(host);
     ts_ckpt_reader_close(r);

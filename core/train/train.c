@@ -1055,7 +1055,10 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
         CHECK(ts_checkpoint_latest(t->ckpt_dir, path, sizeof path, &found));
         if (found) {
             CHECK(ts_trainer_load(t, path));
-            if (t->rank0) printf("resumed from %s at step %lld\n", path, (long long)t->state.step);
+            if (t->rank0)
+                printf("resumed from %s at step %lld (rank 0 read %.2f MiB of %.2f)\n", path,
+                       (long long)t->state.step, (double)t->ckpt_read / (1 << 20),
+                       (double)t->ckpt_bytes / (1 << 20));
             resumed = 1;
         } else if (t->rank0) {
             printf("resume = auto: no checkpoint in %s, starting from step 0\n", t->ckpt_dir);

@@ -97,6 +97,8 @@ struct ts_trainer {
     int log_every;
     const char *ckpt_dir;
     int64_t ckpt_every;
+    uint64_t ckpt_read, ckpt_bytes; /* the last load: bytes this rank read
+                                       of the checkpoint's shard files   */
     ts_dir_lock ckpt_lock;  /* held by rank 0 while it owns ckpt_dir      */
     ts_file_stream metrics; /* rank 0's JSONL metrics (f NULL: none)     */
     /* Steps whose loss or gradient norm was not finite: not applied. */
