@@ -72,3 +72,10 @@ foreach(case tp4_to_1 zero3_dp4_to_tp2_pp2 tp2_pp2_to_zero1_dp2 ep4_to_ep2_other
   set_tests_properties(checkpoint_reshard_${case} PROPERTIES LABELS "core;checkpoint" TIMEOUT 300
     ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
 endforeach()
+
+# A rank killed during a save (2 ranks, synchronous and background saves).
+add_test(NAME checkpoint_kill_during_save
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/ckpt_kill.sh $<TARGET_FILE:tessera_cli>
+    ${PROJECT_SOURCE_DIR})
+set_tests_properties(checkpoint_kill_during_save PROPERTIES LABELS "core;checkpoint" TIMEOUT 300
+  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")

@@ -345,6 +345,9 @@ static const ts_key_spec cfg_core_keys[] = {
      "checkpoint directory; empty = none"},
     {"train", "checkpoint_every", TS_KEY_INT, "0", 0, CFG_I64_MAX, NULL,
      "steps between checkpoints; 0 = only at the end"},
+    {"train", "checkpoint_async", TS_KEY_BOOL, "false", 1, 0, NULL,
+     "copy each checkpoint's shards to host memory and write them in a background thread "
+     "while training goes on"},
     {"train", "resume", TS_KEY_ENUM, "no", 1, 0, "no|auto",
      "auto = resume from the latest checkpoint"},
     {"train", "log_every", TS_KEY_INT, "1", 1, CFG_INT_MAX, NULL, "steps between progress lines"},

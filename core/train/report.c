@@ -160,17 +160,14 @@ ts_status ts_trainer_run(ts_trainer *t) {
             printf("checkpoint: deferred, step %lld was skipped\n", (long long)s.step);
             fflush(stdout);
         }
+        /* A background save is published once every rank has written. */
+        TS_TRY(trainer_ckpt_poll(t, 0));
         if (t->ckpt_due && !s.skipped) {
             t->ckpt_due = 0;
-            char path[4096];
-            /* Data-parallel replicas hold the same state: rank 0 writes it. */
-            TS_TRY(trainer_save(t, path, sizeof path));
-            if (t->rank0) {
-                printf("checkpoint: %s\n", path);
-                fflush(stdout);
-            }
+            TS_TRY(trainer_save(t));
         }
     }
+    TS_TRY(trainer_ckpt_poll(t, 1));
     (void)c;
     TS_TRY(ts_file_stream_close(&t->metrics));
     if (t->par && t->rank0) ts_parallel_report(t->par, stdout);

@@ -890,6 +890,7 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
     t->log_every = (int)ts_config_int(cfg, "train", "log_every");
     t->ckpt_dir = ts_config_str(cfg, "train", "checkpoint_dir");
     t->ckpt_every = ts_config_int(cfg, "train", "checkpoint_every");
+    t->ckpt_async = ts_config_bool(cfg, "train", "checkpoint_async");
     t->max_skipped = ts_config_int(cfg, "train", "max_skipped_steps");
     if (t->ckpt_every > 0 && !t->ckpt_dir[0])
         CHECK(trainer_key_error(cfg, "train", "checkpoint_every",
@@ -1076,6 +1077,7 @@ fail:
 void ts_trainer_destroy(ts_trainer *t) {
     if (!t) return;
     ts_file_stream_close(&t->metrics);
+    trainer_ckpt_abandon(t);
     ts_dir_lock_release(&t->ckpt_lock);
     free(t->snap);
     size_t slots = (size_t)t->micro_batches * (t->chunks > 0 ? t->chunks : 1);

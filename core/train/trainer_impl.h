@@ -6,8 +6,10 @@
  *               batch of a step; ts_trainer_step
  *   executor.c  runs a step's schedule: actions, pipeline sends, hooks, the
  *               gradient reductions nobody provides, the optimizer step
- *   state_io.c  the training state in and out: checkpoints, llm.c exports,
- *               sharded optimizer state gathered and cut
+ *   state_io.c  the training state in: checkpoints loaded (any topology's),
+ *               exports, sharded optimizer state gathered and cut
+ *   ckpt_save.c checkpoints out: every rank its shards, in the background
+ *               with checkpoint_async
  *   report.c    the run loop: progress lines, JSONL metrics, checkpoints
  *               when due
  */
@@ -99,6 +101,8 @@ struct ts_trainer {
     int64_t ckpt_every;
     uint64_t ckpt_read, ckpt_bytes; /* the last load: bytes this rank read
                                        of the checkpoint's shard files   */
+    int ckpt_async;               /* [train] checkpoint_async          */
+    struct trainer_ckpt_job *ckpt_job; /* a background save (NULL: none) */
     ts_dir_lock ckpt_lock;  /* held by rank 0 while it owns ckpt_dir      */
     ts_file_stream metrics; /* rank 0's JSONL metrics (f NULL: none)     */
     /* Steps whose loss or gradient norm was not finite: not applied. */
@@ -147,8 +151,30 @@ TS_INTERNAL ts_status trainer_execute(ts_trainer *t, int64_t valid, double *loss
 /* state_io.c: sets the master weights (and the bf16 parameters) from the
  * unsharded flat array `full` (global_numel f32, host memory). */
 TS_INTERNAL ts_status trainer_set_master(ts_trainer *t, const float *full);
-/* state_io.c: saves a checkpoint of the current state (collective: every
- * rank takes part, world rank 0 writes); its path goes to `path`. */
-TS_INTERNAL ts_status trainer_save(ts_trainer *t, char *path, size_t size);
+/* state_io.c: a parameter's stored block as a box of three dimensions
+ * (those past its own of extent 1); returns its element count. */
+TS_INTERNAL int64_t trainer_param_box(const ts_param *p, int64_t off[3], int64_t ext[3]);
+/* state_io.c: elements [lo, hi) of p's block (n elements, box-relative)
+ * in the optimizer's range, the part this rank keeps state for; 0 when
+ * none. */
+TS_INTERNAL int trainer_param_range(const ts_trainer *t, const ts_param *p, int64_t n, int64_t *lo,
+                                    int64_t *hi);
+/* state_io.c: whether any rank failed (collective over the world): `st`
+ * on a failing rank, an error naming `what` on the others, TS_OK on all
+ * when none did. */
+TS_INTERNAL ts_status trainer_agree(ts_trainer *t, ts_status st, const char *what);
+
+/* ckpt_save.c: saves a checkpoint of the current state (collective: every
+ * rank writes its shards; world rank 0 publishes). With [train]
+ * checkpoint_async the shards are copied to host memory and written by a
+ * thread; trainer_ckpt_poll publishes it later. A pending save is finished
+ * first. */
+TS_INTERNAL ts_status trainer_save(ts_trainer *t);
+/* ckpt_save.c: publishes a background save once every rank has written
+ * (collective; `wait`: block until then). No-op when none is pending. */
+TS_INTERNAL ts_status trainer_ckpt_poll(ts_trainer *t, int wait);
+/* ckpt_save.c: drops a pending background save (its temporary directory
+ * stays for the next run to remove); for teardown after an error. */
+TS_INTERNAL void trainer_ckpt_abandon(ts_trainer *t);
 
 #endif /* TESSERA_CORE_TRAINER_IMPL_H */

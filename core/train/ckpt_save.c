@@ -1,0 +1,490 @@
+/*
+ * ckpt_save.c — checkpoints out (state.h, docs/formats.md): every rank
+ * writes the shards it owns into the step's temporary directory, world rank
+ * 0 publishes it (metadata, marker, rename) once all have written.
+ *
+ * Who writes what: each rank its blocks of every parameter (the optimizer's
+ * range of them when the optimizer state is cut); a block several ranks hold
+ * is written by one of them, the replicas taking turns by bytes.
+ *
+ * Synchronous saves write straight from the arrays (state off the host
+ * through a 16 MiB staging buffer). With [train] checkpoint_async = true the
+ * shards are copied to host memory (a snapshot of this rank's shards) and a
+ * thread writes them while training goes on; after each step the ranks
+ * agree whether every writer is done, and then rank 0 publishes. A save
+ * still pending when the next falls due, or at the end of the run, is
+ * waited for.
+ *
+ * What it does not do: the format (ckpt_dir.c), loading (state_io.c), or
+ * decide when to save (report.c).
+ */
+#include "trainer_impl.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Bytes of host memory a save of state off the host copies through. */
+#define SAVE_STAGE_BYTES (16u << 20)
+
+/* One save in progress. */
+typedef struct trainer_ckpt_job {
+    char final[4096], tmp[4200];
+    int64_t step;
+    ts_ckpt_meta meta;
+    ts_ckpt_shard *shards;  /* this rank's, file offsets set; CRCs once written */
+    size_t *src;            /* per shard: its first element in the optimizer's
+                               arrays (index from the range's begin)          */
+    int64_t nshards;
+    uint64_t bytes;         /* this rank's file                               */
+    float *snapshot;        /* async: the file's bytes in host memory        */
+    ts_ckpt_file file;
+    int delay_ms;           /* TESSERA_CKPT_WRITE_DELAY_MS: a pause after each
+                               shard, so tests can kill a rank mid-save      */
+    pthread_t thread;
+    int thread_started;
+    atomic_int done;
+    ts_status st; /* the writer's */
+    char msg[1024];
+    double t0, t_snapshot;
+    char (*names)[TS_NAME_MAX];
+    int64_t (*shapes)[3];
+    int *ndim;
+    int ntable;
+} trainer_ckpt_job;
+
+static void job_free(trainer_ckpt_job *j) {
+    if (!j) return;
+    free(j->shards);
+    free(j->src);
+    ts_mem_free(j->snapshot);
+    free(j->names);
+    free(j->shapes);
+    free(j->ndim);
+    free(j);
+}
+
+/* Fails when the master weights or moments hold a value that is not
+ * finite on any rank (each checks the range it updates; all agree): such a
+ * state is never written as a checkpoint. (A sum of squares of finite f32
+ * values cannot overflow a double, so it is finite exactly when every value
+ * is.) */
+static ts_status trainer_state_finite(ts_trainer *t) {
+    const char *names[3] = {"master weights", "first moments", "second moments"};
+    const float *arrays[3] = {t->optim->master, t->optim->m, t->optim->v};
+    size_t n = t->optim->shard.end - t->optim->shard.begin;
+    int32_t bad[3], all[3];
+    for (int k = 0; k < 3; k++) {
+        double s = 0.0;
+        TS_TRY(t->optim->state_be->sumsq(&s, arrays[k], n));
+        bad[k] = !isfinite(s);
+    }
+    memcpy(all, bad, sizeof all);
+    if (t->par && t->par->size > 1)
+        TS_TRY(ts_comm_all_reduce(t->par->world, bad, all, 3, TS_I32, TS_REDUCE_SUM));
+    for (int k = 0; k < 3; k++)
+        if (all[k])
+            return ts_error(TS_ERR_INVALID,
+                            "step %lld: the %s hold values that are not finite (on %d rank%s); "
+                            "no checkpoint is written (the newest one in %s is kept). Lower "
+                            "[train] lr or set grad_clip",
+                            (long long)t->state.step, names[k], (int)all[k], all[k] > 1 ? "s" : "",
+                            t->ckpt_dir);
+    return TS_OK;
+}
+
+/* Which parameters this rank writes (writes[p]). A block held by several
+ * ranks (placement R on an axis of size > 1, other than the pipeline's and
+ * the one that cuts the optimizer state, over which each rank writes its
+ * own range) is written by one of them; the blocks of each such replica
+ * group go, in model order, to the replica that has been given the fewest
+ * bytes so far, so the writing spreads over the group (every member makes
+ * the same choices: they hold the same blocks). */
+static ts_status trainer_writers(ts_trainer *t, unsigned char *writes) {
+    ts_model *m = t->model;
+    enum { MAX_SIGS = 32 };
+    unsigned sigs[MAX_SIGS];
+    int64_t *loads[MAX_SIGS];
+    int nsigs = 0;
+    ts_status st = TS_OK;
+    for (int p = 0; p < m->nparams && !st; p++) {
+        const ts_param *q = &m->params[p];
+        writes[p] = !q->tied_copy;
+        if (!t->par || q->tied_copy) continue;
+        const ts_layout_plan_entry *e = ts_layout_plan_find(&t->plan, q->value.name);
+        if (!e) return ts_error(TS_ERR_INTERNAL, "checkpoint: %s is not in the layout plan", q->value.name);
+        unsigned sig = 0;
+        int replicas = 1, mine = 0;
+        for (int a = 0; a < e->layout.naxes; a++) {
+            const ts_layout_axis *ax = &e->layout.axes[a];
+            if (ax->size == 1 || ax->placement.kind == TS_PLACEMENT_SHARD ||
+                strcmp(ax->name, ts_mesh_axis_name(TS_AXIS_PP)) == 0)
+                continue;
+            if (t->opt_cut && strcmp(ax->name, m->axes[t->opt_axis].name) == 0) continue;
+            ts_mesh_axis axis;
+            TS_TRY(ts_mesh_axis_from_name(ax->name, &axis));
+            sig |= 1u << axis;
+            mine = mine * ax->size + ts_parallel_coord(t->par, axis);
+            replicas *= ax->size;
+        }
+        if (replicas == 1) continue;
+        int k = 0;
+        while (k < nsigs && sigs[k] != sig)
+            k++;
+        if (k == nsigs) {
+            if (nsigs == MAX_SIGS || !(loads[k] = calloc((size_t)replicas, sizeof(int64_t)))) {
+                st = ts_error(TS_ERR_NOMEM, "checkpoint: out of memory");
+                break;
+            }
+            sigs[nsigs++] = sig;
+        }
+        int64_t off[3], ext[3], n = trainer_param_box(q, off, ext), lo = 0, hi = n;
+        if (!trainer_param_range(t, q, n, &lo, &hi)) continue;
+        int best = 0;
+        for (int r = 1; r < replicas; r++)
+            if (loads[k][r] < loads[k][best]) best = r;
+        loads[k][best] += hi - lo;
+        writes[p] = best == mine;
+    }
+    for (int k = 0; k < nsigs; k++)
+        free(loads[k]);
+    return st;
+}
+
+/* Checks, before a checkpoint is published, that its shards hold every
+ * element of every tensor's three arrays once (the writers' choices
+ * agreed). */
+static ts_status trainer_check_cover(const ts_ckpt_tensor *tensors, int ntable,
+                                     const ts_ckpt_shard *all, int64_t total) {
+    int64_t *held = calloc((size_t)ntable * TS_CKPT_ARRAYS, sizeof *held);
+    if (!held) return ts_error(TS_ERR_NOMEM, "checkpoint: out of memory");
+    for (int64_t i = 0; i < total; i++)
+        held[all[i].tensor * TS_CKPT_ARRAYS + all[i].array] += all[i].hi - all[i].lo;
+    ts_status st = TS_OK;
+    for (int i = 0; i < ntable * TS_CKPT_ARRAYS && !st; i++) {
+        const ts_ckpt_tensor *e = &tensors[i / TS_CKPT_ARRAYS];
+        int64_t n = e->shape[0] * e->shape[1] * e->shape[2];
+        if (held[i] != n)
+            st = ts_error(TS_ERR_INTERNAL,
+                          "checkpoint: the ranks wrote %lld elements of %s (%s), it has %lld; "
+                          "nothing was published",
+                          (long long)held[i], e->name, ts_ckpt_array_name(i % TS_CKPT_ARRAYS),
+                          (long long)n);
+    }
+    free(held);
+    return st;
+}
+
+/* This rank's shards: for every parameter it writes, the master weights,
+ * then both moments, each for the part of its block in the optimizer's
+ * range; laid out one after another in its file. */
+static ts_status job_plan(ts_trainer *t, trainer_ckpt_job *j) {
+    ts_model *m = t->model;
+    unsigned char *writes = malloc((size_t)(m->nparams ? m->nparams : 1));
+    j->shards = malloc((size_t)(TS_CKPT_ARRAYS * m->nparams + 1) * sizeof *j->shards);
+    j->src = malloc((size_t)(TS_CKPT_ARRAYS * m->nparams + 1) * sizeof *j->src);
+    if (!writes || !j->shards || !j->src) {
+        free(writes);
+        return ts_error(TS_ERR_NOMEM, "checkpoint: out of memory");
+    }
+    ts_status st = trainer_writers(t, writes);
+    int rank = t->par ? t->par->rank : 0;
+    for (int k = 0; k < TS_CKPT_ARRAYS && !st; k++)
+        for (int p = 0; p < m->nparams && !st; p++) {
+            const ts_param *q = &m->params[p];
+            int64_t off[3], ext[3], n = trainer_param_box(q, off, ext), lo, hi;
+            if (!writes[p] || !trainer_param_range(t, q, n, &lo, &hi)) continue;
+            int tensor = 0;
+            while (tensor < j->ntable && strcmp(j->names[tensor], q->value.name) != 0)
+                tensor++;
+            if (tensor == j->ntable) {
+                st = ts_error(TS_ERR_INTERNAL, "checkpoint: %s is not in the tensor table",
+                              q->value.name);
+                break;
+            }
+            ts_ckpt_shard *sh = &j->shards[j->nshards];
+            *sh = (ts_ckpt_shard){.tensor = tensor, .array = k, .file = rank,
+                                  .file_offset = (int64_t)j->bytes, .lo = lo, .hi = hi};
+            memcpy(sh->offset, off, sizeof off);
+            memcpy(sh->extent, ext, sizeof ext);
+            j->src[j->nshards++] = q->offset + (size_t)lo - t->optim->shard.begin;
+            j->bytes += (uint64_t)(hi - lo) * sizeof(float);
+        }
+    free(writes);
+    return st;
+}
+
+/* The optimizer's arrays, in the order of TS_CKPT_ARRAYS. */
+static const float *job_array(const ts_trainer *t, int64_t k) {
+    return k == 0 ? t->optim->master : k == 1 ? t->optim->m : t->optim->v;
+}
+
+/* Writes the shards into the open file, from the snapshot when there is
+ * one, else from the arrays (through `stage` when they are off the host),
+ * setting each shard's CRC. */
+static ts_status job_write(const ts_trainer *t, trainer_ckpt_job *j, float *stage) {
+    const ts_backend *be = t ? t->optim->state_be : NULL;
+    for (int64_t i = 0; i < j->nshards; i++) {
+        ts_ckpt_shard *sh = &j->shards[i];
+        size_t count = (size_t)(sh->hi - sh->lo);
+        j->file.crc = 0;
+        if (j->snapshot) {
+            TS_TRY(ts_ckpt_file_write(&j->file, j->snapshot + sh->file_offset / 4,
+                                      count * sizeof(float)));
+        } else {
+            const float *src = job_array(t, sh->array) + j->src[i];
+            if (be->kind == TS_DEVICE_CPU) TS_TRY(ts_ckpt_file_write(&j->file, src, count * 4));
+            for (size_t done = 0; be->kind != TS_DEVICE_CPU && done < count;) {
+                size_t c = count - done < SAVE_STAGE_BYTES / 4 ? count - done : SAVE_STAGE_BYTES / 4;
+                TS_TRY(be->to_host(stage, src + done, c * sizeof(float)));
+                TS_TRY(ts_ckpt_file_write(&j->file, stage, c * sizeof(float)));
+                done += c;
+            }
+        }
+        sh->crc = j->file.crc;
+        if (j->delay_ms > 0) {
+            struct timespec d = {j->delay_ms / 1000, (long)(j->delay_ms % 1000) * 1000000L};
+            nanosleep(&d, NULL);
+        }
+    }
+    return ts_ckpt_file_close(&j->file);
+}
+
+/* The background writer: the snapshot to the file. */
+static void *job_thread(void *arg) {
+    trainer_ckpt_job *j = arg;
+    j->st = job_write(NULL, j, NULL);
+    if (j->st) snprintf(j->msg, sizeof j->msg, "%s", ts_last_error());
+    atomic_store(&j->done, 1);
+    return NULL;
+}
+
+/* Copies this rank's shards into host memory, in file order. */
+static ts_status job_snapshot(ts_trainer *t, trainer_ckpt_job *j) {
+    j->snapshot = ts_mem_alloc(TS_MEM_OTHER, j->bytes ? j->bytes : 4);
+    if (!j->snapshot)
+        return ts_error(TS_ERR_NOMEM,
+                        "checkpoint_async: no host memory for a snapshot of this rank's shards "
+                        "(%.1f MiB); set [train] checkpoint_async = false",
+                        (double)j->bytes / (1 << 20));
+    const ts_backend *be = t->optim->state_be;
+    for (int64_t i = 0; i < j->nshards; i++) {
+        const ts_ckpt_shard *sh = &j->shards[i];
+        size_t bytes = (size_t)(sh->hi - sh->lo) * sizeof(float);
+        const float *src = job_array(t, sh->array) + j->src[i];
+        float *dst = j->snapshot + sh->file_offset / 4;
+        if (be->kind == TS_DEVICE_CPU)
+            memcpy(dst, src, bytes);
+        else
+            TS_TRY(be->to_host(dst, src, bytes));
+    }
+    return TS_OK;
+}
+
+/* Publishes a written job (collective): every rank's shard table to rank
+ * 0, which checks it covers every tensor and commits. A failure anywhere
+ * removes the temporary directory. */
+static ts_status job_publish(ts_trainer *t, trainer_ckpt_job *j, ts_status st) {
+    ts_model *m = t->model;
+    int world = t->par ? t->par->size : 1;
+    st = trainer_agree(t, st, "writing the checkpoint's shards");
+    enum { W = sizeof(ts_ckpt_shard) / sizeof(int32_t) };
+    size_t *counts = calloc((size_t)world, sizeof *counts);
+    int64_t *bytes = calloc((size_t)world, sizeof *bytes);
+    int32_t *nall = calloc((size_t)world, sizeof *nall);
+    ts_ckpt_shard *all = NULL;
+    int64_t total = 0;
+    if (!st && (!counts || !bytes || !nall)) st = ts_error(TS_ERR_NOMEM, "checkpoint: out of memory");
+    if (!st) {
+        int32_t n = (int32_t)j->nshards;
+        int64_t b = (int64_t)j->bytes;
+        if (world > 1) {
+            st = ts_comm_all_gather(t->par->world, &n, nall, 1, TS_I32);
+            if (!st) st = ts_comm_all_gather(t->par->world, &b, bytes, 2, TS_I32);
+        } else {
+            nall[0] = n;
+            bytes[0] = b;
+        }
+    }
+    for (int r = 0; !st && r < world; r++) {
+        counts[r] = (size_t)nall[r] * W;
+        total += nall[r];
+    }
+    if (!st && !(all = malloc((size_t)(total ? total : 1) * sizeof *all)))
+        st = ts_error(TS_ERR_NOMEM, "checkpoint: out of memory");
+    if (!st) {
+        if (world > 1)
+            st = ts_comm_all_gatherv(t->par->world, j->shards, all, counts, TS_I32);
+        else
+            memcpy(all, j->shards, (size_t)j->nshards * sizeof *all);
+    }
+    if (!st && t->rank0) {
+        ts_ckpt_tensor *tensors = calloc((size_t)j->ntable, sizeof *tensors);
+        uint64_t *fb = calloc((size_t)world, sizeof *fb);
+        if (!tensors || !fb) st = ts_error(TS_ERR_NOMEM, "checkpoint: out of memory");
+        for (int i = 0; !st && i < j->ntable; i++) {
+            snprintf(tensors[i].name, sizeof tensors[i].name, "%s", j->names[i]);
+            tensors[i].ndim = j->ndim[i];
+            for (int d = 0; d < 3; d++)
+                tensors[i].shape[d] = d < j->ndim[i] ? j->shapes[i][d] : 1;
+        }
+        for (int r = 0; !st && r < world; r++)
+            fb[r] = (uint64_t)bytes[r];
+        if (!st) st = trainer_check_cover(tensors, j->ntable, all, total);
+        ts_ckpt_info info = {.meta = j->meta, .cfg = m->cfg, .param_dtype = m->dtype,
+                             .nfiles = world, .file_bytes = fb, .ntensors = j->ntable,
+                             .tensors = tensors, .nshards = total, .shards = all};
+        if (!st) st = ts_ckpt_commit(j->tmp, j->final, &info);
+        free(tensors);
+        free(fb);
+    }
+    st = trainer_agree(t, st, "publishing the checkpoint");
+    /* A failed save leaves nothing behind (the previous checkpoints stay). */
+    if (st && t->rank0) ts_ckpt_remove_dir(j->tmp);
+    if (!st && t->rank0) {
+        uint64_t sum = 0;
+        for (int r = 0; r < world; r++)
+            sum += (uint64_t)bytes[r];
+        double ms = 1e3 * (now_seconds() - j->t0);
+        if (j->snapshot)
+            printf("checkpoint: %s (%.2f MiB; training paused %.1f ms for the snapshot, written "
+                   "in the background in %.1f ms)\n",
+                   j->final, (double)sum / (1 << 20), 1e3 * j->t_snapshot, ms);
+        else
+            printf("checkpoint: %s (%.2f MiB in %.1f ms)\n", j->final, (double)sum / (1 << 20),
+                   ms);
+        fflush(stdout);
+    }
+    free(counts);
+    free(bytes);
+    free(nall);
+    free(all);
+    return st;
+}
+
+/* Starts a save of the current state into `final` (collective): the state
+ * checked finite, the temporary directory made, this rank's shards planned
+ * and its file opened. */
+static ts_status job_start(ts_trainer *t, const char *final, const char *tmp,
+                           trainer_ckpt_job **out) {
+    *out = NULL;
+    TS_TRY(trainer_state_finite(t));
+    TS_TRY(trainer_agree(t, t->rank0 ? ts_ckpt_begin(tmp) : TS_OK, "creating the checkpoint"));
+    ts_model *m = t->model;
+    trainer_ckpt_job *j = calloc(1, sizeof *j);
+    ts_status st = j ? TS_OK : ts_error(TS_ERR_NOMEM, "checkpoint: out of memory");
+    if (!st) {
+        j->t0 = now_seconds();
+        j->file.fd = -1;
+        snprintf(j->final, sizeof j->final, "%s", final);
+        snprintf(j->tmp, sizeof j->tmp, "%s", tmp);
+        j->meta = (ts_ckpt_meta){t->state.step, t->state.data_cursor, t->state.seed,
+                                 t->skipped_total};
+        const char *delay = getenv("TESSERA_CKPT_WRITE_DELAY_MS");
+        j->delay_ms = delay ? atoi(delay) : 0;
+        j->ntable = ts_model_param_table_of(m, NULL, NULL, NULL);
+        j->names = malloc((size_t)j->ntable * sizeof *j->names);
+        j->shapes = malloc((size_t)j->ntable * sizeof *j->shapes);
+        j->ndim = malloc((size_t)j->ntable * sizeof *j->ndim);
+        if (!j->names || !j->shapes || !j->ndim ||
+            ts_model_param_table_of(m, j->names, j->shapes, j->ndim) != j->ntable)
+            st = ts_error(TS_ERR_NOMEM, "checkpoint: out of memory");
+    }
+    if (!st) st = job_plan(t, j);
+    char path[4300];
+    if (!st) {
+        ts_ckpt_rank_file(tmp, t->par ? t->par->rank : 0, path, sizeof path);
+        st = ts_ckpt_file_open(&j->file, path);
+    }
+    if (st) {
+        if (j && j->file.fd >= 0) ts_ckpt_file_close(&j->file);
+        job_free(j);
+        return st;
+    }
+    *out = j;
+    return TS_OK;
+}
+
+/* A synchronous save into `final`: start, write from the arrays, publish. */
+static ts_status trainer_save_now(ts_trainer *t, const char *final, const char *tmp) {
+    trainer_ckpt_job *j = NULL;
+    ts_status st = job_start(t, final, tmp, &j);
+    st = trainer_agree(t, st, "starting the checkpoint");
+    if (st) {
+        if (t->rank0) ts_ckpt_remove_dir(tmp);
+        job_free(j);
+        return st;
+    }
+    float *stage = NULL;
+    if (t->optim->state_be->kind != TS_DEVICE_CPU &&
+        !(stage = ts_mem_alloc(TS_MEM_OTHER, SAVE_STAGE_BYTES)))
+        st = ts_error(TS_ERR_NOMEM, "checkpoint: out of memory");
+    if (!st) st = job_write(t, j, stage);
+    if (j->file.fd >= 0) ts_ckpt_file_close(&j->file);
+    ts_mem_free(stage);
+    st = job_publish(t, j, st);
+    job_free(j);
+    return st;
+}
+
+ts_status trainer_ckpt_poll(ts_trainer *t, int wait) {
+    trainer_ckpt_job *j = t->ckpt_job;
+    if (!j) return TS_OK;
+    int32_t done = wait || atomic_load(&j->done), all = done;
+    if (!wait && t->par && t->par->size > 1)
+        TS_TRY(ts_comm_all_reduce(t->par->world, &done, &all, 1, TS_I32, TS_REDUCE_MIN));
+    if (!all) return TS_OK;
+    pthread_join(j->thread, NULL);
+    t->ckpt_job = NULL;
+    ts_status st = j->st ? ts_error(j->st, "%s", j->msg) : TS_OK;
+    st = job_publish(t, j, st);
+    job_free(j);
+    return st;
+}
+
+void trainer_ckpt_abandon(ts_trainer *t) {
+    trainer_ckpt_job *j = t->ckpt_job;
+    if (!j) return;
+    pthread_join(j->thread, NULL);
+    t->ckpt_job = NULL;
+    job_free(j);
+}
+
+ts_status trainer_save(ts_trainer *t) {
+    TS_TRY(trainer_ckpt_poll(t, 1));
+    char final[4096], tmp[4200];
+    ts_ckpt_dir_paths(t->ckpt_dir, t->state.step, final, tmp, sizeof final);
+    if (!t->ckpt_async) return trainer_save_now(t, final, tmp);
+    trainer_ckpt_job *j = NULL;
+    ts_status st = job_start(t, final, tmp, &j);
+    if (!st) st = job_snapshot(t, j);
+    st = trainer_agree(t, st, "starting the checkpoint");
+    if (st) {
+        if (j && j->file.fd >= 0) ts_ckpt_file_close(&j->file);
+        if (t->rank0) ts_ckpt_remove_dir(tmp);
+        job_free(j);
+        return st;
+    }
+    j->t_snapshot = now_seconds() - j->t0;
+    if (pthread_create(&j->thread, NULL, job_thread, j) != 0) {
+        /* No thread: write now. */
+        j->st = job_write(NULL, j, NULL);
+        if (j->st) snprintf(j->msg, sizeof j->msg, "%s", ts_last_error());
+        atomic_store(&j->done, 1);
+        ts_status pst = job_publish(t, j, j->st ? ts_error(j->st, "%s", j->msg) : TS_OK);
+        job_free(j);
+        return pst;
+    }
+    j->thread_started = 1;
+    t->ckpt_job = j;
+    return TS_OK;
+}
+
+ts_status ts_trainer_save_checkpoint(ts_trainer *t, const char *path) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.dir", path);
+    return trainer_save_now(t, path, tmp);
+}
