@@ -50,11 +50,47 @@ typedef struct trainer_ckpt_job {
     ts_status st; /* the writer's */
     char msg[1024];
     double t0, t_snapshot;
+    int64_t rss0; /* resident KiB when the save began            */
     char (*names)[TS_NAME_MAX];
     int64_t (*shapes)[3];
     int *ndim;
     int ntable;
 } trainer_ckpt_job;
+
+/* Resident memory (Linux: /proc/self/status) in KiB: the current and the
+ * peak since the last trainer_resident_reset; 0 where unknown. */
+static void resident_kib(int64_t *now, int64_t *peak) {
+    *now = *peak = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f)) {
+        long long v;
+        if (sscanf(line, "VmRSS: %lld kB", &v) == 1) *now = v;
+        if (sscanf(line, "VmHWM: %lld kB", &v) == 1) *peak = v;
+    }
+    if (f) fclose(f);
+}
+
+int64_t trainer_resident_reset(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) {
+        fputs("5", f); /* resets the peak to the current resident size */
+        fclose(f);
+    }
+    int64_t now, peak;
+    resident_kib(&now, &peak);
+    return now;
+}
+
+ts_status trainer_resident_growth(ts_trainer *t, int64_t base_kib, int32_t *max_kib) {
+    int64_t now, peak;
+    resident_kib(&now, &peak);
+    int32_t mine = peak > base_kib ? (int32_t)(peak - base_kib) : 0;
+    *max_kib = mine;
+    if (t->par && t->par->size > 1)
+        TS_TRY(ts_comm_all_reduce(t->par->world, &mine, max_kib, 1, TS_I32, TS_REDUCE_MAX));
+    return TS_OK;
+}
 
 static void job_free(trainer_ckpt_job *j) {
     if (!j) return;
@@ -344,18 +380,21 @@ static ts_status job_publish(ts_trainer *t, trainer_ckpt_job *j, ts_status st) {
     st = trainer_agree(t, st, "publishing the checkpoint");
     /* A failed save leaves nothing behind (the previous checkpoints stay). */
     if (st && t->rank0) ts_ckpt_remove_dir(j->tmp);
+    int32_t grew = 0;
+    if (!st) st = trainer_resident_growth(t, j->rss0, &grew);
     if (!st && t->rank0) {
         uint64_t sum = 0;
         for (int r = 0; r < world; r++)
             sum += (uint64_t)bytes[r];
         double ms = 1e3 * (now_seconds() - j->t0);
         if (j->snapshot)
-            printf("checkpoint: %s (%.2f MiB; training paused %.1f ms for the snapshot, written "
-                   "in the background in %.1f ms)\n",
-                   j->final, (double)sum / (1 << 20), 1e3 * j->t_snapshot, ms);
+            printf("checkpoint: %s (%.2f MiB; training paused %.1f ms for the snapshot, published "
+                   "after %.1f ms; resident memory of a rank grew by at most %.2f MiB)\n",
+                   j->final, (double)sum / (1 << 20), 1e3 * j->t_snapshot, ms, grew / 1024.0);
         else
-            printf("checkpoint: %s (%.2f MiB in %.1f ms)\n", j->final, (double)sum / (1 << 20),
-                   ms);
+            printf("checkpoint: %s (%.2f MiB in %.1f ms; resident memory of a rank grew by at "
+                   "most %.2f MiB)\n",
+                   j->final, (double)sum / (1 << 20), ms, grew / 1024.0);
         fflush(stdout);
     }
     free(counts);
@@ -377,6 +416,7 @@ static ts_status job_start(ts_trainer *t, const char *final, const char *tmp,
     trainer_ckpt_job *j = calloc(1, sizeof *j);
     ts_status st = j ? TS_OK : ts_error(TS_ERR_NOMEM, "checkpoint: out of memory");
     if (!st) {
+        j->rss0 = trainer_resident_reset();
         j->t0 = now_seconds();
         j->file.fd = -1;
         snprintf(j->final, sizeof j->final, "%s", final);

@@ -284,12 +284,14 @@ ts_status ts_trainer_load(ts_trainer *t, const char *path) {
     struct stat sb;
     ts_ckpt_meta meta;
     int dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    int64_t rss0 = trainer_resident_reset();
     ts_status st = dir ? trainer_load_dir(t, path, &meta) : trainer_load_file(t, path, &meta);
     if (!st && meta.seed != t->state.seed)
         st = trainer_key_error(
             t->cfg, "train", "seed", "seed = %llu, but checkpoint %s was trained with seed %llu",
             (unsigned long long)t->state.seed, path, (unsigned long long)meta.seed);
     st = trainer_agree(t, st, "loading the checkpoint");
+    if (!st) st = trainer_resident_growth(t, rss0, &t->ckpt_grew_kib);
     if (!st) {
         t->state.step = meta.step;
         t->state.data_cursor = meta.data_cursor;

@@ -1057,9 +1057,10 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
         if (found) {
             CHECK(ts_trainer_load(t, path));
             if (t->rank0)
-                printf("resumed from %s at step %lld (rank 0 read %.2f MiB of %.2f)\n", path,
-                       (long long)t->state.step, (double)t->ckpt_read / (1 << 20),
-                       (double)t->ckpt_bytes / (1 << 20));
+                printf("resumed from %s at step %lld (rank 0 read %.2f MiB of %.2f; resident "
+                       "memory of a rank grew by at most %.2f MiB)\n",
+                       path, (long long)t->state.step, (double)t->ckpt_read / (1 << 20),
+                       (double)t->ckpt_bytes / (1 << 20), t->ckpt_grew_kib / 1024.0);
             resumed = 1;
         } else if (t->rank0) {
             printf("resume = auto: no checkpoint in %s, starting from step 0\n", t->ckpt_dir);

@@ -101,6 +101,8 @@ struct ts_trainer {
     int64_t ckpt_every;
     uint64_t ckpt_read, ckpt_bytes; /* the last load: bytes this rank read
                                        of the checkpoint's shard files   */
+    int32_t ckpt_grew_kib;          /* ... and the most any rank's resident
+                                       memory grew by                     */
     int ckpt_async;               /* [train] checkpoint_async          */
     struct trainer_ckpt_job *ckpt_job; /* a background save (NULL: none) */
     ts_dir_lock ckpt_lock;  /* held by rank 0 while it owns ckpt_dir      */
@@ -173,6 +175,12 @@ TS_INTERNAL ts_status trainer_save(ts_trainer *t);
 /* ckpt_save.c: publishes a background save once every rank has written
  * (collective; `wait`: block until then). No-op when none is pending. */
 TS_INTERNAL ts_status trainer_ckpt_poll(ts_trainer *t, int wait);
+/* ckpt_save.c: resets the process's resident-memory peak (Linux); returns
+ * the resident KiB now. */
+TS_INTERNAL int64_t trainer_resident_reset(void);
+/* ckpt_save.c: the largest growth of any rank's resident peak over its
+ * `base_kib` (collective over the world). */
+TS_INTERNAL ts_status trainer_resident_growth(ts_trainer *t, int64_t base_kib, int32_t *max_kib);
 /* ckpt_save.c: drops a pending background save (its temporary directory
  * stays for the next run to remove); for teardown after an error. */
 TS_INTERNAL void trainer_ckpt_abandon(ts_trainer *t);
