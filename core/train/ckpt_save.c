@@ -40,7 +40,8 @@ typedef struct trainer_ckpt_job {
                                arrays (index from the range's begin)          */
     int64_t nshards;
     uint64_t bytes;         /* this rank's file                               */
-    float *snapshot;        /* async: the file's bytes in host memory        */
+    float *snapshot;        /* async: the file's bytes in host memory (the
+                               trainer's ckpt_snapshot, borrowed)           */
     ts_ckpt_file file;
     int delay_ms;           /* TESSERA_CKPT_WRITE_DELAY_MS: a pause after each
                                shard, so tests can kill a rank mid-save      */
@@ -96,7 +97,6 @@ static void job_free(trainer_ckpt_job *j) {
     if (!j) return;
     free(j->shards);
     free(j->src);
-    ts_mem_free(j->snapshot);
     free(j->names);
     free(j->shapes);
     free(j->ndim);
@@ -300,7 +300,13 @@ static void *job_thread(void *arg) {
 
 /* Copies this rank's shards into host memory, in file order. */
 static ts_status job_snapshot(ts_trainer *t, trainer_ckpt_job *j) {
-    j->snapshot = ts_mem_alloc(TS_MEM_OTHER, j->bytes ? j->bytes : 4);
+    /* Kept for the run's next saves: its pages are resident after the first. */
+    if (t->ckpt_snapshot_bytes < j->bytes) {
+        ts_mem_free(t->ckpt_snapshot);
+        t->ckpt_snapshot = ts_mem_alloc(TS_MEM_OTHER, j->bytes ? j->bytes : 4);
+        t->ckpt_snapshot_bytes = t->ckpt_snapshot ? j->bytes : 0;
+    }
+    j->snapshot = t->ckpt_snapshot;
     if (!j->snapshot)
         return ts_error(TS_ERR_NOMEM,
                         "checkpoint_async: no host memory for a snapshot of this rank's shards "

@@ -1079,6 +1079,7 @@ void ts_trainer_destroy(ts_trainer *t) {
     if (!t) return;
     ts_file_stream_close(&t->metrics);
     trainer_ckpt_abandon(t);
+    ts_mem_free(t->ckpt_snapshot);
     ts_dir_lock_release(&t->ckpt_lock);
     free(t->snap);
     size_t slots = (size_t)t->micro_batches * (t->chunks > 0 ? t->chunks : 1);

@@ -105,6 +105,8 @@ struct ts_trainer {
                                        memory grew by                     */
     int ckpt_async;               /* [train] checkpoint_async          */
     struct trainer_ckpt_job *ckpt_job; /* a background save (NULL: none) */
+    float *ckpt_snapshot;              /* its host copy, kept between saves */
+    uint64_t ckpt_snapshot_bytes;
     ts_dir_lock ckpt_lock;  /* held by rank 0 while it owns ckpt_dir      */
     ts_file_stream metrics; /* rank 0's JSONL metrics (f NULL: none)     */
     /* Steps whose loss or gradient norm was not finite: not applied. */
