@@ -2,7 +2,7 @@
  * tessera.c — the command-line program.
  *
  *   tessera train CONFIG [--set section.key=value ...]
- *   tessera export CONFIG --out PATH [--checkpoint FILE] [--set ...]
+ *   tessera export CONFIG --out PATH [--checkpoint CKPT] [--set ...]
  *   tessera reshard CONFIG --checkpoint CKPT --out DIR [--set ...]
  *   tessera inspect CKPT
  *   tessera plan CONFIG --world N [--json] [--set ...]
@@ -32,7 +32,7 @@ static const char *usage_main =
     "\n"
     "commands:\n"
     "  train CONFIG [--set section.key=value ...]   train a model as CONFIG says\n"
-    "  export CONFIG --out PATH [--checkpoint FILE]  write weights as an llm.c checkpoint\n"
+    "  export CONFIG --out PATH [--checkpoint C]     write weights (llm.c, safetensors)\n"
     "  reshard CONFIG --checkpoint C --out DIR      rewrite a checkpoint for CONFIG's ranks\n"
     "  inspect CKPT                                 a checkpoint's tensors, shards and sums\n"
     "  plan CONFIG --world N [--json]                the mesh and rank groups, no training\n"
@@ -54,19 +54,20 @@ static const char *usage_train =
     "  --set section.key=value   override one key (repeatable)\n";
 
 static const char *usage_export =
-    "usage: tessera export CONFIG --out PATH [--format llmc|safetensors] [--checkpoint FILE]\n"
+    "usage: tessera export CONFIG --out PATH [--format llmc|safetensors] [--checkpoint CKPT]\n"
     "                      [--set ...]\n"
     "\n"
     "Writes the model's weights as an llm.c GPT-2 checkpoint (version 3, f32);\n"
     "a mixture-of-experts model, which llm.c cannot hold, as tessera's raw weights\n"
     "(the same 1024-byte header, magic 20260601, then every parameter in f32).\n"
-    "The weights come from FILE, else from the newest checkpoint in\n"
+    "The weights come from CKPT, else from the newest checkpoint in\n"
     "[train] checkpoint_dir, else from the model's initialisation ([model] init).\n"
     "\n"
     "  --out PATH         the file to write (atomically)\n"
     "  --format F         llmc (default), or safetensors: transformers' GPT-2 names and\n"
     "                     shapes (its Conv1D weights as [in, out]), f32\n"
-    "  --checkpoint FILE  a tessera checkpoint to take the weights from\n"
+    "  --checkpoint CKPT  a tessera checkpoint (directory, or an earlier build's file)\n"
+    "                     to take the weights from\n"
     "  --set section.key=value   override one key (repeatable)\n";
 
 static const char *usage_reshard =

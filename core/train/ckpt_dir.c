@@ -199,7 +199,14 @@ ts_status ts_ckpt_commit(const char *tmp, const char *final, const ts_ckpt_info 
     char old[4200];
     struct stat sb;
     int had_old = 0;
-    if (stat(final, &sb) == 0) {
+    if (lstat(final, &sb) == 0) {
+        char marker[4200];
+        snprintf(marker, sizeof marker, "%s/COMPLETE", final);
+        if (!S_ISDIR(sb.st_mode) || access(marker, F_OK) != 0)
+            return ts_error(TS_ERR_IO,
+                            "checkpoint %s: exists and is not a checkpoint: it is left alone and "
+                            "this checkpoint is not written (move it away)",
+                            final);
         snprintf(old, sizeof old, "%s.old.tmp.dir", final);
         TS_TRY(ts_ckpt_remove_dir(old));
         if (rename(final, old) != 0)
@@ -433,11 +440,22 @@ static ts_status reader_index(ts_ckpt_reader *r) {
 
 ts_status ts_ckpt_reader_open(const char *path, ts_ckpt_reader **out) {
     *out = NULL;
-    if (!ts_ckpt_is_complete(path))
+    if (!ts_ckpt_is_complete(path)) {
+        char meta[4200];
+        struct stat sb;
+        snprintf(meta, sizeof meta, "%s/metadata", path);
+        if (stat(path, &sb) != 0)
+            return ts_error(TS_ERR_IO, "checkpoint %s: %s", path, strerror(errno));
+        if (!S_ISDIR(sb.st_mode) || stat(meta, &sb) != 0)
+            return ts_error(TS_ERR_FORMAT,
+                            "checkpoint %s: not a checkpoint directory (no metadata, no COMPLETE "
+                            "marker)",
+                            path);
         return ts_error(TS_ERR_FORMAT,
                         "checkpoint %s: not a complete checkpoint directory (no COMPLETE marker: "
                         "its save was interrupted)",
                         path);
+    }
     ts_ckpt_reader *r = calloc(1, sizeof *r);
     if (!r) return TS_ERR_NOMEM;
     snprintf(r->path, sizeof r->path, "%s", path);

@@ -25,6 +25,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 /* Bytes of host memory a save of state off the host copies through. */
@@ -530,6 +531,9 @@ ts_status trainer_save(ts_trainer *t) {
 }
 
 ts_status ts_trainer_save_checkpoint(ts_trainer *t, const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) == 0)
+        return ts_error(TS_ERR_IO, "%s exists: a checkpoint is written to a new path only", path);
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.dir", path);
     return trainer_save_now(t, path, tmp);

@@ -104,6 +104,13 @@ rm "$good/COMPLETE"
 expect incomplete_checkpoint 'ckpt-00000002: not a complete checkpoint directory' \
     reshard ck.ini --checkpoint "$good" --out re
 cp good.ckpt/COMPLETE "$good/"
+expect reshard_onto_existing 'exists: a checkpoint is written to a new path only' \
+    reshard ck.ini --checkpoint "$good" --out good.ckpt
+expect inspect_not_a_checkpoint 'not a checkpoint directory \(no metadata' inspect ck
+mkdir -p stray/ckpt-00000002 && touch stray/ckpt-00000002/mine
+expect stray_directory 'stray/ckpt-00000002: exists and is not a checkpoint: it is left alone' \
+    train ck.ini --set train.checkpoint_dir=stray --set train.resume=no
+[ -f stray/ckpt-00000002/mine ] && [ -z "$(ls stray | grep tmp)" ] || fail "the stray directory was touched"
 
 printf 'not an llm.c file at all, but long enough to hold its header...%.0s' $(seq 1 40) > fake.bin
 expect llmc_wrong_magic 'fake.bin.*wrong magic' train heads.ini --set model.heads=2 --set model.init=llmc:fake.bin

@@ -5,7 +5,8 @@
 # the checkpoint saved by A and the one B writes right after loading it
 # (tessera reshard on B's ranks) hold the same full tensors, bit for bit
 # (tessera inspect: the CRC-32 of every array of every tensor). And B's rank
-# 0 reads only part of the checkpoint's bytes when B cuts the model.
+# 0 reads only part of the checkpoint's bytes when B cuts the model, and A's
+# ranks wrote files of about equal size.
 # Usage: reshard.sh TESSERA SRC CASE
 . "$(dirname "$0")/multirank.sh"
 CASE=$1
@@ -52,6 +53,15 @@ launch $NA train model.ini "${EXTRA_SET[@]}" "${A[@]}" --set train.steps=10 --se
 ck=a/ckpt-00000010
 [ -f $ck/COMPLETE ] || fail "A wrote no checkpoint at step 10"
 [ "$(ls $ck | grep -c '^rank-')" -eq "$NA" ] || fail "A's checkpoint has not one file per rank: $(ls $ck)"
+# Every rank writes about its share: the largest file is within 25 % of the
+# mean for every case (a 4-rank tp checkpoint is 1.09 of it).
+"$TESSERA" inspect $ck > info.txt || fail "inspect failed"
+grep '^files' info.txt
+python3 - info.txt <<'PY' || fail "one rank wrote most of the checkpoint"
+import re, sys
+r = float(re.search(r"largest [0-9]+ \(([0-9.]+) of the mean\)", open(sys.argv[1]).read()).group(1))
+sys.exit(not r <= 1.25)
+PY
 
 # Save A, load B, save B: the same full tensors.
 launch $NB reshard model.ini "${EXTRA_SET[@]}" "${B[@]}" --checkpoint $ck --out b10 > re.txt 2>&1 ||
