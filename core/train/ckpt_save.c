@@ -136,58 +136,80 @@ static ts_status trainer_state_finite(ts_trainer *t) {
 /* Which parameters this rank writes (writes[p]). A block held by several
  * ranks (placement R on an axis of size > 1, other than the pipeline's and
  * the one that cuts the optimizer state, over which each rank writes its
- * own range) is written by one of them; the blocks of each such replica
- * group go, in model order, to the replica that has been given the fewest
- * bytes so far, so the writing spreads over the group (every member makes
- * the same choices: they hold the same blocks). */
+ * own range) is written by one of them: the blocks of each replica group,
+ * largest first, go to the replica given the fewest bytes so far (Graham's
+ * longest-processing-time rule), so the writing spreads over the group.
+ * Every member makes the same choices: they hold the same blocks. */
+typedef struct writer_item {
+    int64_t size; /* elements written          */
+    int param;
+    unsigned sig; /* the replica axes (bits)   */
+    int replicas, mine;
+} writer_item;
+
+static int writer_item_cmp(const void *a, const void *b) {
+    const writer_item *x = a, *y = b;
+    if (x->size != y->size) return x->size > y->size ? -1 : 1;
+    return x->param - y->param;
+}
+
 static ts_status trainer_writers(ts_trainer *t, unsigned char *writes) {
     ts_model *m = t->model;
-    enum { MAX_SIGS = 32 };
-    unsigned sigs[MAX_SIGS];
-    int64_t *loads[MAX_SIGS];
-    int nsigs = 0;
+    writer_item *items = malloc((size_t)(m->nparams ? m->nparams : 1) * sizeof *items);
+    if (!items) return ts_error(TS_ERR_NOMEM, "checkpoint: out of memory");
+    int n = 0;
     ts_status st = TS_OK;
     for (int p = 0; p < m->nparams && !st; p++) {
         const ts_param *q = &m->params[p];
         writes[p] = !q->tied_copy;
         if (!t->par || q->tied_copy) continue;
         const ts_layout_plan_entry *e = ts_layout_plan_find(&t->plan, q->value.name);
-        if (!e) return ts_error(TS_ERR_INTERNAL, "checkpoint: %s is not in the layout plan", q->value.name);
-        unsigned sig = 0;
-        int replicas = 1, mine = 0;
-        for (int a = 0; a < e->layout.naxes; a++) {
+        if (!e) {
+            st = ts_error(TS_ERR_INTERNAL, "checkpoint: %s is not in the layout plan",
+                          q->value.name);
+            break;
+        }
+        writer_item it = {.param = p, .replicas = 1};
+        for (int a = 0; a < e->layout.naxes && !st; a++) {
             const ts_layout_axis *ax = &e->layout.axes[a];
             if (ax->size == 1 || ax->placement.kind == TS_PLACEMENT_SHARD ||
                 strcmp(ax->name, ts_mesh_axis_name(TS_AXIS_PP)) == 0)
                 continue;
             if (t->opt_cut && strcmp(ax->name, m->axes[t->opt_axis].name) == 0) continue;
             ts_mesh_axis axis;
-            TS_TRY(ts_mesh_axis_from_name(ax->name, &axis));
-            sig |= 1u << axis;
-            mine = mine * ax->size + ts_parallel_coord(t->par, axis);
-            replicas *= ax->size;
+            st = ts_mesh_axis_from_name(ax->name, &axis);
+            it.sig |= 1u << axis;
+            it.mine = it.mine * ax->size + ts_parallel_coord(t->par, axis);
+            it.replicas *= ax->size;
         }
-        if (replicas == 1) continue;
-        int k = 0;
-        while (k < nsigs && sigs[k] != sig)
-            k++;
-        if (k == nsigs) {
-            if (nsigs == MAX_SIGS || !(loads[k] = calloc((size_t)replicas, sizeof(int64_t)))) {
-                st = ts_error(TS_ERR_NOMEM, "checkpoint: out of memory");
-                break;
-            }
-            sigs[nsigs++] = sig;
-        }
-        int64_t off[3], ext[3], n = trainer_param_box(q, off, ext), lo = 0, hi = n;
-        if (!trainer_param_range(t, q, n, &lo, &hi)) continue;
-        int best = 0;
-        for (int r = 1; r < replicas; r++)
-            if (loads[k][r] < loads[k][best]) best = r;
-        loads[k][best] += hi - lo;
-        writes[p] = best == mine;
+        int64_t off[3], ext[3], cnt = trainer_param_box(q, off, ext), lo, hi;
+        if (it.replicas == 1 || !trainer_param_range(t, q, cnt, &lo, &hi)) continue;
+        it.size = hi - lo;
+        items[n++] = it;
     }
-    for (int k = 0; k < nsigs; k++)
-        free(loads[k]);
+    qsort(items, (size_t)n, sizeof *items, writer_item_cmp);
+    /* One load vector per replica group kind, filled in that order. */
+    for (int i = 0; i < n && !st; i++) {
+        if (items[i].replicas == 0) continue; /* done with its group */
+        int64_t *load = calloc((size_t)items[i].replicas, sizeof *load);
+        if (!load) {
+            st = ts_error(TS_ERR_NOMEM, "checkpoint: out of memory");
+            break;
+        }
+        unsigned sig = items[i].sig;
+        for (int j = i; j < n; j++) {
+            writer_item *it = &items[j];
+            if (it->replicas == 0 || it->sig != sig) continue;
+            int best = 0;
+            for (int r = 1; r < it->replicas; r++)
+                if (load[r] < load[best]) best = r;
+            load[best] += it->size;
+            writes[it->param] = best == it->mine;
+            it->replicas = 0;
+        }
+        free(load);
+    }
+    free(items);
     return st;
 }
 
