@@ -5,6 +5,8 @@
  *   tessera export CONFIG --out PATH [--checkpoint CKPT] [--set ...]
  *   tessera reshard CONFIG --checkpoint CKPT --out DIR [--set ...]
  *   tessera inspect CKPT
+ *   tessera verify CONFIG --world N [--steps K] [--json] [--launcher CMD] [--set ...]
+ *   tessera report METRICS.jsonl [--out FILE]
  *   tessera plan CONFIG --world N [--json] [--set ...]
  *   tessera plugins [--config CONFIG] [--plugin-path DIRS]
  *
@@ -19,6 +21,7 @@
 #include <string.h>
 
 #include "backend_plan.h"
+#include "commands.h"
 #include "comm_plan.h"
 #include "config.h"
 #include "parallel.h"
@@ -35,6 +38,8 @@ static const char *usage_main =
     "  export CONFIG --out PATH [--checkpoint C]     write weights (llm.c, safetensors)\n"
     "  reshard CONFIG --checkpoint C --out DIR      rewrite a checkpoint for CONFIG's ranks\n"
     "  inspect CKPT                                 a checkpoint's tensors, shards and sums\n"
+    "  verify CONFIG --world N                      the four ledgers against one rank\n"
+    "  report METRICS.jsonl [--out FILE]            a run's metrics as one HTML file\n"
     "  plan CONFIG --world N [--json]                the mesh and rank groups, no training\n"
     "  plugins [--config CONFIG] [--plugin-path D]   list plugins with their INI keys\n"
     "\n"
@@ -325,8 +330,9 @@ static int cmd_reshard(int argc, char **argv) {
         return 2;
     }
     /* The run's own outputs stay untouched. */
-    static const char *quiet[] = {"train.resume=no", "train.checkpoint_dir=",
-                                  "train.checkpoint_every=0", "train.metrics=", "train.trace="};
+    static const char *quiet[] = {"train.resume=no",
+                                  "train.checkpoint_dir=", "train.checkpoint_every=0",
+                                  "train.metrics=", "train.trace="};
     for (size_t i = 0; i < sizeof quiet / sizeof quiet[0] && !st; i++)
         st = ts_config_set(cfg, quiet[i]);
     ts_comm *world = NULL;
@@ -395,7 +401,8 @@ static int cmd_inspect(int argc, char **argv) {
         char shape[96];
         int len = snprintf(shape, sizeof shape, "[%lld", (long long)e->shape[0]);
         for (int d = 1; d < e->ndim; d++)
-            len += snprintf(shape + len, sizeof shape - (size_t)len, ", %lld", (long long)e->shape[d]);
+            len +=
+                snprintf(shape + len, sizeof shape - (size_t)len, ", %lld", (long long)e->shape[d]);
         snprintf(shape + len, sizeof shape - (size_t)len, "]");
         printf("tensor %-28s %-18s shards %3d", e->name, shape, shards);
         for (int a = 0; a < TS_CKPT_ARRAYS && !st; a++) {
@@ -762,6 +769,10 @@ int main(int argc, char **argv) {
         rc = cmd_reshard(argc - 2, argv + 2);
     else if (strcmp(argv[1], "inspect") == 0)
         rc = cmd_inspect(argc - 2, argv + 2);
+    else if (strcmp(argv[1], "verify") == 0)
+        rc = cmd_verify(argc - 2, argv + 2);
+    else if (strcmp(argv[1], "report") == 0)
+        rc = cmd_report(argc - 2, argv + 2);
     else if (strcmp(argv[1], "plan") == 0)
         rc = cmd_plan(argc - 2, argv + 2);
     else if (strcmp(argv[1], "plugins") == 0)

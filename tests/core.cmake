@@ -79,3 +79,25 @@ add_test(NAME checkpoint_kill_during_save
     ${PROJECT_SOURCE_DIR})
 set_tests_properties(checkpoint_kill_during_save PROPERTIES LABELS "core;checkpoint" TIMEOUT 300
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+
+# tessera verify: the four ledgers on dp, tp, pp, dp x tp, and a broken
+# configuration (the test plugin skew).
+add_test(NAME cli_verify
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/verify.sh $<TARGET_FILE:tessera_cli>
+    ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/tests/plugins)
+set_tests_properties(cli_verify PROPERTIES LABELS core TIMEOUT 900
+  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+
+# tessera report: the HTML of a pipeline run and of one rank.
+add_test(NAME cli_report
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/report.sh $<TARGET_FILE:tessera_cli>
+    ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_report PROPERTIES LABELS core TIMEOUT 300
+  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+
+# The held-out loss on dp, tp + SP, pp and dp x pp against one rank.
+add_test(NAME cli_eval
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/eval.sh $<TARGET_FILE:tessera_cli>
+    ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_eval PROPERTIES LABELS core TIMEOUT 300
+  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")

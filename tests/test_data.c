@@ -17,7 +17,7 @@
 #include "test_cases.h"
 
 static ts_data_opts synthetic_opts(int vocab, int branching, int64_t n, uint64_t seed) {
-    ts_data_opts o = {"synthetic", vocab, seed, 0, n, branching, -1};
+    ts_data_opts o = {"synthetic", vocab, seed, 0, n, branching, -1, 0.0, 0};
     return o;
 }
 
@@ -216,7 +216,7 @@ static const char *write_tokens(const char *name, int32_t magic, int32_t version
 static ts_data_opts file_opts(const char *kind, const char *path, int vocab, char *buf,
                               size_t size) {
     snprintf(buf, size, "%s:%s", kind, path);
-    ts_data_opts o = {buf, vocab, 1337, 0, 0, 0, -1};
+    ts_data_opts o = {buf, vocab, 1337, 0, 0, 0, -1, 0.0, 0};
     return o;
 }
 

@@ -276,6 +276,10 @@ ts_status ts_model_forward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const
  * its input (NULL when it starts with the first module). */
 ts_status ts_model_backward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const ts_tensor *dy,
                                   ts_tensor *dx);
+/* Frees what the forward of chunk `chunk` saved for micro-batch `mb`'s
+ * backward (its output among it): a forward-only pass (evaluation) calls it
+ * once the output is used. */
+void ts_model_release_chunk(ts_model *m, int mb, int chunk);
 /* Whether chunk `chunk` starts with the first module / ends with the last. */
 int ts_model_chunk_first(const ts_model *m, int chunk);
 int ts_model_chunk_last(const ts_model *m, int chunk);

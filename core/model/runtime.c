@@ -721,6 +721,11 @@ ts_status ts_model_forward_backward(ts_model *m, ts_step_ctx *ctx) {
     return ts_model_backward(m, ctx);
 }
 
+void ts_model_release_chunk(ts_model *m, int mb, int chunk) {
+    for (int i = 0; i < m->nmodules; i++)
+        if (m->modules[i] && m->module_chunk[i] == chunk) ts_module_release(m->modules[i], mb);
+}
+
 ts_status ts_model_loss(ts_model *m, ts_step_ctx *ctx, double *mean_loss) {
     double before = ctx->loss_sum;
     int64_t valid_before = ctx->valid_tokens;

@@ -104,7 +104,8 @@ ts_status ts_ckpt_file_write(ts_ckpt_file *f, const void *buf, size_t n) {
 ts_status ts_ckpt_file_close(ts_ckpt_file *f) {
     ts_status st = TS_OK;
     if (f->fd < 0) return st;
-    if (fsync(f->fd) != 0) st = ts_error(TS_ERR_IO, "%s: fsync failed: %s", f->path, strerror(errno));
+    if (fsync(f->fd) != 0)
+        st = ts_error(TS_ERR_IO, "%s: fsync failed: %s", f->path, strerror(errno));
     if (close(f->fd) != 0 && !st)
         st = ts_error(TS_ERR_IO, "%s: close failed: %s", f->path, strerror(errno));
     f->fd = -1;
@@ -124,7 +125,9 @@ static void text_add(text *t, const char *fmt, ...) {
     for (;;) {
         va_list ap;
         va_start(ap, fmt);
-        int n = t->oom ? 0 : vsnprintf(t->s ? t->s + t->len : NULL, t->s ? t->cap - t->len : 0, fmt, ap);
+        int n = t->oom
+                    ? 0
+                    : vsnprintf(t->s ? t->s + t->len : NULL, t->s ? t->cap - t->len : 0, fmt, ap);
         va_end(ap);
         if (t->oom) return;
         if (t->s && t->len + (size_t)n < t->cap) {
@@ -147,8 +150,9 @@ ts_status ts_ckpt_commit(const char *tmp, const char *final, const ts_ckpt_info 
     const ts_ckpt_meta *me = &info->meta;
     const ts_model_config *c = &info->cfg;
     text_add(&t, META_MAGIC "\n");
-    text_add(&t, "step %" PRId64 "\ndata_cursor %" PRId64 "\nseed %" PRIu64
-                 "\nskipped_steps %" PRId64 "\n",
+    text_add(&t,
+             "step %" PRId64 "\ndata_cursor %" PRId64 "\nseed %" PRIu64 "\nskipped_steps %" PRId64
+             "\n",
              me->step, me->data_cursor, me->seed, me->skipped_steps);
     text_add(&t, "param_dtype %s\n", ts_dtype_name(info->param_dtype));
     text_add(&t,
@@ -172,8 +176,8 @@ ts_status ts_ckpt_commit(const char *tmp, const char *final, const ts_ckpt_info 
                  "shard %" PRId64 " %s %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64
                  " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %08" PRIx64 "\n",
                  s->tensor, ts_ckpt_array_name((int)s->array), s->file, s->file_offset,
-                 s->offset[0], s->offset[1], s->offset[2], s->extent[0], s->extent[1],
-                 s->extent[2], s->lo, s->hi, s->crc);
+                 s->offset[0], s->offset[1], s->offset[2], s->extent[0], s->extent[1], s->extent[2],
+                 s->lo, s->hi, s->crc);
     }
     if (t.oom) {
         free(t.s);
@@ -273,11 +277,11 @@ ts_status ts_checkpoint_latest(const char *dir, char *path, size_t path_size, in
 struct ts_ckpt_reader {
     char path[4096];
     ts_ckpt_info info;
-    int *fds;           /* per file, opened on first use (-1)              */
-    int64_t *first;     /* per tensor: its first shard in `order`          */
-    int64_t *count;     /* ... and how many                                */
-    int64_t *order;     /* shard indices grouped by tensor                 */
-    char *text;         /* the metadata                                    */
+    int *fds;            /* per file, opened on first use (-1)              */
+    int64_t *first;      /* per tensor: its first shard in `order`          */
+    int64_t *count;      /* ... and how many                                */
+    int64_t *order;      /* shard indices grouped by tensor                 */
+    char *text;          /* the metadata                                    */
     uint64_t bytes_read; /* from the shard files so far                    */
 };
 
@@ -334,12 +338,12 @@ static ts_status reader_parse(ts_ckpt_reader *r) {
     else
         return meta_error(r, line, "param_dtype is neither f32 nor bf16");
     ts_model_config *c = &in->cfg;
-    if (!NEXT() || sscanf(l,
-                          "model layers=%d d_model=%d heads=%d vocab=%d padded_vocab=%d "
-                          "context=%d experts=%d moe_every=%d expert_hidden=%d top_k=%d",
-                          &c->layers, &c->d_model, &c->heads, &c->vocab, &c->padded_vocab,
-                          &c->context, &c->experts, &c->moe_every, &c->expert_hidden,
-                          &c->top_k) != 10)
+    if (!NEXT() ||
+        sscanf(l,
+               "model layers=%d d_model=%d heads=%d vocab=%d padded_vocab=%d "
+               "context=%d experts=%d moe_every=%d expert_hidden=%d top_k=%d",
+               &c->layers, &c->d_model, &c->heads, &c->vocab, &c->padded_vocab, &c->context,
+               &c->experts, &c->moe_every, &c->expert_hidden, &c->top_k) != 10)
         return meta_error(r, line, "expected the model line");
     if (!NEXT() || sscanf(l, "files %d", &in->nfiles) != 1 || in->nfiles < 1 ||
         in->nfiles > (1 << 24))
@@ -364,8 +368,9 @@ static ts_status reader_parse(ts_ckpt_reader *r) {
     if (!in->tensors) return TS_ERR_NOMEM;
     for (int i = 0; i < in->ntensors; i++) {
         ts_ckpt_tensor *e = &in->tensors[i];
-        if (!NEXT() || sscanf(l, "tensor %lld %63s %d %lld %lld %lld", &v[0], e->name, &e->ndim,
-                              &v[1], &v[2], &v[3]) != 6 ||
+        if (!NEXT() ||
+            sscanf(l, "tensor %lld %63s %d %lld %lld %lld", &v[0], e->name, &e->ndim, &v[1], &v[2],
+                   &v[3]) != 6 ||
             v[0] != i || e->ndim < 1 || e->ndim > 3)
             return meta_error(r, line, "expected tensor I NAME NDIM D0 D1 D2");
         for (int d = 0; d < 3; d++) {
@@ -405,7 +410,8 @@ static ts_status reader_parse(ts_ckpt_reader *r) {
         for (int d = 0; d < 3; d++) {
             sh->offset[d] = v[3 + d];
             sh->extent[d] = v[6 + d];
-            if (sh->offset[d] < 0 || sh->extent[d] < 1 || sh->offset[d] + sh->extent[d] > e->shape[d])
+            if (sh->offset[d] < 0 || sh->extent[d] < 1 ||
+                sh->offset[d] + sh->extent[d] > e->shape[d])
                 return meta_error(r, line, "a shard's box lies outside its tensor");
             box *= sh->extent[d];
         }
@@ -484,11 +490,11 @@ ts_status ts_ckpt_reader_open(const char *path, ts_ckpt_reader **out) {
         if (stat(p, &sb) != 0)
             st = ts_error(TS_ERR_FORMAT, "checkpoint %s: shard file %s is missing", path, p);
         else if ((uint64_t)sb.st_size != r->info.file_bytes[i])
-            st = ts_error(TS_ERR_FORMAT,
-                          "checkpoint %s: shard file %s is %lld bytes, the metadata says %llu "
-                          "(truncated or replaced)",
-                          path, p, (long long)sb.st_size,
-                          (unsigned long long)r->info.file_bytes[i]);
+            st =
+                ts_error(TS_ERR_FORMAT,
+                         "checkpoint %s: shard file %s is %lld bytes, the metadata says %llu "
+                         "(truncated or replaced)",
+                         path, p, (long long)sb.st_size, (unsigned long long)r->info.file_bytes[i]);
     }
     if (st) {
         if (st == TS_ERR_NOMEM) ts_error(st, "checkpoint %s: out of memory", path);
@@ -588,9 +594,9 @@ ts_status ts_ckpt_reader_read(ts_ckpt_reader *r, int tensor, int array, const in
                 int64_t g0 = io[0] + i0, g1 = io[1] + i1, g2 = io[2];
                 int64_t jt = ((g0 - offset[0]) * extent[1] + (g1 - offset[1])) * extent[2] +
                              (g2 - offset[2]);
-                int64_t js = ((g0 - s->offset[0]) * s->extent[1] + (g1 - s->offset[1])) *
-                                 s->extent[2] +
-                             (g2 - s->offset[2]);
+                int64_t js =
+                    ((g0 - s->offset[0]) * s->extent[1] + (g1 - s->offset[1])) * s->extent[2] +
+                    (g2 - s->offset[2]);
                 int64_t a = 0, b = ie[2];
                 if (lo - jt > a) a = lo - jt;
                 if (s->lo - js > a) a = s->lo - js;

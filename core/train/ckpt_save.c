@@ -36,16 +36,16 @@ typedef struct trainer_ckpt_job {
     char final[4096], tmp[4200];
     int64_t step;
     ts_ckpt_meta meta;
-    ts_ckpt_shard *shards;  /* this rank's, file offsets set; CRCs once written */
-    size_t *src;            /* per shard: its first element in the optimizer's
-                               arrays (index from the range's begin)          */
+    ts_ckpt_shard *shards; /* this rank's, file offsets set; CRCs once written */
+    size_t *src;           /* per shard: its first element in the optimizer's
+                              arrays (index from the range's begin)          */
     int64_t nshards;
-    uint64_t bytes;         /* this rank's file                               */
-    float *snapshot;        /* async: the file's bytes in host memory (the
-                               trainer's ckpt_snapshot, borrowed)           */
+    uint64_t bytes;  /* this rank's file                               */
+    float *snapshot; /* async: the file's bytes in host memory (the
+                        trainer's ckpt_snapshot, borrowed)           */
     ts_ckpt_file file;
-    int delay_ms;           /* TESSERA_CKPT_WRITE_DELAY_MS: a pause after each
-                               shard, so tests can kill a rank mid-save      */
+    int delay_ms; /* TESSERA_CKPT_WRITE_DELAY_MS: a pause after each
+                     shard, so tests can kill a rank mid-save      */
     pthread_t thread;
     int thread_started;
     atomic_int done;
@@ -265,8 +265,12 @@ static ts_status job_plan(ts_trainer *t, trainer_ckpt_job *j) {
                 break;
             }
             ts_ckpt_shard *sh = &j->shards[j->nshards];
-            *sh = (ts_ckpt_shard){.tensor = tensor, .array = k, .file = rank,
-                                  .file_offset = (int64_t)j->bytes, .lo = lo, .hi = hi};
+            *sh = (ts_ckpt_shard){.tensor = tensor,
+                                  .array = k,
+                                  .file = rank,
+                                  .file_offset = (int64_t)j->bytes,
+                                  .lo = lo,
+                                  .hi = hi};
             memcpy(sh->offset, off, sizeof off);
             memcpy(sh->extent, ext, sizeof ext);
             j->src[j->nshards++] = q->offset + (size_t)lo - t->optim->shard.begin;
@@ -297,7 +301,8 @@ static ts_status job_write(const ts_trainer *t, trainer_ckpt_job *j, float *stag
             const float *src = job_array(t, sh->array) + j->src[i];
             if (be->kind == TS_DEVICE_CPU) TS_TRY(ts_ckpt_file_write(&j->file, src, count * 4));
             for (size_t done = 0; be->kind != TS_DEVICE_CPU && done < count;) {
-                size_t c = count - done < SAVE_STAGE_BYTES / 4 ? count - done : SAVE_STAGE_BYTES / 4;
+                size_t c =
+                    count - done < SAVE_STAGE_BYTES / 4 ? count - done : SAVE_STAGE_BYTES / 4;
                 TS_TRY(be->to_host(stage, src + done, c * sizeof(float)));
                 TS_TRY(ts_ckpt_file_write(&j->file, stage, c * sizeof(float)));
                 done += c;
@@ -362,7 +367,8 @@ static ts_status job_publish(ts_trainer *t, trainer_ckpt_job *j, ts_status st) {
     int32_t *nall = calloc((size_t)world, sizeof *nall);
     ts_ckpt_shard *all = NULL;
     int64_t total = 0;
-    if (!st && (!counts || !bytes || !nall)) st = ts_error(TS_ERR_NOMEM, "checkpoint: out of memory");
+    if (!st && (!counts || !bytes || !nall))
+        st = ts_error(TS_ERR_NOMEM, "checkpoint: out of memory");
     if (!st) {
         int32_t n = (int32_t)j->nshards;
         int64_t b = (int64_t)j->bytes;
@@ -399,9 +405,15 @@ static ts_status job_publish(ts_trainer *t, trainer_ckpt_job *j, ts_status st) {
         for (int r = 0; !st && r < world; r++)
             fb[r] = (uint64_t)bytes[r];
         if (!st) st = trainer_check_cover(tensors, j->ntable, all, total);
-        ts_ckpt_info info = {.meta = j->meta, .cfg = m->cfg, .param_dtype = m->dtype,
-                             .nfiles = world, .file_bytes = fb, .ntensors = j->ntable,
-                             .tensors = tensors, .nshards = total, .shards = all};
+        ts_ckpt_info info = {.meta = j->meta,
+                             .cfg = m->cfg,
+                             .param_dtype = m->dtype,
+                             .nfiles = world,
+                             .file_bytes = fb,
+                             .ntensors = j->ntable,
+                             .tensors = tensors,
+                             .nshards = total,
+                             .shards = all};
         if (!st) st = ts_ckpt_commit(j->tmp, j->final, &info);
         free(tensors);
         free(fb);
@@ -450,8 +462,8 @@ static ts_status job_start(ts_trainer *t, const char *final, const char *tmp,
         j->file.fd = -1;
         snprintf(j->final, sizeof j->final, "%s", final);
         snprintf(j->tmp, sizeof j->tmp, "%s", tmp);
-        j->meta = (ts_ckpt_meta){t->state.step, t->state.data_cursor, t->state.seed,
-                                 t->skipped_total};
+        j->meta =
+            (ts_ckpt_meta){t->state.step, t->state.data_cursor, t->state.seed, t->skipped_total};
         const char *delay = getenv("TESSERA_CKPT_WRITE_DELAY_MS");
         j->delay_ms = delay ? atoi(delay) : 0;
         j->ntable = ts_model_param_table_of(m, NULL, NULL, NULL);

@@ -339,6 +339,19 @@ ts_status ts_dataset_open(ts_dataset **out, const ts_data_opts *opts) {
         ts_mem_free(ds);
         return st;
     }
+    if (opts->split > 0.0 && opts->split < 1.0) {
+        int64_t cut = (int64_t)((1.0 - opts->split) * (double)ds->n), from = 0, to = cut;
+        if (opts->held_out) {
+            from = cut;
+            to = ds->n;
+        }
+        ds->tokens += from;
+        ds->n = to - from;
+        size_t len = strlen(ds->desc);
+        snprintf(ds->desc + len, sizeof ds->desc - len, ", %s tokens [%lld, %lld) (split %g)",
+                 opts->held_out ? "held-out" : "training", (long long)from, (long long)to,
+                 opts->split);
+    }
     if (ds->shuffle) {
         size_t len = strlen(ds->desc);
         snprintf(ds->desc + len, sizeof ds->desc - len, ", shuffled");

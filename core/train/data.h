@@ -19,6 +19,10 @@
  * function of its index, any rank can read any part of a global batch, and
  * the data cursor of a checkpoint is a single integer. A target equal to
  * `ignore_token` is returned as -1: masked, it has no loss and no gradient.
+ *
+ * Held-out data: with `split` = F the tokens [0, c) are the training part
+ * and [c, n) the held-out part, c = floor((1 - F) n); each is opened as a
+ * dataset of its own, so their windows never share a token.
  */
 #ifndef TESSERA_CORE_DATA_H
 #define TESSERA_CORE_DATA_H
@@ -41,6 +45,9 @@ typedef struct ts_data_opts {
     int ignore_token;         /* targets equal to it are masked (-1); -1 =
                                  none (e.g. an end-of-document token, as
                                  Megatron-LM's eod_mask_loss)              */
+    double split;             /* 0 < split < 1: the last `split` of the
+                                 tokens are held out; 0 = none              */
+    int held_out;             /* open the held-out part (else the rest)    */
 } ts_data_opts;
 
 typedef struct ts_dataset ts_dataset;

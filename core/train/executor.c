@@ -345,3 +345,32 @@ ts_status trainer_execute(ts_trainer *t, int64_t valid, double *loss_sum, double
     }
     return TS_OK;
 }
+
+/* A forward-only pass of the loaded batch: the step's schedule without its
+ * backward, gradient and optimizer actions (each rank's forwards keep their
+ * order, so the pipeline cannot deadlock: activations only flow
+ * downstream). A chunk's saved state is freed once its output has left (or
+ * its loss is counted). *loss_sum: this rank's summed loss. No gradient is
+ * touched and no hook of the backward or the optimizer runs. */
+ts_status trainer_execute_forward(ts_trainer *t, double *loss_sum) {
+    memset(t->ctx, 0, (size_t)t->micro_batches * sizeof *t->ctx);
+    t->compute_s = 0.0;
+    int none[t->chunks];
+    for (int k = 0; k < t->chunks; k++)
+        none[k] = -1;
+    for (int i = 0; i < t->schedule.nactions; i++) {
+        const ts_action *a = &t->schedule.actions[i];
+        if (a->kind != TS_ACT_FORWARD && a->kind != TS_ACT_RECV_ACT && a->kind != TS_ACT_SEND_ACT)
+            continue;
+        TS_TRY(trainer_action(t, a, i, 0, none, loss_sum));
+        size_t slot = (size_t)a->mb * t->chunks + a->chunk;
+        int sends = !ts_model_chunk_last(t->model, a->chunk);
+        if (a->kind == TS_ACT_SEND_ACT) TS_TRY(trainer_wait(&t->act_req[slot]));
+        if ((a->kind == TS_ACT_FORWARD && !sends) || a->kind == TS_ACT_SEND_ACT) {
+            ts_model_release_chunk(t->model, a->mb, a->chunk);
+            t->be->free(t->act_in[slot]);
+            t->act_in[slot] = NULL;
+        }
+    }
+    return TS_OK;
+}

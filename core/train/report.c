@@ -3,12 +3,21 @@
  * steps or the data's epochs are done, with a progress line every log_every
  * steps, a JSONL metrics line per step (memory by category, communication
  * per group and op, the plugins' metrics, the pipeline's bubble), skipped
- * steps reported and counted, and checkpoints when due.
+ * steps reported and counted, and checkpoints when due; at the end the
+ * run's summary ([train] summary: every rank's memory and times, for
+ * `tessera verify`).
+ *
+ * Fault injection: TESSERA_FAULT_KILL=STEP:RANK in the environment makes
+ * world rank RANK kill itself with SIGKILL right after step STEP (a rank
+ * dying as kill -9 would end it, for recovery tests and `tessera verify`).
  */
 #include "trainer_impl.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cpu_kernels.h"
 #include "tessera/device.h"
@@ -28,6 +37,10 @@ static ts_status trainer_write_metrics(ts_trainer *t, const ts_step_stats *s) {
     ts_mem_counter total = trainer_mem(t, TS_MEM_NCAT);
     fprintf(f, "{\"step\":%lld,\"loss\":", (long long)s->step);
     json_num(f, "%.17g", s->loss);
+    if (!isnan(s->val_loss)) {
+        fprintf(f, ",\"val_loss\":");
+        json_num(f, "%.17g", s->val_loss);
+    }
     fprintf(f, ",\"lr\":%.9g,\"grad_norm\":", (double)s->lr);
     json_num(f, "%.9g", s->grad_norm);
     fprintf(f,
@@ -109,6 +122,10 @@ static void trainer_print_header(ts_trainer *t) {
            c->layers, c->d_model, c->heads, c->vocab, c->padded_vocab, c->context, t->model->numel,
            ts_dtype_name(t->model->dtype), device);
     printf("data: %s\n", ts_dataset_describe(t->data));
+    if (t->val_data)
+        printf("held-out data: %s; loss every %lld steps over %lld global batches\n",
+               ts_dataset_describe(t->val_data), (long long)t->eval_every,
+               (long long)t->eval_batches);
     double h = ts_dataset_entropy_rate(t->data);
     printf("loss at uniform prediction ln(vocab) = %.4f", log((double)c->vocab));
     if (!isnan(h)) printf("; entropy rate of the source = %.4f nats/token", h);
@@ -123,7 +140,82 @@ static void trainer_print_header(ts_trainer *t) {
     fflush(stdout);
 }
 
+/* Writes [train] summary (rank 0; collective): per rank its memory
+ * counters by category and its mean step and compute (forward + backward)
+ * time over the steps after the first. */
+static ts_status trainer_write_summary(ts_trainer *t, double step_ms, double compute_ms,
+                                       int64_t steps) {
+    const char *path = ts_config_str(t->cfg, "train", "summary");
+    if (!path[0]) return TS_OK;
+    enum { NC = TS_MEM_NCAT + 1, W = 3 * NC + 2 };
+    double mine[W], *all = mine;
+    int world = t->par ? t->par->size : 1;
+    for (int c = 0; c < NC; c++) {
+        ts_mem_counter k = trainer_mem(t, (ts_mem_category)c);
+        mine[3 * c] = (double)k.allocated;
+        mine[3 * c + 1] = (double)k.reserved;
+        mine[3 * c + 2] = (double)k.peak;
+    }
+    mine[3 * NC] = steps > 0 ? step_ms / (double)steps : 0.0;
+    mine[3 * NC + 1] = steps > 0 ? compute_ms / (double)steps : 0.0;
+    if (world > 1) {
+        if (!(all = malloc(sizeof mine * (size_t)world)))
+            return ts_error(TS_ERR_NOMEM, "summary: out of memory");
+        ts_status st = ts_comm_all_gather(t->par->world, mine, all, 2 * W, TS_I32);
+        if (st) {
+            free(all);
+            return st;
+        }
+    }
+    ts_status st = TS_OK;
+    if (t->rank0) {
+        ts_file_stream out;
+        st = ts_file_stream_open(&out, path, "summary", "w");
+        if (!st) {
+            fprintf(out.f, "{\"world\":%d,\"steps\":%lld,\"ranks\":[", world, (long long)steps);
+            for (int r = 0; r < world; r++) {
+                const double *v = all + (size_t)r * W;
+                fprintf(out.f, "%s{\"rank\":%d,\"step_ms\":%.6g,\"compute_ms\":%.6g,\"mem\":{",
+                        r ? "," : "", r, v[3 * NC], v[3 * NC + 1]);
+                for (int c = 0; c < NC; c++)
+                    fprintf(out.f, "%s\"%s\":{\"allocated\":%.0f,\"reserved\":%.0f,\"peak\":%.0f}",
+                            c ? "," : "", ts_mem_category_name((ts_mem_category)c), v[3 * c],
+                            v[3 * c + 1], v[3 * c + 2]);
+                fprintf(out.f, "}}");
+            }
+            fprintf(out.f, "]}\n");
+            st = ts_file_stream_close(&out);
+        }
+    }
+    if (all != mine) free(all);
+    return st;
+}
+
+/* TESSERA_FAULT_KILL=STEP:RANK: this rank dies after that step. */
+static void trainer_fault_kill(const ts_trainer *t, int64_t step) {
+    const char *spec = getenv("TESSERA_FAULT_KILL");
+    long long at;
+    int rank;
+    if (!spec || sscanf(spec, "%lld:%d", &at, &rank) != 2) return;
+    if (step == at && rank == (t->par ? t->par->rank : 0)) {
+        fflush(stdout);
+        raise(SIGKILL);
+    }
+}
+
+/* Seconds as m:ss, or h:mm:ss from an hour on. */
+static void clock_text(double sec, char *buf, size_t size) {
+    long long s = sec > 0 && sec < 1e9 ? (long long)(sec + 0.5) : 0;
+    if (s >= 3600)
+        snprintf(buf, size, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+    else
+        snprintf(buf, size, "%lld:%02lld", s / 60, s % 60);
+}
+
 ts_status ts_trainer_run(ts_trainer *t) {
+    double sum_step_ms = 0.0, sum_compute_ms = 0.0;
+    int64_t timed = 0, first_step = t->state.step; /* a resumed run starts later */
+    double t_start = now_seconds();
     const ts_model_config *c = &t->mcfg;
     if (t->rank0) trainer_print_header(t);
     while (t->state.step < t->steps) {
@@ -139,15 +231,30 @@ ts_status ts_trainer_run(ts_trainer *t) {
         if (t->par) ts_parallel_snapshot_take(t->par, t->snap);
         ts_step_stats s;
         TS_TRY(ts_trainer_step(t, &s));
+        s.val_loss = NAN;
+        if (t->eval_every > 0 && (s.step % t->eval_every == 0 || s.step == t->steps))
+            TS_TRY(trainer_eval(t, &s.val_loss));
         ts_mem_counter total = trainer_mem(t, TS_MEM_NCAT);
         if (t->rank0 && !s.skipped && (s.step % t->log_every == 0 || s.step == t->steps)) {
-            printf("step %5lld/%lld | loss %.6f | lr %.3e | norm %.4f | %8.0f tok/s | "
-                   "%8.1f ms | peak %.1f MiB\n",
-                   (long long)s.step, (long long)t->steps, s.loss, (double)s.lr, s.grad_norm,
-                   s.tokens_per_s, s.step_ms, (double)total.peak / (1 << 20));
+            char el[32], left[32];
+            double spent = now_seconds() - t_start;
+            int64_t done = s.step - first_step, todo = t->steps - s.step;
+            clock_text(spent, el, sizeof el);
+            clock_text(done > 0 ? spent / (double)done * (double)todo : 0.0, left, sizeof left);
+            char val[48] = "";
+            if (!isnan(s.val_loss)) snprintf(val, sizeof val, " | val %.6f", s.val_loss);
+            printf("step %5lld/%lld | loss %.6f%s | lr %.3e | norm %.4f | %8.0f tok/s | "
+                   "%8.1f ms | peak %.1f MiB | %s elapsed, %s left\n",
+                   (long long)s.step, (long long)t->steps, s.loss, val, (double)s.lr, s.grad_norm,
+                   s.tokens_per_s, s.step_ms, (double)total.peak / (1 << 20), el, left);
             fflush(stdout);
         }
         if (t->metrics.f) TS_TRY(trainer_write_metrics(t, &s));
+        if (!s.skipped && s.step > 1) { /* the first step warms up */
+            sum_step_ms += s.step_ms;
+            sum_compute_ms += 1e3 * t->compute_s;
+            timed++;
+        }
         if (s.skipped) TS_TRY(trainer_skipped(t, &s));
         /* A checkpoint falls due every checkpoint_every steps and at the
          * end; one due on a skipped step waits for the next applied step,
@@ -166,8 +273,10 @@ ts_status ts_trainer_run(ts_trainer *t) {
             t->ckpt_due = 0;
             TS_TRY(trainer_save(t));
         }
+        trainer_fault_kill(t, s.step);
     }
     TS_TRY(trainer_ckpt_poll(t, 1));
+    TS_TRY(trainer_write_summary(t, sum_step_ms, sum_compute_ms, timed));
     (void)c;
     TS_TRY(ts_file_stream_close(&t->metrics));
     if (t->par && t->rank0) ts_parallel_report(t->par, stdout);

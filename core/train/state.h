@@ -156,9 +156,9 @@ ts_status ts_ckpt_reader_read(ts_ckpt_reader *r, int tensor, int array, const in
 uint64_t ts_ckpt_reader_bytes_read(const ts_ckpt_reader *r);
 void ts_ckpt_reader_close(ts_ckpt_reader *r);
 
-/* Loads a single-file checkpoint (older builds) into the unsharded arrays (global_numel each). The file
- * is verified completely (sizes, shape, dtype, tensor table, both
- * checksums) before anything is written to the outputs. */
+/* Loads a single-file checkpoint (older builds) into the unsharded arrays (global_numel each). The
+ * file is verified completely (sizes, shape, dtype, tensor table, both checksums) before anything
+ * is written to the outputs. */
 ts_status ts_checkpoint_load(const char *path, const ts_model *m, ts_ckpt_meta *meta, float *master,
                              float *mom1, float *mom2);
 

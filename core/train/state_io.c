@@ -176,7 +176,7 @@ int64_t trainer_param_box(const ts_param *p, int64_t off[3], int64_t ext[3]) {
 }
 
 int trainer_param_range(const ts_trainer *t, const ts_param *p, int64_t n, int64_t *lo,
-                       int64_t *hi) {
+                        int64_t *hi) {
     int64_t b = (int64_t)t->optim->shard.begin - (int64_t)p->offset;
     int64_t e = (int64_t)t->optim->shard.end - (int64_t)p->offset;
     *lo = b > 0 ? b : 0;
@@ -220,9 +220,10 @@ static ts_status trainer_load_dir(ts_trainer *t, const char *path, ts_ckpt_meta 
     int direct = t->be->kind == TS_DEVICE_CPU && m->dtype == TS_F32 && !o->owns_master;
     int direct_state = o->state_be->kind == TS_DEVICE_CPU;
     size_t range = o->shard.end - o->shard.begin;
-    float *local = direct ? NULL
-                          : ts_mem_alloc(TS_MEM_OTHER, m->numel * (sizeof(float) + sizeof(uint16_t)));
-    float *host = direct_state ? NULL : ts_mem_alloc(TS_MEM_OTHER, (range ? range : 1) * sizeof(float));
+    float *local =
+        direct ? NULL : ts_mem_alloc(TS_MEM_OTHER, m->numel * (sizeof(float) + sizeof(uint16_t)));
+    float *host =
+        direct_state ? NULL : ts_mem_alloc(TS_MEM_OTHER, (range ? range : 1) * sizeof(float));
     if (!st && ((!direct && !local) || (!direct_state && !host)))
         st = ts_error(TS_ERR_NOMEM, "checkpoint %s: out of memory", path);
     float *master = direct ? (float *)m->param_data : local;

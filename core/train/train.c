@@ -905,6 +905,7 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
      * created, checked writable and locked by the rank that writes it. */
     if (t->rank0 && !plan && t->ckpt_dir[0]) CHECK(trainer_claim_dir(t));
     if (t->rank0 && !plan) CHECK(trainer_check_output(t, "trace", "trace"));
+    if (t->rank0 && !plan) CHECK(trainer_check_output(t, "summary", "summary"));
 
     uint64_t seed = (uint64_t)ts_config_int(cfg, "train", "seed");
     ts_dtype dtype = strcmp(ts_config_str(cfg, "train", "dtype"), "bf16") == 0 ? TS_BF16 : TS_F32;
@@ -918,8 +919,36 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
         .synthetic_branching = (int)ts_config_int(cfg, "data", "synthetic_branching"),
         .ignore_token = (int)ts_config_int(cfg, "data", "ignore_token"),
     };
+    const char *val_source = ts_config_str(cfg, "data", "val_source");
+    dopts.split = ts_config_float(cfg, "data", "split");
+    t->eval_every = ts_config_int(cfg, "train", "eval_every");
+    t->eval_batches = ts_config_int(cfg, "train", "eval_batches");
+    if (dopts.split > 0 && val_source[0])
+        CHECK(trainer_key_error(cfg, "data", "split",
+                                "split = %g holds out part of source, and val_source names other "
+                                "held-out data: set one of them",
+                                dopts.split));
+    if (t->eval_every > 0 && !(dopts.split > 0) && !val_source[0])
+        CHECK(trainer_key_error(cfg, "train", "eval_every",
+                                "eval_every = %lld needs held-out data: [data] val_source or split",
+                                (long long)t->eval_every));
     /* A dry run reads no data (its batches are zeros). */
     if (!plan) st = ts_dataset_open(&t->data, &dopts);
+    if (!st && !plan && (dopts.split > 0 || val_source[0])) {
+        ts_data_opts vopts = dopts;
+        vopts.held_out = 1;
+        if (val_source[0]) {
+            vopts.source = val_source;
+            vopts.split = 0;
+        }
+        st = ts_dataset_open(&t->val_data, &vopts);
+        if (st) {
+            char msg[2048];
+            snprintf(msg, sizeof msg, "%s", ts_last_error_bare());
+            CHECK(
+                trainer_key_error(cfg, "data", val_source[0] ? "val_source" : "split", "%s", msg));
+        }
+    }
     if (st) {
         char where[512];
         ts_config_where(cfg, "data", "source", where, sizeof where);
@@ -928,6 +957,15 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
         st = ts_error(st, "%s: %s", where, msg);
         goto fail;
     }
+    if (!plan && t->val_data && t->eval_every > 0 &&
+        ts_dataset_num_windows(t->val_data, t->T) < t->eval_batches * t->global_batch)
+        CHECK(trainer_key_error(
+            cfg, "train", "eval_batches",
+            "eval_batches = %lld global batches of %d sequences need %lld held-out windows of "
+            "seq_len %d; %s holds %lld",
+            (long long)t->eval_batches, t->global_batch,
+            (long long)(t->eval_batches * t->global_batch), t->T, ts_dataset_describe(t->val_data),
+            (long long)ts_dataset_num_windows(t->val_data, t->T)));
     if (!plan && ts_dataset_num_windows(t->data, t->T) < 1)
         CHECK(trainer_key_error(
             cfg, "data", "source", "%s holds %lld tokens, fewer than seq_len + 1 = %d",
@@ -1120,6 +1158,7 @@ void ts_trainer_destroy(ts_trainer *t) {
     ts_model_destroy(t->model);
     if (t->be && t->be->kind != TS_DEVICE_PLAN) ts_backend_close(t->be);
     ts_dataset_close(t->data);
+    ts_dataset_close(t->val_data);
     free(t);
 }
 
@@ -1132,9 +1171,8 @@ ts_train_state *ts_trainer_state(ts_trainer *t) {
  * S(0) over dp gives part r the r-th contiguous block of G / parts of them,
  * read as m micro-batches of B, so the union over ranks is exactly the
  * global batch one rank would read. */
-static int64_t trainer_window(const ts_trainer *t, int k, int b) {
-    return t->state.data_cursor + (int64_t)t->part * t->micro_batches * t->B + (int64_t)k * t->B +
-           b;
+static int64_t trainer_window(const ts_trainer *t, int64_t cursor, int k, int b) {
+    return cursor + (int64_t)t->part * t->micro_batches * t->B + (int64_t)k * t->B + b;
 }
 
 /* Whether every window of this step lies within [data] epochs (always, when
@@ -1145,7 +1183,7 @@ ts_status trainer_have_data(ts_trainer *t, int *have) {
         int64_t limit;
         if (!mul_fits(t->epochs, ts_dataset_num_windows(t->data, t->T), &limit))
             limit = INT64_MAX; /* more windows than any run reads */
-        int64_t last = trainer_window(t, t->micro_batches - 1, t->B - 1);
+        int64_t last = trainer_window(t, t->state.data_cursor, t->micro_batches - 1, t->B - 1);
         ok = last < limit;
     }
     if (t->par && t->par->size > 1) {
@@ -1157,22 +1195,23 @@ ts_status trainer_have_data(ts_trainer *t, int *have) {
     return TS_OK;
 }
 
-/* Reads this rank's part of the global batch and counts the valid targets of
- * the whole global batch. */
-static ts_status trainer_load_batch(ts_trainer *t, int64_t *valid) {
+/* Reads this rank's part of the global batch of windows [cursor, cursor +
+ * G) of `ds` and counts the valid targets of the whole global batch. */
+static ts_status trainer_load_batch(ts_trainer *t, const ts_dataset *ds, int64_t cursor,
+                                    int64_t *valid) {
     int T = t->T_local;
     size_t seq = 0;
     for (int k = 0; k < t->micro_batches; k++)
         for (int b = 0; b < t->B; b++, seq++) {
             if (t->plan_only) continue; /* zeros: every target valid */
             if (T == t->T) {
-                TS_TRY(ts_dataset_window(t->data, trainer_window(t, k, b), T, t->tokens + seq * T,
-                                         t->targets + seq * T));
+                TS_TRY(ts_dataset_window(ds, trainer_window(t, cursor, k, b), T,
+                                         t->tokens + seq * T, t->targets + seq * T));
                 continue;
             }
             /* This rank's part of every sequence. */
             int32_t *in = t->window, *tg = t->window + t->T;
-            TS_TRY(ts_dataset_window(t->data, trainer_window(t, k, b), t->T, in, tg));
+            TS_TRY(ts_dataset_window(ds, trainer_window(t, cursor, k, b), t->T, in, tg));
             for (int i = 0; i < T; i++) {
                 t->tokens[seq * T + i] = in[t->positions[i]];
                 t->targets[seq * T + i] = tg[t->positions[i]];
@@ -1252,7 +1291,7 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
     double t0 = now_seconds();
     ts_trace_set_step(t->trace, t->state.step + 1);
     int64_t valid = 0;
-    TS_TRY(trainer_load_batch(t, &valid));
+    TS_TRY(trainer_load_batch(t, t->data, t->state.data_cursor, &valid));
     TS_TRY(ts_model_zero_grad(t->model));
     if (t->mcfg.experts > 0) TS_TRY(ts_moe_stats_reset(&t->model->moe_stats, t->mcfg.experts));
     double loss_sum = 0.0, norm = 0.0;
@@ -1291,4 +1330,30 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
     stats->skipped_steps = t->skipped_total;
     TS_TRY(trainer_moe_stats(t, stats));
     return trainer_stage_stats(t, stats->bubble);
+}
+
+ts_status trainer_eval(ts_trainer *t, double *val_loss) {
+    double loss_sum = 0.0;
+    int64_t valid_sum = 0;
+    for (int64_t i = 0; i < t->eval_batches; i++) {
+        int64_t valid = 0;
+        double part = 0.0;
+        TS_TRY(trainer_load_batch(t, t->val_data, i * t->global_batch, &valid));
+        TS_TRY(trainer_execute_forward(t, &part));
+        loss_sum += part;
+        valid_sum += valid;
+    }
+    /* The loss lives on the last stage and on every part of the batch. */
+    if (t->stage_comm && ts_comm_size(t->stage_comm) > 1) {
+        float local = (float)loss_sum, sum = 0.0f;
+        TS_TRY(ts_comm_all_reduce(t->stage_host, &local, &sum, 1, TS_F32, TS_REDUCE_SUM));
+        loss_sum = sum;
+    }
+    if (t->batch_comm && ts_comm_size(t->batch_comm) > 1) {
+        float local = (float)loss_sum, sum = 0.0f;
+        TS_TRY(ts_comm_all_reduce(t->batch_comm, &local, &sum, 1, TS_F32, TS_REDUCE_SUM));
+        loss_sum = sum;
+    }
+    *val_loss = valid_sum > 0 ? loss_sum / (double)valid_sum : 0.0;
+    return TS_OK;
 }

@@ -47,6 +47,8 @@ typedef struct ts_step_stats {
                               the update was not applied (the step still counts
                               and its batch is consumed)                       */
     int64_t skipped_steps; /* steps skipped so far in this run          */
+    double val_loss;       /* the held-out loss after this step ([train]
+                              eval_every); NaN when none was computed      */
     /* Mixture of experts (experts > 0): the step's auxiliary losses (with
      * their coefficients, summed over the MoE blocks), rows each expert
      * computed and rows dropped over the whole batch, and the row bytes this
@@ -96,8 +98,8 @@ ts_status ts_trainer_load(ts_trainer *t, const char *path);
 /* Saves the current state as checkpoint directory `path` (written beside it
  * as PATH.tmp.dir, then renamed). Collective over the world. */
 ts_status ts_trainer_save_checkpoint(ts_trainer *t, const char *path);
-/* Writes the current weights, unsharded, for other programs. format: "llmc" (llm.c's GPT-2; raw weights for a mixture of experts) or
- * "safetensors" (transformers' GPT-2 names and shapes). */
+/* Writes the current weights, unsharded, for other programs. format: "llmc" (llm.c's GPT-2; raw
+ * weights for a mixture of experts) or "safetensors" (transformers' GPT-2 names and shapes). */
 ts_status ts_trainer_export(ts_trainer *t, const char *path, const char *format);
 
 #ifdef __cplusplus

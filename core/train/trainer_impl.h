@@ -86,6 +86,8 @@ struct ts_trainer {
     void *opt_user;
     size_t *opt_counts;
     ts_dataset *data;
+    ts_dataset *val_data; /* held-out ([data] val_source or split)  */
+    int64_t eval_every, eval_batches;
     ts_train_state state;
     ts_schedule schedule;
 
@@ -94,16 +96,16 @@ struct ts_trainer {
      * seq0 (the whole sequence unless an axis cuts data.tokens along it). */
     int T_local, seq0;
     int32_t *positions; /* (T_local): their positions in the sequence     */
-    int32_t *window; /* one data window (T + 1 tokens' inputs, targets)  */
+    int32_t *window;    /* one data window (T + 1 tokens' inputs, targets)  */
     int64_t steps;
     int log_every;
     const char *ckpt_dir;
     int64_t ckpt_every;
-    uint64_t ckpt_read, ckpt_bytes; /* the last load: bytes this rank read
-                                       of the checkpoint's shard files   */
-    int32_t ckpt_grew_kib;          /* ... and the most any rank's resident
-                                       memory grew by                     */
-    int ckpt_async;               /* [train] checkpoint_async          */
+    uint64_t ckpt_read, ckpt_bytes;    /* the last load: bytes this rank read
+                                          of the checkpoint's shard files   */
+    int32_t ckpt_grew_kib;             /* ... and the most any rank's resident
+                                          memory grew by                     */
+    int ckpt_async;                    /* [train] checkpoint_async          */
     struct trainer_ckpt_job *ckpt_job; /* a background save (NULL: none) */
     float *ckpt_snapshot;              /* its host copy, kept between saves */
     uint64_t ckpt_snapshot_bytes;
@@ -151,6 +153,14 @@ TS_INTERNAL ts_status trainer_have_data(ts_trainer *t, int *have);
  * non-finite loss or norm on some rank). */
 TS_INTERNAL ts_status trainer_execute(ts_trainer *t, int64_t valid, double *loss_sum, double *norm,
                                       float *lr, int *skipped);
+
+/* executor.c: a forward-only pass of the loaded batch along the step's
+ * schedule; *loss_sum: this rank's summed loss (not normalised). */
+TS_INTERNAL ts_status trainer_execute_forward(ts_trainer *t, double *loss_sum);
+/* train.c: the held-out loss: eval_batches global batches of the held-out
+ * data (the same ones every time), forward only, over valid tokens.
+ * Collective. */
+TS_INTERNAL ts_status trainer_eval(ts_trainer *t, double *val_loss);
 
 /* state_io.c: sets the master weights (and the bf16 parameters) from the
  * unsharded flat array `full` (global_numel f32, host memory). */
