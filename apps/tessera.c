@@ -3,6 +3,7 @@
  *
  *   tessera train CONFIG [--set section.key=value ...]
  *   tessera export CONFIG --out PATH [--checkpoint CKPT] [--set ...]
+ *   tessera sample CONFIG [--checkpoint CKPT] [--prompt TEXT] [--tokens N] ...
  *   tessera reshard CONFIG --checkpoint CKPT --out DIR [--set ...]
  *   tessera inspect CKPT
  *   tessera verify CONFIG --world N [--steps K] [--json] [--launcher CMD] [--set ...]
@@ -37,6 +38,7 @@ static const char *usage_main =
     "  train CONFIG [--set section.key=value ...]   train a model as CONFIG says\n"
     "  export CONFIG --out PATH [--checkpoint C]     write weights (llm.c, safetensors)\n"
     "  reshard CONFIG --checkpoint C --out DIR      rewrite a checkpoint for CONFIG's ranks\n"
+    "  sample CONFIG [--checkpoint C] [--prompt T]  text from the model, on one rank\n"
     "  inspect CKPT                                 a checkpoint's tensors, shards and sums\n"
     "  verify CONFIG --world N                      the four ledgers against one rank\n"
     "  report METRICS.jsonl [--out FILE]            a run's metrics as one HTML file\n"
@@ -74,6 +76,22 @@ static const char *usage_export =
     "  --checkpoint CKPT  a tessera checkpoint (directory, or an earlier build's file)\n"
     "                     to take the weights from\n"
     "  --set section.key=value   override one key (repeatable)\n";
+
+static const char *usage_sample =
+    "usage: tessera sample CONFIG [--checkpoint CKPT] [--prompt TEXT | --prompt-tokens IDS]\n"
+    "                      [--tokens N] [--temperature T] [--top-k K] [--seed S] [--set ...]\n"
+    "\n"
+    "Writes text the model continues a prompt with, on one rank: the weights come\n"
+    "from CKPT (a checkpoint of any topology), else from the newest checkpoint in\n"
+    "[train] checkpoint_dir, else from the initialisation. The prompt's bytes are\n"
+    "its tokens (a byte vocabulary); --prompt-tokens \"464 2068\" gives ids. A\n"
+    "vocabulary of at most 256 tokens prints bytes; a larger one prints ids, or\n"
+    "text through [data] tokenizer (an llm.c tokenizer file).\n"
+    "\n"
+    "  --tokens N         new tokens (default 64)\n"
+    "  --temperature T    0 picks the most likely token each time (default 1)\n"
+    "  --top-k K          draw among the K most likely (default 0: all)\n"
+    "  --seed S           the draws (default [train] seed); the same seed, the same text\n";
 
 static const char *usage_reshard =
     "usage: tessera reshard CONFIG --checkpoint CKPT --out DIR [--set ...]\n"
@@ -151,6 +169,12 @@ typedef struct cli_opts {
     const char *out;        /* export --out            */
     const char *checkpoint; /* export --checkpoint     */
     const char *format;     /* export --format         */
+    const char *prompt;     /* sample --prompt         */
+    const char *prompt_ids; /* sample --prompt-tokens  */
+    const char *tokens;     /* sample --tokens         */
+    const char *temp;       /* sample --temperature    */
+    const char *top_k;      /* sample --top-k          */
+    const char *seed;       /* sample --seed           */
     int world;              /* plan --world            */
     int rank;               /* plan --rank             */
     int json;               /* plan --json             */
@@ -178,6 +202,18 @@ static ts_status load_config(int argc, char **argv, cli_opts *opts, ts_config **
             opts->checkpoint = argv[++i];
         } else if (opts && strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
             opts->format = argv[++i];
+        } else if (opts && strcmp(argv[i], "--prompt") == 0 && i + 1 < argc) {
+            opts->prompt = argv[++i];
+        } else if (opts && strcmp(argv[i], "--prompt-tokens") == 0 && i + 1 < argc) {
+            opts->prompt_ids = argv[++i];
+        } else if (opts && strcmp(argv[i], "--tokens") == 0 && i + 1 < argc) {
+            opts->tokens = argv[++i];
+        } else if (opts && strcmp(argv[i], "--temperature") == 0 && i + 1 < argc) {
+            opts->temp = argv[++i];
+        } else if (opts && strcmp(argv[i], "--top-k") == 0 && i + 1 < argc) {
+            opts->top_k = argv[++i];
+        } else if (opts && strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
+            opts->seed = argv[++i];
         } else if (opts && strcmp(argv[i], "--world") == 0 && i + 1 < argc) {
             char *end = NULL;
             long w = strtol(argv[++i], &end, 10);
@@ -309,6 +345,104 @@ static int cmd_export(int argc, char **argv) {
                checkpoint ? checkpoint : "initialisation");
     rc = st ? fail(st) : 0;
     ts_trainer_destroy(t);
+    ts_plugins_destroy(reg);
+    ts_config_destroy(cfg);
+    return rc;
+}
+
+/* A number option of `sample` in [lo, hi]; def when absent. */
+static ts_status sample_number(const char *opt, const char *text, double lo, double hi, double def,
+                               double *out) {
+    *out = def;
+    if (!text) return TS_OK;
+    char *end = NULL;
+    double v = strtod(text, &end);
+    if (!end || *end || !(v >= lo && v <= hi))
+        return ts_error(TS_ERR_CONFIG, "%s '%s': a number in [%g, %g] is required", opt, text, lo,
+                        hi);
+    *out = v;
+    return TS_OK;
+}
+
+static int cmd_sample(int argc, char **argv) {
+    int rc = 0;
+    if (cli_usage(argc, argv, usage_sample, &rc)) return rc;
+    cli_opts opts = {0};
+    ts_config *cfg = NULL;
+    ts_plugins *reg = NULL;
+    ts_status st = load_config(argc, argv, &opts, &cfg, &reg);
+    if (st) return fail(st);
+    double ntok, temp, topk, seed;
+    st = sample_number("--tokens", opts.tokens, 1, 1e6, 64, &ntok);
+    if (!st) st = sample_number("--temperature", opts.temp, 0, 100, 1, &temp);
+    if (!st) st = sample_number("--top-k", opts.top_k, 0, 1 << 20, 0, &topk);
+    if (!st)
+        st = sample_number("--seed", opts.seed, 0, 9e15,
+                           (double)ts_config_int(cfg, "train", "seed"), &seed);
+    if (!st && opts.prompt && opts.prompt_ids)
+        st = ts_error(TS_ERR_CONFIG, "--prompt and --prompt-tokens: give one of them");
+    /* The prompt as tokens. */
+    size_t plen = opts.prompt ? strlen(opts.prompt) : opts.prompt_ids ? strlen(opts.prompt_ids) : 1;
+    int32_t *prompt = calloc(plen + 1, sizeof *prompt);
+    int nprompt = 0;
+    if (!st && !prompt) st = ts_error(TS_ERR_NOMEM, "sample: out of memory");
+    if (!st && opts.prompt) {
+        for (size_t i = 0; i < plen; i++)
+            prompt[nprompt++] = (unsigned char)opts.prompt[i];
+    } else if (!st && opts.prompt_ids) {
+        for (char *p = (char *)opts.prompt_ids, *end; !st && *p;) {
+            long v = strtol(p, &end, 10);
+            if (end == p) {
+                st = ts_error(TS_ERR_CONFIG, "--prompt-tokens '%s': token ids separated by spaces",
+                              opts.prompt_ids);
+                break;
+            }
+            prompt[nprompt++] = (int32_t)v;
+            p = end + strspn(end, " ,");
+        }
+    } else if (!st) {
+        prompt[nprompt++] = ts_config_int(cfg, "model", "vocab") >= 256 ? '\n' : 0;
+    }
+    char latest[4096];
+    const char *checkpoint = opts.checkpoint;
+    if (!st && !checkpoint) {
+        const char *dir = ts_config_str(cfg, "train", "checkpoint_dir");
+        int found = 0;
+        if (dir[0]) st = ts_checkpoint_latest(dir, latest, sizeof latest, &found);
+        if (found) checkpoint = latest;
+    }
+    static const char *quiet[] = {
+        "train.resume=no",    "train.checkpoint_dir=", "train.checkpoint_every=0",
+        "train.metrics=",     "train.trace=",          "train.summary=",
+        "train.eval_every=0", "train.sample_every=0",  "parallel.plugins="};
+    for (size_t i = 0; i < sizeof quiet / sizeof quiet[0] && !st; i++)
+        st = ts_config_set(cfg, quiet[i]);
+    ts_tokenizer *tk = NULL;
+    const char *tok_path = st ? "" : ts_config_str(cfg, "data", "tokenizer");
+    if (!st && tok_path[0]) st = ts_tokenizer_open(tok_path, &tk);
+    ts_trainer *t = NULL;
+    int32_t *out = st ? NULL : calloc((size_t)nprompt + (size_t)ntok, sizeof *out);
+    if (!st && !out) st = ts_error(TS_ERR_NOMEM, "sample: out of memory");
+    if (!st) st = ts_trainer_create(cfg, NULL, NULL, &t);
+    if (!st && checkpoint) st = ts_trainer_load(t, checkpoint);
+    ts_sample_opts so = {(int)ntok, temp, (int)topk, (uint64_t)seed};
+    if (!st) st = ts_trainer_sample(t, prompt, nprompt, &so, out);
+    if (!st) {
+        int vocab = (int)ts_config_int(cfg, "model", "vocab");
+        ts_tokens_print(stdout, out, nprompt + (int)ntok, vocab, tk);
+        printf("\n");
+        fprintf(stderr,
+                "sampled %d tokens after a prompt of %d (step %lld, from %s; temperature "
+                "%g, top-k %d, seed %llu)\n",
+                (int)ntok, nprompt, (long long)ts_trainer_state(t)->step,
+                checkpoint ? checkpoint : "initialisation", temp, (int)topk,
+                (unsigned long long)seed);
+    }
+    rc = st ? fail(st) : 0;
+    ts_trainer_destroy(t);
+    ts_tokenizer_close(tk);
+    free(prompt);
+    free(out);
     ts_plugins_destroy(reg);
     ts_config_destroy(cfg);
     return rc;
@@ -765,6 +899,8 @@ int main(int argc, char **argv) {
         rc = cmd_train(argc - 2, argv + 2);
     else if (strcmp(argv[1], "export") == 0)
         rc = cmd_export(argc - 2, argv + 2);
+    else if (strcmp(argv[1], "sample") == 0)
+        rc = cmd_sample(argc - 2, argv + 2);
     else if (strcmp(argv[1], "reshard") == 0)
         rc = cmd_reshard(argc - 2, argv + 2);
     else if (strcmp(argv[1], "inspect") == 0)

@@ -101,3 +101,10 @@ add_test(NAME cli_eval
     ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_eval PROPERTIES LABELS core TIMEOUT 300
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+
+# tessera sample and [train] sample_every.
+add_test(NAME cli_sample
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/sample.sh $<TARGET_FILE:tessera_cli>
+    ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_sample PROPERTIES LABELS core TIMEOUT 300
+  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")

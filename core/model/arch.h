@@ -41,6 +41,12 @@ struct ts_arch {
     /* Required. FLOPs of one forward + backward of B x T tokens (2 per
      * multiply-add, backward twice forward). */
     double (*flops)(const ts_model_config *cfg, int B, int T);
+    /* Optional (NULL: the model cannot be sampled). After a forward of
+     * micro-batch `mb` of one sequence of T tokens, before its saved state
+     * is released: the logits of the last position, the vocabulary's first
+     * `vocab` entries, into `out` (host memory). Fails when this rank does
+     * not hold the whole vocabulary. */
+    ts_status (*last_logits)(ts_model *m, int mb, int T, float *out);
 };
 
 /* GPT-2 (core/model/gpt2.c). */

@@ -712,6 +712,27 @@ static double gpt2_flops(const ts_model_config *c, int B, int T) {
     return 3.0 * 2.0 * (gemm + attn);
 }
 
+/* The head's logits of the last position (arch.h: last_logits). */
+static ts_status gpt2_last_logits(ts_model *m, int mb, int T, float *out) {
+    ts_module *head = m->modules[m->nmodules - 1];
+    if (!head) return ts_error(TS_ERR_INVALID, "sample: the head runs on another pipeline stage");
+    head_shape s;
+    TS_TRY(head_shape_of(head, 1, T, &s));
+    if (s.v0 != 0 || s.Vl < m->cfg.vocab || s.N != (size_t)T)
+        return ts_error(TS_ERR_INVALID,
+                        "sample: this rank holds part of the vocabulary or sequence");
+    float *base = ts_module_saved(head, mb);
+    if (!base) return ts_error(TS_ERR_INTERNAL, "sample: the head saved nothing");
+    head_acts a;
+    head_carve(&a, base, s.N, s.Nl, m->cfg.d_model, s.Vpl);
+    const float *row = a.logits + (size_t)(T - 1) * s.Vpl;
+    if (m->be->kind == TS_DEVICE_CPU) {
+        memcpy(out, row, (size_t)m->cfg.vocab * sizeof(float));
+        return TS_OK;
+    }
+    return m->be->to_host(out, row, (size_t)m->cfg.vocab * sizeof(float));
+}
+
 static const ts_arch gpt2_arch = {
     .struct_size = sizeof(ts_arch),
     .name = "gpt2",
@@ -719,6 +740,7 @@ static const ts_arch gpt2_arch = {
     .declare_modules = gpt2_modules,
     .check = gpt2_check,
     .flops = gpt2_flops,
+    .last_logits = gpt2_last_logits,
 };
 
 const ts_arch *ts_arch_gpt2(void) {

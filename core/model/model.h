@@ -276,6 +276,11 @@ ts_status ts_model_forward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const
  * its input (NULL when it starts with the first module). */
 ts_status ts_model_backward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const ts_tensor *dy,
                                   ts_tensor *dx);
+/* Sampling: the logits of the position after `tokens` (T of them, 1 <= T
+ * <= context; one sequence) into `logits` (vocab floats, host), from a
+ * forward over the whole model on this rank alone. Fails when this rank
+ * holds part of the model or the architecture has no last_logits. */
+ts_status ts_model_next_logits(ts_model *m, const int32_t *tokens, int T, float *logits);
 /* Frees what the forward of chunk `chunk` saved for micro-batch `mb`'s
  * backward (its output among it): a forward-only pass (evaluation) calls it
  * once the output is used. */

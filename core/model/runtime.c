@@ -721,6 +721,44 @@ ts_status ts_model_forward_backward(ts_model *m, ts_step_ctx *ctx) {
     return ts_model_backward(m, ctx);
 }
 
+ts_status ts_model_next_logits(ts_model *m, const int32_t *tokens, int T, float *logits) {
+    if (!m->arch->last_logits || m->arch->struct_size < sizeof(ts_arch))
+        return ts_error(TS_ERR_INVALID, "sample: architecture %s cannot be sampled", m->arch->name);
+    if (m->stages > 1 || m->chunks > 1 || m->numel != m->global_numel)
+        return ts_error(TS_ERR_INVALID,
+                        "sample: this rank holds part of the model; sample on one rank (tessera "
+                        "sample loads a checkpoint of any topology)");
+    if (T < 1 || T > m->cfg.context)
+        return ts_error(TS_ERR_INVALID, "sample: %d tokens, the context holds 1..%d", T,
+                        m->cfg.context);
+    const ts_backend *be = m->be;
+    int32_t *host = malloc((size_t)T * 2 * sizeof(int32_t));
+    int32_t *dev = be->kind == TS_DEVICE_CPU ? host : be->alloc(TS_MEM_OTHER, (size_t)T * 2 * 4);
+    if (!host || !dev) {
+        free(host);
+        if (dev && dev != host) be->free(dev);
+        return ts_error(TS_ERR_NOMEM, "sample: out of memory");
+    }
+    memcpy(host, tokens, (size_t)T * sizeof(int32_t));
+    for (int i = 0; i < T; i++)
+        host[T + i] = -1; /* no targets: nothing is scored */
+    ts_status st = dev == host ? TS_OK : be->from_host(dev, host, (size_t)T * 2 * sizeof(int32_t));
+    ts_step_ctx ctx = {.mb = 0,
+                       .B = 1,
+                       .T = T,
+                       .tokens = dev,
+                       .targets = dev + T,
+                       .targets_host = host + T,
+                       .micro_batches = 1};
+    if (!st) st = ts_model_forward(m, &ctx);
+    if (!st) st = m->arch->last_logits(m, 0, T, logits);
+    for (int i = 0; i < m->nmodules; i++)
+        if (m->modules[i]) ts_module_release(m->modules[i], 0);
+    if (dev != host) be->free(dev);
+    free(host);
+    return st;
+}
+
 void ts_model_release_chunk(ts_model *m, int mb, int chunk) {
     for (int i = 0; i < m->nmodules; i++)
         if (m->modules[i] && m->module_chunk[i] == chunk) ts_module_release(m->modules[i], mb);

@@ -191,6 +191,30 @@ static ts_status trainer_write_summary(ts_trainer *t, double step_ms, double com
     return st;
 }
 
+/* [train] sample_every: a short sample of text after the step (rank 0,
+ * whose model is whole: checked at start-up), greedy from a newline (or
+ * token 0), through [data] tokenizer when one is named. */
+static ts_status trainer_print_sample(ts_trainer *t, int64_t step) {
+    int n = (int)t->sample_tokens;
+    int32_t *out = malloc((size_t)(n + 1) * sizeof *out);
+    if (!out) return ts_error(TS_ERR_NOMEM, "sample: out of memory");
+    int32_t prompt = t->mcfg.vocab >= 256 ? '\n' : 0;
+    ts_sample_opts o = {n, 0.0, 0, t->state.seed};
+    ts_tokenizer *tk = NULL;
+    const char *path = ts_config_str(t->cfg, "data", "tokenizer");
+    ts_status st = path[0] ? ts_tokenizer_open(path, &tk) : TS_OK;
+    if (!st) st = ts_trainer_sample(t, &prompt, 1, &o, out);
+    if (!st) {
+        printf("sample at step %lld: ", (long long)step);
+        ts_tokens_print(stdout, out + 1, n, t->mcfg.vocab, tk);
+        printf("\n");
+        fflush(stdout);
+    }
+    ts_tokenizer_close(tk);
+    free(out);
+    return st;
+}
+
 /* TESSERA_FAULT_KILL=STEP:RANK: this rank dies after that step. */
 static void trainer_fault_kill(const ts_trainer *t, int64_t step) {
     const char *spec = getenv("TESSERA_FAULT_KILL");
@@ -250,6 +274,8 @@ ts_status ts_trainer_run(ts_trainer *t) {
             fflush(stdout);
         }
         if (t->metrics.f) TS_TRY(trainer_write_metrics(t, &s));
+        if (t->sample_every > 0 && t->rank0 && s.step % t->sample_every == 0)
+            TS_TRY(trainer_print_sample(t, s.step));
         if (!s.skipped && s.step > 1) { /* the first step warms up */
             sum_step_ms += s.step_ms;
             sum_compute_ms += 1e3 * t->compute_s;

@@ -923,6 +923,8 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
     dopts.split = ts_config_float(cfg, "data", "split");
     t->eval_every = ts_config_int(cfg, "train", "eval_every");
     t->eval_batches = ts_config_int(cfg, "train", "eval_batches");
+    t->sample_every = ts_config_int(cfg, "train", "sample_every");
+    t->sample_tokens = ts_config_int(cfg, "train", "sample_tokens");
     if (dopts.split > 0 && val_source[0])
         CHECK(trainer_key_error(cfg, "data", "split",
                                 "split = %g holds out part of source, and val_source names other "
@@ -1032,6 +1034,13 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
     t->state = (ts_train_state){t->model, t->optim, 0, 0, seed};
     CHECK(trainer_ready_after(t));
     CHECK(trainer_norm_owners(t));
+    if (t->sample_every > 0 &&
+        (t->model->numel != t->model->global_numel || t->stages > 1 || t->T_local != t->T))
+        CHECK(trainer_key_error(cfg, "train", "sample_every",
+                                "sample_every = %lld needs the whole model on rank 0 (one stage, "
+                                "no parameter or sequence cut); sample a checkpoint with tessera "
+                                "sample instead",
+                                (long long)t->sample_every));
     CHECK(trainer_core_reductions(t));
     if (par) t->tie_comm = ts_parallel_data_comm(par, "embedding");
     if (ts_plugins_num_schedulers(reg) > 1)

@@ -6,6 +6,8 @@
 #ifndef TESSERA_CORE_TRAIN_H
 #define TESSERA_CORE_TRAIN_H
 
+#include <stdio.h>
+
 #include "config.h"
 #include "parallel.h"
 #include "plugin.h"
@@ -101,6 +103,26 @@ ts_status ts_trainer_save_checkpoint(ts_trainer *t, const char *path);
 /* Writes the current weights, unsharded, for other programs. format: "llmc" (llm.c's GPT-2; raw
  * weights for a mixture of experts) or "safetensors" (transformers' GPT-2 names and shapes). */
 ts_status ts_trainer_export(ts_trainer *t, const char *path, const char *format);
+
+/* Sampling (sample.c). */
+typedef struct ts_sample_opts {
+    int tokens;         /* new tokens to generate                        */
+    double temperature; /* 0: the most likely token each time (argmax)   */
+    int top_k;          /* draw among the k most likely; 0 = all          */
+    uint64_t seed;      /* the draws: a pure function of (seed, position) */
+} ts_sample_opts;
+/* Continues `prompt` (nprompt tokens, each < vocab) by o->tokens tokens
+ * into `out` (nprompt + o->tokens: the prompt, then the new tokens); the
+ * model must be whole on this rank (one stage, nothing cut). */
+ts_status ts_trainer_sample(ts_trainer *t, const int32_t *prompt, int nprompt,
+                            const ts_sample_opts *o, int32_t *out);
+/* An llm.c tokenizer file (magic 20240328, version 1 or 2) for decoding. */
+typedef struct ts_tokenizer ts_tokenizer;
+ts_status ts_tokenizer_open(const char *path, ts_tokenizer **out);
+void ts_tokenizer_close(ts_tokenizer *tk);
+/* Prints tokens as text: through `tk` when given, as bytes when vocab <=
+ * 256, else as ids separated by spaces. */
+void ts_tokens_print(FILE *f, const int32_t *tokens, int n, int vocab, const ts_tokenizer *tk);
 
 #ifdef __cplusplus
 }

@@ -88,6 +88,7 @@ struct ts_trainer {
     ts_dataset *data;
     ts_dataset *val_data; /* held-out ([data] val_source or split)  */
     int64_t eval_every, eval_batches;
+    int64_t sample_every, sample_tokens;
     ts_train_state state;
     ts_schedule schedule;
 
