@@ -117,18 +117,23 @@ static const char *usage_inspect =
     "topologies can be compared tensor by tensor. Reads one tensor at a time.\n";
 
 static const char *usage_plan =
-    "usage: tessera plan CONFIG --world N [--rank R] [--json] [--set ...]\n"
+    "usage: tessera plan CONFIG --world N [--rank R] [--json] [--groups] [--layout] [--timeline]\n"
+    "                    [--set ...]\n"
     "\n"
-    "Loads CONFIG's plugins and prints, without starting MPI, the mesh they\n"
-    "make for N ranks: the size of every axis and every rank group of every\n"
-    "axis and product of axes, dense (tp cp dp pp) and expert (ep etp edp);\n"
-    "the layout plan; and for rank R (default 0) the memory it allocates and\n"
-    "the communication of every group per step, from a dry run of two steps:\n"
-    "the real trainer, model and plugins over a backend and communicators that\n"
-    "only count (nothing computed, nothing exchanged).\n"
-    "--json prints one object whose \"groups\" maps each axis name to its\n"
-    "groups, each a list of ranks ascending, groups ordered by their first rank;\n"
-    "\"memory\" and \"comm\" (\"group.op\": calls and bytes) are rank R's.\n";
+    "Loads CONFIG's plugins and prints, without starting MPI, a summary of one\n"
+    "screen for N ranks: the size of every axis, dense (tp cp dp pp) and expert\n"
+    "(ep etp edp); the number and size of the rank groups of every axis and\n"
+    "product of axes; and for rank R (default 0) the memory it allocates by\n"
+    "category, the communication of every group per step and the pipeline's\n"
+    "bubble, from a dry run of two steps: the real trainer, model and plugins\n"
+    "over a backend and communicators that only count (nothing computed, nothing\n"
+    "exchanged).\n"
+    "  --groups    every group's ranks\n"
+    "  --layout    the layout plan: every tensor's shape, placements, local block\n"
+    "  --timeline  every pipeline stage's slots under the unit-time model\n"
+    "  --json      everything as one object: \"groups\" maps each axis name to its\n"
+    "              groups (lists of ranks ascending, ordered by their first rank);\n"
+    "              \"memory\" and \"comm\" (\"group.op\": calls and bytes) are rank R's\n";
 
 static const char *usage_plugins =
     "usage: tessera plugins [--config CONFIG [--set ...]] [--plugin-path DIRS]\n"
@@ -166,18 +171,19 @@ static int cli_usage(int argc, char **argv, const char *usage, int *rc) {
 
 /* The options a command accepts beyond --set. */
 typedef struct cli_opts {
-    const char *out;        /* export --out            */
-    const char *checkpoint; /* export --checkpoint     */
-    const char *format;     /* export --format         */
-    const char *prompt;     /* sample --prompt         */
-    const char *prompt_ids; /* sample --prompt-tokens  */
-    const char *tokens;     /* sample --tokens         */
-    const char *temp;       /* sample --temperature    */
-    const char *top_k;      /* sample --top-k          */
-    const char *seed;       /* sample --seed           */
-    int world;              /* plan --world            */
-    int rank;               /* plan --rank             */
-    int json;               /* plan --json             */
+    const char *out;              /* export --out            */
+    const char *checkpoint;       /* export --checkpoint     */
+    const char *format;           /* export --format         */
+    const char *prompt;           /* sample --prompt         */
+    const char *prompt_ids;       /* sample --prompt-tokens  */
+    const char *tokens;           /* sample --tokens         */
+    const char *temp;             /* sample --temperature    */
+    const char *top_k;            /* sample --top-k          */
+    const char *seed;             /* sample --seed           */
+    int world;                    /* plan --world            */
+    int rank;                     /* plan --rank             */
+    int json;                     /* plan --json             */
+    int groups, layout, timeline; /* plan's details      */
 } cli_opts;
 
 /* Loads CONFIG (argv[0]), applies --set overrides, loads the plugins it
@@ -229,6 +235,12 @@ static ts_status load_config(int argc, char **argv, cli_opts *opts, ts_config **
             opts->rank = (int)r;
         } else if (opts && strcmp(argv[i], "--json") == 0) {
             opts->json = 1;
+        } else if (opts && strcmp(argv[i], "--groups") == 0) {
+            opts->groups = 1;
+        } else if (opts && strcmp(argv[i], "--layout") == 0) {
+            opts->layout = 1;
+        } else if (opts && strcmp(argv[i], "--timeline") == 0) {
+            opts->timeline = 1;
         } else {
             st = ts_error(TS_ERR_CONFIG, "unexpected argument '%s' (see --help)", argv[i]);
         }
@@ -550,6 +562,29 @@ static int cmd_inspect(int argc, char **argv) {
     return st ? fail(st) : 0;
 }
 
+/* One line per axis and product of axes: how many groups of how many
+ * ranks, and the first group (its first and last ranks when long). */
+static void print_groups_summary(const ts_mesh *mesh, FILE *f) {
+    static const char *tokens[] = {TS_MESH_JSON_TOKENS};
+    for (size_t i = 0; i < sizeof tokens / sizeof tokens[0]; i++) {
+        ts_mesh_groups g;
+        if (ts_mesh_groups_init(&g, mesh, tokens[i]) != TS_OK) continue;
+        if (g.size > 1) {
+            fprintf(f, "  %-10s %6d group%s of %5d, the first [", tokens[i], g.count,
+                    g.count == 1 ? " " : "s", g.size);
+            for (int r = 0; r < g.size; r++) {
+                if (g.size > 8 && r == 3) {
+                    fprintf(f, ", ...");
+                    r = g.size - 3;
+                }
+                fprintf(f, "%s%d", r ? ", " : "", g.ranks[r]);
+            }
+            fprintf(f, "]\n");
+        }
+        ts_mesh_groups_free(&g);
+    }
+}
+
 static void print_groups(const ts_mesh *mesh, FILE *f) {
     static const char *tokens[] = {TS_MESH_JSON_TOKENS};
     for (size_t i = 0; i < sizeof tokens / sizeof tokens[0]; i++) {
@@ -807,19 +842,31 @@ static int cmd_plan(int argc, char **argv) {
         printf("  expert etp %d x ep %d x edp %d x pp %d\n", ts_mesh_axis_size(mesh, TS_AXIS_ETP),
                ts_mesh_axis_size(mesh, TS_AXIS_EP), ts_mesh_axis_size(mesh, TS_AXIS_EDP),
                ts_mesh_axis_size(mesh, TS_AXIS_PP));
-        printf("groups:\n");
-        print_groups(mesh, stdout);
-        printf("layout plan (rank 0's block in 'local'):\n");
-        st = ts_layout_plan_print(&plan, stdout);
+        if (opts.groups) {
+            printf("groups:\n");
+            print_groups(mesh, stdout);
+        } else {
+            printf("groups (axes and products of more than one rank; --groups lists them all):\n");
+            print_groups_summary(mesh, stdout);
+        }
+        if (opts.layout) {
+            printf("layout plan (rank 0's block in 'local'):\n");
+            st = ts_layout_plan_print(&plan, stdout);
+        }
         if (unbound[0]) printf("no prediction of memory and communication: %s\n", unbound);
-        if (!unbound[0])
+        if (!unbound[0]) {
+            char h[6][32];
+            size_t v[6] = {est.params, est.grads, est.optim, est.acts, est.comm, est.batch};
+            for (int k = 0; k < 6; k++)
+                plan_bytes((double)v[k], h[k], sizeof h[k]);
             printf("memory of rank %d (a dry run of two steps: what it allocates):\n"
-                   "  params       %12zu bytes\n  grads        %12zu bytes\n"
-                   "  optimizer    %12zu bytes\n  activations  %12zu bytes (peak of steps of %d "
-                   "micro-batches of %d x %d)\n  comm         %12zu bytes (peak of staging)\n"
-                   "  batch        %12zu bytes\n",
-                   opts.rank, est.params, est.grads, est.optim, est.acts, shape.micro_batches,
-                   shape.B, shape.T, est.comm, est.batch);
+                   "  params       %14zu bytes %10s\n  grads        %14zu bytes %10s\n"
+                   "  optimizer    %14zu bytes %10s\n  activations  %14zu bytes %10s (peak of "
+                   "steps of %d micro-batches of %d x %d)\n  comm         %14zu bytes %10s (peak "
+                   "of staging)\n  batch        %14zu bytes %10s\n",
+                   opts.rank, est.params, h[0], est.grads, h[1], est.optim, h[2], est.acts, h[3],
+                   shape.micro_batches, shape.B, shape.T, est.comm, h[4], est.batch, h[5]);
+        }
         if (!unbound[0]) {
             printf("  peak during a step: params %zu, grads %zu, optimizer %zu, all %zu bytes\n",
                    est.params_peak, est.grads_peak, est.optim_peak, est.total_peak);
@@ -827,11 +874,17 @@ static int cmd_plan(int argc, char **argv) {
             printf("communication of rank %d per step:\n", opts.rank);
             plan_each_comm(&est, world, plan_comm_text);
         }
-        if (sim.stages) {
+        if (sim.stages && opts.timeline) {
             printf("pipeline schedule %s, %d micro-batches (unit-time model: every forward and "
                    "backward takes one slot):\n",
                    ts_plugins_scheduler_name(reg, 0), shape.micro_batches);
             ts_schedule_timeline_print(&sim, stdout);
+        } else if (sim.stages) {
+            printf("pipeline: schedule %s, %d stages, %d micro-batches, %d chunk%s per rank: "
+                   "bubble %.4f of the step (unit-time model; --timeline prints every stage's "
+                   "slots)\n",
+                   ts_plugins_scheduler_name(reg, 0), sim.stages, shape.micro_batches, sim.chunks,
+                   sim.chunks == 1 ? "" : "s", bubble);
         } else {
             printf("pipeline bubble: 0 (one stage)\n");
         }

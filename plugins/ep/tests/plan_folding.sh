@@ -32,7 +32,7 @@ size = 4
 INI
 "$TESSERA" plan fold.ini --world 16 --json > plan.json 2> plan.err || { cat plan.err; fail "plan"; }
 python3 "$SRC/tests/cli/rank_groups.py" 16 2 2 2 4 1 tp-cp-ep-dp-pp plan.json || fail "groups"
-"$TESSERA" plan fold.ini --world 16 > plan.txt 2>&1 || fail "plan (text)"
+"$TESSERA" plan fold.ini --world 16 --groups --layout > plan.txt 2>&1 || fail "plan (text)"
 sed -n '/^mesh:/,/^layout plan/p' plan.txt | head -n -1
 grep -q "h.0.moe.experts.fc.weight.*local \[2x256x64\].*ep:S(0)" plan.txt ||
     fail "the experts are not cut over ep (2 of 8 per rank)"
