@@ -311,6 +311,30 @@ static int cmd_train(int argc, char **argv) {
     return rc;
 }
 
+/* For the commands that read a checkpoint into a trainer and do not train
+ * (export, sample, reshard): the checkpoint to read (`given`, else the
+ * newest in [train] checkpoint_dir when `newest`, else none: *checkpoint
+ * NULL), then the run's own outputs switched off, so that the command
+ * leaves them alone (the checkpoint directory, which a run may hold locked,
+ * metrics, trace, summary) and does no evaluation or sampling. */
+static ts_status cli_checkpoint_quiet(ts_config *cfg, const char *given, int newest, char *latest,
+                                      size_t size, const char **checkpoint) {
+    *checkpoint = given;
+    if (!given && newest) {
+        const char *dir = ts_config_str(cfg, "train", "checkpoint_dir");
+        int found = 0;
+        if (dir[0]) TS_TRY(ts_checkpoint_latest(dir, latest, size, &found));
+        if (found) *checkpoint = latest;
+    }
+    static const char *quiet[] = {
+        "train.resume=no",    "train.checkpoint_dir=", "train.checkpoint_every=0",
+        "train.metrics=",     "train.trace=",          "train.summary=",
+        "train.eval_every=0", "train.sample_every=0"};
+    for (size_t i = 0; i < sizeof quiet / sizeof quiet[0]; i++)
+        TS_TRY(ts_config_set(cfg, quiet[i]));
+    return TS_OK;
+}
+
 static int cmd_export(int argc, char **argv) {
     int rc = 0;
     if (cli_usage(argc, argv, usage_export, &rc)) return rc;
@@ -332,22 +356,10 @@ static int cmd_export(int argc, char **argv) {
         fprintf(stderr, "tessera export: --format %s: expected llmc or safetensors\n", opts.format);
         return 2;
     }
-    /* Export what a checkpoint holds, not what resume would do; and leave
-     * the run's own outputs alone: its checkpoint directory (which a run
-     * may hold locked while we read it), metrics and trace. */
+    /* Export what a checkpoint holds, not what resume would do. */
     char latest[4096];
-    const char *checkpoint = opts.checkpoint;
-    if (!checkpoint) {
-        const char *dir = ts_config_str(cfg, "train", "checkpoint_dir");
-        int found = 0;
-        if (dir[0]) st = ts_checkpoint_latest(dir, latest, sizeof latest, &found);
-        if (found) checkpoint = latest;
-    }
-    static const char *quiet[] = {"train.resume=no",
-                                  "train.checkpoint_dir=", "train.checkpoint_every=0",
-                                  "train.metrics=", "train.trace="};
-    for (size_t i = 0; i < sizeof quiet / sizeof quiet[0] && !st; i++)
-        st = ts_config_set(cfg, quiet[i]);
+    const char *checkpoint = NULL;
+    st = cli_checkpoint_quiet(cfg, opts.checkpoint, 1, latest, sizeof latest, &checkpoint);
     ts_trainer *t = NULL;
     if (!st) st = ts_trainer_create(cfg, NULL, NULL, &t);
     if (!st && checkpoint) st = ts_trainer_load(t, checkpoint);
@@ -416,19 +428,9 @@ static int cmd_sample(int argc, char **argv) {
         prompt[nprompt++] = ts_config_int(cfg, "model", "vocab") >= 256 ? '\n' : 0;
     }
     char latest[4096];
-    const char *checkpoint = opts.checkpoint;
-    if (!st && !checkpoint) {
-        const char *dir = ts_config_str(cfg, "train", "checkpoint_dir");
-        int found = 0;
-        if (dir[0]) st = ts_checkpoint_latest(dir, latest, sizeof latest, &found);
-        if (found) checkpoint = latest;
-    }
-    static const char *quiet[] = {
-        "train.resume=no",    "train.checkpoint_dir=", "train.checkpoint_every=0",
-        "train.metrics=",     "train.trace=",          "train.summary=",
-        "train.eval_every=0", "train.sample_every=0",  "parallel.plugins="};
-    for (size_t i = 0; i < sizeof quiet / sizeof quiet[0] && !st; i++)
-        st = ts_config_set(cfg, quiet[i]);
+    const char *checkpoint = NULL;
+    if (!st) st = cli_checkpoint_quiet(cfg, opts.checkpoint, 1, latest, sizeof latest, &checkpoint);
+    if (!st) st = ts_config_set(cfg, "parallel.plugins=");
     ts_tokenizer *tk = NULL;
     const char *tok_path = st ? "" : ts_config_str(cfg, "data", "tokenizer");
     if (!st && tok_path[0]) st = ts_tokenizer_open(tok_path, &tk);
@@ -475,18 +477,14 @@ static int cmd_reshard(int argc, char **argv) {
                         "(and nothing else but --set)\n");
         return 2;
     }
-    /* The run's own outputs stay untouched. */
-    static const char *quiet[] = {"train.resume=no",
-                                  "train.checkpoint_dir=", "train.checkpoint_every=0",
-                                  "train.metrics=", "train.trace="};
-    for (size_t i = 0; i < sizeof quiet / sizeof quiet[0] && !st; i++)
-        st = ts_config_set(cfg, quiet[i]);
+    const char *checkpoint = NULL;
+    st = cli_checkpoint_quiet(cfg, opts.checkpoint, 0, NULL, 0, &checkpoint);
     ts_comm *world = NULL;
     ts_parallel *par = NULL;
     ts_trainer *t = NULL;
     if (!st) st = start_parallel(&argc, &argv, cfg, reg, &world, &par);
     if (!st) st = ts_trainer_create(cfg, par, reg, &t);
-    if (!st) st = ts_trainer_load(t, opts.checkpoint);
+    if (!st) st = ts_trainer_load(t, checkpoint);
     if (!st) st = ts_trainer_save_checkpoint(t, opts.out);
     if (!st && (!world || ts_comm_rank(world) == 0))
         printf("resharded %s (step %lld) into %s for %d rank%s\n", opts.checkpoint,

@@ -262,9 +262,10 @@ ts_status ts_trainer_run(ts_trainer *t) {
         if (t->rank0 && !s.skipped && (s.step % t->log_every == 0 || s.step == t->steps)) {
             char el[32], left[32];
             double spent = now_seconds() - t_start;
-            int64_t done = s.step - first_step, todo = t->steps - s.step;
+            int64_t done = s.step - first_step, remaining = t->steps - s.step;
             clock_text(spent, el, sizeof el);
-            clock_text(done > 0 ? spent / (double)done * (double)todo : 0.0, left, sizeof left);
+            clock_text(done > 0 ? spent / (double)done * (double)remaining : 0.0, left,
+                       sizeof left);
             char val[48] = "";
             if (!isnan(s.val_loss)) snprintf(val, sizeof val, " | val %.6f", s.val_loss);
             printf("step %5lld/%lld | loss %.6f%s | lr %.3e | norm %.4f | %8.0f tok/s | "

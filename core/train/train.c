@@ -1296,6 +1296,22 @@ static ts_status trainer_moe_stats(ts_trainer *t, ts_step_stats *stats) {
     return st;
 }
 
+/* The loss summed over the ranks that hold parts of it: the last pipeline
+ * stage's (the others add 0) and every part of the batch. */
+static ts_status trainer_loss_total(ts_trainer *t, double *loss_sum) {
+    if (t->stage_comm && ts_comm_size(t->stage_comm) > 1) {
+        float local = (float)*loss_sum, sum = 0.0f;
+        TS_TRY(ts_comm_all_reduce(t->stage_host, &local, &sum, 1, TS_F32, TS_REDUCE_SUM));
+        *loss_sum = sum;
+    }
+    if (t->batch_comm && ts_comm_size(t->batch_comm) > 1) {
+        float local = (float)*loss_sum, sum = 0.0f;
+        TS_TRY(ts_comm_all_reduce(t->batch_comm, &local, &sum, 1, TS_F32, TS_REDUCE_SUM));
+        *loss_sum = sum;
+    }
+    return TS_OK;
+}
+
 ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
     double t0 = now_seconds();
     ts_trace_set_step(t->trace, t->state.step + 1);
@@ -1307,17 +1323,7 @@ ts_status ts_trainer_step(ts_trainer *t, ts_step_stats *stats) {
     float lr = 0.0f;
     int skipped = 0;
     TS_TRY(trainer_execute(t, valid, &loss_sum, &norm, &lr, &skipped));
-    /* The loss lives on the last stage and on every part of the batch. */
-    if (t->stage_comm && ts_comm_size(t->stage_comm) > 1) {
-        float local = (float)loss_sum, sum = 0.0f;
-        TS_TRY(ts_comm_all_reduce(t->stage_host, &local, &sum, 1, TS_F32, TS_REDUCE_SUM));
-        loss_sum = sum;
-    }
-    if (t->batch_comm && ts_comm_size(t->batch_comm) > 1) {
-        float local = (float)loss_sum, sum = 0.0f;
-        TS_TRY(ts_comm_all_reduce(t->batch_comm, &local, &sum, 1, TS_F32, TS_REDUCE_SUM));
-        loss_sum = sum;
-    }
+    TS_TRY(trainer_loss_total(t, &loss_sum));
     t->state.step++;
     t->state.data_cursor += t->global_batch;
     double dt = now_seconds() - t0;
@@ -1352,17 +1358,7 @@ ts_status trainer_eval(ts_trainer *t, double *val_loss) {
         loss_sum += part;
         valid_sum += valid;
     }
-    /* The loss lives on the last stage and on every part of the batch. */
-    if (t->stage_comm && ts_comm_size(t->stage_comm) > 1) {
-        float local = (float)loss_sum, sum = 0.0f;
-        TS_TRY(ts_comm_all_reduce(t->stage_host, &local, &sum, 1, TS_F32, TS_REDUCE_SUM));
-        loss_sum = sum;
-    }
-    if (t->batch_comm && ts_comm_size(t->batch_comm) > 1) {
-        float local = (float)loss_sum, sum = 0.0f;
-        TS_TRY(ts_comm_all_reduce(t->batch_comm, &local, &sum, 1, TS_F32, TS_REDUCE_SUM));
-        loss_sum = sum;
-    }
+    TS_TRY(trainer_loss_total(t, &loss_sum));
     *val_loss = valid_sum > 0 ? loss_sum / (double)valid_sum : 0.0;
     return TS_OK;
 }
