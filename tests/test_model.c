@@ -273,6 +273,41 @@ static void test_memory(void) {
            ts_mem_stats(TS_MEM_NCAT).allocated - before.allocated);
 }
 
+/* The allocator keeps freed per-step blocks of 1 MiB and more for reuse:
+ * still reserved, no longer allocated, handed out again zeroed for the same
+ * size, and returned to the system by ts_mem_trim. */
+static void test_memory_cache(void) {
+    ts_mem_trim();
+    /* A peak first, so that the cache has room (it holds at most what the
+     * per-step categories held at once). */
+    size_t n = 4u << 20;
+    ts_mem_counter r0 = ts_mem_stats(TS_MEM_NCAT);
+    unsigned char *a = ts_mem_alloc(TS_MEM_ACTS, n), *b = ts_mem_alloc(TS_MEM_ACTS, n);
+    EXPECT(a && b, "%s", ts_last_error());
+    memset(a, 0x5a, n);
+    ts_mem_free(b);
+    ts_mem_counter r1 = ts_mem_stats(TS_MEM_NCAT);
+    EXPECT(r1.allocated == r0.allocated + n, "freed: not allocated (%zu)", r1.allocated);
+    EXPECT(r1.reserved > r0.reserved + n, "freed: still reserved (cached)");
+    ts_mem_free(a);
+    r1 = ts_mem_stats(TS_MEM_NCAT);
+    unsigned char *c = ts_mem_alloc(TS_MEM_COMM, n);
+    EXPECT(c != NULL, "%s", ts_last_error());
+    size_t nonzero = 0;
+    for (size_t i = 0; i < n; i++)
+        nonzero += c[i] != 0;
+    EXPECT(nonzero == 0, "a reused block is zeroed (%zu bytes are not)", nonzero);
+    ts_mem_counter r2 = ts_mem_stats(TS_MEM_NCAT);
+    EXPECT(r2.reserved == r1.reserved, "reuse maps nothing new: reserved %zu, was %zu", r2.reserved,
+           r1.reserved);
+    EXPECT(ts_mem_stats(TS_MEM_COMM).reserved >= n, "a reused block counts under its new category");
+    ts_mem_free(c);
+    ts_mem_trim();
+    ts_mem_counter r3 = ts_mem_stats(TS_MEM_NCAT);
+    EXPECT(r3.reserved == r0.reserved && r3.allocated == r0.allocated,
+           "trim returns every cached block: reserved %zu, was %zu", r3.reserved, r0.reserved);
+}
+
 static void test_bf16(void) {
     ts_model *f = make_model(TS_F32, 9);
     ts_mem_counter p0 = ts_mem_stats(TS_MEM_PARAMS);
@@ -376,6 +411,8 @@ int main(int argc, char **argv) {
         test_lr();
     else if (strcmp(argv[1], "memory") == 0)
         test_memory();
+    else if (strcmp(argv[1], "memory_cache") == 0)
+        test_memory_cache();
     else if (strcmp(argv[1], "bf16") == 0)
         test_bf16();
     else if (strcmp(argv[1], "moe_grad") == 0)

@@ -14,7 +14,19 @@
  * in its heap as glibc raises its mapping threshold, and the process's
  * resident memory then drifts above the accounted peak by up to the
  * threshold's ceiling, depending on the address layout.
+ *
+ * A mapped block of the per-step categories (activations, communication
+ * staging, other) is not unmapped when freed but kept in a small cache and
+ * handed out again for a request of the same size (zeroed, as a new block
+ * is): a training step allocates the same sizes every step, and reusing
+ * them saves the page faults, the kernel's zeroing of fresh pages and the
+ * unmapping (Linux faults in every 4 KiB page of a new mapping). A cached
+ * block stays counted as `reserved` (held from the system) but not as
+ * `allocated`; the cache holds at most ALLOC_CACHE_BLOCKS blocks and as
+ * many bytes as the largest `allocated` total seen (so it never holds
+ * more than a step needed at once), and ts_mem_trim empties it.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +59,62 @@ static const char *alloc_names[TS_MEM_NCAT + 1] = {"params", "grads", "optimizer
 const char *ts_mem_category_name(ts_mem_category cat) {
     if ((int)cat < 0 || cat > TS_MEM_NCAT) return "?";
     return alloc_names[cat];
+}
+
+/* Freed mapped blocks kept for reuse (see the top of the file). */
+#define ALLOC_CACHE_BLOCKS 256
+static pthread_mutex_t alloc_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static alloc_header *alloc_cache[ALLOC_CACHE_BLOCKS];
+static size_t alloc_cache_total[ALLOC_CACHE_BLOCKS]; /* each block's mapped bytes */
+static int alloc_cache_count;
+static size_t alloc_cache_bytes;
+
+static int alloc_cacheable(int cat) {
+    return cat == TS_MEM_ACTS || cat == TS_MEM_COMM || cat == TS_MEM_OTHER;
+}
+
+/* A cached block of exactly `total` mapped bytes, or NULL. */
+static alloc_header *alloc_cache_take(size_t total) {
+    alloc_header *h = NULL;
+    pthread_mutex_lock(&alloc_cache_lock);
+    for (int i = alloc_cache_count - 1; i >= 0; i--)
+        if (alloc_cache_total[i] == total) {
+            h = alloc_cache[i];
+            alloc_cache[i] = alloc_cache[alloc_cache_count - 1];
+            alloc_cache_total[i] = alloc_cache_total[alloc_cache_count - 1];
+            alloc_cache_count--;
+            alloc_cache_bytes -= total;
+            break;
+        }
+    pthread_mutex_unlock(&alloc_cache_lock);
+    return h;
+}
+
+/* Keeps a freed block when there is room; returns 0 when it must be
+ * unmapped instead. */
+static int alloc_cache_put(alloc_header *h, size_t total, size_t limit) {
+    int kept = 0;
+    pthread_mutex_lock(&alloc_cache_lock);
+    if (alloc_cache_count < ALLOC_CACHE_BLOCKS && alloc_cache_bytes + total <= limit) {
+        alloc_cache[alloc_cache_count] = h;
+        alloc_cache_total[alloc_cache_count++] = total;
+        alloc_cache_bytes += total;
+        kept = 1;
+    }
+    pthread_mutex_unlock(&alloc_cache_lock);
+    return kept;
+}
+
+void ts_mem_trim(void) {
+    pthread_mutex_lock(&alloc_cache_lock);
+    for (int i = 0; i < alloc_cache_count; i++) {
+        atomic_fetch_sub(&alloc_reserved[alloc_cache[i]->cat], alloc_cache_total[i]);
+        atomic_fetch_sub(&alloc_reserved[TS_MEM_NCAT], alloc_cache_total[i]);
+        munmap(alloc_cache[i], alloc_cache_total[i]);
+    }
+    alloc_cache_count = 0;
+    alloc_cache_bytes = 0;
+    pthread_mutex_unlock(&alloc_cache_lock);
 }
 
 static void alloc_raise_peak(int idx, size_t now) {
@@ -93,7 +161,12 @@ void *ts_mem_alloc(ts_mem_category cat, size_t bytes) {
     size_t total = alloc_reserved_bytes(bytes);
     int mapped = total >= ALLOC_MAP_MIN;
     alloc_header *h;
-    if (mapped) {
+    if (mapped && alloc_cacheable(cat) && (h = alloc_cache_take(total)) != NULL) {
+        /* Reused: zeroed like a new mapping; its bytes move to `cat`. */
+        memset(h + 1, 0, bytes);
+        atomic_fetch_sub(&alloc_reserved[h->cat], total);
+        atomic_fetch_sub(&alloc_reserved[TS_MEM_NCAT], total);
+    } else if (mapped) {
         h = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (h == MAP_FAILED) h = NULL;
     } else {
@@ -125,9 +198,19 @@ void ts_mem_free(void *ptr) {
     size_t total = alloc_reserved_bytes(h->bytes);
     atomic_fetch_sub(&alloc_allocated[h->cat], h->bytes);
     atomic_fetch_sub(&alloc_allocated[TS_MEM_NCAT], h->bytes);
+    h->magic = 0;
+    /* Kept: still reserved (under its category until reused). The cache
+     * holds at most what the per-step categories ever held at once: the
+     * peak of everything less the model state held now. */
+    size_t state = atomic_load(&alloc_allocated[TS_MEM_PARAMS]) +
+                   atomic_load(&alloc_allocated[TS_MEM_GRADS]) +
+                   atomic_load(&alloc_allocated[TS_MEM_OPTIM]);
+    size_t peak = atomic_load(&alloc_peak[TS_MEM_NCAT]);
+    if (h->mapped && alloc_cacheable((int)h->cat) &&
+        alloc_cache_put(h, total, peak > state ? peak - state : 0))
+        return;
     atomic_fetch_sub(&alloc_reserved[h->cat], total);
     atomic_fetch_sub(&alloc_reserved[TS_MEM_NCAT], total);
-    h->magic = 0;
     if (h->mapped)
         munmap(h, total);
     else

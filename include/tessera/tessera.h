@@ -140,6 +140,9 @@ void ts_mem_free(void *ptr);
 ts_mem_counter ts_mem_stats(ts_mem_category cat);
 /* Forgets the peaks (sets each to the current allocation). */
 void ts_mem_reset_peak(void);
+/* Returns the blocks the allocator keeps for reuse (freed activation,
+ * communication and other blocks of 1 MiB and more) to the system. */
+void ts_mem_trim(void);
 
 /* This machine's physical memory in bytes (0 when unknown). The accounted
  * allocator refuses a request that would take its total beyond it, since
