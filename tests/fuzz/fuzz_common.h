@@ -33,6 +33,12 @@
 static const ts_model_config fuzz_tiny_model = {
     .layers = 1, .d_model = 8, .heads = 2, .vocab = 16, .padded_vocab = 16, .context = 4};
 
+/* The checkpoint directory of fuzz_ckpt_meta and its seeds: FUZZ_META_FILES
+ * shard files rank-RRRRR.bin of FUZZ_META_BYTES zero bytes each (f32 zeros:
+ * finite), beside the metadata under test. */
+#define FUZZ_META_FILES 2
+#define FUZZ_META_BYTES 65536
+
 static int fuzz_fd = -1;
 static char fuzz_path[512];
 static char fuzz_tmpdir[256];

@@ -162,6 +162,59 @@ static void seeds_checkpoint(void) {
     ts_model_destroy(m);
 }
 
+/* --- ckpt_meta: the metadata of a checkpoint of the fuzz target's files ------- */
+static void seeds_ckpt_meta(void) {
+    /* Tensor "w" (4, 8): master and m cut by rows over the two files, v cut
+     * as an element range; "b" (8) whole in file 1. */
+    static const ts_ckpt_tensor tensors[2] = {{"w", 2, {4, 8, 1}}, {"b", 1, {8, 1, 1}}};
+    static ts_ckpt_shard shards[8];
+    static unsigned char zeros[FUZZ_META_BYTES];
+    int n = 0;
+    int64_t at[FUZZ_META_FILES] = {0};
+    for (int a = 0; a < TS_CKPT_ARRAYS; a++)
+        for (int f = 0; f < FUZZ_META_FILES; f++) {
+            ts_ckpt_shard *s = &shards[n++];
+            *s = (ts_ckpt_shard){.tensor = 0, .array = a, .file = f, .file_offset = at[f]};
+            int range = a == 2;
+            s->offset[0] = range ? 0 : 2 * f;
+            s->extent[0] = range ? 4 : 2;
+            s->extent[1] = 8;
+            s->extent[2] = 1;
+            s->lo = range ? 16 * f : 0;
+            s->hi = s->lo + 16;
+            s->crc = ts_crc32(0, zeros, 64);
+            at[f] += 64;
+        }
+    ts_ckpt_shard *b = &shards[n++];
+    *b = (ts_ckpt_shard){.tensor = 1, .array = 0, .file = 1, .file_offset = at[1], .hi = 8};
+    b->extent[0] = 8;
+    b->extent[1] = b->extent[2] = 1;
+    b->crc = ts_crc32(0, zeros, 32);
+    uint64_t bytes[FUZZ_META_FILES] = {FUZZ_META_BYTES, FUZZ_META_BYTES};
+    ts_ckpt_info info = {.meta = {3, 48, 7, 0},
+                         .cfg = fuzz_tiny_model,
+                         .param_dtype = TS_F32,
+                         .nfiles = FUZZ_META_FILES,
+                         .file_bytes = bytes,
+                         .ntensors = 2,
+                         .tensors = (ts_ckpt_tensor *)tensors,
+                         .nshards = n,
+                         .shards = shards};
+    char tmp[1024], final[1024], path[1100];
+    snprintf(tmp, sizeof tmp, "%s/meta.tmp.dir", out_dir);
+    snprintf(final, sizeof final, "%s/meta.dir", out_dir);
+    if (ts_ckpt_begin(tmp) != TS_OK || ts_ckpt_commit(tmp, final, &info) != TS_OK)
+        die("ts_ckpt_commit");
+    snprintf(path, sizeof path, "%s/metadata", final);
+    FILE *f = fopen(path, "rb");
+    static char text[1 << 16];
+    size_t len = f ? fread(text, 1, sizeof text, f) : 0;
+    if (!f || len == 0) die("reading the seed metadata");
+    fclose(f);
+    write_file("gen-metadata.txt", text, len);
+    if (ts_ckpt_remove_dir(final) != TS_OK) die("removing the seed directory");
+}
+
 /* --- plugin: a small shared object and descriptors -------------------------- */
 static void desc_seed(const char *name, const unsigned char *head, size_t nhead,
                       const char *const *strs, int nstrs) {
@@ -228,6 +281,9 @@ static void dict_config(void) {
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "dict") == 0) {
         if (strcmp(argv[2], "config") == 0) dict_config();
+        if (strcmp(argv[2], "ckpt_meta") == 0)
+            printf("\"tessera-checkpoint 2\"\n\"shard \"\n\"tensor \"\n\"file \"\n\"master\"\n"
+                   "\"rank-00000.bin\"\n\"end \"\n\"9223372036854775807\"\n\"-1\"\n");
         return 0;
     }
     if (argc != 3) {
@@ -242,11 +298,9 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         void (*fn)(void);
-    } targets[] = {{"config", seeds_config},
-                   {"tokens", seeds_tokens},
-                   {"llmc", seeds_llmc},
-                   {"checkpoint", seeds_checkpoint},
-                   {"plugin", seeds_plugin}};
+    } targets[] = {{"config", seeds_config},       {"tokens", seeds_tokens},
+                   {"llmc", seeds_llmc},           {"checkpoint", seeds_checkpoint},
+                   {"ckpt_meta", seeds_ckpt_meta}, {"plugin", seeds_plugin}};
     for (size_t i = 0; i < sizeof targets / sizeof *targets; i++)
         if (strcmp(argv[1], targets[i].name) == 0) {
             targets[i].fn();
