@@ -409,6 +409,16 @@ static ts_status host_device_copy_2d(ts_plugin_ctx *ctx, void *dst, size_t dpitc
     return ctx->reg->be->copy_2d(dst, dpitch, src, spitch, width, rows);
 }
 
+static ts_status host_device_convert(ts_plugin_ctx *ctx, void *dst, ts_dtype dst_dtype,
+                                     const void *src, ts_dtype src_dtype, size_t n) {
+    TS_TRY(host_need_device(ctx));
+    const ts_backend *be = ctx->reg->be;
+    if (dst_dtype == TS_BF16 && src_dtype == TS_F32) return be->f32_to_bf16(dst, src, n);
+    if (dst_dtype == TS_F32 && src_dtype == TS_BF16) return be->bf16_to_f32(dst, src, n);
+    return ts_error(TS_ERR_INVALID, "%s: device_convert: %s to %s is not a conversion it makes",
+                    ctx->name, ts_dtype_name(src_dtype), ts_dtype_name(dst_dtype));
+}
+
 static ts_status host_device_to_host(ts_plugin_ctx *ctx, void *host, const void *src,
                                      size_t bytes) {
     TS_TRY(host_need_device(ctx));
@@ -768,5 +778,6 @@ void plg_host_fill(ts_host *h) {
     h->attention_block_merge = host_attention_block_merge;
     h->attention_block_backward = host_attention_block_backward;
     h->device_copy_2d = host_device_copy_2d;
+    h->device_convert = host_device_convert;
     h->register_experts = host_register_experts;
 }

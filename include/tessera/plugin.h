@@ -874,6 +874,13 @@ typedef struct ts_host {
      * unknown name stops start-up listing the registered ones). Declares
      * TS_PROVIDE_EXPERTS on the axis. */
     ts_status (*register_experts)(ts_plugin_ctx *ctx, const char *axis, const char *dispatcher);
+    /* --- appended within ABI 1.1: check with TS_HOST_HAS ----------------- */
+    /* Converts n elements of device memory between f32 and bf16: src_dtype
+     * TS_F32 to dst_dtype TS_BF16 rounds to nearest even; TS_BF16 to TS_F32
+     * is exact. Other pairs and overlapping buffers fail (TS_ERR_INVALID).
+     * E.g. a gradient reduced in bf16 ([dp] grad_dtype). */
+    ts_status (*device_convert)(ts_plugin_ctx *ctx, void *dst, ts_dtype dst_dtype, const void *src,
+                                ts_dtype src_dtype, size_t n);
     /* ABI 1.2 and later append here. */
 } ts_host;
 

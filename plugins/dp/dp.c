@@ -49,11 +49,15 @@ static const ts_plugin_key dp_keys[] = {
      "gradient bucket size in MiB: a bucket's all-reduce starts once it holds this much"},
     {"overlap", TS_PLUGIN_KEY_BOOL, "true", 1, 0, NULL,
      "start each bucket's all-reduce during backward (false: all at the optimizer step)"},
+    {"grad_dtype", TS_PLUGIN_KEY_ENUM, "f32", 1, 0, "f32|bf16",
+     "the gradient all-reduce's type: f32 (exact sums, as Megatron's main grads) or bf16 "
+     "(half the bytes; each bucket rounded to bf16, summed, and widened back)"},
 };
 
 typedef struct dp_bucket {
     float *base;  /* lowest address of the bucket's gradients */
     size_t count; /* f32 elements                             */
+    void *half;   /* grad_dtype bf16: the bucket in flight     */
     ts_comm_request *req;
     int done;
     double t_start, t_done;
@@ -64,6 +68,7 @@ typedef struct dp_state {
     ts_plugin_ctx *ctx;
     double bucket_bytes;
     int overlap;
+    int bf16;      /* [dp] grad_dtype = bf16 */
     ts_comm *comm; /* dp-cp: every rank holding a part of the batch */
     int active;    /* dp reduces the gradients (nobody took it over) */
     /* Experts' weights live on the expert mesh: replicated over edp, their
@@ -125,8 +130,30 @@ static ts_status dp_expert_grad(const ts_layout *l, const ts_tensor *grad, size_
 static ts_status dp_start(dp_bucket *b) {
     b->t_start = dp_now();
     b->done = 0;
-    return dp.host->all_reduce_start(dp.comm, b->base, b->base, b->count, TS_F32, TS_REDUCE_SUM,
+    if (!dp.bf16)
+        return dp.host->all_reduce_start(dp.comm, b->base, b->base, b->count, TS_F32, TS_REDUCE_SUM,
+                                         &b->req);
+    /* In bf16: rounded into a buffer of half the bytes, reduced there. */
+    b->half = dp.host->device_alloc(dp.ctx, TS_MEM_COMM, b->count * sizeof(uint16_t));
+    if (!b->half)
+        return dp.host->error(dp.ctx, TS_ERR_NOMEM, "no memory for a bf16 bucket of %zu elements",
+                              b->count);
+    TS_TRY(dp.host->device_convert(dp.ctx, b->half, TS_BF16, b->base, TS_F32, b->count));
+    return dp.host->all_reduce_start(dp.comm, b->half, b->half, b->count, TS_BF16, TS_REDUCE_SUM,
                                      &b->req);
+}
+
+/* A bucket whose all-reduce completed: in bf16, the sums widened back into
+ * the gradients. */
+static ts_status dp_finish(dp_bucket *b) {
+    b->done = 1;
+    b->req = NULL;
+    b->t_done = dp_now();
+    if (!b->half) return TS_OK;
+    ts_status st = dp.host->device_convert(dp.ctx, b->base, TS_F32, b->half, TS_BF16, b->count);
+    dp.host->device_free(dp.ctx, b->half);
+    b->half = NULL;
+    return st;
 }
 
 /* Closes the open bucket; starts its all-reduce when overlapping. */
@@ -142,7 +169,7 @@ static ts_status dp_close_bucket(void) {
     b->count = dp.open_count;
     dp.open_base = NULL;
     dp.open_count = 0;
-    dp.reduced_bytes += b->count * sizeof(float);
+    dp.reduced_bytes += b->count * (dp.bf16 ? sizeof(uint16_t) : sizeof(float));
     return dp.overlap ? dp_start(b) : TS_OK;
 }
 
@@ -153,11 +180,7 @@ static ts_status dp_progress(void) {
         if (!b->req || b->done) continue;
         int done = 0;
         TS_TRY(dp.host->test(b->req, &done));
-        if (done) {
-            b->done = 1;
-            b->req = NULL;
-            b->t_done = dp_now();
-        }
+        if (done) TS_TRY(dp_finish(b));
     }
     return TS_OK;
 }
@@ -228,9 +251,7 @@ static ts_status dp_before_optimizer(ts_plugin_ctx *ctx, const ts_plugin_hook_ev
         if (!dp.overlap) TS_TRY(dp_start(b));
         if (b->req) {
             TS_TRY(dp.host->wait(b->req));
-            b->req = NULL;
-            b->done = 1;
-            b->t_done = dp_now();
+            TS_TRY(dp_finish(b));
         }
     }
     double end = dp.t_backward_end, first = end, last = end;
@@ -277,6 +298,13 @@ static ts_status dp_init(const ts_host *host, ts_plugin_ctx *ctx) {
     TS_TRY(host->config_int(ctx, "size", &size));
     TS_TRY(host->config_float(ctx, "bucket_mb", &mb));
     TS_TRY(host->config_bool(ctx, "overlap", &dp.overlap));
+    const char *gd = "f32";
+    TS_TRY(host->config_str(ctx, "grad_dtype", &gd));
+    dp.bf16 = strcmp(gd, "bf16") == 0;
+    if (dp.bf16 && !TS_HOST_HAS(host, device_convert))
+        return host->error(ctx, TS_ERR_INVALID,
+                           "grad_dtype = bf16 needs a core with device_convert (ABI 1.1, later "
+                           "build)");
     dp.bucket_bytes = mb * 1024.0 * 1024.0;
     TS_TRY(
         host->register_axis(ctx, "dp", size < 0 ? TS_PLUGIN_AXIS_AUTO : (int)size, TS_MESH_DENSE));

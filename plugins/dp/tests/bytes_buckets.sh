@@ -37,4 +37,21 @@ for line in open("m.jsonl"):
 print("bucket_mb %s: %d buckets, %d gradient bytes all-reduced per step" % (sys.argv[1], buckets, grad_bytes))
 PY
 done
+# [dp] grad_dtype = bf16: the same buckets carry half the bytes, and
+# tessera plan's dry run counts the same.
+sets=(--set parallel.plugins=dp --set dp.grad_dtype=bf16 --set train.micro_batch=8 --set train.dtype=bf16)
+run_mpi 2 "$TESSERA" train model.ini "${sets[@]}" --set train.steps=3 --set train.metrics=h.jsonl \
+    > half.txt 2>&1 || { cat half.txt; fail "grad_dtype=bf16 run failed"; }
+"$TESSERA" plan model.ini --world 2 --json "${sets[@]}" > plan.json 2> plan.err || { cat plan.err; fail "plan"; }
+python3 - <<'PY' || fail "grad_dtype=bf16 bytes"
+import json
+m = [json.loads(l) for l in open("h.jsonl")][-1]
+plan = json.load(open("plan.json"))
+ar = m["comm"]["dp-cp"]["all_reduce"]
+grad_bytes = 4 * 120576
+assert ar["bytes"] == grad_bytes // 2 == m["plugins"]["dp"]["allreduce_bytes"], ar
+assert plan["comm"]["dp-cp.all_reduce"]["bytes"] == ar["bytes"], plan["comm"]
+print("grad_dtype bf16: %d bytes per step (f32 gradients: %d), plan %d"
+      % (ar["bytes"], grad_bytes, plan["comm"]["dp-cp.all_reduce"]["bytes"]))
+PY
 echo PASS
