@@ -168,6 +168,43 @@ static ts_status trainer_wait(ts_comm_request **req) {
     return st;
 }
 
+/* Pipeline traffic: in bf16 runs activations and their gradients travel
+ * as bf16 (half the bytes): the activations a chunk sends are bf16 values
+ * already (every op's output is rounded), so they arrive exact; their
+ * gradients are rounded to bf16 on the way, as Megatron-LM's bf16 pipeline
+ * sends them. The bf16 copy of a send (`*wire`) lives until its wait. */
+static int trainer_wire_bf16(const ts_trainer *t) {
+    return t->model->dtype == TS_BF16;
+}
+
+static ts_status trainer_send(ts_trainer *t, const float *buf, size_t n, int peer, int tag,
+                              ts_comm_request **req, void **wire) {
+    if (!trainer_wire_bf16(t))
+        return ts_comm_send_start(t->stage_comm, buf, n, TS_F32, peer, tag, req);
+    *wire = t->be->alloc(TS_MEM_COMM, n * sizeof(uint16_t));
+    if (!*wire) return TS_ERR_NOMEM;
+    TS_TRY(t->be->f32_to_bf16(*wire, buf, n));
+    return ts_comm_send_start(t->stage_comm, *wire, n, TS_BF16, peer, tag, req);
+}
+
+static ts_status trainer_recv(ts_trainer *t, float *buf, size_t n, int peer, int tag) {
+    if (!trainer_wire_bf16(t)) return ts_comm_recv(t->stage_comm, buf, n, TS_F32, peer, tag);
+    uint16_t *wire = t->be->alloc(TS_MEM_COMM, n * sizeof(uint16_t));
+    if (!wire) return TS_ERR_NOMEM;
+    ts_status st = ts_comm_recv(t->stage_comm, wire, n, TS_BF16, peer, tag);
+    if (!st) st = t->be->bf16_to_f32(buf, wire, n);
+    t->be->free(wire);
+    return st;
+}
+
+/* Completes a pending send and frees its bf16 copy. */
+static ts_status trainer_wait_wire(ts_trainer *t, ts_comm_request **req, void **wire) {
+    ts_status st = trainer_wait(req);
+    t->be->free(*wire);
+    *wire = NULL;
+    return st;
+}
+
 /* Runs one action of the schedule. */
 static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, int64_t valid,
                                 const int *last_backward, double *loss_sum) {
@@ -187,8 +224,7 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
     case TS_ACT_RECV_ACT:
         t->act_in[slot] = t->be->alloc(TS_MEM_ACTS, n * sizeof(float));
         if (!t->act_in[slot]) return TS_ERR_NOMEM;
-        st = ts_comm_recv(t->stage_comm, t->act_in[slot], n, TS_F32, a->peer,
-                          trainer_tag(0, vstage - 1, mb));
+        st = trainer_recv(t, t->act_in[slot], n, a->peer, trainer_tag(0, vstage - 1, mb));
         span = "recv";
         cat = TS_TRACE_CAT_P2P;
         break;
@@ -224,22 +260,21 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
         break;
     }
     case TS_ACT_SEND_ACT:
-        st = ts_comm_send_start(t->stage_comm, t->chunk_out[slot].data, n, TS_F32, a->peer,
-                                trainer_tag(0, vstage, mb), &t->act_req[slot]);
+        st = trainer_send(t, t->chunk_out[slot].data, n, a->peer, trainer_tag(0, vstage, mb),
+                          &t->act_req[slot], &t->act_wire[slot]);
         span = "send";
         cat = TS_TRACE_CAT_P2P;
         break;
     case TS_ACT_RECV_GRAD:
         t->grad_in[slot] = t->be->alloc(TS_MEM_ACTS, n * sizeof(float));
         if (!t->grad_in[slot]) return TS_ERR_NOMEM;
-        st = ts_comm_recv(t->stage_comm, t->grad_in[slot], n, TS_F32, a->peer,
-                          trainer_tag(1, vstage, mb));
+        st = trainer_recv(t, t->grad_in[slot], n, a->peer, trainer_tag(1, vstage, mb));
         span = "recv";
         cat = TS_TRACE_CAT_P2P;
         break;
     case TS_ACT_BACKWARD: {
         /* The chunk's output is freed by its backward: its send must be done. */
-        TS_TRY(trainer_wait(&t->act_req[slot]));
+        TS_TRY(trainer_wait_wire(t, &t->act_req[slot], &t->act_wire[slot]));
         ts_tensor dy, dx;
         ts_tensor_view(&dy, "grad.in", TS_F32, 3, shape, t->grad_in[slot], TS_MEM_ACTS);
         dy.device = t->be->kind;
@@ -263,8 +298,8 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
         break;
     }
     case TS_ACT_SEND_GRAD:
-        st = ts_comm_send_start(t->stage_comm, t->grad_out[slot], n, TS_F32, a->peer,
-                                trainer_tag(1, vstage - 1, mb), &t->grad_req[slot]);
+        st = trainer_send(t, t->grad_out[slot], n, a->peer, trainer_tag(1, vstage - 1, mb),
+                          &t->grad_req[slot], &t->grad_wire[slot]);
         span = "send";
         cat = TS_TRACE_CAT_P2P;
         break;
@@ -337,7 +372,7 @@ ts_status trainer_execute(ts_trainer *t, int64_t valid, double *loss_sum, double
         }
         size_t slots = (size_t)t->micro_batches * t->chunks;
         for (size_t k = 0; k < slots; k++) {
-            TS_TRY(trainer_wait(&t->grad_req[k]));
+            TS_TRY(trainer_wait_wire(t, &t->grad_req[k], &t->grad_wire[k]));
             t->be->free(t->grad_out[k]);
             t->grad_out[k] = NULL;
         }
@@ -365,7 +400,8 @@ ts_status trainer_execute_forward(ts_trainer *t, double *loss_sum) {
         TS_TRY(trainer_action(t, a, i, 0, none, loss_sum));
         size_t slot = (size_t)a->mb * t->chunks + a->chunk;
         int sends = !ts_model_chunk_last(t->model, a->chunk);
-        if (a->kind == TS_ACT_SEND_ACT) TS_TRY(trainer_wait(&t->act_req[slot]));
+        if (a->kind == TS_ACT_SEND_ACT)
+            TS_TRY(trainer_wait_wire(t, &t->act_req[slot], &t->act_wire[slot]));
         if ((a->kind == TS_ACT_FORWARD && !sends) || a->kind == TS_ACT_SEND_ACT) {
             ts_model_release_chunk(t->model, a->mb, a->chunk);
             t->be->free(t->act_in[slot]);

@@ -66,8 +66,9 @@ struct ts_trainer {
     float **act_in, **grad_in, **grad_out;
     ts_tensor *chunk_out;
     ts_comm_request **act_req, **grad_req;
-    double compute_s; /* this step's forward + backward time         */
-    ts_trace *trace;  /* NULL unless [train] trace is set            */
+    void **act_wire, **grad_wire; /* their bf16 copies (bf16 runs)       */
+    double compute_s;             /* this step's forward + backward time         */
+    ts_trace *trace;              /* NULL unless [train] trace is set            */
     const char *trace_path;
     ts_parallel_snapshot *snap;
     int64_t epochs; /* [data] epochs; 0 = wrap around               */

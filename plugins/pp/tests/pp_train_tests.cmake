@@ -15,6 +15,9 @@ set(pp_cases
   "pp_equivalence_pp4_1f1b|${equiv}|4 2 fp32 1e-5 layers=4 ${pp4} --set pp.schedule=1f1b"
   "pp_equivalence_pp4_interleaved|${equiv}|4 2 fp32 1e-5 layers=8 ${pp4} ${il}"
   "pp_equivalence_dp2_tp2_pp2|${equiv}|8 4 fp32 1e-5 plain --set parallel.plugins=dp,tp,pp --set tp.size=2 --set pp.size=2"
+  "pp_equivalence_pp2_1f1b_bf16|${equiv}|2 4 bf16 1e-3 plain ${pp2} --set pp.schedule=1f1b"
+  "pp_equivalence_pp2_interleaved_bf16|${equiv}|2 4 bf16 1e-3 layers=4 ${pp2} ${il}"
+  "pp_bf16_traffic_is_half|${pp_tests}/bf16_wire.sh|"
   "pp_memory_1f1b_bounded_gpipe_grows|${pp_tests}/memory.sh|"
   "pp_trace_2x2x2_valid_on_all_ranks|${pp_tests}/trace.sh|")
 tessera_script_tests(pp ${pp_cases})
