@@ -207,6 +207,8 @@ struct ts_model {
     /* Backward workspace shared by all modules (one backward at a time). */
     float *work;
     size_t work_floats;
+    /* Set while a backward runs: its gradients cross the axes in f32. */
+    int in_backward;
     /* Staging for redistributions along the sequence. */
     float *comm_stage;
     size_t comm_stage_floats;

@@ -692,6 +692,7 @@ ts_status ts_model_backward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, cons
     grads[0].device = grads[1].device = m->be->kind;
     ts_status st = TS_OK;
     const ts_tensor *in = dy;
+    m->in_backward = 1;
     for (int k = cnt - 1; k >= 0 && !st; k--) {
         int i = idx[k];
         ts_tensor *out = k == 0 ? dx : &grads[k % 2];
@@ -701,6 +702,7 @@ ts_status ts_model_backward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, cons
         if (!st && ctx->module_done) st = ctx->module_done(ctx->module_done_user, i);
         in = out;
     }
+    m->in_backward = 0;
     m->be->free(buf);
     return st;
 }

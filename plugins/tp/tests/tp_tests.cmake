@@ -17,5 +17,6 @@ set(tp_cases
   "tp_equivalence_tp2_bf16|${equiv}|2 16 bf16 1e-3 plain ${tp2} ${sp}"
   "tp_comm_volume_matches_formula|${tp_tests}/comm_volume.sh|"
   "tp_memory_shards_and_sequence_parallel|${tp_tests}/memory.sh|"
+  "tp_bf16_forward_gathers_are_half|${tp_tests}/bf16_gather.sh|"
   "tp_sizes_it_cannot_cut_are_refused|${tp_tests}/bad_sizes.sh|")
 tessera_script_tests(tp ${tp_cases})
