@@ -24,6 +24,10 @@
 #include "state.h"
 
 #define META_MAGIC "tessera-checkpoint 2"
+/* The largest dimension and element count of a tensor the reader accepts
+ * (2^48: far beyond any model, small enough that no offset arithmetic on
+ * it overflows). */
+#define TS_CKPT_MAX_DIM (1LL << 48)
 static const char *const array_names[TS_CKPT_ARRAYS] = {"master", "m", "v"};
 
 const char *ts_ckpt_array_name(int array) {
@@ -307,6 +311,11 @@ static ts_status reader_parse(ts_ckpt_reader *r) {
         return ts_error(TS_ERR_FORMAT, "checkpoint %s: metadata checksum mismatch (corrupt file)",
                         r->path);
     *end = 0;
+    /* No count may promise more records than the text has lines (a forged
+     * count must not make the reader allocate for it). */
+    long long lines = 0;
+    for (const char *p = s; *p; p++)
+        lines += *p == '\n';
     ts_ckpt_info *in = &r->info;
     int line = 0;
     char *save = NULL;
@@ -345,8 +354,7 @@ static ts_status reader_parse(ts_ckpt_reader *r) {
                &c->layers, &c->d_model, &c->heads, &c->vocab, &c->padded_vocab, &c->context,
                &c->experts, &c->moe_every, &c->expert_hidden, &c->top_k) != 10)
         return meta_error(r, line, "expected the model line");
-    if (!NEXT() || sscanf(l, "files %d", &in->nfiles) != 1 || in->nfiles < 1 ||
-        in->nfiles > (1 << 24))
+    if (!NEXT() || sscanf(l, "files %d", &in->nfiles) != 1 || in->nfiles < 1 || in->nfiles > lines)
         return meta_error(r, line, "expected files N");
     in->file_bytes = calloc((size_t)in->nfiles, sizeof *in->file_bytes);
     r->fds = malloc((size_t)in->nfiles * sizeof *r->fds);
@@ -362,7 +370,7 @@ static ts_status reader_parse(ts_ckpt_reader *r) {
         in->file_bytes[i] = bytes;
     }
     if (!NEXT() || sscanf(l, "tensors %d", &in->ntensors) != 1 || in->ntensors < 1 ||
-        in->ntensors > (1 << 24))
+        in->ntensors > lines)
         return meta_error(r, line, "expected tensors N");
     in->tensors = calloc((size_t)in->ntensors, sizeof *in->tensors);
     if (!in->tensors) return TS_ERR_NOMEM;
@@ -373,13 +381,17 @@ static ts_status reader_parse(ts_ckpt_reader *r) {
                    &v[3]) != 6 ||
             v[0] != i || e->ndim < 1 || e->ndim > 3)
             return meta_error(r, line, "expected tensor I NAME NDIM D0 D1 D2");
+        int64_t numel = 1;
         for (int d = 0; d < 3; d++) {
             e->shape[d] = v[1 + d];
-            if (e->shape[d] < 1 || (d >= e->ndim && e->shape[d] != 1))
+            if (e->shape[d] < 1 || e->shape[d] > TS_CKPT_MAX_DIM ||
+                (d >= e->ndim && e->shape[d] != 1))
                 return meta_error(r, line, "a tensor dimension out of range");
+            numel *= e->shape[d];
+            if (numel > TS_CKPT_MAX_DIM) return meta_error(r, line, "a tensor too large");
         }
     }
-    if (!NEXT() || sscanf(l, "shards %lld", &v[0]) != 1 || v[0] < 0 || v[0] > (1LL << 32))
+    if (!NEXT() || sscanf(l, "shards %lld", &v[0]) != 1 || v[0] < 0 || v[0] > lines)
         return meta_error(r, line, "expected shards N");
     in->nshards = v[0];
     in->shards = calloc((size_t)(in->nshards ? in->nshards : 1), sizeof *in->shards);
@@ -410,8 +422,8 @@ static ts_status reader_parse(ts_ckpt_reader *r) {
         for (int d = 0; d < 3; d++) {
             sh->offset[d] = v[3 + d];
             sh->extent[d] = v[6 + d];
-            if (sh->offset[d] < 0 || sh->extent[d] < 1 ||
-                sh->offset[d] + sh->extent[d] > e->shape[d])
+            if (sh->offset[d] < 0 || sh->extent[d] < 1 || sh->extent[d] > e->shape[d] ||
+                sh->offset[d] > e->shape[d] - sh->extent[d])
                 return meta_error(r, line, "a shard's box lies outside its tensor");
             box *= sh->extent[d];
         }
