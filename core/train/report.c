@@ -192,14 +192,16 @@ static ts_status trainer_write_summary(ts_trainer *t, double step_ms, double com
 }
 
 /* [train] sample_every: a short sample of text after the step (rank 0,
- * whose model is whole: checked at start-up), greedy from a newline (or
- * token 0), through [data] tokenizer when one is named. */
+ * whose model is whole: checked at start-up) from a newline (or token 0),
+ * drawn at temperature 1 as llm.c does (greedy text degenerates into
+ * repeats early in training) with the seed of (run seed + step), so a rerun
+ * prints the same; through [data] tokenizer when one is named. */
 static ts_status trainer_print_sample(ts_trainer *t, int64_t step) {
     int n = (int)t->sample_tokens;
     int32_t *out = malloc((size_t)(n + 1) * sizeof *out);
     if (!out) return ts_error(TS_ERR_NOMEM, "sample: out of memory");
     int32_t prompt = t->mcfg.vocab >= 256 ? '\n' : 0;
-    ts_sample_opts o = {n, 0.0, 0, t->state.seed};
+    ts_sample_opts o = {n, 1.0, 0, t->state.seed + (uint64_t)step};
     ts_tokenizer *tk = NULL;
     const char *path = ts_config_str(t->cfg, "data", "tokenizer");
     ts_status st = path[0] ? ts_tokenizer_open(path, &tk) : TS_OK;
