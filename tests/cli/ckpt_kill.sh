@@ -14,9 +14,12 @@ run=(train model.ini --set parallel.plugins=tp --set tp.size=2 --set train.steps
 run_mpi 2 "$TESSERA" "${run[@]}" --set train.checkpoint_dir=ref --set train.metrics=ref.jsonl \
     > ref.txt 2>&1 || { cat ref.txt; fail "uninterrupted run failed"; }
 
-# The pid of world rank R of a running job.
+# The pid of world rank R of this test's running job: only processes working
+# in this test's directory (other tests run `tessera train model.ini` at the
+# same time, in directories of their own, and must not be touched).
 rank_pid() {
     for p in $(pgrep -f "tessera train model.ini"); do
+        [ "$(readlink /proc/$p/cwd 2>/dev/null)" = "$(realpath "$WORK")" ] || continue
         tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" && echo $p
     done
 }
@@ -33,7 +36,7 @@ for async in false true; do
     done
     [ -f $d/ckpt-00000020.tmp.dir/rank-00001.bin ] || { cat $d.txt; fail "async=$async: the step-20 save never started"; }
     pid=$(rank_pid 1)
-    [ -n "$pid" ] || fail "async=$async: no rank 1 process"
+    [ -n "$pid" ] && [ "$(wc -w <<< "$pid")" = 1 ] || fail "async=$async: not one rank 1 process: '$pid'"
     kill -9 $pid
     wait $job && fail "async=$async: the job survived the kill of rank 1"
     [ -f $d/ckpt-00000010/COMPLETE ] || fail "async=$async: the step-10 checkpoint is gone"
