@@ -63,22 +63,25 @@ add_test(NAME cli_plan_matches_run
 set_tests_properties(cli_plan_matches_run PROPERTIES LABELS core TIMEOUT 600
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
 
-# Load-time resharding: save on one topology, resume on another.
-foreach(case tp4_to_1 zero3_dp4_to_tp2_pp2 tp2_pp2_to_zero1_dp2 ep4_to_ep2_other_dispatcher
-    cp2_dp2_to_dp4 pp2_interleaved_to_pp4)
-  add_test(NAME checkpoint_reshard_${case}
-    COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/reshard.sh $<TARGET_FILE:tessera_cli>
-      ${PROJECT_SOURCE_DIR} ${case})
-  set_tests_properties(checkpoint_reshard_${case} PROPERTIES LABELS "core;checkpoint" TIMEOUT 300
-    ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
-endforeach()
+# Load-time resharding (save on one topology, resume on another) and a rank
+# killed during a save (synchronous and background saves).
+set(cli ${PROJECT_SOURCE_DIR}/tests/cli)
+tessera_script_tests("core;checkpoint"
+  "checkpoint_reshard_tp4_to_1|${cli}/reshard.sh|tp4_to_1"
+  "checkpoint_reshard_zero3_dp4_to_tp2_pp2|${cli}/reshard.sh|zero3_dp4_to_tp2_pp2"
+  "checkpoint_reshard_tp2_pp2_to_zero1_dp2|${cli}/reshard.sh|tp2_pp2_to_zero1_dp2"
+  "checkpoint_reshard_ep4_to_ep2_other_dispatcher|${cli}/reshard.sh|ep4_to_ep2_other_dispatcher"
+  "checkpoint_reshard_cp2_dp2_to_dp4|${cli}/reshard.sh|cp2_dp2_to_dp4"
+  "checkpoint_reshard_pp2_interleaved_to_pp4|${cli}/reshard.sh|pp2_interleaved_to_pp4"
+  "checkpoint_kill_during_save|${cli}/ckpt_kill.sh|")
 
-# A rank killed during a save (2 ranks, synchronous and background saves).
-add_test(NAME checkpoint_kill_during_save
-  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/ckpt_kill.sh $<TARGET_FILE:tessera_cli>
-    ${PROJECT_SOURCE_DIR})
-set_tests_properties(checkpoint_kill_during_save PROPERTIES LABELS "core;checkpoint" TIMEOUT 300
-  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+# tessera report (the HTML of a pipeline run and of one rank); the held-out
+# loss on dp, tp + SP, pp and dp x pp against one rank; tessera sample and
+# [train] sample_every.
+tessera_script_tests(core
+  "cli_report|${cli}/report.sh|"
+  "cli_eval|${cli}/eval.sh|"
+  "cli_sample|${cli}/sample.sh|")
 
 # tessera verify: the four ledgers on dp, tp, pp, dp x tp, and a broken
 # configuration (the test plugin skew).
@@ -88,23 +91,3 @@ add_test(NAME cli_verify
 set_tests_properties(cli_verify PROPERTIES LABELS core TIMEOUT 900
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
 
-# tessera report: the HTML of a pipeline run and of one rank.
-add_test(NAME cli_report
-  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/report.sh $<TARGET_FILE:tessera_cli>
-    ${PROJECT_SOURCE_DIR})
-set_tests_properties(cli_report PROPERTIES LABELS core TIMEOUT 300
-  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
-
-# The held-out loss on dp, tp + SP, pp and dp x pp against one rank.
-add_test(NAME cli_eval
-  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/eval.sh $<TARGET_FILE:tessera_cli>
-    ${PROJECT_SOURCE_DIR})
-set_tests_properties(cli_eval PROPERTIES LABELS core TIMEOUT 300
-  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
-
-# tessera sample and [train] sample_every.
-add_test(NAME cli_sample
-  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/sample.sh $<TARGET_FILE:tessera_cli>
-    ${PROJECT_SOURCE_DIR})
-set_tests_properties(cli_sample PROPERTIES LABELS core TIMEOUT 300
-  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
