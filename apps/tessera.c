@@ -608,6 +608,10 @@ typedef struct plan_result {
     /* Peaks during the steps: gathered parameters and gradients, staging. */
     size_t params_peak, grads_peak, optim_peak, total_peak;
     size_t numel;           /* parameters of the whole model (P)          */
+    /* The activations at their peak by what they hold (backend_plan.h). */
+    const char *act_tag[16];
+    size_t act_bytes[16];
+    int nact;
     ts_dtype dtype;         /* of the parameters                          */
     const ts_parallel *par; /* the dry run's context: its counters    */
 } plan_result;
@@ -645,6 +649,7 @@ static ts_status plan_dry_run(const ts_config *cfg, ts_plugins *reg, const ts_me
         r->grads_peak = ts_backend_plan_stats(TS_MEM_GRADS).peak;
         r->optim_peak = ts_backend_plan_stats(TS_MEM_OPTIM).peak;
         r->total_peak = ts_backend_plan_stats(TS_MEM_NCAT).peak;
+        r->nact = ts_backend_plan_peak_items(r->act_tag, r->act_bytes, 16);
         const ts_train_state *ts = ts_trainer_state(t);
         r->numel = ts->model->global_numel;
         r->dtype = ts->model->dtype;
@@ -822,6 +827,10 @@ static int cmd_plan(int argc, char **argv) {
                 printf("\"peak\":{\"params\":%zu,\"grads\":%zu,\"optimizer\":%zu,"
                        "\"total\":%zu},",
                        est.params_peak, est.grads_peak, est.optim_peak, est.total_peak);
+                printf("\"activations_at_peak\":{");
+                for (int k = 0; k < est.nact; k++)
+                    printf("%s\"%s\":%zu", k ? "," : "", est.act_tag[k], est.act_bytes[k]);
+                printf("},");
                 plan_state_json(&est, ts_mesh_axis_size(mesh, TS_AXIS_DP));
                 printf("\"comm\":{");
                 plan_each_comm(&est, world, plan_comm_json);
@@ -864,6 +873,11 @@ static int cmd_plan(int argc, char **argv) {
                    "of staging)\n  batch        %14zu bytes %10s\n",
                    opts.rank, est.params, h[0], est.grads, h[1], est.optim, h[2], est.acts, h[3],
                    shape.micro_batches, shape.B, shape.T, est.comm, h[4], est.batch, h[5]);
+            for (int k = 0; k < est.nact; k++) {
+                char b[32];
+                plan_bytes((double)est.act_bytes[k], b, sizeof b);
+                printf("    %-34s %14zu bytes %10s\n", est.act_tag[k], est.act_bytes[k], b);
+            }
         }
         if (!unbound[0]) {
             printf("  peak during a step: params %zu, grads %zu, optimizer %zu, all %zu bytes\n",

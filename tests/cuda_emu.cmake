@@ -134,6 +134,13 @@ add_test(NAME tp_memory_emulated_gpu
     ${PROJECT_SOURCE_DIR} cuda)
 set_tests_properties(tp_memory_emulated_gpu PROPERTIES LABELS emulated TIMEOUT 900
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+# bf16 activations in two bytes on the emulated GPU: plan = run, and one
+# block adds half its f32 bytes plus its f32 statistics and LSE.
+add_test(NAME bf16_memory_emulated_gpu
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/bf16_memory.sh $<TARGET_FILE:tessera_emu_cli>
+    ${PROJECT_SOURCE_DIR} cuda)
+set_tests_properties(bf16_memory_emulated_gpu PROPERTIES LABELS emulated TIMEOUT 600
+  ENVIRONMENT "${TESSERA_TEST_ENV}")
 # Recovery across topologies on emulated GPUs: dp 2 x tp 2 (SP) for 10 steps,
 # resumed on pp 2 for 10 more, against one CPU rank.
 add_test(NAME resume_on_another_topology_emulated_gpu

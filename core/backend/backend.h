@@ -251,6 +251,10 @@ const ts_backend *ts_backend_cuda(void);
  * (the message names the file and what is wrong); or any error of the
  * initialisation. */
 ts_status ts_backend_open(ts_device device, const ts_backend **out);
+/* What the next allocations hold, until the next call (a static string;
+ * NULL: unnamed). The dry run of `tessera plan` itemises the activations'
+ * peak by it; the other backends ignore it. */
+void ts_backend_tag(const char *what);
 
 /* Releases what ts_backend_open(TS_DEVICE_CUDA) set up (waits for the
  * device, resets the compute stream, frees the kernels' context). Call after

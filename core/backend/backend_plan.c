@@ -17,7 +17,43 @@ typedef struct plan_block {
     size_t bytes;
     ts_mem_category cat;
     int live;
+    int tag; /* index into plan_tags */
 } plan_block;
+
+/* The activations by tag: live bytes now, and at the activations' peak. */
+#define PLAN_TAGS 16
+static const char *plan_tags[PLAN_TAGS] = {"other"};
+static int plan_ntags = 1, plan_tag_now;
+static size_t plan_tag_live[PLAN_TAGS], plan_tag_at_peak[PLAN_TAGS];
+
+void ts_backend_tag(const char *what) {
+    plan_tag_now = 0;
+    if (!what) return;
+    for (int i = 0; i < plan_ntags; i++)
+        if (!strcmp(plan_tags[i], what)) {
+            plan_tag_now = i;
+            return;
+        }
+    if (plan_ntags == PLAN_TAGS) return; /* counted as "other" */
+    plan_tags[plan_ntags] = what;
+    plan_tag_now = plan_ntags++;
+}
+
+int ts_backend_plan_peak_items(const char **tags, size_t *bytes, int max) {
+    int n = 0;
+    for (int i = 0; i < plan_ntags && n < max; i++) {
+        if (!plan_tag_at_peak[i]) continue;
+        int k = n++;
+        while (k > 0 && bytes[k - 1] < plan_tag_at_peak[i]) {
+            tags[k] = tags[k - 1];
+            bytes[k] = bytes[k - 1];
+            k--;
+        }
+        tags[k] = plan_tags[i];
+        bytes[k] = plan_tag_at_peak[i];
+    }
+    return n;
+}
 
 static char *plan_base;
 static size_t plan_used;
@@ -32,7 +68,16 @@ static size_t plan_reserved_bytes(size_t bytes) {
     return 64 + (bytes + 63) / 64 * 64;
 }
 
-static void plan_count(ts_mem_category cat, size_t bytes, int sign) {
+static void plan_count(ts_mem_category cat, int tag, size_t bytes, int sign) {
+    if (cat == TS_MEM_ACTS) {
+        if (sign > 0) {
+            plan_tag_live[tag] += bytes;
+            if (plan_allocated[cat] + bytes > plan_peak[cat])
+                memcpy(plan_tag_at_peak, plan_tag_live, sizeof plan_tag_at_peak);
+        } else {
+            plan_tag_live[tag] -= bytes;
+        }
+    }
     for (int i = 0; i < 2; i++) {
         int c = i ? TS_MEM_NCAT : (int)cat;
         if (sign > 0) {
@@ -57,7 +102,8 @@ static void *plan_alloc(ts_mem_category cat, size_t bytes) {
         if (b->live || b->bytes != bytes) continue;
         b->live = 1;
         b->cat = cat;
-        plan_count(cat, bytes, +1);
+        b->tag = plan_tag_now;
+        plan_count(cat, b->tag, bytes, +1);
         return b->ptr;
     }
     size_t span = (bytes + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
@@ -79,9 +125,9 @@ static void *plan_alloc(ts_mem_category cat, size_t bytes) {
         plan_capblocks = cap;
     }
     plan_block *b = &plan_blocks[plan_nblocks++];
-    *b = (plan_block){plan_base + plan_used, bytes, cat, 1};
+    *b = (plan_block){plan_base + plan_used, bytes, cat, 1, plan_tag_now};
     plan_used += span;
-    plan_count(cat, bytes, +1);
+    plan_count(cat, b->tag, bytes, +1);
     return b->ptr;
 }
 
@@ -92,7 +138,7 @@ static void plan_free(void *ptr) {
         if (b->ptr != ptr) continue;
         TS_ASSERT(b->live);
         b->live = 0;
-        plan_count(b->cat, b->bytes, -1);
+        plan_count(b->cat, b->tag, b->bytes, -1);
         return;
     }
     TS_ASSERT(!"plan: freeing a block the dry run did not allocate");
@@ -114,6 +160,7 @@ ts_mem_counter ts_backend_plan_stats(ts_mem_category cat) {
 void ts_backend_plan_reset_peak(void) {
     for (int i = 0; i <= TS_MEM_NCAT; i++)
         plan_peak[i] = plan_allocated[i];
+    memcpy(plan_tag_at_peak, plan_tag_live, sizeof plan_tag_at_peak);
 }
 
 /* --- the kernels: nothing runs ---------------------------------------------- */

@@ -33,6 +33,10 @@ ts_status ts_backend_plan(const ts_backend *target, const ts_backend **out);
 ts_mem_counter ts_backend_plan_stats(ts_mem_category cat);
 void ts_backend_plan_reset_peak(void);
 
+/* The activations at their peak by what they hold (ts_backend_tag): up to
+ * `max` tags and their bytes, largest first; returns how many. */
+int ts_backend_plan_peak_items(const char **tags, size_t *bytes, int max);
+
 /* 1 when p lies in the dry run's region (a block of its memory). */
 int ts_backend_plan_owns(const void *p);
 

@@ -93,7 +93,7 @@ static ts_status embedding_forward(ts_module *mod, ts_step_ctx *ctx, const ts_te
     size_t Nl = (size_t)B * Tl, Nlook = (size_t)B * Tlook;
     /* Saved: only the output (B, Tl, C); a lookup over more rows than that
      * lives in the workspace until redistributed. */
-    float *out = ts_module_save(mod, ctx->mb, Nl * C, NULL);
+    float *out = ts_module_save_output(mod, ctx->mb, Nl * C);
     if (!out) return TS_ERR_NOMEM;
     float *look = Tlook == Tl ? out : ts_layer_work(m, Nlook * C), *h;
     if (!look) return TS_ERR_NOMEM;
@@ -216,29 +216,33 @@ typedef struct block_acts {
     float *res2;                      /* (Nl, C) x + attention branch   */
     float *ln2, *ln2_mean, *ln2_rstd; /* (Nl, C), (Nl), (Nl)           */
     float *fch, *fch_gelu;            /* (N, F4)                        */
-    float *out;                       /* (Nl, C) res2 + MLP branch      */
+    float *out;                       /* (Nl, C) res2 + MLP branch: the
+                                         module's output, apart          */
 } block_acts;
 
-static size_t block_carve(block_acts *a, float *base, const block_shape *s, size_t att_floats) {
+static size_t block_carve(block_acts *a, float *base, const block_shape *s, size_t att_floats,
+                          size_t *keep) {
     size_t N = s->N, Nl = s->Nl, C = (size_t)s->C, Cl = (size_t)s->Cl, off = 0;
 #define CARVE(field, count)                                                                        \
     do {                                                                                           \
         if (a) a->field = base + off;                                                              \
         off += (count);                                                                            \
     } while (0)
-    CARVE(ln1, Nl * C);
+    /* f32 first: the statistics and the attention's saved state */
     CARVE(ln1_mean, Nl);
     CARVE(ln1_rstd, Nl);
-    CARVE(qkv, N * 3 * Cl);
+    CARVE(ln2_mean, Nl);
+    CARVE(ln2_rstd, Nl);
     CARVE(att, att_floats);
+    if (keep) *keep = off;
+    /* then the bf16 values of bf16 mode */
+    CARVE(ln1, Nl * C);
+    CARVE(qkv, N * 3 * Cl);
     CARVE(atty, N * Cl);
     CARVE(res2, Nl * C);
     CARVE(ln2, Nl * C);
-    CARVE(ln2_mean, Nl);
-    CARVE(ln2_rstd, Nl);
     CARVE(fch, N * (size_t)s->F4);
     CARVE(fch_gelu, N * (size_t)s->F4);
-    CARVE(out, Nl * C);
 #undef CARVE
     return off;
 }
@@ -291,10 +295,13 @@ static ts_status block_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor
                         mod->name);
     int C = s.C, Cl = s.Cl, F4 = s.F4, N = (int)s.N, Nl = (int)s.Nl, sa = seq_axis(m);
     size_t att_floats = sa >= 0 ? 0 : be->attention_saved_floats(B, s.NHl, T);
-    float *base = ts_module_save(mod, ctx->mb, block_carve(NULL, NULL, &s, att_floats), x->data);
+    size_t keep, floats = block_carve(NULL, NULL, &s, att_floats, &keep);
+    float *base = ts_module_save(mod, ctx->mb, floats, keep, x->data);
     if (!base) return TS_ERR_NOMEM;
     block_acts a;
-    block_carve(&a, base, &s, att_floats);
+    block_carve(&a, base, &s, att_floats, NULL);
+    a.out = ts_module_save_output(mod, ctx->mb, s.Nl * C);
+    if (!a.out) return TS_ERR_NOMEM;
     /* Workspace: a redistributed (N, C) input and an (N, C) partial sum. */
     float *work = ts_layer_work(m, 2 * (size_t)N * C);
     if (!work) return TS_ERR_NOMEM;
@@ -365,9 +372,10 @@ static ts_status block_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tenso
     TS_TRY(block_shape_of(mod, B, T, &s));
     int C = s.C, Cl = s.Cl, F4 = s.F4, sa = seq_axis(m);
     size_t N = s.N, Nl = s.Nl;
+    float *base = ts_module_saved(mod, ctx->mb);
+    if (!base) return TS_ERR_NOMEM;
     block_acts a;
-    block_carve(&a, ts_module_saved(mod, ctx->mb), &s,
-                sa >= 0 ? 0 : be->attention_saved_floats(B, s.NHl, T));
+    block_carve(&a, base, &s, sa >= 0 ? 0 : be->attention_saved_floats(B, s.NHl, T), NULL);
 
     /* Workspace: dfch_gelu, dfch (N, F4); dfull, dln, dres2, gathered
      * (N, C); datty (N, Cl); dqkv (N, 3Cl); the attention's scratch. */
@@ -431,10 +439,11 @@ static ts_status block_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tenso
     TS_TRY(ts_layer_redistribute(m, dfull, dln, &s.dqkv_in, &s.x, B, T, C, &dh));
     float *dxin = dx->data;
     TS_TRY(be->copy(dxin, dres2, Nl * C * sizeof(float)));
-    /* The block's input is the previous module's output, kept alive by it. */
-    TS_TRY(be->layernorm_backward(dxin, ts_layer_grad(P(LN1W)), ts_layer_grad(P(LN1B)), dh,
-                                  ts_module_saved_input(mod, ctx->mb), W(LN1W, 1), a.ln1_mean,
-                                  a.ln1_rstd, (int)Nl, C));
+    /* The block's input is the previous module's output, kept by it. */
+    const float *xin = ts_module_saved_input(mod, ctx->mb);
+    if (!xin) return TS_ERR_NOMEM;
+    TS_TRY(be->layernorm_backward(dxin, ts_layer_grad(P(LN1W)), ts_layer_grad(P(LN1B)), dh, xin,
+                                  W(LN1W, 1), a.ln1_mean, a.ln1_rstd, (int)Nl, C));
     ts_module_release(mod, ctx->mb);
     return TS_OK;
 }
@@ -454,19 +463,22 @@ typedef struct head_acts {
     float *losses, *lse;      /* (N), (N)                    */
 } head_acts;
 
-static size_t head_carve(head_acts *a, float *base, size_t N, size_t Nl, int C, int Vpl) {
+static size_t head_carve(head_acts *a, float *base, size_t N, size_t Nl, int C, int Vpl,
+                         size_t *keep) {
     size_t off = 0;
 #define CARVE(field, count)                                                                        \
     do {                                                                                           \
         if (a) a->field = base + off;                                                              \
         off += (count);                                                                            \
     } while (0)
-    CARVE(lnf, Nl * C);
+    /* f32 first: the statistics, losses and log-sum-exp */
     CARVE(mean, Nl);
     CARVE(rstd, Nl);
-    CARVE(logits, N * (size_t)Vpl);
     CARVE(losses, N);
     CARVE(lse, N);
+    if (keep) *keep = off;
+    CARVE(lnf, Nl * C);
+    CARVE(logits, N * (size_t)Vpl);
 #undef CARVE
     return off;
 }
@@ -500,10 +512,11 @@ static ts_status head_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor 
     head_shape s;
     TS_TRY(head_shape_of(mod, B, T, &s));
     size_t N = s.N, Nl = s.Nl;
-    float *base = ts_module_save(mod, ctx->mb, head_carve(NULL, NULL, N, Nl, C, s.Vpl), x->data);
+    size_t keep, floats = head_carve(NULL, NULL, N, Nl, C, s.Vpl, &keep);
+    float *base = ts_module_save(mod, ctx->mb, floats, keep, x->data);
     if (!base) return TS_ERR_NOMEM;
     head_acts a;
-    head_carve(&a, base, N, Nl, C, s.Vpl);
+    head_carve(&a, base, N, Nl, C, s.Vpl, NULL);
     const ts_backend *be = m->be;
     TS_TRY(
         be->layernorm_forward(a.lnf, a.mean, a.rstd, x->data, W(LNFW, 1), W(LNFB, 2), (int)Nl, C));
@@ -547,8 +560,10 @@ static ts_status head_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor
     head_shape s;
     TS_TRY(head_shape_of(mod, B, T, &s));
     size_t N = s.N, Nl = s.Nl;
+    float *base = ts_module_saved(mod, ctx->mb);
+    if (!base) return TS_ERR_NOMEM;
     head_acts a;
-    head_carve(&a, ts_module_saved(mod, ctx->mb), N, Nl, C, s.Vpl);
+    head_carve(&a, base, N, Nl, C, s.Vpl, NULL);
     const ts_backend *be = m->be;
     /* In place: the logits become their gradient. */
     TS_TRY(be->ce_shard_backward(a.logits, a.logits, a.lse, ctx->targets, ctx->dloss, s.v0, (int)N,
@@ -562,9 +577,10 @@ static ts_status head_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor
                                     (int)N, C, s.Vpl));
     TS_TRY(ts_layer_redistribute(m, reduced, dlnf, &s.din, &s.x, B, T, C, &dh));
     TS_TRY(be->zero(dx->data, Nl * C * sizeof(float)));
+    const float *xin = ts_module_saved_input(mod, ctx->mb);
+    if (!xin) return TS_ERR_NOMEM;
     TS_TRY(be->layernorm_backward(dx->data, ts_layer_grad(P(LNFW)), ts_layer_grad(P(LNFB)), dh,
-                                  ts_module_saved_input(mod, ctx->mb), W(LNFW, 1), a.mean, a.rstd,
-                                  (int)Nl, C));
+                                  xin, W(LNFW, 1), a.mean, a.rstd, (int)Nl, C));
     ts_module_release(mod, ctx->mb);
     return TS_OK;
 }
@@ -724,7 +740,7 @@ static ts_status gpt2_last_logits(ts_model *m, int mb, int T, float *out) {
     float *base = ts_module_saved(head, mb);
     if (!base) return ts_error(TS_ERR_INTERNAL, "sample: the head saved nothing");
     head_acts a;
-    head_carve(&a, base, s.N, s.Nl, m->cfg.d_model, s.Vpl);
+    head_carve(&a, base, s.N, s.Nl, m->cfg.d_model, s.Vpl, NULL);
     const float *row = a.logits + (size_t)(T - 1) * s.Vpl;
     if (m->be->kind == TS_DEVICE_CPU) {
         memcpy(out, row, (size_t)m->cfg.vocab * sizeof(float));

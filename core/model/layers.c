@@ -218,12 +218,20 @@ ts_status ts_layer_linear_places(const ts_model *m, const ts_param *w, const ts_
     return TS_OK;
 }
 
+/* Activation memory holding `what` (backend.h: ts_backend_tag). */
+static void *acts_alloc(const ts_backend *be, size_t bytes, const char *what) {
+    ts_backend_tag(what);
+    void *p = be->alloc(TS_MEM_ACTS, bytes);
+    ts_backend_tag(NULL);
+    return p;
+}
+
 /* Operand scratch of the bf16 GEMMs. */
 static void *matmul_work(ts_model *m, int N, int C, int OC) {
     size_t bytes = m->be->matmul_bf16_work_bytes(N, C, OC);
     if (bytes > m->mm_work_bytes) {
         m->be->free(m->mm_work);
-        m->mm_work = m->be->alloc(TS_MEM_ACTS, bytes);
+        m->mm_work = acts_alloc(m->be, bytes, "bf16 GEMM operands");
         m->mm_work_bytes = m->mm_work ? bytes : 0;
     }
     return m->mm_work;
@@ -306,7 +314,7 @@ const float *ts_layer_weight(ts_model *m, const ts_param *p, int slot) {
     size_t n = (size_t)ts_tensor_numel(&p->value);
     if (n > m->stage_floats[slot]) {
         m->be->free(m->stage[slot]);
-        m->stage[slot] = m->be->alloc(TS_MEM_ACTS, n * sizeof(float));
+        m->stage[slot] = acts_alloc(m->be, n * sizeof(float), "weights staged in f32");
         m->stage_floats[slot] = m->stage[slot] ? n : 0;
         if (!m->stage[slot]) weight_fail(p);
     }
@@ -325,7 +333,7 @@ ts_status ts_layer_round(const ts_model *m, float *x, size_t n) {
 float *ts_layer_work(ts_model *m, size_t floats) {
     if (floats > m->work_floats) {
         m->be->free(m->work);
-        m->work = m->be->alloc(TS_MEM_ACTS, floats * sizeof(float));
+        m->work = acts_alloc(m->be, floats * sizeof(float), "workspace");
         m->work_floats = m->work ? floats : 0;
     }
     return m->work;
@@ -348,63 +356,188 @@ ts_status ts_layer_host_view(ts_model *m, const float *x, size_t n, const float 
 }
 
 /* ---------------------------------------------------------------------------
- * Saved state, one allocation per micro-batch slot
+ * Saved state, one allocation per micro-batch slot, packed to bf16 between
+ * forward and backward in bf16 mode
  * ------------------------------------------------------------------------- */
-float *ts_module_save(ts_module *mod, int mb, size_t floats, const float *input) {
+static ts_module_slot *module_slot(ts_module *mod, int mb) {
     ts_module_store *t = &mod->saved;
-    if (mb >= t->cap) {
-        int cap = t->cap ? t->cap : 4;
-        while (cap <= mb)
-            cap *= 2;
-        float **s = realloc(t->slot, (size_t)cap * sizeof *s);
-        if (s) t->slot = s;
-        const float **in = s ? realloc(t->input, (size_t)cap * sizeof *in) : NULL;
-        if (in) t->input = in;
-        void **pr = in ? realloc(t->provider, (size_t)cap * sizeof *pr) : NULL;
-        if (pr) t->provider = pr;
-        void **mo = pr ? realloc(t->moe, (size_t)cap * sizeof *mo) : NULL;
-        if (!mo) {
-            ts_error(TS_ERR_NOMEM, "model: out of memory for saved-state table");
-            return NULL;
-        }
-        t->moe = mo;
-        for (int i = t->cap; i < cap; i++) {
-            s[i] = NULL;
-            in[i] = NULL;
-            pr[i] = NULL;
-            mo[i] = NULL;
-        }
-        t->cap = cap;
+    if (mb < t->cap) return &t->slot[mb];
+    int cap = t->cap ? t->cap : 4;
+    while (cap <= mb)
+        cap *= 2;
+    ts_module_slot *s = realloc(t->slot, (size_t)cap * sizeof *s);
+    if (!s) {
+        ts_error(TS_ERR_NOMEM, "model: out of memory for saved-state table");
+        return NULL;
     }
-    TS_ASSERT(t->slot[mb] == NULL); /* one forward per micro-batch in flight */
-    t->slot[mb] = mod->model->be->alloc(TS_MEM_ACTS, floats * sizeof(float));
-    t->input[mb] = input;
-    return t->slot[mb];
+    memset(s + t->cap, 0, (size_t)(cap - t->cap) * sizeof *s);
+    t->slot = s;
+    t->cap = cap;
+    return &s[mb];
+}
+
+/* What a part holds (kind 0 state, 1 output, 2 a copy of the input), f32
+ * or packed: the tags of activation memory. */
+static const char *part_tag(int kind, int packed) {
+    static const char *tag[3][2] = {{"saved (f32)", "saved, packed (bf16)"},
+                                    {"outputs (f32)", "outputs, packed (bf16)"},
+                                    {"received inputs (f32)", "received inputs, packed (bf16)"}};
+    return tag[kind][packed];
+}
+
+/* Allocates a part of floats (device memory, TS_MEM_ACTS). */
+static float *part_alloc(ts_module *mod, ts_saved_part *p, size_t floats, size_t keep,
+                         int kind) {
+    TS_ASSERT(keep <= floats);
+    /* one forward per micro-batch in flight */
+    TS_ASSERT(p->data == NULL && p->packed == NULL);
+    p->data = acts_alloc(mod->model->be, floats * sizeof(float), part_tag(kind, 0));
+    p->floats = floats;
+    p->keep = keep;
+    return p->data;
+}
+
+/* Byte offset of the bf16 values of a packed part (16-byte aligned). */
+static size_t packed_offset(const ts_saved_part *p) {
+    return (p->keep * sizeof(float) + 15) & ~(size_t)15;
+}
+
+/* Packs src (part->floats floats) into the part; src stays. */
+static ts_status part_pack_from(ts_model *m, ts_saved_part *part, const float *src, int kind) {
+    const ts_backend *be = m->be;
+    size_t off = packed_offset(part);
+    char *p = acts_alloc(be, off + (part->floats - part->keep) * sizeof(uint16_t),
+                         part_tag(kind, 1));
+    if (!p) return TS_ERR_NOMEM;
+    ts_status st = part->keep ? be->copy(p, src, part->keep * sizeof(float)) : TS_OK;
+    if (!st)
+        st = be->f32_to_bf16((uint16_t *)(p + off), src + part->keep, part->floats - part->keep);
+    if (st) {
+        be->free(p);
+        return st;
+    }
+    part->packed = p;
+    return TS_OK;
+}
+
+static ts_status part_pack(ts_model *m, ts_saved_part *part, int kind) {
+    if (m->dtype != TS_BF16 || !part->data) return TS_OK; /* f32, packed, or nothing */
+    TS_TRY(part_pack_from(m, part, part->data, kind));
+    m->be->free(part->data);
+    part->data = NULL;
+    return TS_OK;
+}
+
+/* The part in f32, unpacked first when packed (NULL when out of memory). */
+static float *part_unpack(ts_model *m, ts_saved_part *part, int kind) {
+    if (part->data || !part->packed) return part->data;
+    const ts_backend *be = m->be;
+    float *d = acts_alloc(be, part->floats * sizeof(float), part_tag(kind, 0));
+    if (!d) return NULL;
+    const char *p = part->packed;
+    ts_status st = part->keep ? be->copy(d, p, part->keep * sizeof(float)) : TS_OK;
+    if (!st)
+        st = be->bf16_to_f32(d + part->keep, (const uint16_t *)(p + packed_offset(part)),
+                             part->floats - part->keep);
+    if (st) {
+        be->free(d);
+        return NULL;
+    }
+    be->free(part->packed);
+    part->packed = NULL;
+    part->data = d;
+    return d;
+}
+
+static void part_free(ts_model *m, ts_saved_part *p) {
+    m->be->free(p->data);
+    m->be->free(p->packed);
+    p->data = NULL;
+    p->packed = NULL;
+}
+
+float *ts_module_save(ts_module *mod, int mb, size_t floats, size_t keep, const float *input) {
+    ts_module_slot *s = module_slot(mod, mb);
+    if (!s) return NULL;
+    s->input = input;
+    s->producer = NULL;
+    return part_alloc(mod, &s->state, floats, keep, 0);
+}
+
+float *ts_module_save_output(ts_module *mod, int mb, size_t floats) {
+    ts_module_slot *s = module_slot(mod, mb);
+    return s ? part_alloc(mod, &s->output, floats, 0, 1) : NULL;
+}
+
+ts_status ts_module_pack(ts_module *mod, int mb) {
+    if (mb >= mod->saved.cap) return TS_OK;
+    return part_pack(mod->model, &mod->saved.slot[mb].state, 0);
+}
+
+ts_status ts_module_pack_output(ts_module *mod, int mb) {
+    if (mb >= mod->saved.cap) return TS_OK;
+    return part_pack(mod->model, &mod->saved.slot[mb].output, 1);
+}
+
+ts_status ts_module_hand_over(ts_module *prev, ts_module *next, int mb) {
+    if (mb >= prev->saved.cap || mb >= next->saved.cap) return TS_OK;
+    const ts_saved_part *out = &prev->saved.slot[mb].output;
+    ts_module_slot *ns = &next->saved.slot[mb];
+    if (out->data && ns->input >= out->data && ns->input < out->data + out->floats) {
+        ns->producer = prev;
+        ns->input_offset = (size_t)(ns->input - out->data);
+    }
+    return ts_module_pack_output(prev, mb);
 }
 
 float *ts_module_saved(ts_module *mod, int mb) {
-    TS_ASSERT(mb < mod->saved.cap && mod->saved.slot[mb] != NULL);
-    return mod->saved.slot[mb];
+    TS_ASSERT(mb < mod->saved.cap);
+    ts_saved_part *p = &mod->saved.slot[mb].state;
+    TS_ASSERT(p->data || p->packed);
+    return part_unpack(mod->model, p, 0);
+}
+
+ts_status ts_module_copy_input(ts_module *mod, int mb, size_t floats) {
+    ts_model *m = mod->model;
+    if (m->dtype != TS_BF16 || mb >= mod->saved.cap) return TS_OK;
+    ts_module_slot *s = &mod->saved.slot[mb];
+    if (s->producer || !s->input) return TS_OK;
+    ts_saved_part *p = &s->input_copy;
+    TS_ASSERT(p->data == NULL && p->packed == NULL);
+    *p = (ts_saved_part){.floats = floats};
+    TS_TRY(part_pack_from(m, p, s->input, 2));
+    s->input = NULL;
+    return TS_OK;
 }
 
 const float *ts_module_saved_input(ts_module *mod, int mb) {
-    return mod->saved.input[mb];
+    ts_module_slot *s = &mod->saved.slot[mb];
+    if (s->input_copy.data || s->input_copy.packed)
+        return part_unpack(mod->model, &s->input_copy, 2);
+    if (!s->producer) return s->input;
+    ts_module *prod = s->producer;
+    const float *base = part_unpack(prod->model, &prod->saved.slot[mb].output, 1);
+    return base ? base + s->input_offset : NULL;
 }
 
 void **ts_module_provider_state(ts_module *mod, int mb) {
     TS_ASSERT(mb < mod->saved.cap);
-    return &mod->saved.provider[mb];
+    return &mod->saved.slot[mb].provider;
 }
 
 void **ts_module_moe_state(ts_module *mod, int mb) {
     TS_ASSERT(mb < mod->saved.cap);
-    return &mod->saved.moe[mb];
+    return &mod->saved.slot[mb].moe;
 }
 
 void ts_module_release(ts_module *mod, int mb) {
     if (mb >= mod->saved.cap) return;
-    mod->model->be->free(mod->saved.slot[mb]);
-    mod->saved.slot[mb] = NULL;
+    ts_module_slot *s = &mod->saved.slot[mb];
+    part_free(mod->model, &s->state);
+    part_free(mod->model, &s->output);
+    part_free(mod->model, &s->input_copy);
+    s->producer = NULL;
+    s->input = NULL;
 }
 
 ts_param *ts_module_param(ts_module *mod, int k) {

@@ -117,11 +117,32 @@ float *ts_layer_work(ts_model *m, size_t floats);
 ts_status ts_layer_host_view(ts_model *m, const float *x, size_t n, const float **host);
 
 /* Per-micro-batch saved state of a module: one allocation of `floats`
- * (device memory, TS_MEM_ACTS) for micro-batch mb, remembering the module's
- * input; get, release. */
-float *ts_module_save(ts_module *mod, int mb, size_t floats, const float *input);
+ * (device memory, TS_MEM_ACTS) for micro-batch mb that its backward reads,
+ * remembering the module's input; and its output (ts_module_save_output),
+ * which the next module reads. In bf16 mode both wait packed to two bytes
+ * per value: the state from the end of the module's forward to its backward
+ * (ts_module_pack), the output from the next module's forward to that
+ * module's backward (ts_module_hand_over). The state's first `keep` floats
+ * stay f32 (statistics); every other value must be a bf16 value there. */
+float *ts_module_save(ts_module *mod, int mb, size_t floats, size_t keep, const float *input);
+float *ts_module_save_output(ts_module *mod, int mb, size_t floats);
+/* The state in f32 (unpacked first when packed; NULL with the error set when
+ * out of memory); the module's input x as ts_module_save saw it (unpacked
+ * from its producer's output likewise). */
 float *ts_module_saved(ts_module *mod, int mb);
 const float *ts_module_saved_input(ts_module *mod, int mb);
+/* In bf16 mode, stores the state / the output of micro-batch mb in two
+ * bytes per value (nothing in f32, or when packed already). */
+ts_status ts_module_pack(ts_module *mod, int mb);
+ts_status ts_module_pack_output(ts_module *mod, int mb);
+/* In bf16 mode, keeps a packed copy of the module's input of micro-batch mb
+ * (`floats` of memory no module of the model holds: a chunk's received
+ * input), so that its owner may free it; nothing otherwise. */
+ts_status ts_module_copy_input(ts_module *mod, int mb, size_t floats);
+/* `next`'s forward of micro-batch mb has consumed the output of `prev`: next
+ * finds its saved input through prev from now on, and prev's output is
+ * packed. */
+ts_status ts_module_hand_over(ts_module *prev, ts_module *next, int mb);
 void ts_module_release(ts_module *mod, int mb);
 /* The slot of an MoE layer's state for micro-batch mb (after ts_module_save). */
 void **ts_module_moe_state(ts_module *mod, int mb);

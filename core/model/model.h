@@ -287,6 +287,13 @@ ts_status ts_model_next_logits(ts_model *m, const int32_t *tokens, int T, float 
  * backward (its output among it): a forward-only pass (evaluation) calls it
  * once the output is used. */
 void ts_model_release_chunk(ts_model *m, int mb, int chunk);
+/* After the forward of chunk `chunk` (not the model's first) of ctx's
+ * micro-batch: in bf16 mode its first module keeps a packed copy of the
+ * input it was given, which the caller may then free (*kept = 1). */
+ts_status ts_model_keep_input(ts_model *m, const ts_step_ctx *ctx, int chunk, int *kept);
+/* The output of chunk `chunk`'s forward of micro-batch mb has been copied
+ * for sending: it is packed (bf16 mode) until the chunk's backward. */
+ts_status ts_model_output_sent(ts_model *m, int mb, int chunk);
 /* Whether chunk `chunk` starts with the first module / ends with the last. */
 int ts_model_chunk_first(const ts_model *m, int chunk);
 int ts_model_chunk_last(const ts_model *m, int chunk);

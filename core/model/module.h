@@ -7,10 +7,12 @@
  *
  * Ownership of activations: forward returns y as a view of memory owned by
  * the module's saved state for that micro-batch; it stays valid until the
- * module's backward for the same micro-batch returns, which frees the saved
- * state. The input x is borrowed: its producer keeps it alive until this
- * module's backward has run (backward runs in reverse module order, so that
- * holds by construction). In backward, dy is borrowed and dx is a caller-owned
+ * next module's forward has consumed it (or the chunk's output was sent):
+ * then, in bf16 mode, the state is packed to two bytes per value. The
+ * module's backward for the same micro-batch frees the saved state. The
+ * input x is borrowed: a module finds it again in backward through
+ * ts_module_saved_input (its producer keeps it alive until this module's
+ * backward has run; backward runs in reverse module order). In backward, dy is borrowed and dx is a caller-owned
  * buffer (B, T, C) that the module WRITES (=), not accumulates.
  *
  * Several micro-batches may be in flight at once (pipeline schedules): saved
@@ -76,13 +78,35 @@ typedef struct ts_module_ops {
     ts_status (*backward)(ts_module *m, ts_step_ctx *ctx, const ts_tensor *dy, ts_tensor *dx);
 } ts_module_ops;
 
-/* Saved state per micro-batch slot (layers.h: ts_module_save). */
+/* One part of a module's saved state: in the model's bf16 mode it waits
+ * between the forward that made it and its use packed to two bytes per
+ * value. Its first `keep` floats (statistics) stay f32; every later value is
+ * exactly a bf16 value (the model rounds each op's output), so packing loses
+ * nothing. */
+typedef struct ts_saved_part {
+    float *data;  /* f32, or NULL while packed                     */
+    void *packed; /* keep f32 floats, then floats - keep bf16 ones */
+    size_t floats, keep;
+} ts_saved_part;
+
+/* The saved state of one micro-batch (layers.h: ts_module_save): what the
+ * module's backward reads, and its output, which the next module reads
+ * (packed once that module's forward has consumed it). */
+typedef struct ts_module_slot {
+    ts_saved_part state, output;
+    const float *input;         /* the module's input x, when no module of
+                                   the model holds it (a chunk's received
+                                   input),                                */
+    ts_saved_part input_copy;   /* or the module's packed copy of it       */
+    struct ts_module *producer; /* else the module whose output x is,      */
+    size_t input_offset;        /* at this offset                          */
+    void *provider;             /* an attention provider's state           */
+    void *moe;                  /* the MoE layer's routing and expert state */
+} ts_module_slot;
+
 typedef struct ts_module_store {
     int cap;
-    float **slot;
-    const float **input; /* the module's input x of that micro-batch */
-    void **provider;     /* an attention provider's state of it        */
-    void **moe;          /* the MoE layer's routing and expert state   */
+    ts_module_slot *slot;
 } ts_module_store;
 
 struct ts_module {

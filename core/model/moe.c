@@ -172,9 +172,9 @@ static void moe_saved_free(ts_model *m, moe_saved *s) {
 void ts_moe_layer_free(ts_module *mod) {
     moe_layer *L = mod->moe_layer;
     ts_model *m = mod->model;
-    for (int mb = 0; mod->saved.moe && mb < mod->saved.cap; mb++) {
-        moe_saved_free(m, mod->saved.moe[mb]);
-        mod->saved.moe[mb] = NULL;
+    for (int mb = 0; mb < mod->saved.cap; mb++) {
+        moe_saved_free(m, mod->saved.slot[mb].moe);
+        mod->saved.slot[mb].moe = NULL;
     }
     if (!L) return;
     if (L->created && m->moe.ops && m->moe.ops->destroy) m->moe.ops->destroy(m->moe.ctx, L->state);

@@ -529,12 +529,9 @@ void ts_model_destroy(ts_model *m) {
         ts_module *mod = m->modules[i];
         if (!mod) continue;
         for (int s = 0; s < mod->saved.cap; s++)
-            m->be->free(mod->saved.slot[s]);
-        free(mod->saved.slot);
-        free(mod->saved.input);
-        free(mod->saved.provider);
+            ts_module_release(mod, s);
         ts_moe_layer_free(mod);
-        free(mod->saved.moe);
+        free(mod->saved.slot);
         free(mod);
     }
     free(m->modules);
@@ -661,9 +658,17 @@ ts_status ts_model_forward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const
         ts_status st = ctx->module_hook ? ctx->module_hook(ctx->module_done_user, i, 0) : TS_OK;
         if (!st) st = m->modules[i]->ops->forward(m->modules[i], ctx, &cur, &next);
         if (!st && ctx->module_hook) st = ctx->module_hook(ctx->module_done_user, i, 1);
+        /* The module's state waits for its backward (packed in bf16), and
+         * the previous module's output has been consumed. The last module's
+         * state, the logits, is not packed: its backward follows soon on
+         * the same stage, and packing would hold it twice meanwhile. */
+        if (!st && i < m->nmodules - 1) st = ts_module_pack(m->modules[i], ctx->mb);
+        if (!st && nran > 0)
+            st = ts_module_hand_over(m->modules[ran[nran - 1]], m->modules[i], ctx->mb);
         if (st) {
             for (int k = 0; k < nran; k++)
                 ts_module_release(m->modules[ran[k]], ctx->mb);
+            ts_module_release(m->modules[i], ctx->mb);
             return st;
         }
         ran[nran++] = i;
@@ -684,7 +689,9 @@ ts_status ts_model_backward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, cons
         if (m->module_chunk[i] == chunk) idx[cnt++] = i;
     if (cnt == 0) return ts_error(TS_ERR_INTERNAL, "model: chunk %d has no module here", chunk);
     /* Between the modules of the chunk, two buffers alternate. */
+    ts_backend_tag("gradients between modules (f32)");
     float *buf = cnt > 1 ? m->be->alloc(TS_MEM_ACTS, 2 * n * sizeof(float)) : NULL;
+    ts_backend_tag(NULL);
     if (cnt > 1 && !buf) return TS_ERR_NOMEM;
     ts_tensor grads[2];
     ts_tensor_view(&grads[0], "dx0", TS_F32, 3, shape, buf, TS_MEM_ACTS);
@@ -759,6 +766,28 @@ ts_status ts_model_next_logits(ts_model *m, const int32_t *tokens, int T, float 
     if (dev != host) be->free(dev);
     free(host);
     return st;
+}
+
+ts_status ts_model_keep_input(ts_model *m, const ts_step_ctx *ctx, int chunk, int *kept) {
+    *kept = 0;
+    if (m->dtype != TS_BF16) return TS_OK;
+    int64_t shape[3];
+    ts_model_hidden_shape(m, ctx->B, ctx->T, shape);
+    for (int i = 0; i < m->nmodules; i++) {
+        if (!m->modules[i] || m->module_chunk[i] != chunk) continue;
+        TS_TRY(ts_module_copy_input(m->modules[i], ctx->mb,
+                                    (size_t)(shape[0] * shape[1] * shape[2])));
+        *kept = 1;
+        return TS_OK;
+    }
+    return TS_OK;
+}
+
+ts_status ts_model_output_sent(ts_model *m, int mb, int chunk) {
+    for (int i = m->nmodules - 1; i >= 0; i--)
+        if (m->modules[i] && m->module_chunk[i] == chunk)
+            return ts_module_pack_output(m->modules[i], mb);
+    return TS_OK;
 }
 
 void ts_model_release_chunk(ts_model *m, int mb, int chunk) {

@@ -160,6 +160,14 @@ static int trainer_tag(int grad, int boundary, int mb) {
     return ((grad * 64 + boundary % 64) * 256) + mb % 256;
 }
 
+/* Activation memory holding `what` (backend.h: ts_backend_tag). */
+static void *trainer_acts(ts_trainer *t, size_t bytes, const char *what) {
+    ts_backend_tag(what);
+    void *p = t->be->alloc(TS_MEM_ACTS, bytes);
+    ts_backend_tag(NULL);
+    return p;
+}
+
 /* Completes a pending send (if any). */
 static ts_status trainer_wait(ts_comm_request **req) {
     if (!*req) return TS_OK;
@@ -197,6 +205,22 @@ static ts_status trainer_recv(ts_trainer *t, float *buf, size_t n, int peer, int
     return st;
 }
 
+/* Frees the gradients whose f32 sends upstream have completed (bf16 sends
+ * free theirs at once). */
+static ts_status trainer_reap_grads(ts_trainer *t) {
+    size_t slots = (size_t)t->micro_batches * t->chunks;
+    for (size_t k = 0; k < slots; k++) {
+        if (!t->grad_req[k] || !t->grad_out[k]) continue;
+        int done = 0;
+        TS_TRY(ts_comm_test(t->grad_req[k], &done));
+        if (!done) continue;
+        t->grad_req[k] = NULL;
+        t->be->free(t->grad_out[k]);
+        t->grad_out[k] = NULL;
+    }
+    return TS_OK;
+}
+
 /* Completes a pending send and frees its bf16 copy. */
 static ts_status trainer_wait_wire(ts_trainer *t, ts_comm_request **req, void **wire) {
     ts_status st = trainer_wait(req);
@@ -222,7 +246,7 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
     ts_status st = TS_OK;
     switch (a->kind) {
     case TS_ACT_RECV_ACT:
-        t->act_in[slot] = t->be->alloc(TS_MEM_ACTS, n * sizeof(float));
+        t->act_in[slot] = trainer_acts(t, n * sizeof(float), "pipeline inputs (f32)");
         if (!t->act_in[slot]) return TS_ERR_NOMEM;
         st = trainer_recv(t, t->act_in[slot], n, a->peer, trainer_tag(0, vstage - 1, mb));
         span = "recv";
@@ -254,6 +278,14 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
         if (!st)
             st = ts_model_forward_chunk(m, c, chunk, ts_model_chunk_first(m, chunk) ? NULL : &x,
                                         &t->chunk_out[slot]);
+        if (!st && !ts_model_chunk_first(m, chunk)) { /* bf16: the chunk keeps it packed */
+            int kept;
+            st = ts_model_keep_input(m, c, chunk, &kept);
+            if (!st && kept) {
+                t->be->free(t->act_in[slot]);
+                t->act_in[slot] = NULL;
+            }
+        }
         *loss_sum += c->loss_sum - before;
         t->compute_s += now_seconds() - t0;
         span = "forward";
@@ -262,11 +294,13 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
     case TS_ACT_SEND_ACT:
         st = trainer_send(t, t->chunk_out[slot].data, n, a->peer, trainer_tag(0, vstage, mb),
                           &t->act_req[slot], &t->act_wire[slot]);
+        /* A bf16 send travels from its own copy: the chunk's state packs. */
+        if (!st && trainer_wire_bf16(t)) st = ts_model_output_sent(m, mb, chunk);
         span = "send";
         cat = TS_TRACE_CAT_P2P;
         break;
     case TS_ACT_RECV_GRAD:
-        t->grad_in[slot] = t->be->alloc(TS_MEM_ACTS, n * sizeof(float));
+        t->grad_in[slot] = trainer_acts(t, n * sizeof(float), "pipeline gradients (f32)");
         if (!t->grad_in[slot]) return TS_ERR_NOMEM;
         st = trainer_recv(t, t->grad_in[slot], n, a->peer, trainer_tag(1, vstage, mb));
         span = "recv";
@@ -280,7 +314,8 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
         dy.device = t->be->kind;
         int first = ts_model_chunk_first(m, chunk);
         if (!first) {
-            t->grad_out[slot] = t->be->alloc(TS_MEM_ACTS, n * sizeof(float));
+            TS_TRY(trainer_reap_grads(t));
+            t->grad_out[slot] = trainer_acts(t, n * sizeof(float), "pipeline gradients (f32)");
             if (!t->grad_out[slot]) return TS_ERR_NOMEM;
         }
         ts_tensor_view(&dx, "grad.out", TS_F32, 3, shape, t->grad_out[slot], TS_MEM_ACTS);
@@ -300,6 +335,10 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
     case TS_ACT_SEND_GRAD:
         st = trainer_send(t, t->grad_out[slot], n, a->peer, trainer_tag(1, vstage - 1, mb),
                           &t->grad_req[slot], &t->grad_wire[slot]);
+        if (!st && trainer_wire_bf16(t)) { /* it travels from its bf16 copy */
+            t->be->free(t->grad_out[slot]);
+            t->grad_out[slot] = NULL;
+        }
         span = "send";
         cat = TS_TRACE_CAT_P2P;
         break;
