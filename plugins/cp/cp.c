@@ -33,6 +33,11 @@
  * Every attention is computed block by block by the core's kernels
  * (host->attention_block_*: a causal offset in, the log-sum-exp out); no
  * rank holds the scores of a whole sequence.
+ *
+ * In bf16 runs keys and values travel in two bytes (they are bf16 values:
+ * the model rounds q, k, v, so the exchange is exact), and so do the
+ * all-to-all's q, k, v and its output (which the model rounds to bf16 on
+ * arrival anyway); gradients (dK/dV accumulators, dout, dqkv) stay f32.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -206,6 +211,30 @@ static void cp_free_all(float **p, int n) {
     }
 }
 
+/* Keys, values and attention outputs on the wire: bf16 in bf16 runs (the
+ * host can convert), else f32. */
+static int cp_wire_bf16(const ts_plugin_attention_args *a) {
+    return a->bf16 && TS_HOST_HAS(cp.host, device_convert);
+}
+
+static ts_dtype cp_wire_dtype(const ts_plugin_attention_args *a) {
+    return cp_wire_bf16(a) ? TS_BF16 : TS_F32;
+}
+
+/* Room for n wire elements. */
+static void *cp_alloc_wire(const ts_plugin_attention_args *a, ts_mem_category cat, size_t n) {
+    return cp_alloc(cat, cp_wire_bf16(a) ? (n + 1) / 2 : n);
+}
+
+/* f32 -> bf16 wire and back (n elements). */
+static ts_status cp_to_wire(void *wire, const float *x, size_t n) {
+    return cp.host->device_convert(cp.ctx, wire, TS_BF16, x, TS_F32, n);
+}
+
+static ts_status cp_from_wire(float *x, const void *wire, size_t n) {
+    return cp.host->device_convert(cp.ctx, x, TS_F32, wire, TS_BF16, n);
+}
+
 /* k and v of qkv (B*T rows of 3C) packed as rows of 2C. */
 static ts_status cp_pack_kv(float *kv, const float *qkv, size_t rows, int C) {
     return cp.host->device_copy_2d(cp.ctx, kv, 2 * C * sizeof(float), qkv + C,
@@ -237,31 +266,35 @@ static ts_status cp_ring_forward(ts_plugin_attention_args *a, cp_saved *s, const
     int n = cp.host->comm_size(a->comm), r = cp.host->comm_rank(a->comm);
     int B = a->B, Tl = a->T_local, C = a->C, NH = a->NH, have[2] = {0, 0};
     size_t kvn = (size_t)B * Tl * 2 * C;
-    float *buf[3] = {cp_alloc(TS_MEM_COMM, kvn), cp_alloc(TS_MEM_COMM, kvn),
-                     cp_alloc(TS_MEM_ACTS, (size_t)mine->L * (C + NH))};
-    ts_status st = buf[0] && buf[1] && buf[2] ? TS_OK : TS_ERR_NOMEM;
-    if (!st) st = cp_pack_kv(buf[0], a->qkv, (size_t)B * Tl, C);
+    ts_dtype wt = cp_wire_dtype(a);
+    int bf = wt == TS_BF16;
+    /* The blocks travelling (wire[2]); in bf16 the block in hand in f32. */
+    float *buf[4] = {cp_alloc_wire(a, TS_MEM_COMM, kvn), cp_alloc_wire(a, TS_MEM_COMM, kvn),
+                     cp_alloc(TS_MEM_ACTS, (size_t)mine->L * (C + NH)),
+                     bf ? cp_alloc(TS_MEM_COMM, kvn) : NULL};
+    float **wire = buf;
+    ts_status st = buf[0] && buf[1] && buf[2] && (!bf || buf[3]) ? TS_OK : TS_ERR_NOMEM;
+    if (!st) st = cp_pack_kv(bf ? buf[3] : wire[0], a->qkv, (size_t)B * Tl, C);
+    if (!st && bf && n > 1) st = cp_to_wire(wire[0], buf[3], kvn);
     cp_rows qr = {mine, Tl, 3 * C};
     for (int step = 0, cur = 0; !st && step < n; step++, cur ^= 1) {
         ts_comm_request *recv = NULL, *send = NULL;
         int tag = CP_TAG_FWD_KV * CP_TAG_STRIDE + step;
         if (step < n - 1) {
-            st = cp.host->recv_start(a->comm, buf[cur ^ 1], kvn, TS_F32, (r + n - 1) % n, tag,
-                                     &recv);
-            if (!st)
-                st = cp.host->send_start(a->comm, buf[cur], kvn, TS_F32, (r + 1) % n, tag, &send);
+            st = cp.host->recv_start(a->comm, wire[cur ^ 1], kvn, wt, (r + n - 1) % n, tag, &recv);
+            if (!st) st = cp.host->send_start(a->comm, wire[cur], kvn, wt, (r + 1) % n, tag, &send);
             if (!st && !cp.overlap) st = cp_wait(&recv);
             if (!st && !cp.overlap) st = cp_wait(&send);
         }
         cp_chunks theirs = cp_chunks_of((r + n - step) % n, n, a->T);
         cp_rows kr = {&theirs, Tl, 2 * C};
-        if (!st)
-            st = cp_attend(a->qkv, qr, buf[cur], buf[cur] + C, kr, a->out, s->lse, have, buf[2], B,
-                           C, NH);
+        float *kv = bf ? buf[3] : wire[cur];
+        if (!st && bf && step > 0) st = cp_from_wire(kv, wire[cur], kvn);
+        if (!st) st = cp_attend(a->qkv, qr, kv, kv + C, kr, a->out, s->lse, have, buf[2], B, C, NH);
         ts_status w = cp_wait(&recv), w2 = cp_wait(&send);
         if (!st) st = w ? w : w2;
     }
-    cp_free_all(buf, 3);
+    cp_free_all(buf, 4);
     return st;
 }
 
@@ -273,22 +306,28 @@ static ts_status cp_ring_backward(ts_plugin_attention_args *a, cp_saved *s, cons
     /* kv[2]: the block in hand and the next; dkv[2]: the accumulators this
      * rank sends on (alternating, so one may still be in flight); in: the
      * accumulator arriving from the previous rank. */
-    float *buf[6] = {cp_alloc(TS_MEM_COMM, kvn), cp_alloc(TS_MEM_COMM, kvn),
-                     cp_alloc(TS_MEM_COMM, kvn), cp_alloc(TS_MEM_COMM, kvn),
-                     cp_alloc(TS_MEM_COMM, kvn), cp_alloc(TS_MEM_COMM, rows * 3 * C)};
+    ts_dtype wt = cp_wire_dtype(a);
+    int bf = wt == TS_BF16;
+    float *buf[7] = {cp_alloc_wire(a, TS_MEM_COMM, kvn), cp_alloc_wire(a, TS_MEM_COMM, kvn),
+                     cp_alloc(TS_MEM_COMM, kvn),         cp_alloc(TS_MEM_COMM, kvn),
+                     cp_alloc(TS_MEM_COMM, kvn),         cp_alloc(TS_MEM_COMM, rows * 3 * C),
+                     bf ? cp_alloc(TS_MEM_COMM, kvn) : NULL};
+    /* kv: the blocks travelling (in bf16 runs the block in hand in f32 is
+     * buf[6]); the rest f32. */
     float **kv = buf, **dkv = buf + 2, *in = buf[4], *work = buf[5];
     ts_status st = TS_OK;
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 6 + bf; i++)
         if (!buf[i]) st = TS_ERR_NOMEM;
     ts_comm_request *dsend[2] = {NULL, NULL}, *drecv = NULL;
-    if (!st) st = cp_pack_kv(kv[0], a->qkv, rows, C);
+    if (!st) st = cp_pack_kv(bf ? buf[6] : kv[0], a->qkv, rows, C);
+    if (!st && bf && n > 1) st = cp_to_wire(kv[0], buf[6], kvn);
     cp_rows qr = {mine, Tl, 3 * C};
     for (int step = 0, cur = 0; !st && step < n; step++, cur ^= 1) {
         ts_comm_request *recv = NULL, *send = NULL;
         int tag = CP_TAG_BWD_KV * CP_TAG_STRIDE + step;
         if (step < n - 1) {
-            st = cp.host->recv_start(a->comm, kv[cur ^ 1], kvn, TS_F32, prev, tag, &recv);
-            if (!st) st = cp.host->send_start(a->comm, kv[cur], kvn, TS_F32, next, tag, &send);
+            st = cp.host->recv_start(a->comm, kv[cur ^ 1], kvn, wt, prev, tag, &recv);
+            if (!st) st = cp.host->send_start(a->comm, kv[cur], kvn, wt, next, tag, &send);
         }
         /* The accumulator of this block so far (the ranks before us). */
         if (!st && step >= 2)
@@ -304,10 +343,12 @@ static ts_status cp_ring_backward(ts_plugin_attention_args *a, cp_saved *s, cons
                                     a->dqkv + 2 * C, kr, a->out, a->dout, s->lse, B, C, NH);
         } else if (!st) {
             cp_rows kr = {&theirs, Tl, 2 * C};
+            float *hand = bf ? buf[6] : kv[cur];
             st = cp_wait(&dsend[cur]); /* the send that used this accumulator */
             if (!st) st = cp.host->device_zero(cp.ctx, dkv[cur], kvn * sizeof(float));
+            if (!st && bf) st = cp_from_wire(hand, kv[cur], kvn);
             if (!st)
-                st = cp_attend_backward(a->qkv, a->dqkv, qr, kv[cur], kv[cur] + C, dkv[cur],
+                st = cp_attend_backward(a->qkv, a->dqkv, qr, hand, hand + C, dkv[cur],
                                         dkv[cur] + C, kr, a->out, a->dout, s->lse, B, C, NH);
             if (!st) st = cp_wait(&drecv);
             if (!st && step >= 2) st = cp.host->device_add(cp.ctx, dkv[cur], in, kvn);
@@ -325,7 +366,7 @@ static ts_status cp_ring_backward(ts_plugin_attention_args *a, cp_saved *s, cons
     ts_status w = cp_wait(&dsend[0]), w2 = cp_wait(&dsend[1]), w3 = cp_wait(&drecv);
     if (!st) st = w ? w : w2 ? w2 : w3;
     if (!st && n > 1) st = cp_add_dkv(a->dqkv, in, work, rows, C);
-    cp_free_all(buf, 6);
+    cp_free_all(buf, 7);
     return st;
 }
 
@@ -333,13 +374,30 @@ static ts_status cp_ring_backward(ts_plugin_attention_args *a, cp_saved *s, cons
  * all_gather
  * ------------------------------------------------------------------------- */
 
-static ts_status cp_gather_kv(ts_plugin_attention_args *a, float *mine, float *all) {
-    size_t rows = (size_t)a->B * a->T_local;
+/* Every rank's keys and values into `all` (wire elements), through `mine`
+ * (f32, room for this rank's) and, in bf16 runs, `wire` (this rank's on
+ * the wire). */
+static ts_status cp_gather_kv(ts_plugin_attention_args *a, float *mine, void *wire, void *all) {
+    size_t rows = (size_t)a->B * a->T_local, kvn = rows * 2 * a->C;
     TS_TRY(cp_pack_kv(mine, a->qkv, rows, a->C));
+    if (cp_wire_bf16(a)) TS_TRY(cp_to_wire(wire, mine, kvn));
     double t0 = cp_now_ms();
-    ts_status st = cp.host->all_gather(a->comm, mine, all, rows * 2 * a->C, TS_F32);
+    ts_status st = cp.host->all_gather(a->comm, cp_wire_bf16(a) ? wire : mine, all, kvn,
+                                       cp_wire_dtype(a));
     cp.wait_ms += cp_now_ms() - t0;
     return st;
+}
+
+/* Block `src` of the gathered keys and values in f32: in place in f32 runs,
+ * converted into `hand` in bf16 runs. */
+static ts_status cp_gathered_block(ts_plugin_attention_args *a, void *all, size_t kvn, int src,
+                                   float *hand, float **kv) {
+    if (!cp_wire_bf16(a)) {
+        *kv = (float *)all + src * kvn;
+        return TS_OK;
+    }
+    *kv = hand;
+    return cp_from_wire(hand, (uint16_t *)all + src * kvn, kvn);
 }
 
 static ts_status cp_gather_forward(ts_plugin_attention_args *a, cp_saved *s,
@@ -347,18 +405,24 @@ static ts_status cp_gather_forward(ts_plugin_attention_args *a, cp_saved *s,
     int n = cp.host->comm_size(a->comm);
     int B = a->B, Tl = a->T_local, C = a->C, NH = a->NH, have[2] = {0, 0};
     size_t kvn = (size_t)B * Tl * 2 * C;
-    float *buf[3] = {cp_alloc(TS_MEM_COMM, kvn), cp_alloc(TS_MEM_COMM, kvn * n),
-                     cp_alloc(TS_MEM_ACTS, (size_t)mine->L * (C + NH))};
-    ts_status st = buf[0] && buf[1] && buf[2] ? TS_OK : TS_ERR_NOMEM;
-    if (!st) st = cp_gather_kv(a, buf[0], buf[1]);
+    int bf = cp_wire_bf16(a);
+    /* mine (f32; the block in hand in bf16 runs), every rank's, scratch,
+     * mine on the wire */
+    float *buf[4] = {cp_alloc(TS_MEM_COMM, kvn), cp_alloc_wire(a, TS_MEM_COMM, kvn * n),
+                     cp_alloc(TS_MEM_ACTS, (size_t)mine->L * (C + NH)),
+                     bf ? cp_alloc_wire(a, TS_MEM_COMM, kvn) : NULL};
+    ts_status st = buf[0] && buf[1] && buf[2] && (!bf || buf[3]) ? TS_OK : TS_ERR_NOMEM;
+    if (!st) st = cp_gather_kv(a, buf[0], buf[3], buf[1]);
     cp_rows qr = {mine, Tl, 3 * C};
     for (int src = 0; !st && src < n; src++) {
         cp_chunks theirs = cp_chunks_of(src, n, a->T);
         cp_rows kr = {&theirs, Tl, 2 * C};
-        float *kv = buf[1] + src * kvn;
-        st = cp_attend(a->qkv, qr, kv, kv + C, kr, a->out, s->lse, have, buf[2], B, C, NH);
+        float *kv;
+        st = cp_gathered_block(a, buf[1], kvn, src, buf[0], &kv);
+        if (!st)
+            st = cp_attend(a->qkv, qr, kv, kv + C, kr, a->out, s->lse, have, buf[2], B, C, NH);
     }
-    cp_free_all(buf, 3);
+    cp_free_all(buf, 4);
     return st;
 }
 
@@ -367,18 +431,24 @@ static ts_status cp_gather_backward(ts_plugin_attention_args *a, cp_saved *s,
     int n = cp.host->comm_size(a->comm);
     int B = a->B, Tl = a->T_local, C = a->C, NH = a->NH;
     size_t rows = (size_t)B * Tl, kvn = rows * 2 * C;
-    float *buf[4] = {cp_alloc(TS_MEM_COMM, kvn), cp_alloc(TS_MEM_COMM, kvn * n),
-                     cp_alloc(TS_MEM_COMM, kvn * n), cp_alloc(TS_MEM_COMM, rows * 3 * C)};
-    ts_status st = buf[0] && buf[1] && buf[2] && buf[3] ? TS_OK : TS_ERR_NOMEM;
-    if (!st) st = cp_gather_kv(a, buf[0], buf[1]);
+    int bf = cp_wire_bf16(a);
+    /* mine (f32; the block in hand in bf16 runs), every rank's, their
+     * gradients (f32), scratch, mine on the wire */
+    float *buf[5] = {cp_alloc(TS_MEM_COMM, kvn), cp_alloc_wire(a, TS_MEM_COMM, kvn * n),
+                     cp_alloc(TS_MEM_COMM, kvn * n), cp_alloc(TS_MEM_COMM, rows * 3 * C),
+                     bf ? cp_alloc_wire(a, TS_MEM_COMM, kvn) : NULL};
+    ts_status st = buf[0] && buf[1] && buf[2] && buf[3] && (!bf || buf[4]) ? TS_OK : TS_ERR_NOMEM;
+    if (!st) st = cp_gather_kv(a, buf[0], buf[4], buf[1]);
     if (!st) st = cp.host->device_zero(cp.ctx, buf[2], kvn * n * sizeof(float));
     cp_rows qr = {mine, Tl, 3 * C};
     for (int src = 0; !st && src < n; src++) {
         cp_chunks theirs = cp_chunks_of(src, n, a->T);
         cp_rows kr = {&theirs, Tl, 2 * C};
-        float *kv = buf[1] + src * kvn, *dkv = buf[2] + src * kvn;
-        st = cp_attend_backward(a->qkv, a->dqkv, qr, kv, kv + C, dkv, dkv + C, kr, a->out, a->dout,
-                                s->lse, B, C, NH);
+        float *kv, *dkv = buf[2] + src * kvn;
+        st = cp_gathered_block(a, buf[1], kvn, src, buf[0], &kv);
+        if (!st)
+            st = cp_attend_backward(a->qkv, a->dqkv, qr, kv, kv + C, dkv, dkv + C, kr, a->out,
+                                    a->dout, s->lse, B, C, NH);
     }
     /* Every rank's contributions to our keys, summed. */
     if (!st) {
@@ -387,7 +457,7 @@ static ts_status cp_gather_backward(ts_plugin_attention_args *a, cp_saved *s,
         cp.wait_ms += cp_now_ms() - t0;
     }
     if (!st) st = cp_add_dkv(a->dqkv, buf[0], buf[3], rows, C);
-    cp_free_all(buf, 4);
+    cp_free_all(buf, 5);
     return st;
 }
 
@@ -434,11 +504,23 @@ static ts_status cp_reorder(float *whole, float *blocks, int n, int B, int T, in
     return TS_OK;
 }
 
-static ts_status cp_a2a(ts_comm *comm, const float *send, float *recv, size_t count) {
+static ts_status cp_a2a(ts_comm *comm, const void *send, void *recv, size_t count, ts_dtype dt) {
     double t0 = cp_now_ms();
-    ts_status st = cp.host->all_to_all(comm, send, recv, count, TS_F32);
+    ts_status st = cp.host->all_to_all(comm, send, recv, count, dt);
     cp.wait_ms += cp_now_ms() - t0;
     return st;
+}
+
+/* The all-to-all of values the model rounds to bf16 (q, k, v and the
+ * attention's output): in bf16 runs they travel in two bytes, `send` then
+ * holding the received wire (its values are not kept). */
+static ts_status cp_a2a_values(const ts_plugin_attention_args *a, float *send, float *recv,
+                               size_t count) {
+    if (!cp_wire_bf16(a)) return cp_a2a(a->comm, send, recv, count, TS_F32);
+    size_t all = count * (size_t)cp.host->comm_size(a->comm);
+    TS_TRY(cp_to_wire(recv, send, all));
+    TS_TRY(cp_a2a(a->comm, recv, send, count, TS_BF16));
+    return cp_from_wire(recv, send, all);
 }
 
 static ts_status cp_a2a_check(const ts_plugin_attention_args *a, int n) {
@@ -460,7 +542,7 @@ static ts_status cp_a2a_forward(ts_plugin_attention_args *a, cp_saved *s) {
     float *buf[2] = {cp_alloc(TS_MEM_COMM, rows * 3 * C), cp_alloc(TS_MEM_COMM, rows * 3 * C)};
     ts_status st = s->qkv && s->out && buf[0] && buf[1] ? TS_OK : TS_ERR_NOMEM;
     if (!st) st = cp_heads_pack(buf[0], (float *)a->qkv, n, rows, 3, C, 1);
-    if (!st) st = cp_a2a(a->comm, buf[0], buf[1], rows * 3 * Ch);
+    if (!st) st = cp_a2a_values(a, buf[0], buf[1], rows * 3 * Ch);
     if (!st) st = cp_reorder(s->qkv, buf[1], n, B, T, Tl, 3 * Ch, 1);
     if (!st) {
         cp.blocks++;
@@ -471,7 +553,7 @@ static ts_status cp_a2a_forward(ts_plugin_attention_args *a, cp_saved *s) {
     }
     /* Back to this rank's rows, every head. */
     if (!st) st = cp_reorder(s->out, buf[0], n, B, T, Tl, Ch, 0);
-    if (!st) st = cp_a2a(a->comm, buf[0], buf[1], rows * Ch);
+    if (!st) st = cp_a2a_values(a, buf[0], buf[1], rows * Ch);
     if (!st) st = cp_heads_pack(buf[1], a->out, n, rows, 1, C, 0);
     cp_free_all(buf, 2);
     return st;
@@ -486,7 +568,7 @@ static ts_status cp_a2a_backward(ts_plugin_attention_args *a, cp_saved *s) {
     float *dout = buf[2], *dqkv = buf[3];
     ts_status st = buf[0] && buf[1] && buf[2] && buf[3] ? TS_OK : TS_ERR_NOMEM;
     if (!st) st = cp_heads_pack(buf[0], (float *)a->dout, n, rows, 1, C, 1);
-    if (!st) st = cp_a2a(a->comm, buf[0], buf[1], rows * Ch);
+    if (!st) st = cp_a2a(a->comm, buf[0], buf[1], rows * Ch, TS_F32);
     if (!st) st = cp_reorder(dout, buf[1], n, B, T, Tl, Ch, 1);
     if (!st) st = cp.host->device_zero(cp.ctx, dqkv, whole * 3 * Ch * sizeof(float));
     if (!st)
@@ -494,7 +576,7 @@ static ts_status cp_a2a_backward(ts_plugin_attention_args *a, cp_saved *s) {
                                                s->qkv + Ch, s->qkv + 2 * Ch, s->out, dout, s->lse,
                                                B, T, T, Ch, NHh, 3 * Ch, 3 * Ch, Ch, 0);
     if (!st) st = cp_reorder(dqkv, buf[0], n, B, T, Tl, 3 * Ch, 0);
-    if (!st) st = cp_a2a(a->comm, buf[0], buf[1], rows * 3 * Ch);
+    if (!st) st = cp_a2a(a->comm, buf[0], buf[1], rows * 3 * Ch, TS_F32);
     /* Unpacked into rows of 3C (every head), then added: dqkv accumulates. */
     if (!st) st = cp_heads_pack(buf[1], buf[0], n, rows, 3, C, 0);
     if (!st) st = cp.host->device_add(cp.ctx, a->dqkv, buf[0], rows * 3 * C);
