@@ -471,7 +471,9 @@ ts_status ts_moe_forward(ts_module *mod, ts_step_ctx *ctx, int first, const floa
 
     /* Dispatch, experts, combine. */
     ts_plugin_dispatch_args a = moe_args(m, s, (int)rows, src_index, x, N);
+    a.rows_bf16 = m->dtype == TS_BF16; /* x is the LayerNorm's rounded output */
     TS_TRY(moe_route(mod, &a, 0));
+    a.rows_bf16 = 0;
     st_->bytes_sent += a.bytes_sent;
     s->R = a.expert_nrows;
     TS_TRY(etp_counts(m, s, El));

@@ -560,6 +560,12 @@ typedef struct ts_plugin_dispatch_args {
      * weight their outputs (the dispatcher's memory until its next dispatch
      * or destroy). */
     float *expert_probs;
+    /* --- appended within ABI 1.1: check struct_size ----------------------- */
+    /* In, dispatch only: 1 when every value of src is a bf16 value (the
+     * model's bf16 mode, forward), so the rows may travel in two bytes
+     * exactly (host->device_convert); expert_rows stay f32. Gradients and
+     * combine's rows are f32 values: 0 there. */
+    int rows_bf16;
 } ts_plugin_dispatch_args;
 
 /* A token dispatcher for mixture-of-experts layers (the ep plugin's default,

@@ -128,6 +128,21 @@ static inline void *ep_dispatch_reserve(const ts_host *host, ts_plugin_ctx *ctx,
     return b->ptr;
 }
 
+/* Whether this dispatch's rows may travel in two bytes: the core says they
+ * are bf16 values (args->rows_bf16, appended within ABI 1.1) and can
+ * convert them. */
+static inline int ep_dispatch_bf16(const ts_host *host, const ts_plugin_dispatch_args *a) {
+    return a->struct_size >= offsetof(ts_plugin_dispatch_args, rows_bf16) + sizeof a->rows_bf16 &&
+           a->rows_bf16 && TS_HOST_HAS(host, device_convert);
+}
+
+/* n values between f32 and bf16 (none: nothing). */
+static inline ts_status ep_dispatch_convert(const ts_host *host, ts_plugin_ctx *ctx, void *dst,
+                                            ts_dtype to, const void *src, ts_dtype from,
+                                            size_t n) {
+    return n ? host->device_convert(ctx, dst, to, src, from, n) : TS_OK;
+}
+
 /* Frees what ep_dispatch_reserve made and empties b. */
 static inline void ep_dispatch_release(const ts_host *host, ts_plugin_ctx *ctx, int device,
                                        ep_dispatch_buf *b) {

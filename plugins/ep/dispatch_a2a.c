@@ -47,8 +47,9 @@ typedef struct a2a_state {
     /* f32 host: nsent probabilities in send order; nrecv received and
      * nrecv by expert (args->expert_probs). */
     ep_dispatch_buf probs_send, probs;
-    /* Device rows of C floats: nsent, nrecv, nrecv. */
-    ep_dispatch_buf send, recv, expert_rows;
+    /* Device rows of C floats: nsent, nrecv, nrecv; in bf16 dispatches the
+     * rows sent and received on the wire, C bf16 values a row. */
+    ep_dispatch_buf send, recv, expert_rows, wire_send, wire_recv;
 } a2a_state;
 
 static ts_status a2a_create(ts_plugin_ctx *ctx, void *user, void **state) {
@@ -71,6 +72,8 @@ static void a2a_destroy(ts_plugin_ctx *ctx, void *state) {
     ep_dispatch_release(h, ctx, 1, &s->send);
     ep_dispatch_release(h, ctx, 1, &s->recv);
     ep_dispatch_release(h, ctx, 1, &s->expert_rows);
+    ep_dispatch_release(h, ctx, 1, &s->wire_send);
+    ep_dispatch_release(h, ctx, 1, &s->wire_recv);
     h->mem_free(s);
 }
 
@@ -142,7 +145,18 @@ static ts_status a2a_dispatch(ts_plugin_ctx *ctx, void *state, void *vargs) {
     if (a->probs)
         probs = ep_dispatch_reserve(h, ctx, 0, &s->probs, 2 * (size_t)nrecv * sizeof(float));
     if (!recv || !rows || !perm || (a->probs && !probs)) return TS_ERR_NOMEM;
-    TS_TRY(h->all_to_allv(a->comm, send, fsc, fsd, recv, frc, frd, TS_F32));
+    int bf = ep_dispatch_bf16(h, a);
+    if (bf) { /* bf16 values: two bytes on the wire, exact */
+        size_t ws = (size_t)nsent * C, wr = (size_t)nrecv * C;
+        void *wsend = ep_dispatch_reserve(h, ctx, 1, &s->wire_send, ws * sizeof(uint16_t));
+        void *wrecv = ep_dispatch_reserve(h, ctx, 1, &s->wire_recv, wr * sizeof(uint16_t));
+        if (!wsend || !wrecv) return TS_ERR_NOMEM;
+        TS_TRY(ep_dispatch_convert(h, ctx, wsend, TS_BF16, send, TS_F32, ws));
+        TS_TRY(h->all_to_allv(a->comm, wsend, fsc, fsd, wrecv, frc, frd, TS_BF16));
+        TS_TRY(ep_dispatch_convert(h, ctx, recv, TS_F32, wrecv, TS_BF16, wr));
+    } else {
+        TS_TRY(h->all_to_allv(a->comm, send, fsc, fsd, recv, frc, frd, TS_F32));
+    }
     if (probs) TS_TRY(h->all_to_allv(a->host_comm, probs_send, sc, sd, probs, rc, rd, TS_F32));
 
     /* --- post-process: by local expert, then source rank ------------------- */
@@ -168,7 +182,7 @@ static ts_status a2a_dispatch(ts_plugin_ctx *ctx, void *state, void *vargs) {
     }
     a->expert_rows = rows;
     a->expert_nrows = nrecv;
-    a->bytes_sent = nsent * (int64_t)row;
+    a->bytes_sent = nsent * (int64_t)C * (int64_t)(bf ? sizeof(uint16_t) : sizeof(float));
     s->ranks = R, s->nrows = a->nrows, s->nsent = nsent, s->nrecv = nrecv;
     return TS_OK;
 }

@@ -53,8 +53,9 @@ typedef struct gather_state {
     ep_dispatch_buf keep, cursor;
     /* f32 host: ntotal gathered, nkeep by expert (args->expert_probs). */
     ep_dispatch_buf probs;
-    /* Device rows of C floats: nmine, ntotal, nkeep. */
-    ep_dispatch_buf send, all, expert_rows;
+    /* Device rows of C floats: nmine, ntotal, nkeep; in bf16 dispatches
+     * this rank's and every rank's rows on the wire, C bf16 values a row. */
+    ep_dispatch_buf send, all, expert_rows, wire_send, wire_all;
 } gather_state;
 
 static ts_status gather_create(ts_plugin_ctx *ctx, void *user, void **state) {
@@ -78,6 +79,8 @@ static void gather_destroy(ts_plugin_ctx *ctx, void *state) {
     ep_dispatch_release(h, ctx, 1, &s->send);
     ep_dispatch_release(h, ctx, 1, &s->all);
     ep_dispatch_release(h, ctx, 1, &s->expert_rows);
+    ep_dispatch_release(h, ctx, 1, &s->wire_send);
+    ep_dispatch_release(h, ctx, 1, &s->wire_all);
     h->mem_free(s);
 }
 
@@ -132,7 +135,18 @@ static ts_status gather_dispatch(ts_plugin_ctx *ctx, void *state, void *vargs) {
     if (a->probs)
         probs = ep_dispatch_reserve(h, ctx, 0, &s->probs, 2 * (size_t)ntotal * sizeof(float));
     if (!dest_all || !all || (a->probs && !probs)) return TS_ERR_NOMEM;
-    TS_TRY(h->all_gatherv(a->comm, send, all, fn, TS_F32));
+    int bf = ep_dispatch_bf16(h, a);
+    if (bf) { /* bf16 values: two bytes on the wire, exact */
+        size_t ws = (size_t)nmine * C, wa = (size_t)ntotal * C;
+        void *wsend = ep_dispatch_reserve(h, ctx, 1, &s->wire_send, ws * sizeof(uint16_t));
+        void *wall = ep_dispatch_reserve(h, ctx, 1, &s->wire_all, wa * sizeof(uint16_t));
+        if (!wsend || !wall) return TS_ERR_NOMEM;
+        TS_TRY(ep_dispatch_convert(h, ctx, wsend, TS_BF16, send, TS_F32, ws));
+        TS_TRY(h->all_gatherv(a->comm, wsend, wall, fn, TS_BF16));
+        TS_TRY(ep_dispatch_convert(h, ctx, all, TS_F32, wall, TS_BF16, wa));
+    } else {
+        TS_TRY(h->all_gatherv(a->comm, send, all, fn, TS_F32));
+    }
     TS_TRY(h->all_gatherv(a->host_comm, dest_send, dest_all, n, TS_I32));
     if (probs) TS_TRY(h->all_gatherv(a->host_comm, probs_send, probs, n, TS_F32));
 
@@ -165,7 +179,7 @@ static ts_status gather_dispatch(ts_plugin_ctx *ctx, void *state, void *vargs) {
     }
     a->expert_rows = rows;
     a->expert_nrows = nkeep;
-    a->bytes_sent = nmine * (int64_t)row * (R - 1);
+    a->bytes_sent = nmine * (int64_t)C * (int64_t)(bf ? sizeof(uint16_t) : sizeof(float)) * (R - 1);
     s->ranks = R, s->nrows = a->nrows, s->nmine = nmine, s->ntotal = ntotal, s->nkeep = nkeep;
     return TS_OK;
 }

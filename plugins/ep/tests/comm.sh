@@ -10,6 +10,9 @@
 # without the counts. flex sends a token once per destination rank: its row
 # bytes are all_to_all's minus what it reports saved (> 0, same routing).
 # `tessera plan` routes evenly (R0 = N k) and predicts that balanced case.
+# In a bf16 run the forward dispatch moves its rows in two bytes (they are
+# the LayerNorm's bf16 values); combine and the backward stay f32: rows
+#   sum over blocks of (N k 2 + R0 4) C + (N k + R0) C 4.
 # Usage: comm.sh TESSERA SRC FLEX_DIR
 . "$2/tests/cli/multirank.sh"
 FLEX=$1
@@ -20,8 +23,13 @@ for d in all_to_all flex; do
     run_mpi 4 "$TESSERA" train model.ini "${sets[@]}" --set ep.dispatcher=$d \
         --set train.metrics=$d.jsonl > $d.txt 2>&1 || { cat $d.txt; fail "$d: run"; }
 done
+run_mpi 4 "$TESSERA" train model.ini "${sets[@]}" --set ep.dispatcher=all_to_all \
+    --set train.dtype=bf16 --set train.metrics=bf16.jsonl > bf16.txt 2>&1 ||
+    { cat bf16.txt; fail "bf16: run"; }
 "$TESSERA" plan model.ini "${sets[@]}" --world 4 --json > plan.json 2> plan.err ||
     { cat plan.err; fail "plan"; }
+"$TESSERA" plan model.ini "${sets[@]}" --set train.dtype=bf16 --world 4 --json > plan16.json \
+    2> plan.err || { cat plan.err; fail "plan bf16"; }
 python3 - <<'PY' || fail "communication"
 import json
 N, k, C, E, L, ep = 4 * 32, 2, 64, 8, 2, 4
@@ -43,5 +51,16 @@ plan = json.load(open("plan.json"))["comm"]["ep.all_to_all"]
 balanced = 2 * (L * N * k + L * N * k) * C * 4 + counts
 assert plan["bytes"] == balanced, (plan, balanced)
 print("plan (balanced routing): %d bytes in %d calls" % (plan["bytes"], plan["calls"]))
+for s in (json.loads(l) for l in open("bf16.jsonl")):
+    r0 = sum(s["moe"]["expert_tokens"][: E // ep])
+    rows = (L * N * k * 2 + r0 * 4) * C + (L * N * k + r0) * C * 4
+    got = s["comm"]["ep"]["all_to_all"]["bytes"]
+    assert got == rows + counts, ("bf16 step", s["step"], got, rows + counts)
+    assert s["moe"]["dispatch_bytes"] == rows, (s["moe"]["dispatch_bytes"], rows)
+    print("bf16 step %d: all_to_all %d bytes (rows %d, R0 %d)" % (s["step"], got, rows, r0))
+plan = json.load(open("plan16.json"))["comm"]["ep.all_to_all"]
+balanced = (L * N * k * 2 + L * N * k * 4) * C + 2 * L * N * k * C * 4 + counts
+assert plan["bytes"] == balanced, ("bf16 plan", plan, balanced)
+print("bf16 plan (balanced routing): %d bytes" % plan["bytes"])
 PY
 echo PASS
