@@ -4,57 +4,53 @@
  *
  * Each (batch, head) pair is an independent task: it reads its slices of q, k
  * and v and writes only its own slices of out, att and dqkv, so the tasks run
- * in parallel with no races. The softmax backward uses the row form
- * dpre = att * (datt - sum(att * datt)), O(T^2 hs) per head.
+ * in parallel with no races. Within a task the products go through SGEMM in
+ * blocks of ATT_ROWS query rows: rows [r0, r1) see keys [0, r1), so only the
+ * upper triangle of each diagonal block is computed and then masked (the
+ * library runs single-threaded inside the parallel loop). The softmax
+ * backward uses the row form dpre = att * (datt - sum(att * datt)), O(T^2 hs)
+ * per head.
  */
+#include <cblas.h>
 #include <math.h>
 
 #include "cpu_kernels.h"
+
+#define ATT_ROWS 64
 
 void ts_cpu_attention_forward(float *out,       /* (B, T, C) */
                               float *att,       /* (B, NH, T, T) */
                               const float *qkv, /* (B, T, 3C) */
                               int B, int T, int C, int NH) {
-    int hs = C / NH;
-    size_t C3 = 3 * (size_t)C;
+    int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
-        const float *base = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-        for (int t = 0; t < T; t++) {
-            const float *q = base + t * C3;
-            float *a = att + ((size_t)bh * T + t) * T;
-            float mx = -INFINITY;
-            for (int t2 = 0; t2 <= t; t2++) {
-                const float *k = base + t2 * C3 + C;
-                float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-                for (int i = 0; i < hs; i++)
-                    s += q[i] * k[i];
-                s *= scale;
-                a[t2] = s;
-                mx = s > mx ? s : mx;
+        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+        float *o = out + (size_t)b * T * C + (size_t)h * hs;
+        float *a = att + (size_t)bh * T * T;
+        for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
+            int r1 = r0 + ATT_ROWS < T ? r0 + ATT_ROWS : T, m = r1 - r0;
+            /* scores of rows [r0, r1) against keys [0, r1) */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, scale,
+                        q + (size_t)r0 * C3, C3, k, C3, 0.0f, a + (size_t)r0 * T, T);
+            for (int t = r0; t < r1; t++) {
+                float *row = a + (size_t)t * T, mx = -INFINITY, sum = 0.0f;
+                for (int u = 0; u <= t; u++)
+                    mx = row[u] > mx ? row[u] : mx;
+                for (int u = 0; u <= t; u++) {
+                    row[u] = expf(row[u] - mx);
+                    sum += row[u];
+                }
+                float inv = 1.0f / sum;
+                for (int u = 0; u <= t; u++)
+                    row[u] *= inv;
+                for (int u = t + 1; u < T; u++)
+                    row[u] = 0.0f;
             }
-            float sum = 0.0f;
-            for (int t2 = 0; t2 <= t; t2++) {
-                a[t2] = expf(a[t2] - mx);
-                sum += a[t2];
-            }
-            float inv = 1.0f / sum;
-            for (int t2 = 0; t2 <= t; t2++)
-                a[t2] *= inv;
-            for (int t2 = t + 1; t2 < T; t2++)
-                a[t2] = 0.0f;
-            float *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
-            for (int i = 0; i < hs; i++)
-                o[i] = 0.0f;
-            for (int t2 = 0; t2 <= t; t2++) {
-                const float *v = base + t2 * C3 + 2 * (size_t)C;
-                float w = a[t2];
-                for (int i = 0; i < hs; i++)
-                    o[i] += w * v[i];
-            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, 1.0f,
+                        a + (size_t)r0 * T, T, v, C3, 0.0f, o + (size_t)r0 * C, C);
         }
     }
 }
@@ -65,52 +61,42 @@ void ts_cpu_attention_backward(float *dqkv,       /* (B, T, 3C) */
                                const float *qkv,  /* (B, T, 3C) */
                                const float *att,  /* (B, NH, T, T) */
                                int B, int T, int C, int NH) {
-    int hs = C / NH;
-    size_t C3 = 3 * (size_t)C;
+    int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
         size_t off = (size_t)b * T * C3 + (size_t)h * hs;
-        const float *base = qkv + off;
-        float *dbase = dqkv + off;
-        for (int t = 0; t < T; t++) {
-            const float *a = att + ((size_t)bh * T + t) * T;
-            float *dpre = scratch + ((size_t)bh * T + t) * T;
-            const float *dy = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
-            /* through out = att @ v: datt and dv */
-            for (int t2 = 0; t2 <= t; t2++) {
-                const float *v = base + t2 * C3 + 2 * (size_t)C;
-                float *dv = dbase + t2 * C3 + 2 * (size_t)C;
-                float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-                for (int i = 0; i < hs; i++)
-                    s += dy[i] * v[i];
-                dpre[t2] = s;
-                float w = a[t2];
-                for (int i = 0; i < hs; i++)
-                    dv[i] += w * dy[i];
-            }
+        const float *q = qkv + off, *k = q + C, *v = q + 2 * C;
+        float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
+        const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
+        const float *a = att + (size_t)bh * T * T;
+        float *dpre = scratch + (size_t)bh * T * T;
+        for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
+            int r1 = r0 + ATT_ROWS < T ? r0 + ATT_ROWS : T, m = r1 - r0;
+            const float *ab = a + (size_t)r0 * T, *dyb = dy + (size_t)r0 * C;
+            float *db = dpre + (size_t)r0 * T;
+            /* through out = att @ v: datt = dout v^T, dv += att^T dout */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, 1.0f, dyb, C, v, C3,
+                        0.0f, db, T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, m, 1.0f, ab, T, dyb, C,
+                        1.0f, dv, C3);
             /* through the softmax and the scale */
-            float dot = 0.0f;
-            for (int t2 = 0; t2 <= t; t2++)
-                dot += a[t2] * dpre[t2];
-            for (int t2 = 0; t2 <= t; t2++)
-                dpre[t2] = a[t2] * (dpre[t2] - dot) * scale;
-            for (int t2 = t + 1; t2 < T; t2++)
-                dpre[t2] = 0.0f;
-            /* through q k^T: dq and dk */
-            const float *q = base + t * C3;
-            float *dq = dbase + t * C3;
-            for (int t2 = 0; t2 <= t; t2++) {
-                const float *k = base + t2 * C3 + C;
-                float *dk = dbase + t2 * C3 + C;
-                float g = dpre[t2];
-                for (int i = 0; i < hs; i++) {
-                    dq[i] += g * k[i];
-                    dk[i] += g * q[i];
-                }
+            for (int t = r0; t < r1; t++) {
+                const float *ar = a + (size_t)t * T;
+                float *dr = dpre + (size_t)t * T, dot = 0.0f;
+                for (int u = 0; u <= t; u++)
+                    dot += ar[u] * dr[u];
+                for (int u = 0; u <= t; u++)
+                    dr[u] = ar[u] * (dr[u] - dot) * scale;
+                for (int u = t + 1; u < T; u++)
+                    dr[u] = 0.0f;
             }
+            /* through q k^T: dq += dpre k, dk += dpre^T q */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, 1.0f, db, T, k, C3,
+                        1.0f, dq + (size_t)r0 * C3, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, m, 1.0f, db, T,
+                        q + (size_t)r0 * C3, C3, 1.0f, dk, C3);
         }
     }
 }
