@@ -405,7 +405,7 @@ static ts_status block_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tenso
         TS_TRY(ts_layer_linear_backward(m, dfch_gelu, ts_layer_grad(P(FCPROJW)), NULL, din,
                                         a.fch_gelu, P(FCPROJW), (int)N, F4, C));
         TS_TRY(be->gelu_backward(dfch, a.fch, dfch_gelu, N * F4));
-        TS_TRY(ts_layer_redistribute(m, gathered, a.ln2, &s.x, &s.fc_in, B, T, C, &full));
+        TS_TRY(ts_layer_regather(m, gathered, a.ln2, &s.x, &s.fc_in, B, T, C, &full));
         TS_TRY(ts_layer_linear_backward(m, dln, ts_layer_grad(P(FCW)), ts_layer_grad(P(FCB)), dfch,
                                         full, P(FCW), (int)N, C, F4));
         /* dln as the product gives it (partial sums where it is column
@@ -433,7 +433,7 @@ static ts_status block_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tenso
             dqkv, datt, datty, a.qkv, a.atty, a.att, B, T, Cl, s.NHl));
     }
     TS_TRY(be->zero(dln, N * C * sizeof(float)));
-    TS_TRY(ts_layer_redistribute(m, gathered, a.ln1, &s.x, &s.qkv_in, B, T, C, &full));
+    TS_TRY(ts_layer_regather(m, gathered, a.ln1, &s.x, &s.qkv_in, B, T, C, &full));
     TS_TRY(ts_layer_linear_backward(m, dln, ts_layer_grad(P(QKVW)), ts_layer_grad(P(QKVB)), dqkv,
                                     full, P(QKVW), (int)N, C, 3 * Cl));
     TS_TRY(ts_layer_redistribute(m, dfull, dln, &s.dqkv_in, &s.x, B, T, C, &dh));
@@ -572,7 +572,7 @@ static ts_status head_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor
     if (!work) return TS_ERR_NOMEM;
     float *dlnf = work, *gathered = work + N * C, *reduced = gathered + N * C, *full, *dh;
     TS_TRY(be->zero(dlnf, N * C * sizeof(float)));
-    TS_TRY(ts_layer_redistribute(m, gathered, a.lnf, &s.x, &s.in, B, T, C, &full));
+    TS_TRY(ts_layer_regather(m, gathered, a.lnf, &s.x, &s.in, B, T, C, &full));
     TS_TRY(ts_layer_linear_backward(m, dlnf, ts_layer_grad(P(HWTE)), NULL, a.logits, full, P(HWTE),
                                     (int)N, C, s.Vpl));
     TS_TRY(ts_layer_redistribute(m, reduced, dlnf, &s.din, &s.x, B, T, C, &dh));

@@ -86,6 +86,15 @@ ts_status ts_layer_redistribute(ts_model *m, float *dst, float *src, const ts_pl
     return redistribute(m, 0, dst, src, from, to, B, T, F, out);
 }
 
+ts_status ts_layer_regather(ts_model *m, float *dst, float *src, const ts_place *from,
+                            const ts_place *to, int B, int T, int F, float **out) {
+    int was = m->in_backward;
+    m->in_backward = 0; /* forward values: bf16 on the wire in bf16 mode */
+    ts_status st = redistribute(m, 0, dst, src, from, to, B, T, F, out);
+    m->in_backward = was;
+    return st;
+}
+
 int ts_layer_can_redistribute(const ts_model *m, const ts_place *from, const ts_place *to) {
     float *out;
     return redistribute((ts_model *)m, 1, NULL, NULL, from, to, 1, 1, 1, &out) == TS_OK;
@@ -117,8 +126,10 @@ static ts_status redistribute(ts_model *m, int dry, float *dst, float *src, cons
     int s = ax->size, Tf = ts_layer_rows(m, from, T), Tt = ts_layer_rows(m, to, T);
     const ts_backend *be = m->be;
     /* In bf16 runs a forward's all-gather of the hidden state (sequence
-     * parallelism) moves bf16 (half the bytes): the values are bf16 already
-     * and arrive exact. Partial sums and every backward collective stay f32:
+     * parallelism), and the backward's gathering of the same activations
+     * again (ts_layer_regather), move bf16 (half the bytes): the values are
+     * bf16 already and arrive exact. Partial sums and the backward's
+     * collectives of gradients stay f32:
      * rounding them on the way takes tp 2's bf16 run past the 1e-3 bound of
      * its equivalence with one rank (final weights 1.03e-3 to 1.09e-3
      * relative, measured). */

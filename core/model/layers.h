@@ -64,6 +64,13 @@ int ts_layer_row0(const ts_model *m, const ts_place *p, int T);
 ts_status ts_layer_redistribute(ts_model *m, float *dst, float *src, const ts_place *from,
                                 const ts_place *to, int B, int T, int F, float **out);
 
+/* The same for a tensor of forward values redistributed again in backward
+ * (an activation saved cut along the sequence, gathered for a product's
+ * weight gradient): in bf16 mode its all-gather moves bf16, exact, where a
+ * backward's gradients move f32. */
+ts_status ts_layer_regather(ts_model *m, float *dst, float *src, const ts_place *from,
+                            const ts_place *to, int B, int T, int F, float **out);
+
 /* Whether ts_layer_redistribute has a rule from `from` to `to` (0 with the
  * message set when not). */
 int ts_layer_can_redistribute(const ts_model *m, const ts_place *from, const ts_place *to);
