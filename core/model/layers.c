@@ -133,7 +133,10 @@ static ts_status redistribute(ts_model *m, int dry, float *dst, float *src, cons
      * rounding them on the way takes tp 2's bf16 run past the 1e-3 bound of
      * its equivalence with one rank (final weights 1.03e-3 to 1.09e-3
      * relative, measured). */
-    int half = m->dtype == TS_BF16 && !m->in_backward;
+    int half = m->dtype == TS_BF16 && (!m->in_backward || m->partial_bf16);
+    /* Sums in bf16 ([train] partial_dtype): the partials rounded to bf16
+     * and reduced in it. */
+    int sums16 = m->dtype == TS_BF16 && m->partial_bf16;
     if (is_seq(f) && t.kind == TS_PLACEMENT_REPLICATE) { /* all-gather along T */
         if (dry) return TS_OK;
         size_t blk = (size_t)B * Tf * F;
@@ -153,14 +156,28 @@ static ts_status redistribute(ts_model *m, int dry, float *dst, float *src, cons
     }
     if (f.kind == TS_PLACEMENT_PARTIAL && t.kind == TS_PLACEMENT_REPLICATE) { /* sum */
         if (dry) return TS_OK;
-        return ts_comm_all_reduce(ax->comm, src, src, (size_t)B * Tf * F, TS_F32, TS_REDUCE_SUM);
+        size_t n = (size_t)B * Tf * F;
+        if (!sums16) return ts_comm_all_reduce(ax->comm, src, src, n, TS_F32, TS_REDUCE_SUM);
+        uint16_t *wire = (uint16_t *)comm_stage(m, (n + 1) / 2);
+        if (!wire) return TS_ERR_NOMEM;
+        TS_TRY(be->f32_to_bf16(wire, src, n));
+        TS_TRY(ts_comm_all_reduce(ax->comm, wire, wire, n, TS_BF16, TS_REDUCE_SUM));
+        return be->bf16_to_f32(src, wire, n);
     }
     if (f.kind == TS_PLACEMENT_PARTIAL && is_seq(t)) { /* sum, keep our rows */
         if (dry) return TS_OK;
         size_t blk = (size_t)B * Tt * F;
-        float *stage = comm_stage(m, blk * s);
+        float *stage = comm_stage(m, blk * s + (sums16 ? (blk * (s + 1) + 1) / 2 : 0));
         if (!stage) return TS_ERR_NOMEM;
         TS_TRY(be->seq_to_stage(stage, src, s, B, Tf, F));
+        if (sums16) {
+            uint16_t *all = (uint16_t *)(stage + blk * s), *mine = all + blk * s;
+            TS_TRY(be->f32_to_bf16(all, stage, blk * s));
+            TS_TRY(ts_comm_reduce_scatter(ax->comm, all, mine, blk, TS_BF16, TS_REDUCE_SUM));
+            TS_TRY(be->bf16_to_f32(dst, mine, blk));
+            *out = dst;
+            return TS_OK;
+        }
         TS_TRY(ts_comm_reduce_scatter(ax->comm, stage, dst, blk, TS_F32, TS_REDUCE_SUM));
         *out = dst;
         return TS_OK;

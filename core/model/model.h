@@ -207,8 +207,11 @@ struct ts_model {
     /* Backward workspace shared by all modules (one backward at a time). */
     float *work;
     size_t work_floats;
-    /* Set while a backward runs: its gradients cross the axes in f32. */
+    /* Set while a backward runs: its gradients cross the axes in f32 ... */
     int in_backward;
+    /* ... unless this is set ([train] partial_dtype = bf16, bf16 runs):
+     * partial sums and activation gradients then cross them in bf16. */
+    int partial_bf16;
     /* Staging for redistributions along the sequence. */
     float *comm_stage;
     size_t comm_stage_floats;

@@ -909,6 +909,11 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
 
     uint64_t seed = (uint64_t)ts_config_int(cfg, "train", "seed");
     ts_dtype dtype = strcmp(ts_config_str(cfg, "train", "dtype"), "bf16") == 0 ? TS_BF16 : TS_F32;
+    int partial_bf16 = strcmp(ts_config_str(cfg, "train", "partial_dtype"), "bf16") == 0;
+    if (partial_bf16 && dtype != TS_BF16)
+        CHECK(trainer_key_error(cfg, "train", "partial_dtype",
+                                "partial_dtype = bf16 needs dtype = bf16 (an f32 run keeps "
+                                "its sums in f32)"));
 
     ts_data_opts dopts = {
         .source = ts_config_str(cfg, "data", "source"),
@@ -993,6 +998,7 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
     st =
         ts_model_create_arch(t->arch, &t->mcfg, dtype, seed, par ? &shard : NULL, t->be, &t->model);
     if (st) CHECK(trainer_model_error(cfg, st));
+    t->model->partial_bf16 = partial_bf16;
     trainer_pipeline(t);
     if (par) CHECK(trainer_moe_routing(t));
     t->stage_bubble = calloc((size_t)t->stages, sizeof *t->stage_bubble);

@@ -6,6 +6,12 @@ set(tp4 "--set parallel.plugins=tp --set tp.size=4")
 set(sp "--set tp.sequence_parallel=true")
 set(dptp "--set parallel.plugins=dp,tp")
 # name | script | arguments after TESSERA SRC (equivalence: NP MICRO DTYPE TOL MODE SETS)
+#
+# bf16 runs with [train] partial_dtype = bf16 are held to 2e-3, not 1e-3:
+# every partial sum and activation gradient is rounded to bf16 once more on
+# the way (2^-9 relative a value, as Megatron-LM's bf16 tensor-parallel
+# reductions do); measured 1.09e-3 (tp 2 + SP) and 1.13e-3 (tp 4) relative
+# L2 on the final weights, against 3.2e-4 with the default f32 sums.
 set(tp_cases
   "tp_equivalence_tp2|${equiv}|2 16 fp32 1e-5 plain ${tp2}"
   "tp_equivalence_tp2_sequence_parallel|${equiv}|2 16 fp32 1e-5 plain ${tp2} ${sp}"
@@ -18,5 +24,8 @@ set(tp_cases
   "tp_comm_volume_matches_formula|${tp_tests}/comm_volume.sh|"
   "tp_memory_shards_and_sequence_parallel|${tp_tests}/memory.sh|"
   "tp_bf16_forward_gathers_are_half|${tp_tests}/bf16_gather.sh|"
+  "tp_bf16_partial_sums_halve_the_bytes|${tp_tests}/bf16_partial.sh|"
+  "tp_equivalence_tp2_sequence_parallel_bf16_partials|${equiv}|2 16 bf16 2e-3 plain ${tp2} ${sp} --set train.partial_dtype=bf16"
+  "tp_equivalence_tp4_bf16_partials|${equiv}|4 16 bf16 2e-3 plain ${tp4} --set train.partial_dtype=bf16"
   "tp_sizes_it_cannot_cut_are_refused|${tp_tests}/bad_sizes.sh|")
 tessera_script_tests(tp ${tp_cases})
