@@ -143,6 +143,18 @@ static inline ts_status ep_dispatch_convert(const ts_host *host, ts_plugin_ctx *
     return n ? host->device_convert(ctx, dst, to, src, from, n) : TS_OK;
 }
 
+/* A bf16 dispatch's wire: `ns` rows of C floats from `rows` converted into
+ * send's buffer (*ws), room for `nr` rows in recv's (*wr). */
+static inline ts_status ep_dispatch_wire(const ts_host *host, ts_plugin_ctx *ctx,
+                                         ep_dispatch_buf *send, ep_dispatch_buf *recv,
+                                         const float *rows, int64_t ns, int64_t nr, int C,
+                                         void **ws, void **wr) {
+    *ws = ep_dispatch_reserve(host, ctx, 1, send, (size_t)ns * C * sizeof(uint16_t));
+    *wr = ep_dispatch_reserve(host, ctx, 1, recv, (size_t)nr * C * sizeof(uint16_t));
+    if (!*ws || !*wr) return TS_ERR_NOMEM;
+    return ep_dispatch_convert(host, ctx, *ws, TS_BF16, rows, TS_F32, (size_t)ns * C);
+}
+
 /* Frees what ep_dispatch_reserve made and empties b. */
 static inline void ep_dispatch_release(const ts_host *host, ts_plugin_ctx *ctx, int device,
                                        ep_dispatch_buf *b) {

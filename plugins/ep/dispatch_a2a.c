@@ -147,13 +147,11 @@ static ts_status a2a_dispatch(ts_plugin_ctx *ctx, void *state, void *vargs) {
     if (!recv || !rows || !perm || (a->probs && !probs)) return TS_ERR_NOMEM;
     int bf = ep_dispatch_bf16(h, a);
     if (bf) { /* bf16 values: two bytes on the wire, exact */
-        size_t ws = (size_t)nsent * C, wr = (size_t)nrecv * C;
-        void *wsend = ep_dispatch_reserve(h, ctx, 1, &s->wire_send, ws * sizeof(uint16_t));
-        void *wrecv = ep_dispatch_reserve(h, ctx, 1, &s->wire_recv, wr * sizeof(uint16_t));
-        if (!wsend || !wrecv) return TS_ERR_NOMEM;
-        TS_TRY(ep_dispatch_convert(h, ctx, wsend, TS_BF16, send, TS_F32, ws));
-        TS_TRY(h->all_to_allv(a->comm, wsend, fsc, fsd, wrecv, frc, frd, TS_BF16));
-        TS_TRY(ep_dispatch_convert(h, ctx, recv, TS_F32, wrecv, TS_BF16, wr));
+        void *ws, *wr;
+        TS_TRY(ep_dispatch_wire(h, ctx, &s->wire_send, &s->wire_recv, send, nsent, nrecv, C, &ws,
+                                &wr));
+        TS_TRY(h->all_to_allv(a->comm, ws, fsc, fsd, wr, frc, frd, TS_BF16));
+        TS_TRY(ep_dispatch_convert(h, ctx, recv, TS_F32, wr, TS_BF16, (size_t)nrecv * C));
     } else {
         TS_TRY(h->all_to_allv(a->comm, send, fsc, fsd, recv, frc, frd, TS_F32));
     }

@@ -137,13 +137,11 @@ static ts_status gather_dispatch(ts_plugin_ctx *ctx, void *state, void *vargs) {
     if (!dest_all || !all || (a->probs && !probs)) return TS_ERR_NOMEM;
     int bf = ep_dispatch_bf16(h, a);
     if (bf) { /* bf16 values: two bytes on the wire, exact */
-        size_t ws = (size_t)nmine * C, wa = (size_t)ntotal * C;
-        void *wsend = ep_dispatch_reserve(h, ctx, 1, &s->wire_send, ws * sizeof(uint16_t));
-        void *wall = ep_dispatch_reserve(h, ctx, 1, &s->wire_all, wa * sizeof(uint16_t));
-        if (!wsend || !wall) return TS_ERR_NOMEM;
-        TS_TRY(ep_dispatch_convert(h, ctx, wsend, TS_BF16, send, TS_F32, ws));
-        TS_TRY(h->all_gatherv(a->comm, wsend, wall, fn, TS_BF16));
-        TS_TRY(ep_dispatch_convert(h, ctx, all, TS_F32, wall, TS_BF16, wa));
+        void *ws, *wa;
+        TS_TRY(ep_dispatch_wire(h, ctx, &s->wire_send, &s->wire_all, send, nmine, ntotal, C, &ws,
+                                &wa));
+        TS_TRY(h->all_gatherv(a->comm, ws, wa, fn, TS_BF16));
+        TS_TRY(ep_dispatch_convert(h, ctx, all, TS_F32, wa, TS_BF16, (size_t)ntotal * C));
     } else {
         TS_TRY(h->all_gatherv(a->comm, send, all, fn, TS_F32));
     }
