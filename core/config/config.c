@@ -352,7 +352,8 @@ static const ts_key_spec cfg_core_keys[] = {
     {"train", "dtype", TS_KEY_ENUM, "fp32", 1, 0, "fp32|bf16", "compute precision"},
     {"train", "partial_dtype", TS_KEY_ENUM, "f32", 1, 0, "f32|bf16",
      "bf16 runs: the type partial sums and activation gradients cross the model's axes in "
-     "(tensor and sequence parallelism); bf16 halves those bytes and rounds them"},
+     "(tensor and sequence parallelism, the experts' rows); bf16 halves those bytes and "
+     "rounds them"},
     {"train", "device", TS_KEY_ENUM, "cpu", 1, 0, "cpu|cuda", "where the kernels run"},
     {"train", "threads", TS_KEY_INT, "0", 0, 4096, NULL,
      "CPU threads per rank; 0 = cores / ranks on the node"},

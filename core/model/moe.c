@@ -270,6 +270,12 @@ static ts_status moe_sum_f32(ts_step_ctx *ctx, float *x, size_t n) {
  * ------------------------------------------------------------------------- */
 
 /* The routing arguments of this layer for nrows rows of src. */
+/* Whether the experts' outputs and the gradients travel in bf16 ([train]
+ * partial_dtype = bf16). */
+static int moe_partial_bf16(const ts_model *m) {
+    return m->dtype == TS_BF16 && m->partial_bf16;
+}
+
 static ts_plugin_dispatch_args moe_args(const ts_model *m, moe_saved *s, int nrows,
                                         const int32_t *src_index, const float *src, int nsrc) {
     int E = m->cfg.experts;
@@ -473,7 +479,7 @@ ts_status ts_moe_forward(ts_module *mod, ts_step_ctx *ctx, int first, const floa
     ts_plugin_dispatch_args a = moe_args(m, s, (int)rows, src_index, x, N);
     a.rows_bf16 = m->dtype == TS_BF16; /* x is the LayerNorm's rounded output */
     TS_TRY(moe_route(mod, &a, 0));
-    a.rows_bf16 = 0;
+    a.rows_bf16 = moe_partial_bf16(m); /* the experts' outputs */
     st_->bytes_sent += a.bytes_sent;
     s->R = a.expert_nrows;
     TS_TRY(etp_counts(m, s, El));
@@ -601,6 +607,7 @@ ts_status ts_moe_backward(ts_module *mod, ts_step_ctx *ctx, int first, const flo
     for (size_t r = 0; r < rows; r++)
         if (ident) ident[r] = (int32_t)r;
     ts_plugin_dispatch_args a = moe_args(m, s, (int)rows, ident, drows, (int)rows);
+    a.rows_bf16 = moe_partial_bf16(m);
     if (!st) st = moe_route(mod, &a, 0);
     m->moe_stats.bytes_sent += a.bytes_sent;
     if (!st && a.expert_nrows != s->R)

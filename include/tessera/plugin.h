@@ -561,10 +561,12 @@ typedef struct ts_plugin_dispatch_args {
      * or destroy). */
     float *expert_probs;
     /* --- appended within ABI 1.1: check struct_size ----------------------- */
-    /* In, dispatch only: 1 when every value of src is a bf16 value (the
-     * model's bf16 mode, forward), so the rows may travel in two bytes
-     * exactly (host->device_convert); expert_rows stay f32. Gradients and
-     * combine's rows are f32 values: 0 there. */
+    /* In, dispatch and combine: 1 when the rows may travel in two bytes
+     * (host->device_convert; expert_rows and rows_out stay f32): in a bf16
+     * run's forward dispatch, where every value of src is a bf16 value (so
+     * they arrive exact), and with [train] partial_dtype = bf16 in every
+     * call (the experts' outputs and the gradients are then rounded on the
+     * way). 0: f32. */
     int rows_bf16;
 } ts_plugin_dispatch_args;
 

@@ -205,11 +205,20 @@ static ts_status a2a_combine(ts_plugin_ctx *ctx, void *state, void *vargs) {
     /* --- pre-process: back to (source rank, expert) order ---------------- */
     TS_TRY(ep_dispatch_copy_rows(h, ctx, recv, s->perm.ptr, a->expert_rows_in, NULL, s->nrecv, C));
     /* --- communication ------------------------------------------------------ */
-    TS_TRY(h->all_to_allv(a->comm, recv, frc, frd, send, fsc, fsd, TS_F32));
+    int bf = ep_dispatch_bf16(h, a);
+    if (bf) { /* the rows back in two bytes */
+        void *ws, *wr;
+        TS_TRY(ep_dispatch_wire(h, ctx, &s->wire_recv, &s->wire_send, recv, s->nrecv, s->nsent, C,
+                                &ws, &wr));
+        TS_TRY(h->all_to_allv(a->comm, ws, frc, frd, wr, fsc, fsd, TS_BF16));
+        TS_TRY(ep_dispatch_convert(h, ctx, send, TS_F32, wr, TS_BF16, (size_t)s->nsent * C));
+    } else {
+        TS_TRY(h->all_to_allv(a->comm, recv, frc, frd, send, fsc, fsd, TS_F32));
+    }
     /* --- post-process: each row to its place, dropped rows zero ------------ */
     if (a->nrows) TS_TRY(h->device_zero(ctx, a->rows_out, (size_t)a->nrows * row));
     TS_TRY(ep_dispatch_copy_rows(h, ctx, a->rows_out, s->order.ptr, send, NULL, s->nsent, C));
-    a->bytes_sent = s->nrecv * (int64_t)row;
+    a->bytes_sent = s->nrecv * (int64_t)C * (int64_t)(bf ? sizeof(uint16_t) : sizeof(float));
     return TS_OK;
 }
 

@@ -201,11 +201,21 @@ static ts_status gather_combine(ts_plugin_ctx *ctx, void *state, void *vargs) {
     if (s->ntotal) TS_TRY(h->device_zero(ctx, all, (size_t)s->ntotal * row));
     TS_TRY(ep_dispatch_copy_rows(h, ctx, all, s->keep.ptr, a->expert_rows_in, NULL, s->nkeep, C));
     /* --- communication: each rank gets its rows' sums ----------------------- */
-    TS_TRY(h->reduce_scatter_v(a->comm, all, mine, fn, TS_F32, TS_REDUCE_SUM));
+    int bf = ep_dispatch_bf16(h, a);
+    if (bf) { /* in two bytes: one rank's value and zeros in each row's sum */
+        void *wa, *wm;
+        TS_TRY(ep_dispatch_wire(h, ctx, &s->wire_all, &s->wire_send, all, s->ntotal, s->nmine, C,
+                                &wa, &wm));
+        TS_TRY(h->reduce_scatter_v(a->comm, wa, wm, fn, TS_BF16, TS_REDUCE_SUM));
+        TS_TRY(ep_dispatch_convert(h, ctx, mine, TS_F32, wm, TS_BF16, (size_t)s->nmine * C));
+    } else {
+        TS_TRY(h->reduce_scatter_v(a->comm, all, mine, fn, TS_F32, TS_REDUCE_SUM));
+    }
     /* --- post-process: each row to its place, dropped rows zero ------------ */
     if (a->nrows) TS_TRY(h->device_zero(ctx, a->rows_out, (size_t)a->nrows * row));
     TS_TRY(ep_dispatch_copy_rows(h, ctx, a->rows_out, s->routed.ptr, mine, NULL, s->nmine, C));
-    a->bytes_sent = (s->ntotal - s->nmine) * (int64_t)row;
+    a->bytes_sent =
+        (s->ntotal - s->nmine) * (int64_t)C * (int64_t)(bf ? sizeof(uint16_t) : sizeof(float));
     return TS_OK;
 }
 

@@ -12,7 +12,9 @@
 # `tessera plan` routes evenly (R0 = N k) and predicts that balanced case.
 # In a bf16 run the forward dispatch moves its rows in two bytes (they are
 # the LayerNorm's bf16 values); combine and the backward stay f32: rows
-#   sum over blocks of (N k 2 + R0 4) C + (N k + R0) C 4.
+#   sum over blocks of (N k 2 + R0 4) C + (N k + R0) C 4;
+# with [train] partial_dtype = bf16 every row travels in two bytes: half of
+# the f32 formula.
 # Usage: comm.sh TESSERA SRC FLEX_DIR
 . "$2/tests/cli/multirank.sh"
 FLEX=$1
@@ -26,6 +28,9 @@ done
 run_mpi 4 "$TESSERA" train model.ini "${sets[@]}" --set ep.dispatcher=all_to_all \
     --set train.dtype=bf16 --set train.metrics=bf16.jsonl > bf16.txt 2>&1 ||
     { cat bf16.txt; fail "bf16: run"; }
+run_mpi 4 "$TESSERA" train model.ini "${sets[@]}" --set ep.dispatcher=all_to_all \
+    --set train.dtype=bf16 --set train.partial_dtype=bf16 --set train.metrics=partial.jsonl \
+    > partial.txt 2>&1 || { cat partial.txt; fail "bf16 partials: run"; }
 "$TESSERA" plan model.ini "${sets[@]}" --world 4 --json > plan.json 2> plan.err ||
     { cat plan.err; fail "plan"; }
 "$TESSERA" plan model.ini "${sets[@]}" --set train.dtype=bf16 --world 4 --json > plan16.json \
@@ -62,5 +67,11 @@ plan = json.load(open("plan16.json"))["comm"]["ep.all_to_all"]
 balanced = (L * N * k * 2 + L * N * k * 4) * C + 2 * L * N * k * C * 4 + counts
 assert plan["bytes"] == balanced, ("bf16 plan", plan, balanced)
 print("bf16 plan (balanced routing): %d bytes" % plan["bytes"])
+for s in (json.loads(l) for l in open("partial.jsonl")):
+    r0 = sum(s["moe"]["expert_tokens"][: E // ep])
+    rows = (L * N * k + r0) * C * 4  # both ways, two bytes a value
+    got = s["comm"]["ep"]["all_to_all"]["bytes"]
+    assert got == rows + counts and s["moe"]["dispatch_bytes"] == rows, ("partial", s["step"], got, rows)
+    print("bf16 partials step %d: all_to_all %d bytes (rows %d, R0 %d)" % (s["step"], got, rows, r0))
 PY
 echo PASS
