@@ -264,7 +264,8 @@ static ts_status provider_args(ts_module *mod, ts_step_ctx *ctx, const block_sha
                                        .positions = pos,
                                        .saved = ts_module_provider_state(mod, ctx->mb),
                                        .comm = m->axes[a].comm,
-                                       .bf16 = m->dtype == TS_BF16};
+                                       .bf16 = m->dtype == TS_BF16,
+                                       .grads_bf16 = m->dtype == TS_BF16 && m->partial_bf16};
     return TS_OK;
 }
 

@@ -424,6 +424,10 @@ typedef struct ts_plugin_attention_args {
     void **saved;
     ts_comm *comm; /* the axis's group, device tensors                  */
     int bf16;      /* the model's bf16 mode: round as the core does      */
+    /* Appended within ABI 1.1 (check struct_size): 1 when the run sends the
+     * gradients of activations in bf16 ([train] partial_dtype = bf16): the
+     * provider may exchange its gradients in two bytes, rounded. */
+    int grads_bf16;
 } ts_plugin_attention_args;
 
 /* Which rows of every sequence a rank of the axis holds (the provider's

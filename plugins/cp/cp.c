@@ -37,7 +37,9 @@
  * In bf16 runs keys and values travel in two bytes (they are bf16 values:
  * the model rounds q, k, v, so the exchange is exact), and so do the
  * all-to-all's q, k, v and its output (which the model rounds to bf16 on
- * arrival anyway); gradients (dK/dV accumulators, dout, dqkv) stay f32.
+ * arrival anyway); gradients (dK/dV accumulators, dout, dqkv) stay f32,
+ * unless the run sends them in bf16 too ([train] partial_dtype = bf16,
+ * args->grads_bf16).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -221,6 +223,12 @@ static ts_dtype cp_wire_dtype(const ts_plugin_attention_args *a) {
     return cp_wire_bf16(a) ? TS_BF16 : TS_F32;
 }
 
+/* Gradients on the wire in bf16 ([train] partial_dtype = bf16). */
+static int cp_grads_bf16(const ts_plugin_attention_args *a) {
+    return a->struct_size >= offsetof(ts_plugin_attention_args, grads_bf16) + sizeof(int) &&
+           a->grads_bf16 && TS_HOST_HAS(cp.host, device_convert);
+}
+
 /* Room for n wire elements. */
 static void *cp_alloc_wire(const ts_plugin_attention_args *a, ts_mem_category cat, size_t n) {
     return cp_alloc(cat, cp_wire_bf16(a) ? (n + 1) / 2 : n);
@@ -318,6 +326,14 @@ static ts_status cp_ring_backward(ts_plugin_attention_args *a, cp_saved *s, cons
     ts_status st = TS_OK;
     for (int i = 0; i < 6 + bf; i++)
         if (!buf[i]) st = TS_ERR_NOMEM;
+    /* With gradients in bf16 the accumulators travel through their own
+     * wires: the one arriving and the two this rank sends. */
+    int gb = cp_grads_bf16(a);
+    ts_dtype gt = gb ? TS_BF16 : TS_F32;
+    float *gwire[3] = {NULL, NULL, NULL};
+    for (int i = 0; gb && i < 3; i++)
+        if (!(gwire[i] = cp_alloc(TS_MEM_COMM, (kvn + 1) / 2))) st = TS_ERR_NOMEM;
+    void *din = gb ? (void *)gwire[2] : (void *)in;
     ts_comm_request *dsend[2] = {NULL, NULL}, *drecv = NULL;
     if (!st) st = cp_pack_kv(bf ? buf[6] : kv[0], a->qkv, rows, C);
     if (!st && bf && n > 1) st = cp_to_wire(kv[0], buf[6], kvn);
@@ -331,7 +347,7 @@ static ts_status cp_ring_backward(ts_plugin_attention_args *a, cp_saved *s, cons
         }
         /* The accumulator of this block so far (the ranks before us). */
         if (!st && step >= 2)
-            st = cp.host->recv_start(a->comm, in, kvn, TS_F32, prev,
+            st = cp.host->recv_start(a->comm, din, kvn, gt, prev,
                                      CP_TAG_BWD_DKV * CP_TAG_STRIDE + step, &drecv);
         if (!st && !cp.overlap) st = cp_wait(&recv);
         if (!st && !cp.overlap) st = cp_wait(&send);
@@ -351,10 +367,13 @@ static ts_status cp_ring_backward(ts_plugin_attention_args *a, cp_saved *s, cons
                 st = cp_attend_backward(a->qkv, a->dqkv, qr, hand, hand + C, dkv[cur],
                                         dkv[cur] + C, kr, a->out, a->dout, s->lse, B, C, NH);
             if (!st) st = cp_wait(&drecv);
+            if (!st && step >= 2 && gb) st = cp_from_wire(in, din, kvn);
             if (!st && step >= 2) st = cp.host->device_add(cp.ctx, dkv[cur], in, kvn);
             /* On to the next rank: the last hop takes it home. */
+            void *out = dkv[cur];
+            if (!st && gb) st = cp_to_wire(out = gwire[cur], dkv[cur], kvn);
             if (!st)
-                st = cp.host->send_start(a->comm, dkv[cur], kvn, TS_F32, next,
+                st = cp.host->send_start(a->comm, out, kvn, gt, next,
                                          CP_TAG_BWD_DKV * CP_TAG_STRIDE + step + 1, &dsend[cur]);
         }
         ts_status w = cp_wait(&recv), w2 = cp_wait(&send);
@@ -362,11 +381,13 @@ static ts_status cp_ring_backward(ts_plugin_attention_args *a, cp_saved *s, cons
     }
     /* Our keys' accumulator, home from the last rank that used them. */
     if (!st && n > 1)
-        st = cp.host->recv(a->comm, in, kvn, TS_F32, prev, CP_TAG_BWD_DKV * CP_TAG_STRIDE + n);
+        st = cp.host->recv(a->comm, din, kvn, gt, prev, CP_TAG_BWD_DKV * CP_TAG_STRIDE + n);
+    if (!st && n > 1 && gb) st = cp_from_wire(in, din, kvn);
     ts_status w = cp_wait(&dsend[0]), w2 = cp_wait(&dsend[1]), w3 = cp_wait(&drecv);
     if (!st) st = w ? w : w2 ? w2 : w3;
     if (!st && n > 1) st = cp_add_dkv(a->dqkv, in, work, rows, C);
     cp_free_all(buf, 7);
+    cp_free_all(gwire, 3);
     return st;
 }
 
@@ -451,7 +472,16 @@ static ts_status cp_gather_backward(ts_plugin_attention_args *a, cp_saved *s,
                                     a->dout, s->lse, B, C, NH);
     }
     /* Every rank's contributions to our keys, summed. */
-    if (!st) {
+    if (!st && cp_grads_bf16(a)) { /* the sums in bf16, through a wire of their own */
+        float *wire = cp_alloc(TS_MEM_COMM, (kvn * (n + 1) + 1) / 2);
+        uint16_t *all = (uint16_t *)wire, *ours = all + kvn * n;
+        st = wire ? cp_to_wire(all, buf[2], kvn * n) : TS_ERR_NOMEM;
+        double t0 = cp_now_ms();
+        if (!st) st = cp.host->reduce_scatter(a->comm, all, ours, kvn, TS_BF16, TS_REDUCE_SUM);
+        cp.wait_ms += cp_now_ms() - t0;
+        if (!st) st = cp_from_wire(buf[0], ours, kvn);
+        cp_free_all(&wire, 1);
+    } else if (!st) {
         double t0 = cp_now_ms();
         st = cp.host->reduce_scatter(a->comm, buf[2], buf[0], kvn, TS_F32, TS_REDUCE_SUM);
         cp.wait_ms += cp_now_ms() - t0;
@@ -511,12 +541,13 @@ static ts_status cp_a2a(ts_comm *comm, const void *send, void *recv, size_t coun
     return st;
 }
 
-/* The all-to-all of values the model rounds to bf16 (q, k, v and the
- * attention's output): in bf16 runs they travel in two bytes, `send` then
- * holding the received wire (its values are not kept). */
-static ts_status cp_a2a_values(const ts_plugin_attention_args *a, float *send, float *recv,
-                               size_t count) {
-    if (!cp_wire_bf16(a)) return cp_a2a(a->comm, send, recv, count, TS_F32);
+/* The all-to-all of n blocks of `count` f32 values; with `bf` they travel
+ * in two bytes, `send` then holding the received wire (its values are not
+ * kept): for values the model rounds to bf16 (q, k, v and the attention's
+ * output, exact) and for gradients when the run sends them in bf16. */
+static ts_status cp_a2a_values(const ts_plugin_attention_args *a, int bf, float *send,
+                               float *recv, size_t count) {
+    if (!bf) return cp_a2a(a->comm, send, recv, count, TS_F32);
     size_t all = count * (size_t)cp.host->comm_size(a->comm);
     TS_TRY(cp_to_wire(recv, send, all));
     TS_TRY(cp_a2a(a->comm, recv, send, count, TS_BF16));
@@ -542,7 +573,7 @@ static ts_status cp_a2a_forward(ts_plugin_attention_args *a, cp_saved *s) {
     float *buf[2] = {cp_alloc(TS_MEM_COMM, rows * 3 * C), cp_alloc(TS_MEM_COMM, rows * 3 * C)};
     ts_status st = s->qkv && s->out && buf[0] && buf[1] ? TS_OK : TS_ERR_NOMEM;
     if (!st) st = cp_heads_pack(buf[0], (float *)a->qkv, n, rows, 3, C, 1);
-    if (!st) st = cp_a2a_values(a, buf[0], buf[1], rows * 3 * Ch);
+    if (!st) st = cp_a2a_values(a, cp_wire_bf16(a), buf[0], buf[1], rows * 3 * Ch);
     if (!st) st = cp_reorder(s->qkv, buf[1], n, B, T, Tl, 3 * Ch, 1);
     if (!st) {
         cp.blocks++;
@@ -553,7 +584,7 @@ static ts_status cp_a2a_forward(ts_plugin_attention_args *a, cp_saved *s) {
     }
     /* Back to this rank's rows, every head. */
     if (!st) st = cp_reorder(s->out, buf[0], n, B, T, Tl, Ch, 0);
-    if (!st) st = cp_a2a_values(a, buf[0], buf[1], rows * Ch);
+    if (!st) st = cp_a2a_values(a, cp_wire_bf16(a), buf[0], buf[1], rows * Ch);
     if (!st) st = cp_heads_pack(buf[1], a->out, n, rows, 1, C, 0);
     cp_free_all(buf, 2);
     return st;
@@ -568,7 +599,7 @@ static ts_status cp_a2a_backward(ts_plugin_attention_args *a, cp_saved *s) {
     float *dout = buf[2], *dqkv = buf[3];
     ts_status st = buf[0] && buf[1] && buf[2] && buf[3] ? TS_OK : TS_ERR_NOMEM;
     if (!st) st = cp_heads_pack(buf[0], (float *)a->dout, n, rows, 1, C, 1);
-    if (!st) st = cp_a2a(a->comm, buf[0], buf[1], rows * Ch, TS_F32);
+    if (!st) st = cp_a2a_values(a, cp_grads_bf16(a), buf[0], buf[1], rows * Ch);
     if (!st) st = cp_reorder(dout, buf[1], n, B, T, Tl, Ch, 1);
     if (!st) st = cp.host->device_zero(cp.ctx, dqkv, whole * 3 * Ch * sizeof(float));
     if (!st)
@@ -576,7 +607,7 @@ static ts_status cp_a2a_backward(ts_plugin_attention_args *a, cp_saved *s) {
                                                s->qkv + Ch, s->qkv + 2 * Ch, s->out, dout, s->lse,
                                                B, T, T, Ch, NHh, 3 * Ch, 3 * Ch, Ch, 0);
     if (!st) st = cp_reorder(dqkv, buf[0], n, B, T, Tl, 3 * Ch, 0);
-    if (!st) st = cp_a2a(a->comm, buf[0], buf[1], rows * 3 * Ch, TS_F32);
+    if (!st) st = cp_a2a_values(a, cp_grads_bf16(a), buf[0], buf[1], rows * 3 * Ch);
     /* Unpacked into rows of 3C (every head), then added: dqkv accumulates. */
     if (!st) st = cp_heads_pack(buf[1], buf[0], n, rows, 3, C, 0);
     if (!st) st = cp.host->device_add(cp.ctx, a->dqkv, buf[0], rows * 3 * C);
