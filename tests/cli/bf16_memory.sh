@@ -12,30 +12,13 @@
 # Usage: bf16_memory.sh TESSERA SRC [DEVICE] — cpu (default) or cuda.
 . "$2/tests/cli/multirank.sh"
 DEVICE=${1:-cpu}
-cat > m.ini <<'INI'
-[model]
-d_model = 128
-heads = 4
-vocab = 256
-context = 64
-[data]
-source = synthetic
-synthetic_tokens = 65536
-[train]
-steps = 2
-seq_len = 64
-global_batch = 8
-micro_batch = 8
-lr = 1e-3
-seed = 7
-INI
+write_config # the equivalence model, wider and with longer sequences:
+model=(--set model.d_model=128 --set train.seq_len=64 --set train.global_batch=8
+       --set train.micro_batch=8 --set train.steps=2)
 for L in 4 8; do
     for d in fp32 bf16; do
-        set=(--set model.layers=$L --set train.dtype=$d --set train.device=$DEVICE)
-        "$TESSERA" train m.ini "${set[@]}" --set train.metrics=$L.$d.jsonl > $L.$d.txt 2>&1 ||
-            { cat $L.$d.txt; fail "run L=$L $d failed"; }
-        "$TESSERA" plan m.ini "${set[@]}" --world 1 --json > $L.$d.plan.json ||
-            fail "plan L=$L $d failed"
+        train_and_plan $L.$d 1 -- "${model[@]}" --set model.layers=$L --set train.dtype=$d \
+            --set train.device=$DEVICE
     done
 done
 python3 - "$DEVICE" <<'PY' || fail "memory ledger"

@@ -117,3 +117,22 @@ both() { # NAME REGEX NP sets...
     expect ${name}_plan "$regex" 1 plan model.ini --world "$np" "$@"
     expect ${name}_run "$regex" "$np" train model.ini "$@"
 }
+
+# train_and_plan NAME NP [CONFIG] -- sets...: train CONFIG (default
+# model.ini) on NP ranks (1: without mpirun) with metrics NAME.jsonl, and
+# `tessera plan` it for rank 0 of NP into NAME.plan.json; either failing
+# fails the test with its output. For the scripts that hold a run's
+# counters to the plan's.
+train_and_plan() { # NAME NP [CONFIG] -- sets...
+    local name=$1 np=$2 config=model.ini
+    shift 2
+    if [ "$1" != "--" ]; then config=$1; shift; fi
+    shift
+    if [ "$np" = 1 ]; then
+        "$TESSERA" train "$config" "$@" --set train.metrics=$name.jsonl > $name.txt 2>&1
+    else
+        run_mpi "$np" "$TESSERA" train "$config" "$@" --set train.metrics=$name.jsonl > $name.txt 2>&1
+    fi || { cat $name.txt; fail "$name: run"; }
+    "$TESSERA" plan "$config" --world "$np" --json "$@" > $name.plan.json 2> $name.plan.err ||
+        { cat $name.plan.err; fail "$name: plan"; }
+}

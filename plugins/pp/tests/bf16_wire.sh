@@ -5,16 +5,13 @@
 . "$2/tests/cli/multirank.sh"
 write_config
 for d in fp32 bf16; do
-    sets=(--set parallel.plugins=pp --set pp.size=2 --set train.dtype=$d --set train.micro_batch=4)
-    run_mpi 2 "$TESSERA" train model.ini "${sets[@]}" --set train.steps=3 --set train.metrics=$d.jsonl \
-        > $d.txt 2>&1 || { cat $d.txt; fail "$d run failed"; }
-    "$TESSERA" plan model.ini --world 2 --json "${sets[@]}" > plan_$d.json 2> plan.err ||
-        { cat plan.err; fail "plan $d"; }
+    train_and_plan $d 2 -- --set parallel.plugins=pp --set pp.size=2 --set train.dtype=$d \
+        --set train.micro_batch=4 --set train.steps=3
 done
 python3 - <<'PY' || fail "pipeline bytes"
 import json
 run = {d: [json.loads(l) for l in open(d + ".jsonl")][-1]["comm"]["pp"] for d in ("fp32", "bf16")}
-plan = {d: json.load(open("plan_%s.json" % d))["comm"] for d in ("fp32", "bf16")}
+plan = {d: json.load(open("%s.plan.json" % d))["comm"] for d in ("fp32", "bf16")}
 for op in ("send", "recv"):
     f, b = run["fp32"][op], run["bf16"][op]
     assert f["calls"] == b["calls"] and 2 * b["bytes"] == f["bytes"], (op, f, b)

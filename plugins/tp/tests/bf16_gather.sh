@@ -9,16 +9,13 @@
 . "$2/tests/cli/multirank.sh"
 write_config
 for d in fp32 bf16; do
-    sets=(--set parallel.plugins=tp --set tp.size=2 --set tp.sequence_parallel=true --set train.dtype=$d)
-    run_mpi 2 "$TESSERA" train model.ini "${sets[@]}" --set train.steps=3 --set train.metrics=$d.jsonl \
-        > $d.txt 2>&1 || { cat $d.txt; fail "$d run failed"; }
-    "$TESSERA" plan model.ini --world 2 --json "${sets[@]}" > plan_$d.json 2> plan.err ||
-        { cat plan.err; fail "plan $d"; }
+    train_and_plan $d 2 -- --set parallel.plugins=tp --set tp.size=2 --set tp.sequence_parallel=true \
+        --set train.dtype=$d --set train.steps=3
 done
 python3 - <<'PY' || fail "tp bytes"
 import json
 run = {d: [json.loads(l) for l in open(d + ".jsonl")][-1]["comm"]["tp"] for d in ("fp32", "bf16")}
-plan = {d: json.load(open("plan_%s.json" % d))["comm"] for d in ("fp32", "bf16")}
+plan = {d: json.load(open("%s.plan.json" % d))["comm"] for d in ("fp32", "bf16")}
 L, G, T, C = 2, 16, 32, 64
 values_f32 = 2 * (2 * L + 1) * G * T * C * 4
 f, b = run["fp32"]["all_gather"], run["bf16"]["all_gather"]

@@ -13,12 +13,8 @@ write_config
 tp() { # NAME DTYPE PARTIAL SETS...
     local name=$1 d=$2 p=$3
     shift 3
-    local sets=(--set parallel.plugins=tp --set tp.size=2 --set train.dtype=$d
-                --set train.partial_dtype=$p "$@")
-    run_mpi 2 "$TESSERA" train model.ini "${sets[@]}" --set train.steps=2 \
-        --set train.metrics=$name.jsonl > $name.txt 2>&1 || { cat $name.txt; fail "$name run"; }
-    "$TESSERA" plan model.ini --world 2 --json "${sets[@]}" > $name.plan.json 2> plan.err ||
-        { cat plan.err; fail "$name plan"; }
+    train_and_plan $name 2 -- --set parallel.plugins=tp --set tp.size=2 --set train.dtype=$d \
+        --set train.partial_dtype=$p --set train.steps=2 "$@"
 }
 tp sp32 fp32 f32 --set tp.sequence_parallel=true
 tp sp16 bf16 bf16 --set tp.sequence_parallel=true
