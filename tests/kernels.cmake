@@ -19,7 +19,9 @@ set(TESSERA_KERNEL_TESTS
   "kernels_embedding_vocab_shards_match_full embedding_shards"
   "kernels_adamw_matches_formula adamw"
   "kernels_sumsq_bf16_rounding reduce"
-  "kernels_backward_deterministic determinism")
+  "kernels_backward_deterministic determinism"
+  "kernels_tasks_each_once_and_shared tasks"
+  "kernels_same_bits_on_1_2_3_threads threads")
 foreach(entry ${TESSERA_KERNEL_TESTS})
   separate_arguments(entry)
   list(GET entry 0 test_name)

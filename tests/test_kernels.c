@@ -25,8 +25,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cpu_kernels.h"
+#include "tasks.h"
 #include "tessera/tessera.h"
 
 /* Relative error allowed between a backward and finite differences. */
@@ -1130,6 +1132,191 @@ static void test_determinism(void) {
     free(inp), free(dout), free(out), free(w), free(bb), free(mean), free(rstd);
 }
 
+/* --- tasks and thread counts ------------------------------------------------ */
+
+/* The task loop of tasks.h: every task runs once; a thread runs its own share
+ * front to back; a thread held up leaves its share to the other, which takes
+ * it from the far end. Thread 1 sleeps before it starts, so thread 0 must
+ * take some of share 1 (all of it, unless thread 1 wakes in time). */
+static void test_tasks(void) {
+    enum { NT = 400, GRAIN = 3, N_ITEMS = NT * GRAIN - 1 };
+    int who[NT], order[NT], seen = 0;
+    for (int i = 0; i < NT; i++)
+        who[i] = -1, order[i] = -1;
+    int saved = ts_cpu_get_threads();
+    ts_cpu_set_threads(2);
+    ts_cpu_tasks q;
+    ts_cpu_tasks_init(&q, N_ITEMS, GRAIN);
+    int bad_range = 0;
+#pragma omp parallel num_threads(q.shares)
+    {
+        int me = omp_get_thread_num();
+        if (me == 1) {
+            struct timespec nap = {0, 50 * 1000 * 1000};
+            nanosleep(&nap, NULL);
+        }
+        for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);) {
+            int t = (int)(lo / GRAIN);
+            if (lo % GRAIN || hi - lo != (t == NT - 1 ? GRAIN - 1 : GRAIN)) bad_range = 1;
+#pragma omp critical
+            {
+                if (who[t] != -1)
+                    who[t] = -2; /* ran twice */
+                else
+                    who[t] = me;
+                order[t] = seen++;
+            }
+        }
+    }
+    int once = 1, own_in_order = 1, stolen = 0, stolen_backwards = 1, last = -1;
+    for (int t = 0; t < NT; t++)
+        once &= who[t] >= 0;
+    for (int t = 0; t < NT / 2; t++) { /* share 0: thread 0, front to back */
+        own_in_order &= who[t] == 0 && order[t] > last;
+        last = order[t];
+    }
+    last = -1;
+    for (int t = NT / 2; t < NT; t++)
+        if (who[t] == 0) stolen++;
+    for (int t = NT - 1; t >= NT / 2 && who[t] == 0; t--) { /* taken from the back */
+        stolen_backwards &= order[t] > last;
+        last = order[t];
+    }
+    expect(q.shares == 2, "two shares for two threads", q.shares, 2);
+    expect(once && !bad_range, "every task once, items [t*grain, ..) cut at n", 0, 0);
+    expect(own_in_order, "thread 0 runs share 0 front to back", 0, 0);
+    expect(stolen > 0 && stolen_backwards, "thread 0 takes share 1 from its far end", stolen, 1);
+    /* inside a parallel region: one share, all tasks in order */
+    int inner_ok = 1;
+#pragma omp parallel num_threads(2) reduction(& : inner_ok)
+    {
+        ts_cpu_tasks in;
+        ts_cpu_tasks_init(&in, 10, 1);
+        size_t next = 0;
+#pragma omp parallel num_threads(in.shares)
+        for (size_t lo, hi; ts_cpu_tasks_next(&in, &lo, &hi);)
+            inner_ok &= lo == next++;
+        inner_ok &= in.shares == 1 && next == 10;
+    }
+    expect(inner_ok, "nested: one share, every task in order", 0, 0);
+    ts_cpu_set_threads(saved);
+}
+
+/* Every kernel whose loop is cut into tasks gives the same bits on 1, 2 and 3
+ * threads (3: shares of unequal length, tiles left to steal). The products
+ * are cut by rows (more rows than columns) and by columns (a head's shape);
+ * 700 x 40 x 50's weight gradient is one tile, which the library, left to
+ * split it over its threads, summed differently. */
+typedef struct {
+    int n, c, oc;
+    float *inp, *w, *bias, *dout, *out, *dinp, *dw, *db;
+} mm_shape;
+
+static int matmul_bits(int threads, const mm_shape *m, float *out, float *dinp, float *dw,
+                       float *db) {
+    ts_cpu_set_threads(threads);
+    ts_cpu_matmul_forward(out, m->inp, m->w, m->bias, m->n, m->c, m->oc);
+    memset(dinp, 0, (size_t)m->n * m->c * sizeof *dinp);
+    memset(dw, 0, (size_t)m->oc * m->c * sizeof *dw);
+    memset(db, 0, (size_t)m->oc * sizeof *db);
+    ts_cpu_matmul_backward(dinp, dw, db, m->dout, m->inp, m->w, m->n, m->c, m->oc);
+    return ts_cpu_get_threads();
+}
+
+static void test_threads(void) {
+    int saved = ts_cpu_get_threads();
+    const int shapes[][3] = {{333, 130, 190}, {70, 96, 1001}, {700, 40, 50}, {512, 256, 768}};
+    for (int s = 0; s < 4; s++) {
+        mm_shape m = {.n = shapes[s][0], .c = shapes[s][1], .oc = shapes[s][2]};
+        size_t ni = (size_t)m.n * m.c, nw = (size_t)m.oc * m.c, no = (size_t)m.n * m.oc;
+        m.inp = falloc(ni), m.w = falloc(nw), m.bias = falloc(m.oc), m.dout = falloc(no);
+        fill(m.inp, ni, 1), fill(m.w, nw, 1), fill(m.bias, m.oc, 1), fill(m.dout, no, 1);
+        float *r[3][4];
+        for (int t = 0; t < 3; t++) {
+            r[t][0] = falloc(no), r[t][1] = falloc(ni), r[t][2] = falloc(nw),
+            r[t][3] = falloc(m.oc);
+            matmul_bits(t + 1, &m, r[t][0], r[t][1], r[t][2], r[t][3]);
+        }
+        int same = 1;
+        for (int t = 1; t < 3; t++)
+            same &= !memcmp(r[0][0], r[t][0], no * 4) && !memcmp(r[0][1], r[t][1], ni * 4) &&
+                    !memcmp(r[0][2], r[t][2], nw * 4) && !memcmp(r[0][3], r[t][3], m.oc * 4);
+        char what[96];
+        snprintf(what, sizeof what, "matmul %dx%dx%d fwd+bwd: 1 = 2 = 3 threads", m.n, m.c, m.oc);
+        expect(same, what, 0, 0);
+        for (int t = 0; t < 3; t++)
+            free(r[t][0]), free(r[t][1]), free(r[t][2]), free(r[t][3]);
+        free(m.inp), free(m.w), free(m.bias), free(m.dout);
+    }
+
+    /* attention, layernorm, gelu, residual, adamw at B 3, T 70, C 64, 4 heads */
+    enum { AB = 3, AT = 70, AC = 64, ANH = 4, AN = AB * AT };
+    float *qkv = falloc((size_t)AN * 3 * AC), *dy = falloc((size_t)AN * AC);
+    float *lw = falloc(AC), *lb = falloc(AC);
+    fill(qkv, (size_t)AN * 3 * AC, 1), fill(dy, (size_t)AN * AC, 1);
+    fill(lw, AC, 1), fill(lb, AC, 1);
+    float *res[3][12];
+    for (int t = 0; t < 3; t++) {
+        float **x = res[t];
+        ts_cpu_set_threads(t + 1);
+        x[0] = falloc((size_t)AN * AC), x[1] = falloc((size_t)AB * ANH * AT * AT);
+        x[2] = falloc((size_t)AN * 3 * AC), x[3] = falloc((size_t)AB * ANH * AT * AT);
+        ts_cpu_attention_forward(x[0], x[1], qkv, AB, AT, AC, ANH);
+        ts_cpu_attention_backward(x[2], x[3], dy, qkv, x[1], AB, AT, AC, ANH);
+        x[4] = falloc((size_t)AN * AC), x[5] = falloc(AN), x[6] = falloc(AN);
+        ts_cpu_layernorm_forward(x[4], x[5], x[6], qkv, lw, lb, AN, AC);
+        x[7] = falloc((size_t)AN * AC), x[8] = falloc(AC), x[9] = falloc(AC);
+        ts_cpu_layernorm_backward(x[7], x[8], x[9], dy, qkv, lw, x[5], x[6], AN, AC);
+        x[10] = falloc((size_t)AN * 3 * AC);
+        ts_cpu_gelu_forward(x[10], qkv, (size_t)AN * 3 * AC);
+        ts_cpu_gelu_backward(x[10], qkv, qkv, (size_t)AN * 3 * AC);
+        ts_cpu_residual_backward(x[10], x[10] + AN * AC, dy, (size_t)AN * AC);
+        x[11] = falloc((size_t)AN * 3 * AC); /* AdamW: parameters, moments from qkv */
+        float *mom = falloc((size_t)AN * 3 * AC * 2);
+        memcpy(x[11], qkv, (size_t)AN * 3 * AC * 4);
+        ts_cpu_adamw(x[11], mom, mom + (size_t)AN * 3 * AC, x[10], (size_t)AN * 3 * AC, 1e-3f, 0.9f,
+                     0.95f, 1e-8f, 0.1f, 1, 1.0f);
+        free(mom);
+    }
+    const size_t len[12] = {(size_t)AN * AC,
+                            (size_t)AB * ANH * AT * AT,
+                            (size_t)AN * 3 * AC,
+                            (size_t)AB * ANH * AT * AT,
+                            (size_t)AN * AC,
+                            AN,
+                            AN,
+                            (size_t)AN * AC,
+                            AC,
+                            AC,
+                            (size_t)AN * 3 * AC,
+                            (size_t)AN * 3 * AC};
+    const char *names[12] = {"attention out",
+                             "attention probabilities",
+                             "attention dqkv",
+                             "attention scratch",
+                             "layernorm out",
+                             "layernorm mean",
+                             "layernorm rstd",
+                             "layernorm dinp",
+                             "layernorm dweight",
+                             "layernorm dbias",
+                             "gelu + residual backward",
+                             "adamw params"};
+    for (int i = 0; i < 12; i++) {
+        int same = 1;
+        for (int t = 1; t < 3; t++)
+            same &= !memcmp(res[0][i], res[t][i], len[i] * sizeof(float));
+        char what[96];
+        snprintf(what, sizeof what, "%s: 1 = 2 = 3 threads", names[i]);
+        expect(same, what, 0, 0);
+    }
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < 12; i++)
+            free(res[t][i]);
+    free(qkv), free(dy), free(lw), free(lb);
+    ts_cpu_set_threads(saved);
+}
+
 /* --- timing (by hand, not a ctest) -------------------------------------------- */
 
 static void test_time(void) {
@@ -1199,6 +1386,8 @@ static const struct {
     {"adamw", test_adamw},
     {"reduce", test_reduce},
     {"determinism", test_determinism},
+    {"tasks", test_tasks},
+    {"threads", test_threads},
     {"time", test_time},
 };
 

@@ -2,9 +2,9 @@
  * attention.c — causal multi-head self-attention over a packed qkv tensor,
  * forward and backward.
  *
- * Each (batch, head) pair is an independent task: it reads its slices of q, k
- * and v and writes only its own slices of out, att and dqkv, so the tasks run
- * in parallel with no races. Within a task the products go through SGEMM in
+ * Each (batch, head) pair is an independent task (tasks.h): it reads its
+ * slices of q, k and v and writes only its own slices of out, att and dqkv,
+ * so the tasks run in parallel with no races. Within a task the products go through SGEMM in
  * blocks of ATT_ROWS query rows: rows [r0, r1) see keys [0, r1), so only the
  * upper triangle of each diagonal block is computed and then masked (the
  * library runs single-threaded inside the parallel loop). The softmax
@@ -15,6 +15,7 @@
 #include <math.h>
 
 #include "cpu_kernels.h"
+#include "tasks.h"
 
 #define ATT_ROWS 64
 
@@ -24,9 +25,11 @@ void ts_cpu_attention_forward(float *out,       /* (B, T, C) */
                               int B, int T, int C, int NH) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
+    ts_cpu_tasks q;
+    ts_cpu_tasks_init(&q, (size_t)B * NH, 1);
+#pragma omp parallel num_threads(q.shares)
+    for (size_t bh0, bh1; ts_cpu_tasks_next(&q, &bh0, &bh1);) {
+        int bh = (int)bh0, b = bh / NH, h = bh % NH;
         const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
         float *o = out + (size_t)b * T * C + (size_t)h * hs;
         float *a = att + (size_t)bh * T * T;
@@ -63,9 +66,11 @@ void ts_cpu_attention_backward(float *dqkv,       /* (B, T, 3C) */
                                int B, int T, int C, int NH) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
+    ts_cpu_tasks q;
+    ts_cpu_tasks_init(&q, (size_t)B * NH, 1);
+#pragma omp parallel num_threads(q.shares)
+    for (size_t bh0, bh1; ts_cpu_tasks_next(&q, &bh0, &bh1);) {
+        int bh = (int)bh0, b = bh / NH, h = bh % NH;
         size_t off = (size_t)b * T * C3 + (size_t)h * hs;
         const float *q = qkv + off, *k = q + C, *v = q + 2 * C;
         float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;

@@ -23,6 +23,7 @@
 #include <math.h>
 
 #include "cpu_kernels.h"
+#include "tasks.h"
 #include "fastmath.h" /* ts_cpu_exp_neg: a vectorizable exp */
 
 #define BLK_TILE 64 /* scores of one row held at a time */
@@ -53,55 +54,58 @@ void ts_cpu_attention_block_forward(float *out,     /* (B, Tq, os), C used */
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     long rows = (long)B * NH * Tq;
-    /* chunks of 16 rows dealt round-robin: the causal rows' growing lengths
-     * even out across threads */
-#pragma omp parallel for schedule(static, 16)
-    for (long r = 0; r < rows; r++) {
-        int i = (int)(r % Tq), bh = (int)(r / Tq), b = bh / NH, h = bh % NH;
-        const float *qi = q + ((size_t)b * Tq + i) * qs + (size_t)h * hs;
-        const float *kb = k + (size_t)b * Tk * kvs + (size_t)h * hs;
-        const float *vb = v + (size_t)b * Tk * kvs + (size_t)h * hs;
-        float *o = out + ((size_t)b * Tq + i) * os + (size_t)h * hs;
-        for (int d = 0; d < hs; d++)
-            o[d] = 0.0f;
-        int n = blk_visible(i, offset, Tk);
-        float m = -INFINITY, l = 0.0f, s[BLK_TILE];
-        for (int j0 = 0; j0 < n; j0 += BLK_TILE) {
-            int nj = n - j0 < BLK_TILE ? n - j0 : BLK_TILE;
-            float mx = m;
-            for (int jj = 0; jj < nj; jj++) {
-                s[jj] = blk_dot(qi, kb + (size_t)(j0 + jj) * kvs, hs) * scale;
-                mx = s[jj] > mx ? s[jj] : mx;
-            }
-            if (mx > m) { /* rescale what the earlier tiles summed */
-                float corr = expf(m - mx);
-                l *= corr;
-                for (int d = 0; d < hs; d++)
-                    o[d] *= corr;
-                m = mx;
-            }
+    /* tasks of 16 rows: the causal rows' growing lengths make a static split
+     * uneven, which the threads' taking of each other's tasks evens out */
+    ts_cpu_tasks tq;
+    ts_cpu_tasks_init(&tq, (size_t)rows, 16);
+#pragma omp parallel num_threads(tq.shares)
+    for (size_t lo, hi; ts_cpu_tasks_next(&tq, &lo, &hi);)
+        for (long r = (long)lo; r < (long)hi; r++) {
+            int i = (int)(r % Tq), bh = (int)(r / Tq), b = bh / NH, h = bh % NH;
+            const float *qi = q + ((size_t)b * Tq + i) * qs + (size_t)h * hs;
+            const float *kb = k + (size_t)b * Tk * kvs + (size_t)h * hs;
+            const float *vb = v + (size_t)b * Tk * kvs + (size_t)h * hs;
+            float *o = out + ((size_t)b * Tq + i) * os + (size_t)h * hs;
+            for (int d = 0; d < hs; d++)
+                o[d] = 0.0f;
+            int n = blk_visible(i, offset, Tk);
+            float m = -INFINITY, l = 0.0f, s[BLK_TILE];
+            for (int j0 = 0; j0 < n; j0 += BLK_TILE) {
+                int nj = n - j0 < BLK_TILE ? n - j0 : BLK_TILE;
+                float mx = m;
+                for (int jj = 0; jj < nj; jj++) {
+                    s[jj] = blk_dot(qi, kb + (size_t)(j0 + jj) * kvs, hs) * scale;
+                    mx = s[jj] > mx ? s[jj] : mx;
+                }
+                if (mx > m) { /* rescale what the earlier tiles summed */
+                    float corr = expf(m - mx);
+                    l *= corr;
+                    for (int d = 0; d < hs; d++)
+                        o[d] *= corr;
+                    m = mx;
+                }
 #pragma omp simd
-            for (int jj = 0; jj < nj; jj++)
-                s[jj] = ts_cpu_exp_neg(s[jj] - m);
-            for (int jj = 0; jj < nj; jj++) {
-                const float *vj = vb + (size_t)(j0 + jj) * kvs;
-                float p = s[jj];
-                l += p;
+                for (int jj = 0; jj < nj; jj++)
+                    s[jj] = ts_cpu_exp_neg(s[jj] - m);
+                for (int jj = 0; jj < nj; jj++) {
+                    const float *vj = vb + (size_t)(j0 + jj) * kvs;
+                    float p = s[jj];
+                    l += p;
 #pragma omp simd
-                for (int d = 0; d < hs; d++)
-                    o[d] += p * vj[d];
+                    for (int d = 0; d < hs; d++)
+                        o[d] += p * vj[d];
+                }
             }
+            float *li = lse + (size_t)bh * Tq + i;
+            if (n == 0) {
+                *li = -INFINITY;
+                continue;
+            }
+            float inv = 1.0f / l;
+            for (int d = 0; d < hs; d++)
+                o[d] *= inv;
+            *li = m + logf(l);
         }
-        float *li = lse + (size_t)bh * Tq + i;
-        if (n == 0) {
-            *li = -INFINITY;
-            continue;
-        }
-        float inv = 1.0f / l;
-        for (int d = 0; d < hs; d++)
-            o[d] *= inv;
-        *li = m + logf(l);
-    }
 }
 
 void ts_cpu_attention_block_merge(float *out,        /* (B, Tq, os), C used */
@@ -111,33 +115,37 @@ void ts_cpu_attention_block_merge(float *out,        /* (B, Tq, os), C used */
                                   int B, int Tq, int C, int NH, int os) {
     int hs = C / NH;
     long rows = (long)B * Tq * NH;
-#pragma omp parallel for schedule(static)
-    for (long r = 0; r < rows; r++) {
-        int h = (int)(r % NH), i = (int)(r / NH % Tq), b = (int)(r / NH / Tq);
-        size_t li = ((size_t)b * NH + h) * Tq + i, oi = ((size_t)b * Tq + i) * os + (size_t)h * hs;
-        float a = lse[li], a2 = lse2[li];
-        float *o = out + oi;
-        const float *o2 = out2 + oi;
-        if (a2 == -INFINITY) { /* the other part saw no key: nothing to add */
-            if (a == -INFINITY)
+    ts_cpu_tasks tq;
+    ts_cpu_tasks_init(&tq, (size_t)rows, ts_cpu_rows_grain((size_t)hs));
+#pragma omp parallel num_threads(tq.shares)
+    for (size_t lo, hi; ts_cpu_tasks_next(&tq, &lo, &hi);)
+        for (long r = (long)lo; r < (long)hi; r++) {
+            int h = (int)(r % NH), i = (int)(r / NH % Tq), b = (int)(r / NH / Tq);
+            size_t li = ((size_t)b * NH + h) * Tq + i,
+                   oi = ((size_t)b * Tq + i) * os + (size_t)h * hs;
+            float a = lse[li], a2 = lse2[li];
+            float *o = out + oi;
+            const float *o2 = out2 + oi;
+            if (a2 == -INFINITY) { /* the other part saw no key: nothing to add */
+                if (a == -INFINITY)
+                    for (int d = 0; d < hs; d++)
+                        o[d] = 0.0f;
+                continue;
+            }
+            if (a == -INFINITY) { /* this part saw no key: take the other */
                 for (int d = 0; d < hs; d++)
-                    o[d] = 0.0f;
-            continue;
-        }
-        if (a == -INFINITY) { /* this part saw no key: take the other */
-            for (int d = 0; d < hs; d++)
-                o[d] = o2[d];
-            lse[li] = a2;
-            continue;
-        }
-        float mx = a > a2 ? a : a2, mn = a > a2 ? a2 : a;
-        float L = mx + log1pf(expf(mn - mx));
-        float w = expf(a - L), w2 = expf(a2 - L);
+                    o[d] = o2[d];
+                lse[li] = a2;
+                continue;
+            }
+            float mx = a > a2 ? a : a2, mn = a > a2 ? a2 : a;
+            float L = mx + log1pf(expf(mn - mx));
+            float w = expf(a - L), w2 = expf(a2 - L);
 #pragma omp simd
-        for (int d = 0; d < hs; d++)
-            o[d] = o[d] * w + o2[d] * w2;
-        lse[li] = L;
-    }
+            for (int d = 0; d < hs; d++)
+                o[d] = o[d] * w + o2[d] * w2;
+            lse[li] = L;
+        }
 }
 
 void ts_cpu_attention_block_backward(float *dq,         /* (B, Tq, qs), C used */
@@ -153,46 +161,49 @@ void ts_cpu_attention_block_backward(float *dq,         /* (B, Tq, qs), C used *
                                      int64_t offset) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
-        size_t kvoff = (size_t)b * Tk * kvs + (size_t)h * hs;
-        const float *kb = k + kvoff, *vb = v + kvoff;
-        float *dkb = dk + kvoff, *dvb = dv + kvoff;
-        for (int i = 0; i < Tq; i++) {
-            float L = lse[(size_t)bh * Tq + i];
-            int n = blk_visible(i, offset, Tk);
-            if (n == 0 || L == -INFINITY) continue;
-            size_t qoff = ((size_t)b * Tq + i) * qs + (size_t)h * hs;
-            size_t ooff = ((size_t)b * Tq + i) * os + (size_t)h * hs;
-            const float *qi = q + qoff, *dy = dout + ooff;
-            float *dqi = dq + qoff;
-            float D = blk_dot(dy, out + ooff, hs); /* = sum_j P_ij dP_ij */
-            float p[BLK_TILE], ds[BLK_TILE];
-            for (int j0 = 0; j0 < n; j0 += BLK_TILE) {
-                int nj = n - j0 < BLK_TILE ? n - j0 : BLK_TILE;
-                for (int jj = 0; jj < nj; jj++) {
-                    size_t row = (size_t)(j0 + jj) * kvs;
-                    p[jj] = blk_dot(qi, kb + row, hs) * scale - L;
-                    ds[jj] = blk_dot(dy, vb + row, hs) - D;
-                }
+    ts_cpu_tasks tq;
+    ts_cpu_tasks_init(&tq, (size_t)B * NH, 1);
+#pragma omp parallel num_threads(tq.shares)
+    for (size_t lo, hi; ts_cpu_tasks_next(&tq, &lo, &hi);)
+        for (int bh = (int)lo; bh < (int)hi; bh++) {
+            int b = bh / NH, h = bh % NH;
+            size_t kvoff = (size_t)b * Tk * kvs + (size_t)h * hs;
+            const float *kb = k + kvoff, *vb = v + kvoff;
+            float *dkb = dk + kvoff, *dvb = dv + kvoff;
+            for (int i = 0; i < Tq; i++) {
+                float L = lse[(size_t)bh * Tq + i];
+                int n = blk_visible(i, offset, Tk);
+                if (n == 0 || L == -INFINITY) continue;
+                size_t qoff = ((size_t)b * Tq + i) * qs + (size_t)h * hs;
+                size_t ooff = ((size_t)b * Tq + i) * os + (size_t)h * hs;
+                const float *qi = q + qoff, *dy = dout + ooff;
+                float *dqi = dq + qoff;
+                float D = blk_dot(dy, out + ooff, hs); /* = sum_j P_ij dP_ij */
+                float p[BLK_TILE], ds[BLK_TILE];
+                for (int j0 = 0; j0 < n; j0 += BLK_TILE) {
+                    int nj = n - j0 < BLK_TILE ? n - j0 : BLK_TILE;
+                    for (int jj = 0; jj < nj; jj++) {
+                        size_t row = (size_t)(j0 + jj) * kvs;
+                        p[jj] = blk_dot(qi, kb + row, hs) * scale - L;
+                        ds[jj] = blk_dot(dy, vb + row, hs) - D;
+                    }
 #pragma omp simd
-                for (int jj = 0; jj < nj; jj++) {
-                    p[jj] = ts_cpu_exp_neg(p[jj]);
-                    ds[jj] *= p[jj] * scale;
-                }
-                for (int jj = 0; jj < nj; jj++) {
-                    size_t row = (size_t)(j0 + jj) * kvs;
-                    const float *kj = kb + row;
-                    float *dkj = dkb + row, *dvj = dvb + row, pj = p[jj], dsj = ds[jj];
+                    for (int jj = 0; jj < nj; jj++) {
+                        p[jj] = ts_cpu_exp_neg(p[jj]);
+                        ds[jj] *= p[jj] * scale;
+                    }
+                    for (int jj = 0; jj < nj; jj++) {
+                        size_t row = (size_t)(j0 + jj) * kvs;
+                        const float *kj = kb + row;
+                        float *dkj = dkb + row, *dvj = dvb + row, pj = p[jj], dsj = ds[jj];
 #pragma omp simd
-                    for (int d = 0; d < hs; d++) {
-                        dvj[d] += pj * dy[d];
-                        dqi[d] += dsj * kj[d];
-                        dkj[d] += dsj * qi[d];
+                        for (int d = 0; d < hs; d++) {
+                            dvj[d] += pj * dy[d];
+                            dqi[d] += dsj * kj[d];
+                            dkj[d] += dsj * qi[d];
+                        }
                     }
                 }
             }
         }
-    }
 }

@@ -13,8 +13,11 @@
  * ts_cpu_crossentropy_backward, which writes dlogits (=) so it may run in
  * place over the logits.
  *
- * Reductions are deterministic for a fixed thread count: OpenMP loops use a
- * static schedule and partial sums are combined in thread order.
+ * Threads. Loops are cut into tasks that the team shares out (tasks.h): each
+ * task writes its own part of the output, so every kernel but one gives the
+ * same bits on any number of threads (kernels_same_bits_on_1_2_3_threads).
+ * The exception, ts_cpu_sumsq, adds per-thread partial sums in thread order:
+ * deterministic for a fixed thread count.
  *
  * These kernels are the reference the CUDA kernels are tested against.
  */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "tasks.h"
 #include "fastmath.h"
 
 void ts_cpu_crossentropy_forward(float *losses,          /* (N) */
@@ -19,21 +20,24 @@ void ts_cpu_crossentropy_forward(float *losses,          /* (N) */
                                  const float *logits,    /* (N, Vp) */
                                  const int32_t *targets, /* (N) */
                                  int N, int V, int Vp) {
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float *x = logits + (size_t)n * Vp;
-        float mx = -INFINITY;
+    ts_cpu_tasks q;
+    ts_cpu_tasks_init(&q, (size_t)N, ts_cpu_rows_grain(Vp));
+#pragma omp parallel num_threads(q.shares)
+    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
+        for (int n = (int)lo; n < (int)hi; n++) {
+            const float *x = logits + (size_t)n * Vp;
+            float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-        for (int c = 0; c < V; c++)
-            mx = x[c] > mx ? x[c] : mx;
-        float s = 0.0f;
+            for (int c = 0; c < V; c++)
+                mx = x[c] > mx ? x[c] : mx;
+            float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-        for (int c = 0; c < V; c++)
-            s += ts_cpu_exp_neg(x[c] - mx);
-        float l = mx + logf(s);
-        lse[n] = l;
-        losses[n] = targets[n] < 0 ? 0.0f : l - x[targets[n]];
-    }
+            for (int c = 0; c < V; c++)
+                s += ts_cpu_exp_neg(x[c] - mx);
+            float l = mx + logf(s);
+            lse[n] = l;
+            losses[n] = targets[n] < 0 ? 0.0f : l - x[targets[n]];
+        }
 }
 
 /* One row of the gradient, out of place or in place. */
@@ -51,37 +55,43 @@ void ts_cpu_crossentropy_backward(float *dlogits,         /* (N, Vp) */
                                   const float *lse,       /* (N) */
                                   const int32_t *targets, /* (N) */
                                   float dloss, int N, int V, int Vp) {
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        float *d = dlogits + (size_t)n * Vp;
-        const float *x = logits + (size_t)n * Vp;
-        int tgt = targets[n];
-        if (tgt < 0) {
-            memset(d, 0, (size_t)Vp * sizeof *d);
-            continue;
+    ts_cpu_tasks q;
+    ts_cpu_tasks_init(&q, (size_t)N, ts_cpu_rows_grain(Vp));
+#pragma omp parallel num_threads(q.shares)
+    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
+        for (int n = (int)lo; n < (int)hi; n++) {
+            float *d = dlogits + (size_t)n * Vp;
+            const float *x = logits + (size_t)n * Vp;
+            int tgt = targets[n];
+            if (tgt < 0) {
+                memset(d, 0, (size_t)Vp * sizeof *d);
+                continue;
+            }
+            if (d == x)
+                ce_row_inplace(d, lse[n], dloss, V);
+            else
+                ce_row(d, x, lse[n], dloss, V);
+            d[tgt] -= dloss;
+            memset(d + V, 0, (size_t)(Vp - V) * sizeof *d);
         }
-        if (d == x)
-            ce_row_inplace(d, lse[n], dloss, V);
-        else
-            ce_row(d, x, lse[n], dloss, V);
-        d[tgt] -= dloss;
-        memset(d + V, 0, (size_t)(Vp - V) * sizeof *d);
-    }
 }
 
 /* --- vocabulary-parallel pieces (see cpu_kernels.h) ------------------------ */
 void ts_cpu_ce_shard_max(float *rowmax,       /* (N) */
                          const float *logits, /* (N, Vp_loc) */
                          int N, int V_loc, int Vp_loc) {
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float *x = logits + (size_t)n * Vp_loc;
-        float mx = -INFINITY;
+    ts_cpu_tasks q;
+    ts_cpu_tasks_init(&q, (size_t)N, ts_cpu_rows_grain(Vp_loc));
+#pragma omp parallel num_threads(q.shares)
+    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
+        for (int n = (int)lo; n < (int)hi; n++) {
+            const float *x = logits + (size_t)n * Vp_loc;
+            float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-        for (int c = 0; c < V_loc; c++)
-            mx = x[c] > mx ? x[c] : mx;
-        rowmax[n] = mx;
-    }
+            for (int c = 0; c < V_loc; c++)
+                mx = x[c] > mx ? x[c] : mx;
+            rowmax[n] = mx;
+        }
 }
 
 void ts_cpu_ce_shard_sumexp(float *stats,           /* (N, 2) */
@@ -89,17 +99,20 @@ void ts_cpu_ce_shard_sumexp(float *stats,           /* (N, 2) */
                             const float *rowmax,    /* (N) global */
                             const int32_t *targets, /* (N) global ids */
                             int v0, int N, int V_loc, int Vp_loc) {
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float *x = logits + (size_t)n * Vp_loc;
-        float mx = rowmax[n], s = 0.0f;
+    ts_cpu_tasks q;
+    ts_cpu_tasks_init(&q, (size_t)N, ts_cpu_rows_grain(Vp_loc));
+#pragma omp parallel num_threads(q.shares)
+    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
+        for (int n = (int)lo; n < (int)hi; n++) {
+            const float *x = logits + (size_t)n * Vp_loc;
+            float mx = rowmax[n], s = 0.0f;
 #pragma omp simd reduction(+ : s)
-        for (int c = 0; c < V_loc; c++)
-            s += ts_cpu_exp_neg(x[c] - mx);
-        int t = targets[n] - v0;
-        stats[2 * n] = s;
-        stats[2 * n + 1] = targets[n] >= 0 && t >= 0 && t < V_loc ? x[t] : 0.0f;
-    }
+            for (int c = 0; c < V_loc; c++)
+                s += ts_cpu_exp_neg(x[c] - mx);
+            int t = targets[n] - v0;
+            stats[2 * n] = s;
+            stats[2 * n + 1] = targets[n] >= 0 && t >= 0 && t < V_loc ? x[t] : 0.0f;
+        }
 }
 
 void ts_cpu_ce_shard_backward(float *dlogits,         /* (N, Vp_loc) */
@@ -107,20 +120,23 @@ void ts_cpu_ce_shard_backward(float *dlogits,         /* (N, Vp_loc) */
                               const float *lse,       /* (N) global */
                               const int32_t *targets, /* (N) global ids */
                               float dloss, int v0, int N, int V_loc, int Vp_loc) {
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        float *d = dlogits + (size_t)n * Vp_loc;
-        const float *x = logits + (size_t)n * Vp_loc;
-        if (targets[n] < 0) {
-            memset(d, 0, (size_t)Vp_loc * sizeof *d);
-            continue;
+    ts_cpu_tasks q;
+    ts_cpu_tasks_init(&q, (size_t)N, ts_cpu_rows_grain(Vp_loc));
+#pragma omp parallel num_threads(q.shares)
+    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
+        for (int n = (int)lo; n < (int)hi; n++) {
+            float *d = dlogits + (size_t)n * Vp_loc;
+            const float *x = logits + (size_t)n * Vp_loc;
+            if (targets[n] < 0) {
+                memset(d, 0, (size_t)Vp_loc * sizeof *d);
+                continue;
+            }
+            if (d == x)
+                ce_row_inplace(d, lse[n], dloss, V_loc);
+            else
+                ce_row(d, x, lse[n], dloss, V_loc);
+            int t = targets[n] - v0;
+            if (t >= 0 && t < V_loc) d[t] -= dloss;
+            memset(d + V_loc, 0, (size_t)(Vp_loc - V_loc) * sizeof *d);
         }
-        if (d == x)
-            ce_row_inplace(d, lse[n], dloss, V_loc);
-        else
-            ce_row(d, x, lse[n], dloss, V_loc);
-        int t = targets[n] - v0;
-        if (t >= 0 && t < V_loc) d[t] -= dloss;
-        memset(d + V_loc, 0, (size_t)(Vp_loc - V_loc) * sizeof *d);
-    }
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "tasks.h"
 #include "fastmath.h"
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
@@ -32,24 +33,30 @@ static inline float gelu_tanh(float u) {
 
 void ts_cpu_gelu_forward(float *out, /* (n) */ const float *inp, /* (n) */
                          size_t n) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float th = gelu_tanh(GELU_K * (x + GELU_A * x * x * x));
-        out[i] = 0.5f * x * (1.0f + th);
-    }
+    ts_cpu_tasks q;
+    ts_cpu_tasks_init(&q, n, TS_CPU_GRAIN);
+#pragma omp parallel num_threads(q.shares)
+    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
+        for (size_t i = lo; i < hi; i++) {
+            float x = inp[i];
+            float th = gelu_tanh(GELU_K * (x + GELU_A * x * x * x));
+            out[i] = 0.5f * x * (1.0f + th);
+        }
 }
 
 void ts_cpu_gelu_backward(float *dinp,       /* (n) */
                           const float *inp,  /* (n) */
                           const float *dout, /* (n) */
                           size_t n) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float th = gelu_tanh(GELU_K * (x + GELU_A * x * x * x));
-        float dudx = GELU_K * (1.0f + 3.0f * GELU_A * x * x);
-        float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * dudx;
-        dinp[i] += grad * dout[i];
-    }
+    ts_cpu_tasks q;
+    ts_cpu_tasks_init(&q, n, TS_CPU_GRAIN);
+#pragma omp parallel num_threads(q.shares)
+    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
+        for (size_t i = lo; i < hi; i++) {
+            float x = inp[i];
+            float th = gelu_tanh(GELU_K * (x + GELU_A * x * x * x));
+            float dudx = GELU_K * (1.0f + 3.0f * GELU_A * x * x);
+            float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * dudx;
+            dinp[i] += grad * dout[i];
+        }
 }

@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "cpu_kernels.h"
+#include "tasks.h"
 
 /* Channels per task in the dweight/dbias reduction. */
 #define LN_COL_BLOCK 64
@@ -20,25 +21,28 @@ void ts_cpu_layernorm_forward(float *out,          /* (N, C) */
                               const float *weight, /* (C) */
                               const float *bias,   /* (C) */
                               int N, int C) {
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
-        float *o = out + (size_t)n * C;
-        float s = 0.0f;
+    ts_cpu_tasks q;
+    ts_cpu_tasks_init(&q, (size_t)N, ts_cpu_rows_grain(C));
+#pragma omp parallel num_threads(q.shares)
+    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
+        for (int n = (int)lo; n < (int)hi; n++) {
+            const float *x = inp + (size_t)n * C;
+            float *o = out + (size_t)n * C;
+            float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-        for (int c = 0; c < C; c++)
-            s += x[c];
-        float m = s / (float)C;
-        float ss = 0.0f;
+            for (int c = 0; c < C; c++)
+                s += x[c];
+            float m = s / (float)C;
+            float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
-        for (int c = 0; c < C; c++)
-            ss += (x[c] - m) * (x[c] - m);
-        float r = 1.0f / sqrtf(ss / (float)C + TS_LAYERNORM_EPS);
-        for (int c = 0; c < C; c++)
-            o[c] = (x[c] - m) * r * weight[c] + bias[c];
-        mean[n] = m;
-        rstd[n] = r;
-    }
+            for (int c = 0; c < C; c++)
+                ss += (x[c] - m) * (x[c] - m);
+            float r = 1.0f / sqrtf(ss / (float)C + TS_LAYERNORM_EPS);
+            for (int c = 0; c < C; c++)
+                o[c] = (x[c] - m) * r * weight[c] + bias[c];
+            mean[n] = m;
+            rstd[n] = r;
+        }
 }
 
 void ts_cpu_layernorm_backward(float *dinp,         /* (N, C) */
@@ -51,47 +55,50 @@ void ts_cpu_layernorm_backward(float *dinp,         /* (N, C) */
                                const float *rstd,   /* (N) */
                                int N, int C) {
     int nblocks = (C + LN_COL_BLOCK - 1) / LN_COL_BLOCK;
-#pragma omp parallel
+    ts_cpu_tasks cols, rows;
+    ts_cpu_tasks_init(&cols, (size_t)nblocks, 1);
+    ts_cpu_tasks_init(&rows, (size_t)N, ts_cpu_rows_grain(C));
+#pragma omp parallel num_threads(cols.shares > rows.shares ? cols.shares : rows.shares)
     {
         /* dweight, dbias: a block of channels per task, rows in order. */
-#pragma omp for schedule(static) nowait
-        for (int blk = 0; blk < nblocks; blk++) {
-            int c0 = blk * LN_COL_BLOCK;
-            int w = C - c0 < LN_COL_BLOCK ? C - c0 : LN_COL_BLOCK;
-            float accw[LN_COL_BLOCK] = {0}, accb[LN_COL_BLOCK] = {0};
-            for (int n = 0; n < N; n++) {
-                const float *x = inp + (size_t)n * C + c0;
-                const float *d = dout + (size_t)n * C + c0;
-                float m = mean[n], r = rstd[n];
+        for (size_t lo, hi; ts_cpu_tasks_next(&cols, &lo, &hi);)
+            for (int blk = (int)lo; blk < (int)hi; blk++) {
+                int c0 = blk * LN_COL_BLOCK;
+                int w = C - c0 < LN_COL_BLOCK ? C - c0 : LN_COL_BLOCK;
+                float accw[LN_COL_BLOCK] = {0}, accb[LN_COL_BLOCK] = {0};
+                for (int n = 0; n < N; n++) {
+                    const float *x = inp + (size_t)n * C + c0;
+                    const float *d = dout + (size_t)n * C + c0;
+                    float m = mean[n], r = rstd[n];
+                    for (int j = 0; j < w; j++) {
+                        accw[j] += (x[j] - m) * r * d[j];
+                        accb[j] += d[j];
+                    }
+                }
                 for (int j = 0; j < w; j++) {
-                    accw[j] += (x[j] - m) * r * d[j];
-                    accb[j] += d[j];
+                    dweight[c0 + j] += accw[j];
+                    dbias[c0 + j] += accb[j];
                 }
             }
-            for (int j = 0; j < w; j++) {
-                dweight[c0 + j] += accw[j];
-                dbias[c0 + j] += accb[j];
-            }
-        }
-        /* dinp: one row per iteration. */
-#pragma omp for schedule(static)
-        for (int n = 0; n < N; n++) {
-            const float *x = inp + (size_t)n * C;
-            const float *d = dout + (size_t)n * C;
-            float *dx = dinp + (size_t)n * C;
-            float m = mean[n], r = rstd[n];
-            float sum_dn = 0.0f, sum_dn_xn = 0.0f;
+        /* dinp: rows, independently. */
+        for (size_t lo, hi; ts_cpu_tasks_next(&rows, &lo, &hi);)
+            for (int n = (int)lo; n < (int)hi; n++) {
+                const float *x = inp + (size_t)n * C;
+                const float *d = dout + (size_t)n * C;
+                float *dx = dinp + (size_t)n * C;
+                float m = mean[n], r = rstd[n];
+                float sum_dn = 0.0f, sum_dn_xn = 0.0f;
 #pragma omp simd reduction(+ : sum_dn, sum_dn_xn)
-            for (int c = 0; c < C; c++) {
-                float dn = weight[c] * d[c];
-                sum_dn += dn;
-                sum_dn_xn += dn * (x[c] - m) * r;
+                for (int c = 0; c < C; c++) {
+                    float dn = weight[c] * d[c];
+                    sum_dn += dn;
+                    sum_dn_xn += dn * (x[c] - m) * r;
+                }
+                float a = sum_dn / (float)C, b = sum_dn_xn / (float)C;
+                for (int c = 0; c < C; c++) {
+                    float xn = (x[c] - m) * r;
+                    dx[c] += (weight[c] * d[c] - a - xn * b) * r;
+                }
             }
-            float a = sum_dn / (float)C, b = sum_dn_xn / (float)C;
-            for (int c = 0; c < C; c++) {
-                float xn = (x[c] - m) * r;
-                dx[c] += (weight[c] * d[c] - a - xn * b) * r;
-            }
-        }
     }
 }

@@ -9,25 +9,32 @@
 #include <math.h>
 
 #include "cpu_kernels.h"
+#include "tasks.h"
 
 void ts_cpu_add_bias(float *out, const float *bias, int N, int C) {
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        float *o = out + (size_t)n * C;
-        for (int c = 0; c < C; c++)
-            o[c] += bias[c];
-    }
+    ts_cpu_tasks q;
+    ts_cpu_tasks_init(&q, (size_t)N, ts_cpu_rows_grain(C));
+#pragma omp parallel num_threads(q.shares)
+    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
+        for (int n = (int)lo; n < (int)hi; n++) {
+            float *o = out + (size_t)n * C;
+            for (int c = 0; c < C; c++)
+                o[c] += bias[c];
+        }
 }
 
 /* Columns split over threads, rows summed in order: deterministic. */
 void ts_cpu_bias_grad(float *dbias, const float *dout, int N, int C) {
-#pragma omp parallel for schedule(static)
-    for (int c = 0; c < C; c++) {
-        float s = 0.0f;
-        for (int n = 0; n < N; n++)
-            s += dout[(size_t)n * C + c];
-        dbias[c] += s;
-    }
+    ts_cpu_tasks q;
+    ts_cpu_tasks_init(&q, (size_t)C, 64);
+#pragma omp parallel num_threads(q.shares)
+    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
+        for (int c = (int)lo; c < (int)hi; c++) {
+            float s = 0.0f;
+            for (int n = 0; n < N; n++)
+                s += dout[(size_t)n * C + c];
+            dbias[c] += s;
+        }
 }
 
 void ts_cpu_ce_shard_loss(float *losses, float *lse, const float *rowmax, const float *stats,

@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include "cpu_kernels.h"
+#include "tasks.h"
 #include "tessera/tessera.h"
 
 /* Most threads whose partial sums we keep; larger teams are capped. */
@@ -37,21 +38,30 @@ double ts_cpu_sumsq(const float *x, /* (n) */ size_t n) {
 }
 
 void ts_cpu_round_bf16(float *x, /* (n) */ size_t n) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++)
-        x[i] = ts_bf16_to_f32(ts_f32_to_bf16(x[i]));
+    ts_cpu_tasks q;
+    ts_cpu_tasks_init(&q, n, TS_CPU_GRAIN);
+#pragma omp parallel num_threads(q.shares)
+    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
+        for (size_t i = lo; i < hi; i++)
+            x[i] = ts_bf16_to_f32(ts_f32_to_bf16(x[i]));
 }
 
 void ts_cpu_f32_to_bf16(uint16_t *out, /* (n) */ const float *in, /* (n) */
                         size_t n) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++)
-        out[i] = ts_f32_to_bf16(in[i]);
+    ts_cpu_tasks q;
+    ts_cpu_tasks_init(&q, n, TS_CPU_GRAIN);
+#pragma omp parallel num_threads(q.shares)
+    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
+        for (size_t i = lo; i < hi; i++)
+            out[i] = ts_f32_to_bf16(in[i]);
 }
 
 void ts_cpu_bf16_to_f32(float *out, /* (n) */ const uint16_t *in, /* (n) */
                         size_t n) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++)
-        out[i] = ts_bf16_to_f32(in[i]);
+    ts_cpu_tasks q;
+    ts_cpu_tasks_init(&q, n, TS_CPU_GRAIN);
+#pragma omp parallel num_threads(q.shares)
+    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
+        for (size_t i = lo; i < hi; i++)
+            out[i] = ts_bf16_to_f32(in[i]);
 }

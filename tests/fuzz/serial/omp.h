@@ -16,6 +16,9 @@ static inline int omp_get_num_threads(void) {
 static inline int omp_get_thread_num(void) {
     return 0;
 }
+static inline int omp_in_parallel(void) {
+    return 0;
+}
 static inline void omp_set_num_threads(int n) {
     (void)n;
 }
