@@ -1,10 +1,11 @@
 /*
  * matmul.c — the linear layer: out = inp @ weight^T + bias and its backward.
  *
- * Both products go to CBLAS sgemm (the OpenMP build of OpenBLAS, which shares
- * our thread team); only the bias add and the bias gradient are ours. The
- * bias gradient sums each column over rows in row order, so it is bitwise the
- * same for any thread count.
+ * The products go to CBLAS sgemm (the OpenMP build of OpenBLAS) in tiles that
+ * our thread team shares out (below); the bias add, done on each tile while
+ * it is in cache, and the bias gradient are ours. The bias gradient sums each
+ * column over rows in row order, so it is bitwise the same for any thread
+ * count.
  */
 #include <cblas.h>
 #include <omp.h>
@@ -19,51 +20,74 @@
  * columns) of a tile, and the fewest multiply-adds. OpenBLAS multiplies small
  * products (M N K up to 100^3 on some CPUs) with another kernel, which sums in
  * another order: a tile kept above 2^21 multiply-adds takes the same path as
- * the whole product, so cutting it changes no bit. */
+ * the whole product, so cutting it changes no bit. Tile edges fall on
+ * multiples of MATMUL_TILE_ALIGN. */
 #define MATMUL_TILES_PER_THREAD 2
 #define MATMUL_TILE_MIN 64
 #define MATMUL_TILE_MIN_MNK (1L << 21)
+#define MATMUL_TILE_ALIGN 16
 
-/* C (M, N) = op(A) op(B) + beta C, row-major. With more than one thread the
- * product is cut into tiles of whole rows of C (whole columns when C is
- * wider than tall), each a single-threaded SGEMM, shared out as tasks
- * (tasks.h); the last tile takes the remainder. Every element of C is still
- * one dot product over all of K in the library's order, so the result is the
- * same bits as one thread's (kernels_same_bits_on_1_2_3_threads). The
- * library's own split synchronises its threads many times per product, this
- * one once, and a core that falls behind leaves its tiles to the other. */
-static void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
-                  int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    int by_rows = M >= N, dim = by_rows ? M : N;
-    long other_k = (long)(by_rows ? N : M) * K;
-    int want = omp_get_max_threads() * MATMUL_TILES_PER_THREAD;
-    int tile = want > 1 ? (dim + want - 1) / want : dim;
-    tile = (tile + MATMUL_TILE_MIN - 1) / MATMUL_TILE_MIN * MATMUL_TILE_MIN;
-    while ((long)tile * other_k < MATMUL_TILE_MIN_MNK && tile < dim)
-        tile += MATMUL_TILE_MIN;
-    int ntiles = dim / tile;
-    if (omp_in_parallel()) ntiles = 1;
-    if (ntiles < 2) {
-        /* one tile: on one thread of an active team, where the library does
-         * not split it either (its own split may sum over K in other blocks) */
-#pragma omp parallel num_threads(2) if (omp_get_max_threads() > 1 && !omp_in_parallel())
-#pragma omp single
-        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
-        return;
+/* One product C (M, N) = op(A) op(B) + beta C (+ bias on every row), row-major,
+ * cut into tiles of whole rows of C (whole columns when C is wider than tall)
+ * of equal size (up to the alignment). Each tile is a single-threaded SGEMM,
+ * run inside the team's parallel region, where the library does not split
+ * it: every element of C is one dot product over all of K in the library's
+ * one-thread order, so the result is the same bits on any number of threads
+ * (kernels_same_bits_on_1_2_3_threads). The library's own split synchronised
+ * its threads many times per product, and summed over K in other blocks. */
+typedef struct {
+    CBLAS_TRANSPOSE ta, tb;
+    int M, N, K, lda, ldb, ldc;
+    const float *A, *B, *bias;
+    float beta, *C;
+    int by_rows, dim, ntiles;
+} gemm_tiles;
+
+static void gemm_plan(gemm_tiles *g) {
+    g->by_rows = g->M >= g->N;
+    g->dim = g->by_rows ? g->M : g->N;
+    long other_k = (long)(g->by_rows ? g->N : g->M) * g->K;
+    long least = other_k > 0 ? (MATMUL_TILE_MIN_MNK + other_k - 1) / other_k : 0;
+    if (least < MATMUL_TILE_MIN) least = MATMUL_TILE_MIN;
+    long most = g->dim / (least + MATMUL_TILE_ALIGN); /* tiles no smaller than `least` */
+    long want = (long)omp_get_max_threads() * MATMUL_TILES_PER_THREAD;
+    g->ntiles = (int)(want < most ? want : most);
+    if (g->ntiles < 1) g->ntiles = g->dim > 0;
+}
+
+/* Tile i's first row (or column); tile ntiles starts at dim. */
+static int gemm_edge(const gemm_tiles *g, int i) {
+    if (i >= g->ntiles) return g->dim;
+    return (int)((long)g->dim * i / g->ntiles) / MATMUL_TILE_ALIGN * MATMUL_TILE_ALIGN;
+}
+
+static void gemm_tile(const gemm_tiles *g, int i) {
+    int x0 = gemm_edge(g, i), w = gemm_edge(g, i + 1) - x0;
+    if (g->by_rows) {
+        float *c = g->C + (size_t)x0 * g->ldc;
+        cblas_sgemm(CblasRowMajor, g->ta, g->tb, w, g->N, g->K, 1.0f,
+                    g->ta == CblasNoTrans ? g->A + (size_t)x0 * g->lda : g->A + x0, g->lda, g->B,
+                    g->ldb, g->beta, c, g->ldc);
+        if (g->bias)
+            for (int n = 0; n < w; n++)
+                for (int o = 0; o < g->N; o++)
+                    c[(size_t)n * g->ldc + o] += g->bias[o];
+    } else {
+        float *c = g->C + x0;
+        cblas_sgemm(CblasRowMajor, g->ta, g->tb, g->M, w, g->K, 1.0f, g->A, g->lda,
+                    g->tb == CblasNoTrans ? g->B + x0 : g->B + (size_t)x0 * g->ldb, g->ldb, g->beta,
+                    c, g->ldc);
+        if (g->bias)
+            for (int n = 0; n < g->M; n++)
+                for (int o = 0; o < w; o++)
+                    c[(size_t)n * g->ldc + o] += g->bias[x0 + o];
     }
-    ts_cpu_tasks q;
-    ts_cpu_tasks_init(&q, (size_t)ntiles, 1);
-#pragma omp parallel num_threads(q.shares)
-    for (size_t i, end; ts_cpu_tasks_next(&q, &i, &end);) {
-        int x0 = (int)i * tile, w = (int)i == ntiles - 1 ? dim - x0 : tile;
-        if (by_rows)
-            cblas_sgemm(CblasRowMajor, ta, tb, w, N, K, 1.0f,
-                        ta == CblasNoTrans ? A + (size_t)x0 * lda : A + x0, lda, B, ldb, beta,
-                        C + (size_t)x0 * ldc, ldc);
-        else
-            cblas_sgemm(CblasRowMajor, ta, tb, M, w, K, 1.0f, A, lda,
-                        tb == CblasNoTrans ? B + x0 : B + (size_t)x0 * ldb, ldb, beta, C + x0, ldc);
-    }
+}
+
+/* The team: every thread when there are several (an active region, so the
+ * library runs single-threaded even when there is only one tile). */
+static int gemm_team(void) {
+    return omp_in_parallel() ? 1 : omp_get_max_threads();
 }
 
 void ts_cpu_matmul_forward(float *out,          /* (N, OC) */
@@ -71,19 +95,29 @@ void ts_cpu_matmul_forward(float *out,          /* (N, OC) */
                            const float *weight, /* (OC, C) */
                            const float *bias,   /* (OC) or NULL */
                            int N, int C, int OC) {
-    sgemm(CblasNoTrans, CblasTrans, N, OC, C, inp, C, weight, C, 0.0f, out, OC);
-    if (!bias) return;
+    gemm_tiles g = {.ta = CblasNoTrans,
+                    .tb = CblasTrans,
+                    .M = N,
+                    .N = OC,
+                    .K = C,
+                    .lda = C,
+                    .ldb = C,
+                    .ldc = OC,
+                    .A = inp,
+                    .B = weight,
+                    .bias = bias,
+                    .beta = 0.0f,
+                    .C = out};
+    gemm_plan(&g);
     ts_cpu_tasks q;
-    ts_cpu_tasks_init(&q, (size_t)N, ts_cpu_rows_grain(OC));
-#pragma omp parallel num_threads(q.shares)
-    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
-        for (int n = (int)lo; n < (int)hi; n++) {
-            float *row = out + (size_t)n * OC;
-            for (int o = 0; o < OC; o++)
-                row[o] += bias[o];
-        }
+    ts_cpu_tasks_init(&q, (size_t)g.ntiles, 1);
+#pragma omp parallel num_threads(gemm_team())
+    for (size_t i, end; ts_cpu_tasks_next(&q, &i, &end);)
+        gemm_tile(&g, (int)i);
 }
 
+/* dinp's tiles, dweight's tiles and dbias's column blocks are one pool of
+ * tasks, so the backward of a linear layer waits for its threads once. */
 void ts_cpu_matmul_backward(float *dinp,         /* (N, C) or NULL */
                             float *dweight,      /* (OC, C) or NULL */
                             float *dbias,        /* (OC) or NULL */
@@ -91,16 +125,44 @@ void ts_cpu_matmul_backward(float *dinp,         /* (N, C) or NULL */
                             const float *inp,    /* (N, C) */
                             const float *weight, /* (OC, C) */
                             int N, int C, int OC) {
-    if (dinp) sgemm(CblasNoTrans, CblasNoTrans, N, C, OC, dout, OC, weight, C, 1.0f, dinp, C);
-    if (dweight) sgemm(CblasTrans, CblasNoTrans, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
-    if (!dbias) return;
-    int nblocks = (OC + MATMUL_COL_BLOCK - 1) / MATMUL_COL_BLOCK;
+    gemm_tiles gi = {.ta = CblasNoTrans,
+                     .tb = CblasNoTrans,
+                     .M = N,
+                     .N = C,
+                     .K = OC,
+                     .lda = OC,
+                     .ldb = C,
+                     .ldc = C,
+                     .A = dout,
+                     .B = weight,
+                     .beta = 1.0f,
+                     .C = dinp};
+    gemm_tiles gw = {.ta = CblasTrans,
+                     .tb = CblasNoTrans,
+                     .M = OC,
+                     .N = C,
+                     .K = N,
+                     .lda = OC,
+                     .ldb = C,
+                     .ldc = C,
+                     .A = dout,
+                     .B = inp,
+                     .beta = 1.0f,
+                     .C = dweight};
+    gemm_plan(&gi), gemm_plan(&gw);
+    int ti = dinp ? gi.ntiles : 0, tw = dweight ? gw.ntiles : 0;
+    int nblocks = dbias ? (OC + MATMUL_COL_BLOCK - 1) / MATMUL_COL_BLOCK : 0;
     ts_cpu_tasks q;
-    ts_cpu_tasks_init(&q, (size_t)nblocks, 1);
-#pragma omp parallel num_threads(q.shares)
-    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
-        for (int blk = (int)lo; blk < (int)hi; blk++) {
-            int o0 = blk * MATMUL_COL_BLOCK;
+    ts_cpu_tasks_init(&q, (size_t)(ti + tw + nblocks), 1);
+#pragma omp parallel num_threads(gemm_team())
+    for (size_t i, end; ts_cpu_tasks_next(&q, &i, &end);) {
+        int t = (int)i;
+        if (t < ti) {
+            gemm_tile(&gi, t);
+        } else if (t < ti + tw) {
+            gemm_tile(&gw, t - ti);
+        } else { /* one block of columns of the bias gradient, rows in order */
+            int o0 = (t - ti - tw) * MATMUL_COL_BLOCK;
             int w = OC - o0 < MATMUL_COL_BLOCK ? OC - o0 : MATMUL_COL_BLOCK;
             float acc[MATMUL_COL_BLOCK] = {0};
             for (int n = 0; n < N; n++) {
@@ -111,4 +173,5 @@ void ts_cpu_matmul_backward(float *dinp,         /* (N, C) or NULL */
             for (int j = 0; j < w; j++)
                 dbias[o0 + j] += acc[j];
         }
+    }
 }
