@@ -1310,6 +1310,18 @@ static void test_threads(void) {
         snprintf(what, sizeof what, "%s: 1 = 2 = 3 threads", names[i]);
         expect(same, what, 0, 0);
     }
+    /* the sum of squares over 5 M floats: 77 chunks, shared unevenly */
+    size_t big = 5000003;
+    float *sq = falloc(big);
+    fill(sq, big, 1);
+    double sums[3];
+    for (int t = 0; t < 3; t++) {
+        ts_cpu_set_threads(t + 1);
+        sums[t] = ts_cpu_sumsq(sq, big);
+    }
+    expect(sums[0] == sums[1] && sums[0] == sums[2], "sumsq (5,000,003): 1 = 2 = 3 threads",
+           sums[2] - sums[0], 0);
+    free(sq);
     for (int t = 0; t < 3; t++)
         for (int i = 0; i < 12; i++)
             free(res[t][i]);

@@ -14,10 +14,10 @@
  * place over the logits.
  *
  * Threads. Loops are cut into tasks that the team shares out (tasks.h): each
- * task writes its own part of the output, so every kernel but one gives the
- * same bits on any number of threads (kernels_same_bits_on_1_2_3_threads).
- * The exception, ts_cpu_sumsq, adds per-thread partial sums in thread order:
- * deterministic for a fixed thread count.
+ * task writes its own part of the output (ts_cpu_sumsq's tasks their own
+ * partial sums, added in order), so every kernel gives the same bits on any
+ * number of threads (kernels_same_bits_on_1_2_3_threads; a whole training
+ * run: cli_threads_same_bits).
  *
  * These kernels are the reference the CUDA kernels are tested against.
  */

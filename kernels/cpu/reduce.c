@@ -1,39 +1,36 @@
 /*
  * reduce.c — the sum of squares (for gradient-norm clipping) and the bf16
- * conversions. The sum of squares gives each thread one contiguous slice,
- * accumulates it in double and adds the per-thread partials in thread order,
- * so the result depends only on the thread count.
+ * conversions. The sum of squares cuts the array into at most SUMSQ_CHUNKS
+ * chunks of equal size whatever the thread count, accumulates each in double
+ * as a task and adds the chunks' sums in chunk order: the same bits on any
+ * number of threads.
  */
-#include <omp.h>
-
 #include "cpu_kernels.h"
 #include "tasks.h"
 #include "tessera/tessera.h"
 
-/* Most threads whose partial sums we keep; larger teams are capped. */
-#define REDUCE_MAX_THREADS 256
+/* Chunks of the sum of squares: at least SUMSQ_GRAIN floats each, and at
+ * most SUMSQ_CHUNKS of them (their partial sums live on the stack). */
+#define SUMSQ_GRAIN 65536
+#define SUMSQ_CHUNKS 4096
 
 double ts_cpu_sumsq(const float *x, /* (n) */ size_t n) {
-    double partial[REDUCE_MAX_THREADS];
-    int want = omp_get_max_threads();
-    if (want > REDUCE_MAX_THREADS) want = REDUCE_MAX_THREADS;
-    int team = 1;
-#pragma omp parallel num_threads(want)
-    {
-        int nth = omp_get_num_threads();
-        int tid = omp_get_thread_num();
-        size_t lo = n * (size_t)tid / (size_t)nth;
-        size_t hi = n * (size_t)(tid + 1) / (size_t)nth;
+    double partial[SUMSQ_CHUNKS];
+    size_t grain = n / SUMSQ_CHUNKS + 1;
+    if (grain < SUMSQ_GRAIN) grain = SUMSQ_GRAIN;
+    ts_cpu_tasks q;
+    ts_cpu_tasks_init(&q, n, grain);
+#pragma omp parallel num_threads(q.shares)
+    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);) {
         double s = 0.0;
 #pragma omp simd reduction(+ : s)
         for (size_t i = lo; i < hi; i++)
             s += (double)x[i] * (double)x[i];
-        partial[tid] = s;
-        if (tid == 0) team = nth;
+        partial[lo / grain] = s;
     }
     double total = 0.0;
-    for (int i = 0; i < team; i++)
-        total += partial[i];
+    for (size_t c = 0; c * grain < n; c++)
+        total += partial[c];
     return total;
 }
 
