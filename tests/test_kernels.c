@@ -1321,7 +1321,20 @@ static void test_threads(void) {
     }
     expect(sums[0] == sums[1] && sums[0] == sums[2], "sumsq (5,000,003): 1 = 2 = 3 threads",
            sums[2] - sums[0], 0);
-    free(sq);
+    /* zero and copy in tasks: every byte, none past the end */
+    size_t nb = 3 * (256u << 10) + 12345;
+    unsigned char *src = malloc(nb + 64), *dst = malloc(nb + 64);
+    for (size_t i = 0; i < nb + 64; i++)
+        src[i] = (unsigned char)(i * 131 + 7), dst[i] = 0xAB;
+    ts_cpu_set_threads(3);
+    ts_cpu_copy(dst, src, nb);
+    int copied = !memcmp(dst, src, nb) && dst[nb] == 0xAB && dst[nb + 63] == 0xAB;
+    ts_cpu_zero(dst, nb - 1);
+    int zeroed = dst[nb - 1] == src[nb - 1] && dst[nb] == 0xAB;
+    for (size_t i = 0; i + 1 < nb; i++)
+        zeroed &= dst[i] == 0;
+    expect(copied && zeroed, "copy and zero of 786,432 + 12,345 bytes on 3 threads", 0, 0);
+    free(src), free(dst), free(sq);
     for (int t = 0; t < 3; t++)
         for (int i = 0; i < 12; i++)
             free(res[t][i]);

@@ -18,15 +18,15 @@ static void cpu_free(void *ptr) {
     ts_mem_free(ptr);
 }
 static ts_status cpu_zero(void *ptr, size_t bytes) {
-    if (bytes) memset(ptr, 0, bytes);
+    ts_cpu_zero(ptr, bytes);
     return TS_OK;
 }
 static ts_status cpu_copy(void *dst, const void *src, size_t bytes) {
-    if (bytes) memcpy(dst, src, bytes);
+    ts_cpu_copy(dst, src, bytes);
     return TS_OK;
 }
-static ts_status cpu_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch,
-                             size_t width, size_t rows) {
+static ts_status cpu_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                             size_t rows) {
     for (size_t r = 0; width && r < rows; r++)
         memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
     return TS_OK;

@@ -185,6 +185,12 @@ void ts_cpu_ce_shard_backward(float *dlogits, const float *logits, const float *
 void ts_cpu_ce_shard_loss(float *losses, float *lse, const float *rowmax, const float *stats,
                           const int32_t *targets, int N);
 
+/* --- memory (reduce.c) -------------------------------------------------------
+ * zero  bytes of p set to 0; copy  bytes from src to dst (not overlapping);
+ * large ones shared among the threads. */
+void ts_cpu_zero(void *p, size_t bytes);
+void ts_cpu_copy(void *dst, const void *src, size_t bytes);
+
 /* --- biases (model_extra.c) --------------------------------------------------
  * add_bias   out (N, C) += bias (C) on every row
  * bias_grad  dbias (C) += column sums of dout (N, C), rows in order */

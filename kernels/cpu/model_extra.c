@@ -23,18 +23,26 @@ void ts_cpu_add_bias(float *out, const float *bias, int N, int C) {
         }
 }
 
-/* Columns split over threads, rows summed in order: deterministic. */
+/* Blocks of BIAS_COL_BLOCK columns per task, each column's rows summed in
+ * order into the block's accumulators (the rows read whole, not strided):
+ * the same bits for any thread count. */
+#define BIAS_COL_BLOCK 64
+
 void ts_cpu_bias_grad(float *dbias, const float *dout, int N, int C) {
     ts_cpu_tasks q;
-    ts_cpu_tasks_init(&q, (size_t)C, 64);
+    ts_cpu_tasks_init(&q, (size_t)C, BIAS_COL_BLOCK);
 #pragma omp parallel num_threads(q.shares)
-    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
-        for (int c = (int)lo; c < (int)hi; c++) {
-            float s = 0.0f;
-            for (int n = 0; n < N; n++)
-                s += dout[(size_t)n * C + c];
-            dbias[c] += s;
+    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);) {
+        int c0 = (int)lo, w = (int)(hi - lo);
+        float acc[BIAS_COL_BLOCK] = {0};
+        for (int n = 0; n < N; n++) {
+            const float *row = dout + (size_t)n * C + c0;
+            for (int j = 0; j < w; j++)
+                acc[j] += row[j];
         }
+        for (int j = 0; j < w; j++)
+            dbias[c0 + j] += acc[j];
+    }
 }
 
 void ts_cpu_ce_shard_loss(float *losses, float *lse, const float *rowmax, const float *stats,

@@ -3,8 +3,10 @@
  * conversions. The sum of squares cuts the array into at most SUMSQ_CHUNKS
  * chunks of equal size whatever the thread count, accumulates each in double
  * as a task and adds the chunks' sums in chunk order: the same bits on any
- * number of threads.
+ * number of threads. Zeroing and copying large buffers share the work too.
  */
+#include <string.h>
+
 #include "cpu_kernels.h"
 #include "tasks.h"
 #include "tessera/tessera.h"
@@ -61,4 +63,32 @@ void ts_cpu_bf16_to_f32(float *out, /* (n) */ const uint16_t *in, /* (n) */
     for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
         for (size_t i = lo; i < hi; i++)
             out[i] = ts_bf16_to_f32(in[i]);
+}
+
+/* Below this many bytes a zeroing or copy runs on the calling thread; above
+ * it, in tasks of this many bytes. */
+#define MEM_TASK_BYTES (256u << 10)
+
+void ts_cpu_zero(void *p, size_t bytes) {
+    if (bytes < 2 * MEM_TASK_BYTES) {
+        if (bytes) memset(p, 0, bytes);
+        return;
+    }
+    ts_cpu_tasks q;
+    ts_cpu_tasks_init(&q, bytes, MEM_TASK_BYTES);
+#pragma omp parallel num_threads(q.shares)
+    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
+        memset((char *)p + lo, 0, hi - lo);
+}
+
+void ts_cpu_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes < 2 * MEM_TASK_BYTES) {
+        if (bytes) memcpy(dst, src, bytes);
+        return;
+    }
+    ts_cpu_tasks q;
+    ts_cpu_tasks_init(&q, bytes, MEM_TASK_BYTES);
+#pragma omp parallel num_threads(q.shares)
+    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
+        memcpy((char *)dst + lo, (const char *)src + lo, hi - lo);
 }
