@@ -63,25 +63,23 @@ static int gemm_edge(const gemm_tiles *g, int i) {
 
 static void gemm_tile(const gemm_tiles *g, int i) {
     int x0 = gemm_edge(g, i), w = gemm_edge(g, i + 1) - x0;
-    if (g->by_rows) {
-        float *c = g->C + (size_t)x0 * g->ldc;
-        cblas_sgemm(CblasRowMajor, g->ta, g->tb, w, g->N, g->K, 1.0f,
-                    g->ta == CblasNoTrans ? g->A + (size_t)x0 * g->lda : g->A + x0, g->lda, g->B,
-                    g->ldb, g->beta, c, g->ldc);
-        if (g->bias)
-            for (int n = 0; n < w; n++)
-                for (int o = 0; o < g->N; o++)
-                    c[(size_t)n * g->ldc + o] += g->bias[o];
-    } else {
-        float *c = g->C + x0;
-        cblas_sgemm(CblasRowMajor, g->ta, g->tb, g->M, w, g->K, 1.0f, g->A, g->lda,
-                    g->tb == CblasNoTrans ? g->B + x0 : g->B + (size_t)x0 * g->ldb, g->ldb, g->beta,
-                    c, g->ldc);
-        if (g->bias)
-            for (int n = 0; n < g->M; n++)
-                for (int o = 0; o < w; o++)
-                    c[(size_t)n * g->ldc + o] += g->bias[x0 + o];
+    int rows = g->by_rows ? w : g->M, cols = g->by_rows ? g->N : w;
+    const float *a = g->A, *b = g->B, *bias = g->bias;
+    float *c = g->C;
+    if (g->by_rows) { /* rows x0.. of C: rows of op(A) */
+        a += g->ta == CblasNoTrans ? (size_t)x0 * g->lda : (size_t)x0;
+        c += (size_t)x0 * g->ldc;
+    } else { /* columns x0.. of C: columns of op(B) */
+        b += g->tb == CblasNoTrans ? (size_t)x0 : (size_t)x0 * g->ldb;
+        c += x0;
+        bias = bias ? bias + x0 : NULL;
     }
+    cblas_sgemm(CblasRowMajor, g->ta, g->tb, rows, cols, g->K, 1.0f, a, g->lda, b, g->ldb, g->beta,
+                c, g->ldc);
+    if (bias)
+        for (int n = 0; n < rows; n++)
+            for (int o = 0; o < cols; o++)
+                c[(size_t)n * g->ldc + o] += bias[o];
 }
 
 /* The team: every thread when there are several (an active region, so the

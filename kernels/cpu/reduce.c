@@ -69,26 +69,30 @@ void ts_cpu_bf16_to_f32(float *out, /* (n) */ const uint16_t *in, /* (n) */
  * it, in tasks of this many bytes. */
 #define MEM_TASK_BYTES (256u << 10)
 
-void ts_cpu_zero(void *p, size_t bytes) {
+/* dst = src, or 0 when src is NULL. */
+static void mem_fill(void *dst, const void *src, size_t bytes) {
     if (bytes < 2 * MEM_TASK_BYTES) {
-        if (bytes) memset(p, 0, bytes);
+        if (bytes && src)
+            memcpy(dst, src, bytes);
+        else if (bytes)
+            memset(dst, 0, bytes);
         return;
     }
     ts_cpu_tasks q;
     ts_cpu_tasks_init(&q, bytes, MEM_TASK_BYTES);
 #pragma omp parallel num_threads(q.shares)
-    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
-        memset((char *)p + lo, 0, hi - lo);
+    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);) {
+        if (src)
+            memcpy((char *)dst + lo, (const char *)src + lo, hi - lo);
+        else
+            memset((char *)dst + lo, 0, hi - lo);
+    }
+}
+
+void ts_cpu_zero(void *p, size_t bytes) {
+    mem_fill(p, NULL, bytes);
 }
 
 void ts_cpu_copy(void *dst, const void *src, size_t bytes) {
-    if (bytes < 2 * MEM_TASK_BYTES) {
-        if (bytes) memcpy(dst, src, bytes);
-        return;
-    }
-    ts_cpu_tasks q;
-    ts_cpu_tasks_init(&q, bytes, MEM_TASK_BYTES);
-#pragma omp parallel num_threads(q.shares)
-    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
-        memcpy((char *)dst + lo, (const char *)src + lo, hi - lo);
+    mem_fill(dst, src, bytes);
 }
