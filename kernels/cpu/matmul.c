@@ -43,16 +43,20 @@ typedef struct {
     int by_rows, dim, ntiles;
 } gemm_tiles;
 
-static void gemm_plan(gemm_tiles *g) {
-    g->by_rows = g->M >= g->N;
-    g->dim = g->by_rows ? g->M : g->N;
-    long other_k = (long)(g->by_rows ? g->N : g->M) * g->K;
+/* The product's tiles: as many as two per thread, each at least `least` rows
+ * (or columns) plus the alignment. */
+static gemm_tiles gemm_plan(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
+                            const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                            int ldc, const float *bias) {
+    gemm_tiles g = {ta, tb, M, N, K, lda, ldb, ldc, A, B, bias, beta, C, M >= N, M >= N ? M : N, 0};
+    long other_k = (long)(g.by_rows ? N : M) * K;
     long least = other_k > 0 ? (MATMUL_TILE_MIN_MNK + other_k - 1) / other_k : 0;
     if (least < MATMUL_TILE_MIN) least = MATMUL_TILE_MIN;
-    long most = g->dim / (least + MATMUL_TILE_ALIGN); /* tiles no smaller than `least` */
+    long most = g.dim / (least + MATMUL_TILE_ALIGN); /* tiles no smaller than `least` */
     long want = (long)omp_get_max_threads() * MATMUL_TILES_PER_THREAD;
-    g->ntiles = (int)(want < most ? want : most);
-    if (g->ntiles < 1) g->ntiles = g->dim > 0;
+    g.ntiles = (int)(want < most ? want : most);
+    if (g.ntiles < 1) g.ntiles = g.dim > 0;
+    return g;
 }
 
 /* Tile i's first row (or column); tile ntiles starts at dim. */
@@ -93,20 +97,8 @@ void ts_cpu_matmul_forward(float *out,          /* (N, OC) */
                            const float *weight, /* (OC, C) */
                            const float *bias,   /* (OC) or NULL */
                            int N, int C, int OC) {
-    gemm_tiles g = {.ta = CblasNoTrans,
-                    .tb = CblasTrans,
-                    .M = N,
-                    .N = OC,
-                    .K = C,
-                    .lda = C,
-                    .ldb = C,
-                    .ldc = OC,
-                    .A = inp,
-                    .B = weight,
-                    .bias = bias,
-                    .beta = 0.0f,
-                    .C = out};
-    gemm_plan(&g);
+    gemm_tiles g =
+        gemm_plan(CblasNoTrans, CblasTrans, N, OC, C, inp, C, weight, C, 0.0f, out, OC, bias);
     ts_cpu_tasks q;
     ts_cpu_tasks_init(&q, (size_t)g.ntiles, 1);
 #pragma omp parallel num_threads(gemm_team())
@@ -123,31 +115,10 @@ void ts_cpu_matmul_backward(float *dinp,         /* (N, C) or NULL */
                             const float *inp,    /* (N, C) */
                             const float *weight, /* (OC, C) */
                             int N, int C, int OC) {
-    gemm_tiles gi = {.ta = CblasNoTrans,
-                     .tb = CblasNoTrans,
-                     .M = N,
-                     .N = C,
-                     .K = OC,
-                     .lda = OC,
-                     .ldb = C,
-                     .ldc = C,
-                     .A = dout,
-                     .B = weight,
-                     .beta = 1.0f,
-                     .C = dinp};
-    gemm_tiles gw = {.ta = CblasTrans,
-                     .tb = CblasNoTrans,
-                     .M = OC,
-                     .N = C,
-                     .K = N,
-                     .lda = OC,
-                     .ldb = C,
-                     .ldc = C,
-                     .A = dout,
-                     .B = inp,
-                     .beta = 1.0f,
-                     .C = dweight};
-    gemm_plan(&gi), gemm_plan(&gw);
+    gemm_tiles gi =
+        gemm_plan(CblasNoTrans, CblasNoTrans, N, C, OC, dout, OC, weight, C, 1.0f, dinp, C, NULL);
+    gemm_tiles gw =
+        gemm_plan(CblasTrans, CblasNoTrans, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C, NULL);
     int ti = dinp ? gi.ntiles : 0, tw = dweight ? gw.ntiles : 0;
     int nblocks = dbias ? (OC + MATMUL_COL_BLOCK - 1) / MATMUL_COL_BLOCK : 0;
     ts_cpu_tasks q;
