@@ -1199,6 +1199,15 @@ static void test_tasks(void) {
         inner_ok &= in.shares == 1 && next == 10;
     }
     expect(inner_ok, "nested: one share, every task in order", 0, 0);
+    /* more than 2^32 tasks asked for: the grain grows so that task ids fit
+     * 32 bits, and the tasks still cover [0, n) */
+    ts_cpu_tasks huge;
+    size_t n_huge = ((size_t)1 << 33) + 5, lo_h, hi_h;
+    ts_cpu_tasks_init(&huge, n_huge, 1);
+    int first = ts_cpu_tasks_next(&huge, &lo_h, &hi_h);
+    expect(huge.grain >= 2 && (n_huge + huge.grain - 1) / huge.grain < UINT32_MAX && first &&
+               lo_h == 0 && hi_h == huge.grain,
+           "2^33 + 5 items at grain 1: grain grows, ids fit 32 bits", (double)huge.grain, 2);
     ts_cpu_set_threads(saved);
 }
 

@@ -7,6 +7,8 @@
  * is race-free and bitwise the same for any thread count. Token ids are
  * trusted to lie in [0, V); this file does not check them.
  */
+#include <limits.h>
+
 #include "cpu_kernels.h"
 #include "tasks.h"
 
@@ -38,36 +40,10 @@ void ts_cpu_embedding_backward(float *dwte,           /* (V, C) */
                                const float *dout,     /* (B, T, C) */
                                const int32_t *tokens, /* (B, T) */
                                int B, int T, int C, int pos0) {
-    int N = B * T;
-    int nblocks = (C + EMB_COL_BLOCK - 1) / EMB_COL_BLOCK;
-    ts_cpu_tasks pos, cols;
-    ts_cpu_tasks_init(&pos, (size_t)T, ts_cpu_rows_grain((size_t)B * C));
-    ts_cpu_tasks_init(&cols, (size_t)nblocks, 1);
-#pragma omp parallel num_threads(pos.shares > cols.shares ? pos.shares : cols.shares)
-    {
-        /* dwpe: each position is owned by one task, summed over b in order. */
-        for (size_t lo, hi; ts_cpu_tasks_next(&pos, &lo, &hi);)
-            for (int t = (int)lo; t < (int)hi; t++) {
-                float *dp = dwpe + (size_t)(pos0 + t) * C;
-                for (int b = 0; b < B; b++) {
-                    const float *d = dout + ((size_t)b * T + t) * C;
-                    for (int c = 0; c < C; c++)
-                        dp[c] += d[c];
-                }
-            }
-        /* dwte: each block of channels is owned by one task. */
-        for (size_t lo, hi; ts_cpu_tasks_next(&cols, &lo, &hi);)
-            for (int blk = (int)lo; blk < (int)hi; blk++) {
-                int c0 = blk * EMB_COL_BLOCK;
-                int w = C - c0 < EMB_COL_BLOCK ? C - c0 : EMB_COL_BLOCK;
-                for (int n = 0; n < N; n++) {
-                    float *de = dwte + (size_t)tokens[n] * C + c0;
-                    const float *d = dout + (size_t)n * C + c0;
-                    for (int j = 0; j < w; j++)
-                        de[j] += d[j];
-                }
-            }
-    }
+    /* the whole vocabulary as one shard (every id in [0, V) is in it), then
+     * the positions: the same sums in the same order as one fused pass */
+    ts_cpu_embedding_shard_backward(dwte, dout, tokens, 0, INT_MAX, B * T, C);
+    ts_cpu_position_backward(dwpe, dout, B, T, C, pos0);
 }
 
 /* --- vocabulary-parallel pieces -------------------------------------------- */
