@@ -3,23 +3,31 @@
  *
  *   bench_step CONFIG [--steps N] [--set section.key=value ...]
  *
- * In one run and with the same threads it measures (1) the machine's CBLAS
- * SGEMM rate on a square 2048^3 product, the best of 5, and (2) full
- * training steps of CONFIG (data, forward, backward, clipping, AdamW), the
- * median of N after one warm-up step. It prints ms/step, the achieved
- * GFLOP/s with FLOPs counted by ts_model_flops_per_step (2 per multiply-add
- * of every GEMM and of the attention products; backward = 2x forward), their
- * ratio to the SGEMM rate, and the peak resident memory (getrusage).
+ * It runs N training steps of CONFIG (data, forward, backward, clipping,
+ * AdamW) after one warm-up step, with the same threads as everything it
+ * compares them to. Just before each step it measures this machine's rates
+ * again: the CBLAS SGEMM rate on a square 2048^3 product and two memory
+ * bandwidths (a triad, a[i] = b[i] + s c[i], for the activations'
+ * element-wise passes; AdamW itself for the parameter streams), each the
+ * best of 2. This machine's speed drifts by a third within minutes, so each
+ * step is set against the rates of its own moment, and the run reports the
+ * median over the steps of those ratios (and, beside them, the ratios
+ * against the run's best rates).
  *
- * It also prints this machine's floor for the step, from two rates measured
- * in the same run: every FLOP of the products at the SGEMM rate, and every
- * other byte the step must move at a measured memory bandwidth (a triad,
- * a[i] = b[i] + s c[i], for the activations' element-wise passes; AdamW
- * itself for the parameter streams). The bytes are counted from the model's
- * shape (floor_bytes below): what each element-wise pass of the forward and
- * backward reads and writes at least once, and, per parameter, the
- * gradient's zeroing and norm and AdamW's 7 streams. The step's ratio to
- * that floor is what remains to be won.
+ * A step's ratios: its achieved GFLOP/s (FLOPs counted by
+ * ts_model_flops_per_step: 2 per multiply-add of every GEMM and of the
+ * attention products; backward = 2x forward) over the SGEMM rate, and its
+ * time over this machine's floor: every FLOP of the products at the SGEMM
+ * rate, and every other byte the step must move at the measured bandwidths.
+ * The bytes are counted from the model's shape (floor_bytes below): what
+ * each element-wise pass of the forward and backward reads and writes at
+ * least once, and, per parameter, the gradient's zeroing and norm and
+ * AdamW's 7 streams. The step's ratio to that floor is what remains to be
+ * won.
+ *
+ * Peak resident memory is the most any step's period held (VmHWM, reset
+ * after each measurement of the rates has freed its buffers, which are not
+ * the training's), against the accounted allocator's peak.
  */
 #include <cblas.h>
 #include <stdio.h>
@@ -43,7 +51,7 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static double sgemm_gflops(int n) {
+static double sgemm_gflops(int n, int reps) {
     float *a = malloc((size_t)n * n * sizeof *a), *b = malloc((size_t)n * n * sizeof *b);
     float *c = malloc((size_t)n * n * sizeof *c);
     for (size_t i = 0; i < (size_t)n * n; i++) {
@@ -51,7 +59,7 @@ static double sgemm_gflops(int n) {
         b[i] = (float)(i % 5) * 0.1f;
     }
     double best = 1e30;
-    for (int r = 0; r < 5; r++) {
+    for (int r = 0; r < reps; r++) {
         double t0 = now_seconds();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
         double dt = now_seconds() - t0;
@@ -63,8 +71,8 @@ static double sgemm_gflops(int n) {
     return 2.0 * n * n * (double)n / best * 1e-9;
 }
 
-/* The best of 5 triads over three arrays of n floats: bytes moved / s. */
-static double triad_gbs(size_t n) {
+/* The best of `reps` triads over three arrays of n floats: bytes moved / s. */
+static double triad_gbs(size_t n, int reps) {
     float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *c = malloc(n * sizeof *c);
     for (size_t i = 0; i < n; i++) {
         a[i] = 0.0f;
@@ -72,7 +80,7 @@ static double triad_gbs(size_t n) {
         c[i] = (float)(i % 5);
     }
     double best = 1e30;
-    for (int r = 0; r < 5; r++) {
+    for (int r = 0; r < reps; r++) {
         double t0 = now_seconds();
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < n; i++)
@@ -88,12 +96,12 @@ static double triad_gbs(size_t n) {
     return 3.0 * (double)n * sizeof(float) / best * 1e-9;
 }
 
-/* The best of 5 AdamW passes over n parameters: 7 streams (param, m, v read
- * and written, the gradient read) / s. */
-static double adamw_gbs(size_t n) {
+/* The best of `reps` AdamW passes over n parameters: 7 streams (param, m, v
+ * read and written, the gradient read) / s. */
+static double adamw_gbs(size_t n, int reps) {
     float *buf = calloc(4 * n, sizeof *buf);
     double best = 1e30;
-    for (int r = 0; r < 5; r++) {
+    for (int r = 0; r < reps; r++) {
         double t0 = now_seconds();
         ts_cpu_adamw(buf, buf + n, buf + 2 * n, buf + 3 * n, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
                      r + 1, 1.0f);
@@ -132,12 +140,46 @@ static void floor_bytes(const ts_model_config *c, double N, int T, double P, dou
     *adam_bytes = 4.0 * 7.0 * P;
 }
 
+/* The step's floor in ms: `flops` at the SGEMM rate, `stream_bytes` at the
+ * triad rate and `adam_bytes` at AdamW's (GFLOP/s, GB/s). */
+static double step_floor_ms(double flops, double stream_bytes, double adam_bytes, double sgemm,
+                            double triad, double adam) {
+    return (flops / (sgemm * 1e9) + stream_bytes / (triad * 1e9) + adam_bytes / (adam * 1e9)) *
+           1e3;
+}
+
+/* The peak resident set (VmHWM) since the last reset_peak_rss, in KiB; the
+ * process's whole peak (getrusage) where /proc cannot be read. */
+static long peak_rss_kib(void) {
+    long kib = -1;
+    char line[256];
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0) kib = atol(line + 6);
+    if (f) fclose(f);
+    if (kib < 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        kib = ru.ru_maxrss;
+    }
+    return kib;
+}
+
+/* Starts the peak resident set again from the current one (Linux's
+ * clear_refs 5); where it cannot, the peak stays the process's whole. */
+static void reset_peak_rss(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return;
+    fputs("5", f);
+    fclose(f);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: bench_step CONFIG [--steps N] [--set section.key=value ...]\n");
         return 2;
     }
-    int steps = 5;
+    int steps = 7;
     ts_config *cfg = NULL;
     int n = 0;
     const ts_key_spec *core = ts_config_core_keys(&n);
@@ -145,8 +187,14 @@ int main(int argc, char **argv) {
     if (!st) st = ts_config_register(cfg, core, n);
     if (!st) st = ts_config_load(cfg, argv[1]);
     for (int i = 2; i < argc && !st; i++) {
-        if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
-            steps = atoi(argv[++i]);
+        if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 1 || v > 10000)
+                st = ts_error(TS_ERR_CONFIG, "--steps '%s': expected a whole number, 1 to 10000",
+                              argv[i]);
+            steps = (int)v;
+        }
         else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc)
             st = ts_config_set(cfg, argv[++i]);
         else
@@ -161,54 +209,80 @@ int main(int argc, char **argv) {
         return 1;
     }
     int threads = ts_cpu_get_threads();
-    double peak = sgemm_gflops(2048);
-    double triad = triad_gbs((size_t)32 << 20), adam = adamw_gbs((size_t)16 << 20);
-
-    ts_step_stats s;
-    double *ms = calloc((size_t)steps, sizeof *ms);
-    for (int i = 0; i <= steps && !st; i++) {
-        st = ts_trainer_step(t, &s);
-        if (i > 0) ms[i - 1] = s.step_ms;
-    }
-    if (st) {
-        fprintf(stderr, "bench_step: %s\n", ts_last_error());
-        return 1;
-    }
-    qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
-    double med = ms[steps / 2];
     ts_train_state *state = ts_trainer_state(t);
     int B = (int)ts_config_int(cfg, "train", "micro_batch");
     int T = (int)ts_config_int(cfg, "train", "seq_len");
     int gb = (int)ts_config_int(cfg, "train", "global_batch");
     if (gb == 0) gb = B;
     double flops = ts_model_flops_per_step(&state->model->cfg, gb, T);
-    double achieved = flops / (med * 1e-3) * 1e-9;
     double act_b, param_b, adam_b;
     floor_bytes(&state->model->cfg, (double)gb * T, T, (double)state->model->global_numel, &act_b,
                 &param_b, &adam_b);
-    double gemm_ms = flops / (peak * 1e9) * 1e3;
-    double stream_ms = (act_b + param_b) / (triad * 1e9) * 1e3 + adam_b / (adam * 1e9) * 1e3;
-    double floor_ms = gemm_ms + stream_ms;
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
+
+    /* Per measured step: its time, the rates just before it, and its two
+     * ratios against them. */
+    enum { MS, SGEMM, TRIAD, ADAM, SHARE, FLOOR, NCOL };
+    double *col[NCOL];
+    for (int c = 0; c < NCOL; c++)
+        col[c] = calloc((size_t)steps, sizeof(double));
+    long peak_kib = 0;
+    ts_step_stats s;
+    for (int i = 0; i <= steps && !st; i++) {
+        double peak = sgemm_gflops(2048, 2);
+        double triad = triad_gbs((size_t)32 << 20, 2), adam = adamw_gbs((size_t)16 << 20, 2);
+        reset_peak_rss();
+        st = ts_trainer_step(t, &s);
+        long kib = peak_rss_kib();
+        if (kib > peak_kib) peak_kib = kib;
+        if (i == 0) continue; /* the warm-up */
+        double floor_ms = step_floor_ms(flops, act_b + param_b, adam_b, peak, triad, adam);
+        double row[NCOL] = {s.step_ms, peak, triad, adam,
+                            flops / (s.step_ms * 1e-3) * 1e-9 / peak, s.step_ms / floor_ms};
+        for (int c = 0; c < NCOL; c++)
+            col[c][i - 1] = row[c];
+    }
+    if (st) {
+        fprintf(stderr, "bench_step: %s\n", ts_last_error());
+        return 1;
+    }
+    double med[NCOL], best[NCOL];
+    for (int c = 0; c < NCOL; c++) {
+        qsort(col[c], (size_t)steps, sizeof(double), cmp_double);
+        med[c] = col[c][steps / 2];
+        best[c] = col[c][steps - 1];
+    }
+    double achieved = flops / (med[MS] * 1e-3) * 1e-9;
+    double best_floor =
+        step_floor_ms(flops, act_b + param_b, adam_b, best[SGEMM], best[TRIAD], best[ADAM]);
     printf("threads            %d\n", threads);
-    printf("sgemm 2048^3       %.1f GFLOP/s (best of 5)\n", peak);
-    printf("step               %.1f ms (median of %d; min %.1f, max %.1f)\n", med, steps, ms[0],
-           ms[steps - 1]);
+    printf("sgemm 2048^3       %.1f GFLOP/s (median over the steps of the best of 2 just before "
+           "each; %.1f-%.1f)\n",
+           med[SGEMM], col[SGEMM][0], best[SGEMM]);
+    printf("step               %.1f ms (median of %d; min %.1f, max %.1f)\n", med[MS], steps,
+           col[MS][0], best[MS]);
     printf("flops per step     %.3f GFLOP (B=%d, T=%d)\n", flops * 1e-9, gb, T);
-    printf("achieved           %.1f GFLOP/s = %.1f%% of sgemm\n", achieved,
-           100.0 * achieved / peak);
-    printf("tokens/s           %.0f\n", gb * T / (med * 1e-3));
-    printf("bandwidth          triad %.1f GB/s, adamw %.1f GB/s (best of 5)\n", triad, adam);
+    printf("achieved           %.1f GFLOP/s = %.1f%% of sgemm (median over the steps of each "
+           "against its own rate; %.1f%% of the run's best rate)\n",
+           achieved, 100.0 * med[SHARE], 100.0 * achieved / best[SGEMM]);
+    printf("tokens/s           %.0f\n", gb * T / (med[MS] * 1e-3));
+    printf("bandwidth          triad %.1f GB/s, adamw %.1f GB/s (medians; best %.1f, %.1f)\n",
+           med[TRIAD], med[ADAM], best[TRIAD], best[ADAM]);
+    double gemm_ms = flops / (med[SGEMM] * 1e9) * 1e3;
     printf("floor              %.1f ms = products %.1f at the sgemm rate + streams %.1f "
            "(%.0f MB of activations and %.0f MB of gradients at the triad rate, %.0f MB of "
-           "AdamW at its rate)\n",
-           floor_ms, gemm_ms, stream_ms, act_b * 1e-6, param_b * 1e-6, adam_b * 1e-6);
-    printf("step / floor       %.3f\n", med / floor_ms);
-    printf("peak rss           %.1f MiB\n", ru.ru_maxrss / 1024.0);
+           "AdamW at its rate; at the median rates)\n",
+           step_floor_ms(flops, act_b + param_b, adam_b, med[SGEMM], med[TRIAD], med[ADAM]),
+           gemm_ms,
+           step_floor_ms(0, act_b + param_b, adam_b, med[SGEMM], med[TRIAD], med[ADAM]),
+           act_b * 1e-6, param_b * 1e-6, adam_b * 1e-6);
+    printf("step / floor       %.3f (median over the steps of each against its own rates; "
+           "%.3f against the run's best)\n",
+           med[FLOOR], med[MS] / best_floor);
+    printf("peak rss           %.1f MiB (the most a step's period held)\n", peak_kib / 1024.0);
     ts_mem_counter total = ts_mem_stats(TS_MEM_NCAT);
     printf("peak accounted     %.1f MiB\n", total.peak / 1048576.0);
-    free(ms);
+    for (int c = 0; c < NCOL; c++)
+        free(col[c]);
     ts_trainer_destroy(t);
     ts_config_destroy(cfg);
     return 0;
