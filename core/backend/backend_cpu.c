@@ -8,11 +8,13 @@
  */
 #include <string.h>
 
+#include "alloc.h"
 #include "backend.h"
 #include "cpu_kernels.h"
 
+/* A block reused from the allocator's cache is zeroed by the thread team. */
 static void *cpu_alloc(ts_mem_category cat, size_t bytes) {
-    return ts_mem_alloc(cat, bytes);
+    return ts_mem_alloc_with(cat, bytes, ts_cpu_zero);
 }
 static void cpu_free(void *ptr) {
     ts_mem_free(ptr);

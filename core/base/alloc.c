@@ -24,7 +24,9 @@
  * block stays counted as `reserved` (held from the system) but not as
  * `allocated`; the cache holds at most ALLOC_CACHE_BLOCKS blocks and as
  * many bytes as the largest `allocated` total seen (so it never holds
- * more than a step needed at once), and ts_mem_trim empties it.
+ * more than a step needed at once), and ts_mem_trim empties it. The CPU
+ * backend has a reused block zeroed by its thread team (ts_mem_alloc_with);
+ * alone, one thread zeroed it while the others waited.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -33,6 +35,7 @@
 #include <sys/mman.h> /* mmap, munmap */
 #include <unistd.h>   /* sysconf */
 
+#include "alloc.h"
 #include "tessera/tessera.h"
 
 #define ALLOC_ALIGN 64
@@ -139,7 +142,15 @@ static size_t alloc_reserved_bytes(size_t bytes) {
     return (total + page - 1) / page * page;
 }
 
+static void alloc_memset_zero(void *ptr, size_t bytes) {
+    memset(ptr, 0, bytes);
+}
+
 void *ts_mem_alloc(ts_mem_category cat, size_t bytes) {
+    return ts_mem_alloc_with(cat, bytes, alloc_memset_zero);
+}
+
+void *ts_mem_alloc_with(ts_mem_category cat, size_t bytes, void (*zero)(void *ptr, size_t bytes)) {
     if ((int)cat < 0 || cat >= TS_MEM_NCAT) {
         ts_error(TS_ERR_INVALID, "allocator: unknown memory category %d", (int)cat);
         return NULL;
@@ -163,7 +174,7 @@ void *ts_mem_alloc(ts_mem_category cat, size_t bytes) {
     alloc_header *h;
     if (mapped && alloc_cacheable(cat) && (h = alloc_cache_take(total)) != NULL) {
         /* Reused: zeroed like a new mapping; its bytes move to `cat`. */
-        memset(h + 1, 0, bytes);
+        zero(h + 1, bytes);
         atomic_fetch_sub(&alloc_reserved[h->cat], total);
         atomic_fetch_sub(&alloc_reserved[TS_MEM_NCAT], total);
     } else if (mapped) {
