@@ -43,17 +43,17 @@ typedef struct {
     int by_rows, dim, ntiles;
 } gemm_tiles;
 
-/* The product's tiles: as many as two per thread, each at least `least` rows
- * (or columns) plus the alignment. */
-static gemm_tiles gemm_plan(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
-                            const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                            int ldc, const float *bias) {
+/* The product's tiles: as many as `per_thread` per thread, each at least
+ * `least` rows (or columns) plus the alignment. */
+static gemm_tiles gemm_plan(int per_thread, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N,
+                            int K, const float *A, int lda, const float *B, int ldb, float beta,
+                            float *C, int ldc, const float *bias) {
     gemm_tiles g = {ta, tb, M, N, K, lda, ldb, ldc, A, B, bias, beta, C, M >= N, M >= N ? M : N, 0};
     long other_k = (long)(g.by_rows ? N : M) * K;
     long least = other_k > 0 ? (MATMUL_TILE_MIN_MNK + other_k - 1) / other_k : 0;
     if (least < MATMUL_TILE_MIN) least = MATMUL_TILE_MIN;
     long most = g.dim / (least + MATMUL_TILE_ALIGN); /* tiles no smaller than `least` */
-    long want = (long)omp_get_max_threads() * MATMUL_TILES_PER_THREAD;
+    long want = (long)omp_get_max_threads() * per_thread;
     g.ntiles = (int)(want < most ? want : most);
     if (g.ntiles < 1) g.ntiles = g.dim > 0;
     return g;
@@ -87,9 +87,11 @@ static void gemm_tile(const gemm_tiles *g, int i) {
 }
 
 /* The team: every thread when there are several (an active region, so the
- * library runs single-threaded even when there is only one tile). */
+ * library runs single-threaded even when there is only one tile), as many
+ * as the task pool has shares. */
 static int gemm_team(void) {
-    return omp_in_parallel() ? 1 : omp_get_max_threads();
+    int n = omp_in_parallel() ? 1 : omp_get_max_threads();
+    return n < TS_CPU_MAX_SHARES ? n : TS_CPU_MAX_SHARES;
 }
 
 void ts_cpu_matmul_forward(float *out,          /* (N, OC) */
@@ -97,8 +99,8 @@ void ts_cpu_matmul_forward(float *out,          /* (N, OC) */
                            const float *weight, /* (OC, C) */
                            const float *bias,   /* (OC) or NULL */
                            int N, int C, int OC) {
-    gemm_tiles g =
-        gemm_plan(CblasNoTrans, CblasTrans, N, OC, C, inp, C, weight, C, 0.0f, out, OC, bias);
+    gemm_tiles g = gemm_plan(MATMUL_TILES_PER_THREAD, CblasNoTrans, CblasTrans, N, OC, C, inp, C,
+                             weight, C, 0.0f, out, OC, bias);
     ts_cpu_tasks q;
     ts_cpu_tasks_init(&q, (size_t)g.ntiles, 1);
 #pragma omp parallel num_threads(gemm_team())
@@ -106,13 +108,54 @@ void ts_cpu_matmul_forward(float *out,          /* (N, OC) */
         gemm_tile(&g, (int)i);
 }
 
-/* dinp's tiles, dweight's tiles and dbias's column blocks are one pool of
- * tasks, so the backward of a linear layer waits for its threads once. The
- * two products' tiles alternate in the pool, so each thread's share holds as
- * many of one as of the other: in a pool of dinp's tiles then dweight's, one
- * thread got all of one product and the other all of the other, and the
- * faster waited at the end for most of a tile (on GPT-2's LM head, where a
- * tile is some 60 ms, the backward took 10 % longer). */
+/* A linear layer's backward is one pool of tasks, so that it waits for its
+ * threads once: dinp's tiles, dweight's tiles and the bias gradient's
+ * blocks of columns. Laid out share by share when each part divides among
+ * the shares: the s-th share holds dinp's s-th tiles, dweight's s-th tiles
+ * and the s-th blocks, biggest first, so that a thread that has finished
+ * its own takes the smallest tasks from another's far end. dinp then has one
+ * tile per thread, not two: each tile of dinp reads (and the library packs)
+ * all of dout, and dweight's tiles are small enough to even the threads out.
+ * Products too small for that alternate their tiles (in a pool of dinp's
+ * tiles then dweight's, one thread got all of one product and the other all
+ * of the other, and the faster waited at the end for most of a tile). */
+typedef struct {
+    int ti, tw, nb; /* dinp's tiles, dweight's tiles, the bias gradient's blocks */
+    int per;        /* tasks per share when laid out by share; 0: alternating */
+} bwd_pool;
+
+enum { BWD_DINP, BWD_DWEIGHT, BWD_DBIAS };
+
+static int bwd_pool_task(const bwd_pool *p, int t, int *index) {
+    if (p->per) {
+        int shares = (p->ti + p->tw + p->nb) / p->per;
+        int s = t / p->per, j = t % p->per;
+        int li = p->ti / shares, lw = p->tw / shares, lb = p->nb / shares;
+        if (j < li) return *index = s * li + j, BWD_DINP;
+        if (j < li + lw) return *index = s * lw + j - li, BWD_DWEIGHT;
+        return *index = s * lb + j - li - lw, BWD_DBIAS;
+    }
+    int pairs = p->ti < p->tw ? p->ti : p->tw;
+    if (t < 2 * pairs) return *index = t / 2, t % 2 ? BWD_DWEIGHT : BWD_DINP;
+    if (t < p->ti + p->tw) /* the longer product's remaining tiles */
+        return *index = t - pairs, p->ti > p->tw ? BWD_DINP : BWD_DWEIGHT;
+    return *index = t - p->ti - p->tw, BWD_DBIAS;
+}
+
+/* Block b of nb of the bias gradient: columns [OC b / nb, OC (b + 1) / nb),
+ * at most MATMUL_COL_BLOCK, each summed over the rows in order. */
+static void bias_grad_block(float *dbias, const float *dout, int N, int OC, int b, int nb) {
+    int o0 = (int)((long)OC * b / nb), w = (int)((long)OC * (b + 1) / nb) - o0;
+    float acc[MATMUL_COL_BLOCK] = {0};
+    for (int n = 0; n < N; n++) {
+        const float *row = dout + (size_t)n * OC + o0;
+        for (int j = 0; j < w; j++)
+            acc[j] += row[j];
+    }
+    for (int j = 0; j < w; j++)
+        dbias[o0 + j] += acc[j];
+}
+
 void ts_cpu_matmul_backward(float *dinp,         /* (N, C) or NULL */
                             float *dweight,      /* (OC, C) or NULL */
                             float *dbias,        /* (OC) or NULL */
@@ -120,32 +163,30 @@ void ts_cpu_matmul_backward(float *dinp,         /* (N, C) or NULL */
                             const float *inp,    /* (N, C) */
                             const float *weight, /* (OC, C) */
                             int N, int C, int OC) {
-    gemm_tiles gi =
-        gemm_plan(CblasNoTrans, CblasNoTrans, N, C, OC, dout, OC, weight, C, 1.0f, dinp, C, NULL);
-    gemm_tiles gw =
-        gemm_plan(CblasTrans, CblasNoTrans, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C, NULL);
-    int ti = dinp ? gi.ntiles : 0, tw = dweight ? gw.ntiles : 0;
-    int nblocks = dbias ? (OC + MATMUL_COL_BLOCK - 1) / MATMUL_COL_BLOCK : 0;
+    int team = gemm_team();
+    gemm_tiles gw = gemm_plan(MATMUL_TILES_PER_THREAD, CblasTrans, CblasNoTrans, OC, C, N, dout, OC,
+                              inp, C, 1.0f, dweight, C, NULL);
+    int by_share = !dweight || gw.ntiles % team == 0;
+    gemm_tiles gi = gemm_plan(dweight && by_share ? 1 : MATMUL_TILES_PER_THREAD, CblasNoTrans,
+                              CblasNoTrans, N, C, OC, dout, OC, weight, C, 1.0f, dinp, C, NULL);
+    bwd_pool p = {dinp ? gi.ntiles : 0, dweight ? gw.ntiles : 0, 0, 0};
+    int blocks = dbias ? (OC + MATMUL_COL_BLOCK - 1) / MATMUL_COL_BLOCK : 0;
+    if (by_share && p.ti % team == 0) {
+        p.nb = (blocks + team - 1) / team * team; /* narrower blocks, as many per share */
+        p.per = (p.ti + p.tw + p.nb) / team;
+    } else {
+        p.nb = blocks;
+    }
     ts_cpu_tasks q;
-    ts_cpu_tasks_init(&q, (size_t)(ti + tw + nblocks), 1);
+    ts_cpu_tasks_init(&q, (size_t)(p.ti + p.tw + p.nb), 1);
 #pragma omp parallel num_threads(gemm_team())
     for (size_t i, end; ts_cpu_tasks_next(&q, &i, &end);) {
-        int t = (int)i, pairs = ti < tw ? ti : tw;
-        if (t < 2 * pairs) {
-            gemm_tile(t % 2 ? &gw : &gi, t / 2);
-        } else if (t < ti + tw) { /* the longer product's remaining tiles */
-            gemm_tile(ti > tw ? &gi : &gw, t - pairs);
-        } else { /* one block of columns of the bias gradient, rows in order */
-            int o0 = (t - ti - tw) * MATMUL_COL_BLOCK;
-            int w = OC - o0 < MATMUL_COL_BLOCK ? OC - o0 : MATMUL_COL_BLOCK;
-            float acc[MATMUL_COL_BLOCK] = {0};
-            for (int n = 0; n < N; n++) {
-                const float *row = dout + (size_t)n * OC + o0;
-                for (int j = 0; j < w; j++)
-                    acc[j] += row[j];
-            }
-            for (int j = 0; j < w; j++)
-                dbias[o0 + j] += acc[j];
-        }
+        int index, kind = bwd_pool_task(&p, (int)i, &index);
+        if (kind == BWD_DINP)
+            gemm_tile(&gi, index);
+        else if (kind == BWD_DWEIGHT)
+            gemm_tile(&gw, index);
+        else
+            bias_grad_block(dbias, dout, N, OC, index, p.nb);
     }
 }
