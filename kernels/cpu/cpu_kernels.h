@@ -192,10 +192,15 @@ void ts_cpu_zero(void *p, size_t bytes);
 void ts_cpu_copy(void *dst, const void *src, size_t bytes);
 
 /* --- biases (model_extra.c) --------------------------------------------------
- * add_bias   out (N, C) += bias (C) on every row
- * bias_grad  dbias (C) += column sums of dout (N, C), rows in order */
+ * add_bias         out (N, C) += bias (C) on every row
+ * bias_grad        dbias (C) += column sums of dout (N, C), rows in order
+ * bias_grad_block  the same for columns [c0, c0 + w) only, w at most
+ *                  TS_CPU_BIAS_BLOCK: one task of bias_grad and of the linear
+ *                  layer's backward (the rows read whole, not strided) */
+#define TS_CPU_BIAS_BLOCK 64
 void ts_cpu_add_bias(float *out, const float *bias, int N, int C);
 void ts_cpu_bias_grad(float *dbias, const float *dout, int N, int C);
+void ts_cpu_bias_grad_block(float *dbias, const float *dout, int N, int C, int c0, int w);
 
 /* --- mixture of experts (moe.c) --------------------------------------------
  * Row r of rows (N k, C) is token r / k's output of its (r % k)-th expert.

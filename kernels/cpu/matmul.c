@@ -13,9 +13,6 @@
 #include "cpu_kernels.h"
 #include "tasks.h"
 
-/* Columns per task in the bias-gradient sum: one task owns whole columns. */
-#define MATMUL_COL_BLOCK 64
-
 /* Tiles per thread of a product cut by the caller; the fewest rows (or
  * columns) of a tile, and the fewest multiply-adds. OpenBLAS multiplies small
  * products (M N K up to 100^3 on some CPUs) with another kernel, which sums in
@@ -143,17 +140,10 @@ static int bwd_pool_task(const bwd_pool *p, int t, int *index) {
 }
 
 /* Block b of nb of the bias gradient: columns [OC b / nb, OC (b + 1) / nb),
- * at most MATMUL_COL_BLOCK, each summed over the rows in order. */
+ * at most TS_CPU_BIAS_BLOCK. */
 static void bias_grad_block(float *dbias, const float *dout, int N, int OC, int b, int nb) {
-    int o0 = (int)((long)OC * b / nb), w = (int)((long)OC * (b + 1) / nb) - o0;
-    float acc[MATMUL_COL_BLOCK] = {0};
-    for (int n = 0; n < N; n++) {
-        const float *row = dout + (size_t)n * OC + o0;
-        for (int j = 0; j < w; j++)
-            acc[j] += row[j];
-    }
-    for (int j = 0; j < w; j++)
-        dbias[o0 + j] += acc[j];
+    int o0 = (int)((long)OC * b / nb);
+    ts_cpu_bias_grad_block(dbias, dout, N, OC, o0, (int)((long)OC * (b + 1) / nb) - o0);
 }
 
 void ts_cpu_matmul_backward(float *dinp,         /* (N, C) or NULL */
@@ -170,7 +160,7 @@ void ts_cpu_matmul_backward(float *dinp,         /* (N, C) or NULL */
     gemm_tiles gi = gemm_plan(dweight && by_share ? 1 : MATMUL_TILES_PER_THREAD, CblasNoTrans,
                               CblasNoTrans, N, C, OC, dout, OC, weight, C, 1.0f, dinp, C, NULL);
     bwd_pool p = {dinp ? gi.ntiles : 0, dweight ? gw.ntiles : 0, 0, 0};
-    int blocks = dbias ? (OC + MATMUL_COL_BLOCK - 1) / MATMUL_COL_BLOCK : 0;
+    int blocks = dbias ? (OC + TS_CPU_BIAS_BLOCK - 1) / TS_CPU_BIAS_BLOCK : 0;
     if (by_share && p.ti % team == 0) {
         p.nb = (blocks + team - 1) / team * team; /* narrower blocks, as many per share */
         p.per = (p.ti + p.tw + p.nb) / team;

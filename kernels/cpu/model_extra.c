@@ -23,26 +23,25 @@ void ts_cpu_add_bias(float *out, const float *bias, int N, int C) {
         }
 }
 
-/* Blocks of BIAS_COL_BLOCK columns per task, each column's rows summed in
- * order into the block's accumulators (the rows read whole, not strided):
- * the same bits for any thread count. */
-#define BIAS_COL_BLOCK 64
+void ts_cpu_bias_grad_block(float *dbias, const float *dout, int N, int C, int c0, int w) {
+    float acc[TS_CPU_BIAS_BLOCK] = {0};
+    for (int n = 0; n < N; n++) {
+        const float *row = dout + (size_t)n * C + c0;
+        for (int j = 0; j < w; j++)
+            acc[j] += row[j];
+    }
+    for (int j = 0; j < w; j++)
+        dbias[c0 + j] += acc[j];
+}
 
+/* Blocks of TS_CPU_BIAS_BLOCK columns per task, each column's rows summed in
+ * order into the block's accumulators: the same bits for any thread count. */
 void ts_cpu_bias_grad(float *dbias, const float *dout, int N, int C) {
     ts_cpu_tasks q;
-    ts_cpu_tasks_init(&q, (size_t)C, BIAS_COL_BLOCK);
+    ts_cpu_tasks_init(&q, (size_t)C, TS_CPU_BIAS_BLOCK);
 #pragma omp parallel num_threads(q.shares)
-    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);) {
-        int c0 = (int)lo, w = (int)(hi - lo);
-        float acc[BIAS_COL_BLOCK] = {0};
-        for (int n = 0; n < N; n++) {
-            const float *row = dout + (size_t)n * C + c0;
-            for (int j = 0; j < w; j++)
-                acc[j] += row[j];
-        }
-        for (int j = 0; j < w; j++)
-            dbias[c0 + j] += acc[j];
-    }
+    for (size_t lo, hi; ts_cpu_tasks_next(&q, &lo, &hi);)
+        ts_cpu_bias_grad_block(dbias, dout, N, C, (int)lo, (int)(hi - lo));
 }
 
 void ts_cpu_ce_shard_loss(float *losses, float *lse, const float *rowmax, const float *stats,
