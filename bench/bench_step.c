@@ -1,7 +1,7 @@
 /*
  * bench_step.c — the CPU speed benchmark of one training step.
  *
- *   bench_step CONFIG [--steps N] [--set section.key=value ...]
+ *   bench_step CONFIG [--steps N] [--each] [--set section.key=value ...]
  *
  * It runs N training steps of CONFIG (data, forward, backward, clipping,
  * AdamW) after one warm-up step, with the same threads as everything it
@@ -176,10 +176,11 @@ static void reset_peak_rss(void) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_step CONFIG [--steps N] [--set section.key=value ...]\n");
+        fprintf(stderr,
+                "usage: bench_step CONFIG [--steps N] [--each] [--set section.key=value ...]\n");
         return 2;
     }
-    int steps = 7;
+    int steps = 7, each = 0; /* --each: a line per step, its time and its rates */
     ts_config *cfg = NULL;
     int n = 0;
     const ts_key_spec *core = ts_config_core_keys(&n);
@@ -195,6 +196,8 @@ int main(int argc, char **argv) {
                               argv[i]);
             steps = (int)v;
         }
+        else if (strcmp(argv[i], "--each") == 0)
+            each = 1;
         else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc)
             st = ts_config_set(cfg, argv[++i]);
         else
@@ -234,6 +237,9 @@ int main(int argc, char **argv) {
         st = ts_trainer_step(t, &s);
         long kib = peak_rss_kib();
         if (kib > peak_kib) peak_kib = kib;
+        if (each && !st)
+            printf("step %-3d %s%8.1f ms  sgemm %6.1f GFLOP/s  triad %5.1f GB/s  adamw %5.1f GB/s\n",
+                   i, i ? "" : "(warm-up) ", s.step_ms, peak, triad, adam);
         if (i == 0) continue; /* the warm-up */
         double floor_ms = step_floor_ms(flops, act_b + param_b, adam_b, peak, triad, adam);
         double row[NCOL] = {s.step_ms, peak, triad, adam,
