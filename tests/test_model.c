@@ -302,6 +302,27 @@ static void test_memory_cache(void) {
            r1.reserved);
     EXPECT(ts_mem_stats(TS_MEM_COMM).reserved >= n, "a reused block counts under its new category");
     ts_mem_free(c);
+    /* The CPU backend's blocks are zeroed by its thread team (ts_mem_alloc_with
+     * and ts_cpu_zero): the same, over two threads' shares. */
+    const ts_backend *be = ts_backend_cpu();
+    int threads = ts_cpu_get_threads();
+    ts_cpu_set_threads(2);
+    unsigned char *d = be->alloc(TS_MEM_ACTS, n);
+    EXPECT(d != NULL, "%s", ts_last_error());
+    memset(d, 0xa5, n);
+    be->free(d);
+    ts_mem_counter r4 = ts_mem_stats(TS_MEM_NCAT);
+    unsigned char *e = be->alloc(TS_MEM_ACTS, n);
+    EXPECT(e != NULL, "%s", ts_last_error());
+    nonzero = 0;
+    for (size_t i = 0; i < n; i++)
+        nonzero += e[i] != 0;
+    EXPECT(nonzero == 0, "a block the CPU backend reuses is zeroed (%zu bytes are not)", nonzero);
+    EXPECT(ts_mem_stats(TS_MEM_NCAT).reserved == r4.reserved,
+           "the backend's block was reused: reserved %zu, was %zu",
+           ts_mem_stats(TS_MEM_NCAT).reserved, r4.reserved);
+    be->free(e);
+    ts_cpu_set_threads(threads);
     ts_mem_trim();
     ts_mem_counter r3 = ts_mem_stats(TS_MEM_NCAT);
     EXPECT(r3.reserved == r0.reserved && r3.allocated == r0.allocated,
