@@ -9,7 +9,8 @@ foreach(case grad accumulation init lr memory memory_cache bf16 moe_grad moe_gra
 endforeach()
 
 foreach(script train_loss_falls bf16_close resume_sigkill llmc_roundtrip safetensors bad_input outputs
-    checkpoint_dir checkpoint_legacy plan_summary bf16_memory threads_same_bits)
+    checkpoint_dir checkpoint_legacy plan_summary bf16_memory threads_same_bits
+    poison_uninit_same_bits)
   add_test(NAME cli_${script}
     COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/${script}.sh $<TARGET_FILE:tessera_cli> ${PROJECT_SOURCE_DIR})
   set_tests_properties(cli_${script} PROPERTIES LABELS core TIMEOUT 300

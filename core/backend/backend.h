@@ -228,6 +228,15 @@ typedef struct ts_backend {
     ts_status (*moe_rows_sum)(float *out, const float *rows, const float *w, int N, int k, int C);
     ts_status (*moe_rows_sum_backward)(float *drows, float *dw, const float *dout, const float *rows,
                                        const float *w, int N, int k, int C);
+
+    /* --- since ABI 1.2 -------------------------------------------------------
+     * alloc_uninit: as alloc, but the block need not be zeroed: for a block
+     * whose every byte the caller writes before it reads one (a module's
+     * saved activations). NULL: alloc serves. The CPU backend leaves a block
+     * reused from the allocator's cache as it was, or fills the whole block
+     * with NaN when the environment sets TESSERA_POISON_UNINIT=1, so that a
+     * read before the write shows in the loss (cli_poison_uninit_same_bits). */
+    void *(*alloc_uninit)(ts_mem_category cat, size_t bytes);
 } ts_backend;
 
 /* The CPU backend: always available, never fails. */

@@ -6,6 +6,7 @@
  * directly; the bf16 GEMMs widen the bf16 weight into `work` and run the
  * f32 GEMM (backend.h).
  */
+#include <stdlib.h> /* getenv */
 #include <string.h>
 
 #include "alloc.h"
@@ -15,6 +16,28 @@
 /* A block reused from the allocator's cache is zeroed by the thread team. */
 static void *cpu_alloc(ts_mem_category cat, size_t bytes) {
     return ts_mem_alloc_with(cat, bytes, ts_cpu_zero);
+}
+
+static void cpu_keep(void *ptr, size_t bytes) {
+    (void)ptr;
+    (void)bytes;
+}
+
+/* Without zeroing a reused block; under TESSERA_POISON_UNINIT=1 every float
+ * of the block NaN instead (backend.h). */
+static void *cpu_alloc_uninit(ts_mem_category cat, size_t bytes) {
+    static int poison = -1;
+    if (poison < 0) {
+        const char *env = getenv("TESSERA_POISON_UNINIT");
+        poison = env && strcmp(env, "1") == 0;
+    }
+    void *p = ts_mem_alloc_with(cat, bytes, cpu_keep);
+    if (p && poison) {
+        float *f = p;
+        for (size_t i = 0; i < bytes / sizeof(float); i++)
+            f[i] = __builtin_nanf("");
+    }
+    return p;
 }
 static void cpu_free(void *ptr) {
     ts_mem_free(ptr);
@@ -265,6 +288,7 @@ static const ts_backend cpu_backend = {
     .kind = TS_DEVICE_CPU,
     .name = "cpu",
     .alloc = cpu_alloc,
+    .alloc_uninit = cpu_alloc_uninit,
     .free = cpu_free,
     .zero = cpu_zero,
     .copy = cpu_copy,

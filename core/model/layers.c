@@ -246,10 +246,20 @@ ts_status ts_layer_linear_places(const ts_model *m, const ts_param *w, const ts_
     return TS_OK;
 }
 
-/* Activation memory holding `what` (backend.h: ts_backend_tag). */
+/* Activation memory holding `what` (backend.h: ts_backend_tag), zeroed. */
 static void *acts_alloc(const ts_backend *be, size_t bytes, const char *what) {
     ts_backend_tag(what);
     void *p = be->alloc(TS_MEM_ACTS, bytes);
+    ts_backend_tag(NULL);
+    return p;
+}
+
+/* The same, not zeroed where the backend can skip it: for a part every
+ * float of which its module's forward writes. */
+static void *acts_alloc_uninit(const ts_backend *be, size_t bytes, const char *what) {
+    if (!be->alloc_uninit) return acts_alloc(be, bytes, what);
+    ts_backend_tag(what);
+    void *p = be->alloc_uninit(TS_MEM_ACTS, bytes);
     ts_backend_tag(NULL);
     return p;
 }
@@ -419,7 +429,7 @@ static float *part_alloc(ts_module *mod, ts_saved_part *p, size_t floats, size_t
     TS_ASSERT(keep <= floats);
     /* one forward per micro-batch in flight */
     TS_ASSERT(p->data == NULL && p->packed == NULL);
-    p->data = acts_alloc(mod->model->be, floats * sizeof(float), part_tag(kind, 0));
+    p->data = acts_alloc_uninit(mod->model->be, floats * sizeof(float), part_tag(kind, 0));
     p->floats = floats;
     p->keep = keep;
     return p->data;

@@ -130,7 +130,9 @@ ts_status ts_layer_host_view(ts_model *m, const float *x, size_t n, const float 
  * per value: the state from the end of the module's forward to its backward
  * (ts_module_pack), the output from the next module's forward to that
  * module's backward (ts_module_hand_over). The state's first `keep` floats
- * stay f32 (statistics); every other value must be a bf16 value there. */
+ * stay f32 (statistics); every other value must be a bf16 value there. Both
+ * come unzeroed (alloc_uninit, backend.h): the module's forward writes every
+ * float of them (cli_poison_uninit_same_bits fills them with NaN first). */
 float *ts_module_save(ts_module *mod, int mb, size_t floats, size_t keep, const float *input);
 float *ts_module_save_output(ts_module *mod, int mb, size_t floats);
 /* The state in f32 (unpacked first when packed; NULL with the error set when
