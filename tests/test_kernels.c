@@ -1234,6 +1234,18 @@ static int matmul_bits(int threads, const mm_shape *m, float *out, float *dinp, 
 
 static void test_threads(void) {
     int saved = ts_cpu_get_threads();
+    /* One block call over 150 columns (more than TS_CPU_BIAS_BLOCK) sums
+     * each column as ts_cpu_bias_grad's blocks of 64 do, bit for bit. */
+    {
+        enum { BN = 37, BC = 150 };
+        float *dout = falloc((size_t)BN * BC), *a = falloc(BC), *b = falloc(BC);
+        fill(dout, (size_t)BN * BC, 1);
+        memset(a, 0, BC * sizeof *a), memset(b, 0, BC * sizeof *b);
+        ts_cpu_bias_grad(a, dout, BN, BC);
+        ts_cpu_bias_grad_block(b, dout, BN, BC, 0, BC);
+        expect(!memcmp(a, b, BC * sizeof *a), "bias_grad_block over 150 columns = bias_grad", 0, 0);
+        free(dout), free(a), free(b);
+    }
     const int shapes[][3] = {{333, 130, 190}, {70, 96, 1001}, {700, 40, 50}, {512, 256, 768}};
     for (int s = 0; s < 4; s++) {
         mm_shape m = {.n = shapes[s][0], .c = shapes[s][1], .oc = shapes[s][2]};

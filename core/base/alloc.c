@@ -173,7 +173,8 @@ void *ts_mem_alloc_with(ts_mem_category cat, size_t bytes, void (*zero)(void *pt
     int mapped = total >= ALLOC_MAP_MIN;
     alloc_header *h;
     if (mapped && alloc_cacheable(cat) && (h = alloc_cache_take(total)) != NULL) {
-        /* Reused: zeroed like a new mapping; its bytes move to `cat`. */
+        /* Reused: `zero` clears it like a new mapping (or leaves it, for a
+         * caller that writes all of it); its bytes move to `cat`. */
         zero(h + 1, bytes);
         atomic_fetch_sub(&alloc_reserved[h->cat], total);
         atomic_fetch_sub(&alloc_reserved[TS_MEM_NCAT], total);

@@ -194,9 +194,9 @@ void ts_cpu_copy(void *dst, const void *src, size_t bytes);
 /* --- biases (model_extra.c) --------------------------------------------------
  * add_bias         out (N, C) += bias (C) on every row
  * bias_grad        dbias (C) += column sums of dout (N, C), rows in order
- * bias_grad_block  the same for columns [c0, c0 + w) only, w at most
- *                  TS_CPU_BIAS_BLOCK: one task of bias_grad and of the linear
- *                  layer's backward (the rows read whole, not strided) */
+ * bias_grad_block  the same for columns [c0, c0 + w) only, summed
+ *                  TS_CPU_BIAS_BLOCK columns at a time over whole rows: one
+ *                  task of bias_grad and of the linear layer's backward */
 #define TS_CPU_BIAS_BLOCK 64
 void ts_cpu_add_bias(float *out, const float *bias, int N, int C);
 void ts_cpu_bias_grad(float *dbias, const float *dout, int N, int C);

@@ -24,14 +24,19 @@ void ts_cpu_add_bias(float *out, const float *bias, int N, int C) {
 }
 
 void ts_cpu_bias_grad_block(float *dbias, const float *dout, int N, int C, int c0, int w) {
-    float acc[TS_CPU_BIAS_BLOCK] = {0};
-    for (int n = 0; n < N; n++) {
-        const float *row = dout + (size_t)n * C + c0;
-        for (int j = 0; j < w; j++)
-            acc[j] += row[j];
+    /* TS_CPU_BIAS_BLOCK accumulators at a time: a wider range is summed as
+     * several blocks (each column's sum is the same either way). */
+    for (int b0 = c0; b0 < c0 + w; b0 += TS_CPU_BIAS_BLOCK) {
+        int bw = c0 + w - b0 < TS_CPU_BIAS_BLOCK ? c0 + w - b0 : TS_CPU_BIAS_BLOCK;
+        float acc[TS_CPU_BIAS_BLOCK] = {0};
+        for (int n = 0; n < N; n++) {
+            const float *row = dout + (size_t)n * C + b0;
+            for (int j = 0; j < bw; j++)
+                acc[j] += row[j];
+        }
+        for (int j = 0; j < bw; j++)
+            dbias[b0 + j] += acc[j];
     }
-    for (int j = 0; j < w; j++)
-        dbias[c0 + j] += acc[j];
 }
 
 /* Blocks of TS_CPU_BIAS_BLOCK columns per task, each column's rows summed in
