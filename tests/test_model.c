@@ -329,50 +329,6 @@ static void test_memory_cache(void) {
            "trim returns every cached block: reserved %zu, was %zu", r3.reserved, r0.reserved);
 }
 
-/* A mapped block of 2 MiB and more is advised onto 2 MiB pages: where the
- * kernel's transparent huge pages are on at all, its mapping reads as
- * eligible in /proc/self/smaps (in "madvise" mode, Debian's default, only
- * because the allocator asked). Returns 77 (skipped) where they are off. */
-static int test_memory_huge_pages(void) {
-    char mode[128] = "";
-    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-    if (f) {
-        if (!fgets(mode, sizeof mode, f)) mode[0] = 0;
-        fclose(f);
-    }
-    if (!f || strstr(mode, "[never]")) {
-        printf("transparent huge pages are off here (%s): skipped\n", f ? "never" : "no sysfs");
-        return 77;
-    }
-    size_t n = 8u << 20;
-    char *small = ts_mem_alloc(TS_MEM_PARAMS, 1u << 20), *big = ts_mem_alloc(TS_MEM_PARAMS, n);
-    EXPECT(small && big, "%s", ts_last_error());
-    int eligible[2] = {-1, -1}; /* small, big */
-    f = fopen("/proc/self/smaps", "r");
-    EXPECT(f != NULL, "cannot read /proc/self/smaps");
-    char line[512];
-    int which = -1;
-    while (f && fgets(line, sizeof line, f)) {
-        unsigned long lo, hi;
-        int flag;
-        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
-            which = (uintptr_t)small >= lo && (uintptr_t)small < hi ? 0
-                    : (uintptr_t)big >= lo && (uintptr_t)big < hi   ? 1
-                                                                     : -1;
-        } else if (which >= 0 && sscanf(line, "THPeligible: %d", &flag) == 1) {
-            eligible[which] = flag;
-        }
-    }
-    if (f) fclose(f);
-    EXPECT(eligible[1] == 1, "an 8 MiB block is eligible for huge pages (THPeligible %d)",
-           eligible[1]);
-    if (strstr(mode, "[madvise]"))
-        EXPECT(eligible[0] == 0, "a 1 MiB block is not advised (THPeligible %d)", eligible[0]);
-    ts_mem_free(small);
-    ts_mem_free(big);
-    return 0;
-}
-
 static void test_bf16(void) {
     ts_model *f = make_model(TS_F32, 9);
     ts_mem_counter p0 = ts_mem_stats(TS_MEM_PARAMS);
@@ -462,7 +418,7 @@ static void test_moe_grad(float capacity_factor) {
 
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: test_model grad|accumulation|init|lr|memory|memory_cache|memory_huge_pages|bf16|moe_grad|moe_grad_dropping\n");
+        fprintf(stderr, "usage: test_model grad|accumulation|init|lr|memory|bf16\n");
         return 2;
     }
     ts_cpu_set_threads(2);
@@ -478,9 +434,6 @@ int main(int argc, char **argv) {
         test_memory();
     else if (strcmp(argv[1], "memory_cache") == 0)
         test_memory_cache();
-    else if (strcmp(argv[1], "memory_huge_pages") == 0) {
-        if (test_memory_huge_pages() == 77) return 77;
-    }
     else if (strcmp(argv[1], "bf16") == 0)
         test_bf16();
     else if (strcmp(argv[1], "moe_grad") == 0)

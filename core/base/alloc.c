@@ -27,9 +27,6 @@
  * more than a step needed at once), and ts_mem_trim empties it. The CPU
  * backend has a reused block zeroed by its thread team (ts_mem_alloc_with);
  * alone, one thread zeroed it while the others waited.
- *
- * Mapped blocks of ALLOC_HUGE_MIN bytes and more are advised onto 2 MiB
- * pages (alloc_advise_huge).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -44,10 +41,6 @@
 #define ALLOC_ALIGN 64
 #define ALLOC_MAGIC 0x7e55e7a5u
 #define ALLOC_MAP_MIN (1u << 20)
-
-/* Mapped blocks this big are backed by 2 MiB pages where the kernel can
- * (below). */
-#define ALLOC_HUGE_MIN ((size_t)2 << 20)
 
 typedef struct alloc_header {
     size_t bytes;
@@ -81,22 +74,6 @@ static size_t alloc_cache_bytes;
 
 static int alloc_cacheable(int cat) {
     return cat == TS_MEM_ACTS || cat == TS_MEM_COMM || cat == TS_MEM_OTHER;
-}
-
-/* Asks the kernel to back a large mapped block with 2 MiB pages. Weights,
- * gradients, moments and activations are streamed whole every step; on
- * 4 KiB pages each stream misses the TLB every 4 KiB and the hardware
- * prefetcher stops at every page's end. Where transparent huge pages are
- * enabled only on request ("madvise", Debian's default) nothing else asks;
- * where they are off the call fails and the block keeps small pages. A page
- * is still faulted in when first touched, 2 MiB at a time. */
-static void alloc_advise_huge(void *block, size_t bytes) {
-#ifdef MADV_HUGEPAGE
-    (void)madvise(block, bytes, MADV_HUGEPAGE);
-#else
-    (void)block;
-    (void)bytes;
-#endif
 }
 
 /* A cached block of exactly `total` mapped bytes, or NULL. */
@@ -204,7 +181,6 @@ void *ts_mem_alloc_with(ts_mem_category cat, size_t bytes, void (*zero)(void *pt
     } else if (mapped) {
         h = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (h == MAP_FAILED) h = NULL;
-        else if (total >= ALLOC_HUGE_MIN) alloc_advise_huge(h, total);
     } else {
         h = aligned_alloc(ALLOC_ALIGN, total);
         if (h) memset(h, 0, total);
