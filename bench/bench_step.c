@@ -10,16 +10,14 @@
  * the step took, half just before it and half just after (their FLOPs over
  * their time), and, just before it, two memory bandwidths (a triad,
  * a[i] = b[i] + s c[i], for the activations' element-wise passes; AdamW
- * itself for the parameter streams), each the best of 2. Every buffer is on
- * 2 MiB pages, as the training's large blocks are (core/base/alloc.c).
- * This machine's speed drifts by a third within minutes, and its
- * neighbours take memory bandwidth in spells of a second or so, so each
- * step is set against the rates of its own moment, and the SGEMM window is
- * as long as the step, so that a spell slows both alike (the best of two
- * short products just before, used before, caught quiet moments that a
- * whole step did not). The run reports the median over the steps of those
- * ratios and, beside them, the ratios against the run's fastest single
- * product and best bandwidths.
+ * itself for the parameter streams), each the best of 2. This machine's
+ * speed drifts by a third within minutes, and its neighbours take memory
+ * bandwidth in spells of a second or so, so each step is set against the
+ * rates of its own moment, and the SGEMM window is as long as the step, so
+ * that a spell slows both alike (the best of two short products just
+ * before, used before, caught quiet moments that a whole step did not). The
+ * run reports the median over the steps of those ratios and, beside them,
+ * the ratios against the run's fastest single product and best bandwidths.
  *
  * A step's ratios: its achieved GFLOP/s (FLOPs counted by
  * ts_model_flops_per_step: 2 per multiply-add of every GEMM and of the
@@ -40,7 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -59,24 +56,14 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* A measurement's buffer of n floats, zeroed, on the pages the training's
- * large blocks get (the allocator advises 2 MiB pages): the rates are the
- * machine's for memory laid out as the step's is. Exits if out of memory. */
+/* A measurement's buffer of n floats, zeroed; exits if out of memory. */
 static float *bench_buffer(size_t n) {
-    void *p = mmap(NULL, n * sizeof(float), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
-    if (p == MAP_FAILED) {
+    float *p = calloc(n, sizeof(float));
+    if (!p) {
         fprintf(stderr, "bench_step: out of memory for a %zu-float buffer\n", n);
         exit(1);
     }
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, n * sizeof(float), MADV_HUGEPAGE);
-#endif
     return p;
-}
-
-static void bench_buffer_free(float *p, size_t n) {
-    munmap(p, n * sizeof(float));
 }
 
 /* The SGEMM rate over a window: square n^3 products (at least one) for
@@ -99,9 +86,9 @@ static void sgemm_window(int n, double seconds, double *flops, double *secs, dou
         *secs += dt;
         if (one / dt * 1e-9 > *best) *best = one / dt * 1e-9;
     } while (spent < seconds);
-    bench_buffer_free(a, nn);
-    bench_buffer_free(b, nn);
-    bench_buffer_free(c, nn);
+    free(a);
+    free(b);
+    free(c);
 }
 
 /* The best of `reps` triads over three arrays of n floats: bytes moved / s. */
@@ -123,9 +110,9 @@ static double triad_gbs(size_t n, int reps) {
     }
     volatile float sink = a[n / 2];
     (void)sink;
-    bench_buffer_free(a, n);
-    bench_buffer_free(b, n);
-    bench_buffer_free(c, n);
+    free(a);
+    free(b);
+    free(c);
     return 3.0 * (double)n * sizeof(float) / best * 1e-9;
 }
 
@@ -141,7 +128,7 @@ static double adamw_gbs(size_t n, int reps) {
         double dt = now_seconds() - t0;
         if (dt < best) best = dt;
     }
-    bench_buffer_free(buf, 4 * n);
+    free(buf);
     return 7.0 * (double)n * sizeof(float) / best * 1e-9;
 }
 
