@@ -20,6 +20,10 @@
  * the whole product, so cutting it changes no bit. Tile edges fall on
  * multiples of MATMUL_TILE_ALIGN. */
 #define MATMUL_TILES_PER_THREAD 2
+/* dweight's tiles per thread in the backward's pool: they make up the far
+ * end of each share, the part another thread may take, so the smaller they
+ * are the less a thread waits for a slower one at the pool's end. */
+#define MATMUL_DWEIGHT_TILES_PER_THREAD 4
 #define MATMUL_TILE_MIN 64
 #define MATMUL_TILE_MIN_MNK (1L << 21)
 #define MATMUL_TILE_ALIGN 16
@@ -154,8 +158,8 @@ void ts_cpu_matmul_backward(float *dinp,         /* (N, C) or NULL */
                             const float *weight, /* (OC, C) */
                             int N, int C, int OC) {
     int team = gemm_team();
-    gemm_tiles gw = gemm_plan(MATMUL_TILES_PER_THREAD, CblasTrans, CblasNoTrans, OC, C, N, dout, OC,
-                              inp, C, 1.0f, dweight, C, NULL);
+    gemm_tiles gw = gemm_plan(MATMUL_DWEIGHT_TILES_PER_THREAD, CblasTrans, CblasNoTrans, OC, C, N,
+                              dout, OC, inp, C, 1.0f, dweight, C, NULL);
     int by_share = !dweight || gw.ntiles % team == 0;
     gemm_tiles gi = gemm_plan(dweight && by_share ? 1 : MATMUL_TILES_PER_THREAD, CblasNoTrans,
                               CblasNoTrans, N, C, OC, dout, OC, weight, C, 1.0f, dinp, C, NULL);
