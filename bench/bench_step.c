@@ -11,16 +11,15 @@
  * just after (their FLOPs over their time), and, just before it, two memory
  * bandwidths (a triad, a[i] = b[i] + s c[i], for the activations'
  * element-wise passes; AdamW itself for the parameter streams), each the
- * best of 2. This machine's
- * speed drifts by a third within minutes, and its neighbours take memory
- * bandwidth in spells of a second or so, so each step is set against the
- * rates of its own moment, and the SGEMM window is as long as the step, so
- * that a spell slows both alike (the best of two short products just
- * before, used before, caught quiet moments that a whole step did not). The
- * run reports the median over the steps of those ratios and, beside them,
- * the share against the faster of the two products just before each step
- * (that earlier measure) and the ratios against the run's fastest single
- * product and best bandwidths.
+ * best of 2. This machine's speed drifts by a third within minutes, and
+ * its neighbours take memory bandwidth in spells of a second or so, so each
+ * step is set against the rates of its own moment, and the SGEMM window is
+ * as long as the step, so that a spell slows both alike (the best of two
+ * short products just before, used before, caught quiet moments that a
+ * whole step did not). The run reports the median over the steps of those
+ * ratios and, beside them, the share against the faster of the two
+ * products just before each step (that earlier measure) and the ratios
+ * against the run's fastest single product and best bandwidths.
  *
  * A step's ratios: its achieved GFLOP/s (FLOPs counted by
  * ts_model_flops_per_step: 2 per multiply-add of every GEMM and of the
@@ -249,8 +248,10 @@ int main(int argc, char **argv) {
     floor_bytes(&state->model->cfg, (double)gb * T, T, (double)state->model->global_numel, &act_b,
                 &param_b, &adam_b);
 
-    /* Per measured step: its time, the rates just before it, and its two
-     * ratios against them. */
+    /* Per measured step: its time, the rates around it (the SGEMM window's,
+     * the bandwidths just before), its share of the window's SGEMM rate and
+     * its ratio to the floor at those rates, and its share of the faster of
+     * the window's first two products. */
     enum { MS, SGEMM, TRIAD, ADAM, SHARE, FLOOR, SHARE2, NCOL };
     double *col[NCOL];
     for (int c = 0; c < NCOL; c++)
