@@ -28,9 +28,9 @@
  * rate, and every other byte the step must move at the measured bandwidths.
  * The bytes are counted from the model's shape (floor_bytes below): what
  * each element-wise pass of the forward and backward reads and writes at
- * least once, and, per parameter, the gradient's zeroing and norm and
- * AdamW's 7 streams. The step's ratio to that floor is what remains to be
- * won.
+ * least once, and, per parameter, the gradient's norm and AdamW's 8 streams
+ * (it zeroes the gradient as it reads it). The step's ratio to that floor is
+ * what remains to be won.
  *
  * Peak resident memory is the most any step's period held (VmHWM, reset
  * after each measurement of the rates has freed its buffers, which are not
@@ -122,20 +122,21 @@ static double triad_gbs(size_t n, int reps) {
     return 3.0 * (double)n * sizeof(float) / best * 1e-9;
 }
 
-/* The best of `reps` AdamW passes over n parameters: 7 streams (param, m, v
- * read and written, the gradient read) / s. */
+/* The best of `reps` AdamW passes over n parameters, as the trainer runs
+ * them: 8 streams (param, m, v read and written, the gradient read and
+ * zeroed) / s. */
 static double adamw_gbs(size_t n, int reps) {
     float *buf = bench_buffer(4 * n);
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         double t0 = now_seconds();
         ts_cpu_adamw(buf, buf + n, buf + 2 * n, buf + 3 * n, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
-                     r + 1, 1.0f);
+                     r + 1, 1.0f, 1);
         double dt = now_seconds() - t0;
         if (dt < best) best = dt;
     }
     free(buf);
-    return 7.0 * (double)n * sizeof(float) / best * 1e-9;
+    return 8.0 * (double)n * sizeof(float) / best * 1e-9;
 }
 
 /* Bytes the step's element-wise work must move, f32, for N = B T tokens of
@@ -152,8 +153,9 @@ static double adamw_gbs(size_t n, int reps) {
  * in the forward and read twice and written once in the backward (5 NH T /
  * 2). Head: LayerNorm forward and backward (2C + 6C), the logits read twice
  * by the cross-entropy and read and written by its gradient (4 Vp). Per
- * parameter, 4 bytes each: the gradient zeroed and read for its norm
- * (`param_bytes`, at the triad rate) and AdamW's 7 streams (`adam_bytes`). */
+ * parameter, 4 bytes each: the gradient read for its norm (`param_bytes`,
+ * at the triad rate) and AdamW's 8 streams (`adam_bytes`: param, m and v
+ * read and written, the gradient read and left zero for the next step). */
 static void floor_bytes(const ts_model_config *c, double N, int T, double P, double *act_bytes,
                         double *param_bytes, double *adam_bytes) {
     double C = c->d_model, NH = c->heads, L = c->layers;
@@ -162,8 +164,8 @@ static void floor_bytes(const ts_model_config *c, double N, int T, double P, dou
     double att = 5.0 * NH * T / 2.0;
     double head = 8 * C + 4.0 * c->padded_vocab;
     *act_bytes = 4.0 * N * (L * (fwd + bwd + att) + head);
-    *param_bytes = 4.0 * 2.0 * P;
-    *adam_bytes = 4.0 * 7.0 * P;
+    *param_bytes = 4.0 * P;
+    *adam_bytes = 4.0 * 8.0 * P;
 }
 
 /* The step's floor in ms: `flops` at the SGEMM rate, `stream_bytes` at the

@@ -3,7 +3,8 @@
 # accounting, bf16, learning, resume after SIGKILL, llm.c interop and bad input.
 add_executable(test_model tests/test_model.c)
 target_link_libraries(test_model PRIVATE tessera)
-foreach(case grad accumulation init lr memory memory_cache bf16 moe_grad moe_grad_dropping)
+foreach(case grad accumulation init lr memory memory_cache grad_zero bf16 moe_grad
+    moe_grad_dropping)
   add_test(NAME model_${case} COMMAND test_model ${case})
   set_tests_properties(model_${case} PROPERTIES LABELS core ENVIRONMENT "${TESSERA_TEST_ENV}")
 endforeach()

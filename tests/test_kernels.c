@@ -865,6 +865,14 @@ static void test_crossentropy(void) {
            0);
 }
 
+static uint32_t bits(float f) {
+    union {
+        float f;
+        uint32_t u;
+    } v = {f};
+    return v.u;
+}
+
 /* --- adamw ----------------------------------------------------------------- */
 
 /* Vocabulary-parallel cross-entropy: the logits of N rows over Vp = 24
@@ -967,21 +975,32 @@ static void test_embedding_shards(void) {
     free(dwpe_ref);
 }
 
+/* The update against the formula in double; and, run beside it on a copy,
+ * the update that zeroes the gradient as it reads it: the same bits, and the
+ * gradient left 0 (untouched without zero_grad). */
 static void test_adamw(void) {
     enum { AN = 1003 };
-    static float p[AN], m[AN], v[AN], g[AN];
+    static float p[AN], m[AN], v[AN], g[AN], g0[AN], pz[AN], mz[AN], vz[AN];
     static double rp[AN], rm[AN], rv[AN];
     fill(p, AN, 1);
     for (int i = 0; i < AN; i++)
         rp[i] = p[i], rm[i] = rv[i] = 0, m[i] = v[i] = 0;
+    memcpy(pz, p, sizeof p), memcpy(mz, m, sizeof m), memcpy(vz, v, sizeof v);
     const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, gs = 0.5;
     double ep = 0, emv = 0;
+    int zeroed = 1, kept = 1;
     for (int t = 1; t <= 3; t++) {
-        fill(g, AN, t == 2 ? 1e-3f : 2.0f); /* a step where eps matters */
+        fill(g0, AN, t == 2 ? 1e-3f : 2.0f); /* a step where eps matters */
+        memcpy(g, g0, sizeof g);
         ts_cpu_adamw(p, m, v, g, AN, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, t,
-                     (float)gs);
+                     (float)gs, 0);
+        kept &= !memcmp(g, g0, sizeof g);
+        ts_cpu_adamw(pz, mz, vz, g, AN, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, t,
+                     (float)gs, 1);
+        for (int i = 0; i < AN; i++)
+            zeroed &= bits(g[i]) == 0;
         for (int i = 0; i < AN; i++) {
-            double gi = g[i] * gs;
+            double gi = g0[i] * gs;
             rm[i] = b1 * rm[i] + (1 - b1) * gi;
             rv[i] = b2 * rv[i] + (1 - b2) * gi * gi;
             double mh = rm[i] / (1 - pow(b1, t)), vh = rv[i] / (1 - pow(b2, t));
@@ -998,17 +1017,14 @@ static void test_adamw(void) {
     /* params are O(1) and move by lr = 1e-2 per step: float rounding ~1e-7 */
     expect(ep <= 1e-6, "params after 3 steps vs double formula (abs)", ep, 1e-6);
     expect(emv <= 1e-5, "moments after 3 steps vs double (max-relative)", emv, 1e-5);
+    expect(kept, "without zero_grad the gradient is left as it was", 0, 0);
+    expect(zeroed, "with zero_grad the gradient is left +0", 0, 0);
+    expect(!memcmp(p, pz, sizeof p) && !memcmp(m, mz, sizeof m) && !memcmp(v, vz, sizeof v),
+           "with zero_grad: the same params and moments, bit for bit", 0, 0);
 }
 
 /* --- sumsq and bf16 --------------------------------------------------------- */
 
-static uint32_t bits(float f) {
-    union {
-        float f;
-        uint32_t u;
-    } v = {f};
-    return v.u;
-}
 static float from_bits(uint32_t u) {
     union {
         uint32_t u;
@@ -1296,7 +1312,7 @@ static void test_threads(void) {
         float *mom = falloc((size_t)AN * 3 * AC * 2);
         memcpy(x[11], qkv, (size_t)AN * 3 * AC * 4);
         ts_cpu_adamw(x[11], mom, mom + (size_t)AN * 3 * AC, x[10], (size_t)AN * 3 * AC, 1e-3f, 0.9f,
-                     0.95f, 1e-8f, 0.1f, 1, 1.0f);
+                     0.95f, 1e-8f, 0.1f, 1, 1.0f, 0);
         free(mom);
     }
     const size_t len[12] = {(size_t)AN * AC,

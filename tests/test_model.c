@@ -329,6 +329,75 @@ static void test_memory_cache(void) {
            "trim returns every cached block: reserved %zu, was %zu", r3.reserved, r0.reserved);
 }
 
+/* The optimizer zeroes the gradient of its range as it reads it, and the
+ * next zero_grad skips that range: after a step on the middle third, that
+ * third reads 0 and the rest is as the backward left it; zero_grad then
+ * zeroes the rest, trusting the range (a value planted there stays), and
+ * the next backward gives the same bits as after a full zeroing. Any
+ * backward forgets the range. */
+static void test_grad_zero(void) {
+    ts_model *m = make_model(TS_F32, 3);
+    randomise(m);
+    size_t n = m->numel, b = n / 3, e = 2 * n / 3;
+    ts_optim_config oc = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f};
+    ts_optim_shard shard = {.begin = b, .end = e};
+    ts_optimizer *o = NULL;
+    EXPECT(ts_optimizer_create_shard(&oc, m, &shard, &o) == TS_OK, "%s", ts_last_error());
+    int32_t tok[16], tgt[16];
+    make_batch(2, 8, tok, tgt);
+    ts_step_ctx c = {.mb = 0, .B = 2, .T = 8, .tokens = tok, .targets = tgt, .dloss = 1.0f / 15};
+    float *g = m->grad_data, *before = malloc(n * sizeof *before), *full = malloc(n * sizeof *full);
+    ts_model_zero_grad(m);
+    EXPECT(ts_model_forward_backward(m, &c) == TS_OK, "%s", ts_last_error());
+    memcpy(before, g, n * sizeof *g);
+    size_t nonzero = 0;
+    for (size_t i = b; i < e; i++)
+        nonzero += before[i] != 0.0f;
+    EXPECT(nonzero > (e - b) / 2, "the backward wrote the range (%zu of %zu nonzero)", nonzero,
+           e - b);
+    EXPECT(ts_optimizer_step(o, m, 0, 1e-3f, 1.0f) == TS_OK, "%s", ts_last_error());
+    EXPECT(m->grad_zero_begin == b && m->grad_zero_end == e, "the step records [%zu, %zu)",
+           m->grad_zero_begin, m->grad_zero_end);
+    int range_zero = 1, rest_kept = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (i >= b && i < e)
+            range_zero &= g[i] == 0.0f;
+        else
+            rest_kept &= memcmp(&g[i], &before[i], sizeof *g) == 0;
+    }
+    EXPECT(range_zero, "the optimizer's range of the gradient is 0 after its step");
+    EXPECT(rest_kept, "outside the range the gradient is as the backward left it");
+
+    g[b] = 7.0f; /* planted: zero_grad trusts the range */
+    ts_model_zero_grad(m);
+    int rest_zero = 1;
+    for (size_t i = 0; i < n; i++)
+        rest_zero &= i == b || g[i] == 0.0f;
+    EXPECT(rest_zero, "zero_grad zeroes everything outside the range");
+    EXPECT(g[b] == 7.0f, "zero_grad skips the range the optimizer left 0");
+    EXPECT(m->grad_zero_begin == 0 && m->grad_zero_end == 0, "zero_grad forgets the range");
+    g[b] = 0.0f;
+
+    /* The next backward after the step: the same bits as after a full zeroing. */
+    EXPECT(ts_optimizer_step(o, m, 1, 1e-3f, 1.0f) == TS_OK, "%s", ts_last_error());
+    ts_model_zero_grad(m);
+    EXPECT(ts_model_forward_backward(m, &c) == TS_OK, "%s", ts_last_error());
+    memcpy(full, g, n * sizeof *g);
+    m->grad_zero_begin = m->grad_zero_end = 0;
+    ts_model_zero_grad(m);
+    EXPECT(ts_model_forward_backward(m, &c) == TS_OK, "%s", ts_last_error());
+    EXPECT(!memcmp(full, g, n * sizeof *g), "gradients after the skipped zeroing: same bits");
+
+    /* A backward without zero_grad forgets the range. */
+    m->grad_zero_begin = b, m->grad_zero_end = e;
+    EXPECT(ts_model_forward_backward(m, &c) == TS_OK, "%s", ts_last_error());
+    EXPECT(m->grad_zero_begin == 0 && m->grad_zero_end == 0, "a backward forgets the range");
+    free(before);
+    free(full);
+    ts_optimizer_destroy(o);
+    ts_model_destroy(m);
+}
+
 static void test_bf16(void) {
     ts_model *f = make_model(TS_F32, 9);
     ts_mem_counter p0 = ts_mem_stats(TS_MEM_PARAMS);
@@ -434,6 +503,8 @@ int main(int argc, char **argv) {
         test_memory();
     else if (strcmp(argv[1], "memory_cache") == 0)
         test_memory_cache();
+    else if (strcmp(argv[1], "grad_zero") == 0)
+        test_grad_zero();
     else if (strcmp(argv[1], "bf16") == 0)
         test_bf16();
     else if (strcmp(argv[1], "moe_grad") == 0)

@@ -174,11 +174,12 @@ typedef struct ts_backend {
     /* --- optimizer and reductions ------------------------------------------
      * adamw as ts_cpu_adamw, and when param_bf16 (n) is not NULL it also
      * receives the updated parameters rounded to bf16 (CUDA in the same pass:
-     * the fused AdamW of cuda_kernels.h); sumsq: *out (a HOST double) = sum of x^2 (n),
-     * accumulated in double (waits for the result). */
-    ts_status (*adamw)(float *param, float *m, float *v, uint16_t *param_bf16, const float *grad,
+     * the fused AdamW of cuda_kernels.h), and with zero_grad leaves grad 0;
+     * sumsq: *out (a HOST double) = sum of x^2 (n), accumulated in double
+     * (waits for the result). */
+    ts_status (*adamw)(float *param, float *m, float *v, uint16_t *param_bf16, float *grad,
                        size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
-                       int t, float grad_scale);
+                       int t, float grad_scale, int zero_grad);
     ts_status (*sumsq)(double *out, const float *x, size_t n);
 
     /* --- bf16: round in place; conversions (nearest, ties to even) --------- */

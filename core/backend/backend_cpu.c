@@ -237,10 +237,11 @@ static ts_status cpu_ce_shard_backward(float *dlogits, const float *logits, cons
     return TS_OK;
 }
 
-static ts_status cpu_adamw(float *param, float *m, float *v, uint16_t *param_bf16,
-                           const float *grad, size_t n, float lr, float beta1, float beta2,
-                           float eps, float weight_decay, int t, float grad_scale) {
-    ts_cpu_adamw(param, m, v, grad, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
+static ts_status cpu_adamw(float *param, float *m, float *v, uint16_t *param_bf16, float *grad,
+                           size_t n, float lr, float beta1, float beta2, float eps,
+                           float weight_decay, int t, float grad_scale, int zero_grad) {
+    ts_cpu_adamw(param, m, v, grad, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale,
+                 zero_grad);
     if (param_bf16) ts_cpu_f32_to_bf16(param_bf16, param, n);
     return TS_OK;
 }

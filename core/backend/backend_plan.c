@@ -313,10 +313,11 @@ static ts_status plan_ce_backward(float *d, const float *l, const float *lse, co
     (void)d, (void)l, (void)lse, (void)t, (void)dl, (void)v0, (void)N, (void)V, (void)Vp;
     return TS_OK;
 }
-static ts_status plan_adamw(float *p, float *m, float *v, uint16_t *pb, const float *g, size_t n,
-                            float lr, float b1, float b2, float eps, float wd, int t, float gs) {
+static ts_status plan_adamw(float *p, float *m, float *v, uint16_t *pb, float *g, size_t n,
+                            float lr, float b1, float b2, float eps, float wd, int t, float gs,
+                            int zg) {
     (void)p, (void)m, (void)v, (void)pb, (void)g, (void)n, (void)lr, (void)b1, (void)b2, (void)eps,
-        (void)wd, (void)t, (void)gs;
+        (void)wd, (void)t, (void)gs, (void)zg;
     return TS_OK;
 }
 static ts_status plan_sumsq(double *out, const float *x, size_t n) {

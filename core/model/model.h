@@ -189,6 +189,10 @@ struct ts_model {
     size_t global_numel; /* elements in all parameters, unsharded      */
     void *param_data;    /* numel elements of dtype (device memory)       */
     float *grad_data;    /* numel f32 (device memory)                     */
+    /* [grad_zero_begin, grad_zero_end) of grad_data is known to be 0: the
+     * optimizer's range, which it zeroed as it read it; the next
+     * ts_model_zero_grad skips it. Any backward clears it. */
+    size_t grad_zero_begin, grad_zero_end;
 
     /* The axes that cut something (copied from the shard), and the
      * placement of the hidden state passed between modules on each. */

@@ -557,7 +557,12 @@ ts_param *ts_model_param(ts_model *m, const char *name) {
 }
 
 ts_status ts_model_zero_grad(ts_model *m) {
-    return m->be->zero(m->grad_data, m->numel * sizeof(float));
+    size_t b = m->grad_zero_begin, e = m->grad_zero_end < m->numel ? m->grad_zero_end : m->numel;
+    m->grad_zero_begin = m->grad_zero_end = 0;
+    if (b >= e) return m->be->zero(m->grad_data, m->numel * sizeof(float));
+    if (b > 0) TS_TRY(m->be->zero(m->grad_data, b * sizeof(float)));
+    if (e < m->numel) TS_TRY(m->be->zero(m->grad_data + e, (m->numel - e) * sizeof(float)));
+    return TS_OK;
 }
 
 float *ts_model_param_f32(ts_model *m) {
@@ -681,6 +686,7 @@ ts_status ts_model_forward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const
 
 ts_status ts_model_backward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const ts_tensor *dy,
                                   ts_tensor *dx) {
+    m->grad_zero_begin = m->grad_zero_end = 0; /* gradients are written from here */
     int64_t shape[3];
     ts_model_hidden_shape(m, ctx->B, ctx->T, shape);
     size_t n = (size_t)(shape[0] * shape[1] * shape[2]);

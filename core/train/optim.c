@@ -96,7 +96,11 @@ ts_status ts_optimizer_step(ts_optimizer *o, ts_model *model, int64_t step, floa
     int bf = model->dtype == TS_BF16, off = o->shard.offload;
     /* Offloaded: the range's gradient comes down, the update runs on the
      * host, the range's parameters go up. */
-    const float *grad = model->grad_data;
+    float *grad = model->grad_data;
+    /* The gradient read where the backward accumulates is zeroed in the same
+     * pass, and the next zero_grad skips the range (not the host copy). */
+    int zero = !off;
+    model->grad_zero_begin = model->grad_zero_end = 0;
     if (off) {
         TS_TRY(o->be->to_host(o->grad_host, model->grad_data + b, (e - b) * sizeof(float)));
         grad = o->grad_host - b;
@@ -112,7 +116,7 @@ ts_status ts_optimizer_step(ts_optimizer *o, ts_model *model, int64_t step, floa
         TS_TRY(o->state_be->adamw(o->master + (lo - b), o->m + (lo - b), o->v + (lo - b),
                                   bf16 ? bf16 + lo : NULL, grad + lo, hi - lo, lr, c->beta1,
                                   c->beta2, c->eps, p->decay ? c->weight_decay : 0.0f,
-                                  (int)(step + 1), grad_scale));
+                                  (int)(step + 1), grad_scale, zero));
     }
     if (off && bf)
         TS_TRY(o->be->from_host((uint16_t *)model->param_data + b, o->bf16_host,
@@ -122,5 +126,6 @@ ts_status ts_optimizer_step(ts_optimizer *o, ts_model *model, int64_t step, floa
             o->be->from_host((float *)model->param_data + b, o->master, (e - b) * sizeof(float)));
     if (o->shard.after_step)
         TS_TRY(o->shard.after_step(o->shard.user, model->param_data, model->dtype, model->numel));
+    if (zero) model->grad_zero_begin = b, model->grad_zero_end = e;
     return TS_OK;
 }

@@ -86,8 +86,10 @@ float ts_grad_clip_scale(const ts_optim_config *cfg, double grad_norm);
 /* One AdamW update of every parameter element of the range with the
  * gradients scaled by grad_scale; `step` is 0-based (bias correction uses
  * step + 1). In bf16 mode the bf16 parameters are refreshed from the master
- * weights. Then the shard's after_step, if any. Fails on a device error or
- * after_step's failure. */
+ * weights. Then the shard's after_step, if any. The range's gradients are
+ * left 0 (read and zeroed in one pass; the model's next zero_grad skips
+ * them), except when offloaded, where the update reads a host copy. Fails on
+ * a device error or after_step's failure. */
 ts_status ts_optimizer_step(ts_optimizer *opt, ts_model *model, int64_t step, float lr,
                             float grad_scale);
 

@@ -237,7 +237,10 @@ typedef enum ts_plugin_hook_kind {
     TS_HOOK_AFTER_BACKWARD = 2,   /* after each micro-batch's backward       */
     TS_HOOK_BEFORE_OPTIMIZER = 3, /* all gradients ready, before clipping and
                                      the optimizer step (finish reductions)  */
-    TS_HOOK_AFTER_OPTIMIZER = 4,  /* after the step (gather sharded params)  */
+    TS_HOOK_AFTER_OPTIMIZER = 4,  /* after the step (gather sharded params);
+                                     the gradient of the optimizer's range
+                                     now reads 0: it zeroes each element as
+                                     it reads it, for the next step          */
     TS_HOOK_COUNT = 5,
 } ts_plugin_hook_kind;
 

@@ -217,9 +217,11 @@ void ts_cpu_moe_rows_sum_backward(float *drows, float *dw, const float *dout, co
  *   m = beta1 m + (1-beta1) g;  v = beta2 v + (1-beta2) g^2
  *   mhat = m / (1 - beta1^t);   vhat = v / (1 - beta2^t)
  *   param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param)
- * t is the 1-based step count. */
-void ts_cpu_adamw(float *param, float *m, float *v, const float *grad, size_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale);
+ * t is the 1-based step count. With zero_grad, grad[i] is left 0 once read
+ * (the next step's gradients start from it without a zeroing pass). */
+void ts_cpu_adamw(float *param, float *m, float *v, float *grad, size_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int t, float grad_scale,
+                  int zero_grad);
 
 /* --- reductions and conversions -------------------------------------------- */
 /* Sum of squares, accumulated in double, deterministic for a thread count. */

@@ -267,10 +267,11 @@ ts_status ts_cuda_ce_shard_backward(float *dlogits, const float *logits, const f
  * t is the 1-based step, bias corrections are computed in double on the host
  * as on the CPU. When param_bf16 (n) is not NULL it receives the updated
  * parameters rounded to bf16 (nearest, ties to even: ts_f32_to_bf16), the
- * compute copy for the bf16 GEMMs, in the same pass. */
-ts_status ts_cuda_adamw(float *param, float *m, float *v, uint16_t *param_bf16, const float *grad,
+ * compute copy for the bf16 GEMMs, in the same pass; with zero_grad, grad is
+ * left 0 (as on the CPU). */
+ts_status ts_cuda_adamw(float *param, float *m, float *v, uint16_t *param_bf16, float *grad,
                         size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
-                        int t, float grad_scale);
+                        int t, float grad_scale, int zero_grad);
 
 /* --- reductions and conversions (reduce.cu) ------------------------------------
  * sumsq: *out (one double, DEVICE memory, written =) = sum of x[i]^2 (n),

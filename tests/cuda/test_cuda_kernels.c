@@ -716,8 +716,8 @@ static void test_adamw(void) {
     float *d_p = dev_f(p, n), *d_m = dev_f(m, n), *d_v = dev_f(v, n), *d_g = dev_f(g, n);
     uint16_t *d_pb = dev_alloc(n * 2);
     poison(d_pb, n * 2);
-    ts_cpu_adamw(p, m, v, g, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.7f);
-    CALL(ts_cuda_adamw(d_p, d_m, d_v, d_pb, d_g, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.7f));
+    ts_cpu_adamw(p, m, v, g, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.7f, 0);
+    CALL(ts_cuda_adamw(d_p, d_m, d_v, d_pb, d_g, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.7f, 0));
     check("param", d_p, p, n, TOL_F32);
     check("m", d_m, m, n, TOL_F32);
     check("v", d_v, v, n, TOL_F32);
@@ -726,10 +726,13 @@ static void test_adamw(void) {
     uint16_t *pb = malloc(n * 2);
     ts_cpu_f32_to_bf16(pb, gp, n);
     check_bits("param_bf16 == bf16(param)", d_pb, pb, n * 2);
-    /* and without the copy-out */
-    CALL(ts_cuda_adamw(d_p, d_m, d_v, NULL, d_g, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, t + 1, 1.0f));
-    ts_cpu_adamw(p, m, v, g, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, t + 1, 1.0f);
+    check_bits("grad untouched without zero_grad", d_g, g, n * sizeof(float));
+    /* and without the copy-out, zeroing the gradient as it reads it */
+    CALL(ts_cuda_adamw(d_p, d_m, d_v, NULL, d_g, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, t + 1, 1.0f, 1));
+    ts_cpu_adamw(p, m, v, g, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, t + 1, 1.0f, 1);
     check("param, second step, no copy-out", d_p, p, n, TOL_F32);
+    check("m, second step", d_m, m, n, TOL_F32);
+    check_bits("grad left 0 with zero_grad", d_g, g, n * sizeof(float));
 
     cudaFree(d_p), cudaFree(d_m), cudaFree(d_v), cudaFree(d_g), cudaFree(d_pb);
     free(p), free(m), free(v), free(g), free(gp), free(pb);
