@@ -865,12 +865,17 @@ static void test_crossentropy(void) {
            0);
 }
 
+/* A float's bits, and the float of some bits. */
 static uint32_t bits(float f) {
-    union {
-        float f;
-        uint32_t u;
-    } v = {f};
-    return v.u;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
 }
 
 /* --- adamw ----------------------------------------------------------------- */
@@ -1024,14 +1029,6 @@ static void test_adamw(void) {
 }
 
 /* --- sumsq and bf16 --------------------------------------------------------- */
-
-static float from_bits(uint32_t u) {
-    union {
-        uint32_t u;
-        float f;
-    } v = {u};
-    return v.f;
-}
 
 static void test_reduce(void) {
     enum { SN = 100003 };
