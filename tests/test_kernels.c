@@ -60,6 +60,19 @@ static float *falloc(size_t n) {
     return p;
 }
 
+/* A float's bits, and the float of some bits. */
+static uint32_t bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 static int failures;
 
 static void expect(int ok, const char *what, double got, double limit) {
@@ -865,21 +878,6 @@ static void test_crossentropy(void) {
            0);
 }
 
-/* A float's bits, and the float of some bits. */
-static uint32_t bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float from_bits(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/* --- adamw ----------------------------------------------------------------- */
-
 /* Vocabulary-parallel cross-entropy: the logits of N rows over Vp = 24
  * padded columns (V = 19 real) cut into 3 shards of 8, reduced by hand as the
  * model reduces them across tp (MAX, then SUM), give the losses and, shard by
@@ -979,6 +977,8 @@ static void test_embedding_shards(void) {
     free(dwpe);
     free(dwpe_ref);
 }
+
+/* --- adamw ----------------------------------------------------------------- */
 
 /* The update against the formula in double; and, run beside it on a copy,
  * the update that zeroes the gradient as it reads it: the same bits, and the
