@@ -18,6 +18,14 @@ foreach(script train_loss_falls bf16_close resume_sigkill llmc_roundtrip safeten
     ENVIRONMENT "${TESSERA_TEST_ENV}")
 endforeach()
 
+# Activation recomputation on one rank: selective and full give the same
+# bits as none (f32, bf16), and the memory ledger of both against the plan.
+set(recompute ${PROJECT_SOURCE_DIR}/tests/cli/recompute.sh)
+tessera_script_tests(core
+  "cli_recompute_same_bits|${recompute}|1 16 fp32 1e-5 layers=4 recompute=selective,full,full/uniform/2,full/block/1"
+  "cli_recompute_same_bits_bf16|${recompute}|1 16 bf16 1e-3 layers=4 recompute=selective,full,full/uniform/3"
+  "cli_recompute_memory|${PROJECT_SOURCE_DIR}/tests/cli/recompute_memory.sh|")
+
 # tessera plan against Megatron-LM's rank groups (needs the test plugins).
 add_test(NAME cli_plan_groups
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/plan_groups.sh $<TARGET_FILE:tessera_cli>

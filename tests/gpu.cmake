@@ -34,6 +34,7 @@ endif()
 set(tessera_gpu_test_core
   ${PROJECT_SOURCE_DIR}/core/comm/comm.c
   ${PROJECT_SOURCE_DIR}/core/comm/comm_request.c
+  ${PROJECT_SOURCE_DIR}/core/base/phase.c
   ${PROJECT_SOURCE_DIR}/core/comm/comm_self.c
   ${PROJECT_SOURCE_DIR}/core/comm/comm_mpi.c
   ${PROJECT_SOURCE_DIR}/core/base/status.c

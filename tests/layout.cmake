@@ -14,6 +14,7 @@ add_executable(test_layout
   ${PROJECT_SOURCE_DIR}/core/parallel/layout.c
   ${PROJECT_SOURCE_DIR}/core/comm/comm.c
   ${PROJECT_SOURCE_DIR}/core/comm/comm_request.c
+  ${PROJECT_SOURCE_DIR}/core/base/phase.c
   ${PROJECT_SOURCE_DIR}/core/comm/comm_self.c
   ${PROJECT_SOURCE_DIR}/core/comm/comm_mpi.c
   ${PROJECT_SOURCE_DIR}/core/base/status.c

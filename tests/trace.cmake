@@ -15,6 +15,7 @@ add_executable(test_trace
   ${PROJECT_SOURCE_DIR}/core/base/file.c
   ${PROJECT_SOURCE_DIR}/core/comm/comm.c
   ${PROJECT_SOURCE_DIR}/core/comm/comm_request.c
+  ${PROJECT_SOURCE_DIR}/core/base/phase.c
   ${PROJECT_SOURCE_DIR}/core/comm/comm_self.c
   ${PROJECT_SOURCE_DIR}/core/comm/comm_mpi.c
   ${PROJECT_SOURCE_DIR}/core/base/status.c

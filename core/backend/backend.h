@@ -21,7 +21,8 @@
  * backward kernel accumulates += except the cross-entropy backward, which
  * writes =). Operations are stream-ordered on the device: to_host returns
  * when the data has arrived; everything else may return as soon as it is
- * enqueued. Every slot is required (no optional entries).
+ * enqueued. Every slot is required, but those said to be optional (appended
+ * since ABI 1.2), whose NULL the core replaces as each says.
  *
  * Attention is the one op whose saved state differs between backends: the
  * CPU saves the probabilities att (B, NH, T, T) and its backward needs a
@@ -238,6 +239,23 @@ typedef struct ts_backend {
      * with NaN when the environment sets TESSERA_POISON_UNINIT=1, so that a
      * read before the write shows in the loss (cli_poison_uninit_same_bits). */
     void *(*alloc_uninit)(ts_mem_category cat, size_t bytes);
+
+    /* --- since ABI 1.3: selective activation recomputation -----------------
+     * Optional, all three or none (NULL: the model runs attention_forward
+     * with `saved` in its workspace, and again in the backward before
+     * attention_backward). For f32 and bf16 runs alike:
+     * attention_forward_unsaved     out (=) as attention_forward makes it
+     *                               (the same bits), keeping nothing;
+     * attention_backward_recompute  dqkv += as attention_backward, without
+     *                               `saved` or `out`: it makes again from
+     *                               qkv what of the forward it needs, as the
+     *                               forward made it;
+     * both in a `scratch` of attention_recompute_floats (B, NH, T) floats. */
+    size_t (*attention_recompute_floats)(int B, int NH, int T);
+    ts_status (*attention_forward_unsaved)(float *out, float *scratch, const float *qkv, int B,
+                                           int T, int C, int NH);
+    ts_status (*attention_backward_recompute)(float *dqkv, float *scratch, const float *dout,
+                                              const float *qkv, int B, int T, int C, int NH);
 } ts_backend;
 
 /* The CPU backend: always available, never fails. */

@@ -71,9 +71,10 @@ extern "C" {
 
 /* 1.1 appended the block attention slots (attention_block_*) to ts_backend;
  * a 1.0 backend's table is then too small and refused by its table_size.
- * 1.2 appended alloc_uninit (optional). */
+ * 1.2 appended alloc_uninit (optional), 1.3 attention_recompute_floats,
+ * attention_forward_unsaved and attention_backward_recompute (optional). */
 #define TS_BACKEND_ABI_MAJOR 1
-#define TS_BACKEND_ABI_MINOR 2
+#define TS_BACKEND_ABI_MINOR 3
 #define TS_BACKEND_ABI_MAKE(major, minor)                                                          \
     ((uint32_t)(((uint32_t)(major) << 16) | ((uint32_t)(minor)&0xffffu)))
 #define TS_BACKEND_ABI_VERSION TS_BACKEND_ABI_MAKE(TS_BACKEND_ABI_MAJOR, TS_BACKEND_ABI_MINOR)

@@ -193,6 +193,20 @@ static ts_status cpu_attention_backward(float *dqkv, float *scratch, const float
     return TS_OK;
 }
 
+static size_t cpu_attention_recompute_floats(int B, int NH, int T) {
+    return ts_cpu_attention_recompute_floats(B, NH, T);
+}
+static ts_status cpu_attention_forward_unsaved(float *out, float *scratch, const float *qkv, int B,
+                                               int T, int C, int NH) {
+    ts_cpu_attention_forward_unsaved(out, scratch, qkv, B, T, C, NH);
+    return TS_OK;
+}
+static ts_status cpu_attention_backward_recompute(float *dqkv, float *scratch, const float *dout,
+                                                  const float *qkv, int B, int T, int C, int NH) {
+    ts_cpu_attention_backward_recompute(dqkv, scratch, dout, qkv, B, T, C, NH);
+    return TS_OK;
+}
+
 static ts_status cpu_attention_block_forward(float *out, float *lse, const float *q, const float *k,
                                              const float *v, int B, int Tq, int Tk, int C, int NH,
                                              int qs, int kvs, int os, int64_t offset) {
@@ -290,6 +304,9 @@ static const ts_backend cpu_backend = {
     .name = "cpu",
     .alloc = cpu_alloc,
     .alloc_uninit = cpu_alloc_uninit,
+    .attention_recompute_floats = cpu_attention_recompute_floats,
+    .attention_forward_unsaved = cpu_attention_forward_unsaved,
+    .attention_backward_recompute = cpu_attention_backward_recompute,
     .free = cpu_free,
     .zero = cpu_zero,
     .copy = cpu_copy,

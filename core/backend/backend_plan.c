@@ -3,6 +3,7 @@
  * memory and kernels that run nothing.
  */
 #include "backend_plan.h"
+#include "phase.h" /* ts_phase_recomputing: recomputed FLOPs apart */
 
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,28 @@ int ts_backend_plan_peak_items(const char **tags, size_t *bytes, int max) {
         bytes[k] = plan_tag_at_peak[i];
     }
     return n;
+}
+
+/* FLOPs of the GEMMs and attention products the dry run was asked for, 2 per
+ * multiply-add: forward, backward, and forwards recomputed inside a
+ * backward (phase.h). */
+static double plan_flops_fwd, plan_flops_bwd, plan_flops_re;
+
+static void plan_forward_flops(double f) {
+    if (ts_phase_recomputing())
+        plan_flops_re += f;
+    else
+        plan_flops_fwd += f;
+}
+
+void ts_backend_plan_flops(double *forward, double *backward, double *recomputed) {
+    *forward = plan_flops_fwd;
+    *backward = plan_flops_bwd;
+    *recomputed = plan_flops_re;
+}
+
+void ts_backend_plan_reset_flops(void) {
+    plan_flops_fwd = plan_flops_bwd = plan_flops_re = 0.0;
 }
 
 static char *plan_base;
@@ -195,24 +218,26 @@ static ts_status plan_to_host(void *host, const void *src, size_t n) {
 }
 static ts_status plan_matmul_forward(float *o, const float *i, const float *w, const float *b,
                                      int N, int C, int OC) {
-    (void)o, (void)i, (void)w, (void)b, (void)N, (void)C, (void)OC;
+    (void)o, (void)i, (void)w, (void)b;
+    plan_forward_flops(2.0 * N * C * OC);
     return TS_OK;
 }
 static ts_status plan_matmul_backward(float *di, float *dw, float *db, const float *d,
                                       const float *i, const float *w, int N, int C, int OC) {
-    (void)di, (void)dw, (void)db, (void)d, (void)i, (void)w, (void)N, (void)C, (void)OC;
+    (void)di, (void)dw, (void)db, (void)d, (void)i, (void)w;
+    plan_flops_bwd += 4.0 * N * C * OC;
     return TS_OK;
 }
 static ts_status plan_matmul_forward_bf16(float *o, void *wk, const float *i, const uint16_t *w,
                                           const float *b, int N, int C, int OC) {
-    (void)o, (void)wk, (void)i, (void)w, (void)b, (void)N, (void)C, (void)OC;
-    return TS_OK;
+    (void)wk, (void)w;
+    return plan_matmul_forward(o, i, NULL, b, N, C, OC);
 }
 static ts_status plan_matmul_backward_bf16(float *di, float *dw, float *db, void *wk,
                                            const float *d, const float *i, const uint16_t *w, int N,
                                            int C, int OC) {
-    (void)di, (void)dw, (void)db, (void)wk, (void)d, (void)i, (void)w, (void)N, (void)C, (void)OC;
-    return TS_OK;
+    (void)wk, (void)w;
+    return plan_matmul_backward(di, dw, db, d, i, NULL, N, C, OC);
 }
 static ts_status plan_embedding_forward(float *o, const int32_t *t, const float *w, int v0, int V,
                                         int N, int C) {
@@ -262,22 +287,38 @@ static ts_status plan_bias(float *o, const float *b, int N, int C) {
     (void)o, (void)b, (void)N, (void)C;
     return TS_OK;
 }
+/* Attention counts the whole T x T square of both products (QK^T and AV),
+ * as the architectures' FLOP counts do (gpt2.c). */
 static ts_status plan_attention_forward(float *o, float *s, const float *q, int B, int T, int C,
                                         int NH) {
-    (void)o, (void)s, (void)q, (void)B, (void)T, (void)C, (void)NH;
+    (void)o, (void)s, (void)q, (void)NH;
+    plan_forward_flops(4.0 * B * T * T * C);
     return TS_OK;
 }
 static ts_status plan_attention_backward(float *dq, float *s, const float *d, const float *q,
                                          const float *o, const float *sv, int B, int T, int C,
                                          int NH) {
-    (void)dq, (void)s, (void)d, (void)q, (void)o, (void)sv, (void)B, (void)T, (void)C, (void)NH;
+    (void)dq, (void)s, (void)d, (void)q, (void)o, (void)sv, (void)NH;
+    plan_flops_bwd += 8.0 * B * T * T * C;
+    return TS_OK;
+}
+static ts_status plan_attention_forward_unsaved(float *o, float *s, const float *q, int B, int T,
+                                                int C, int NH) {
+    return plan_attention_forward(o, s, q, B, T, C, NH);
+}
+/* The scores made again (QK^T alone), then the backward. */
+static ts_status plan_attention_backward_recompute(float *dq, float *s, const float *d,
+                                                   const float *q, int B, int T, int C, int NH) {
+    (void)dq, (void)s, (void)d, (void)q, (void)NH;
+    plan_flops_re += 2.0 * B * T * T * C;
+    plan_flops_bwd += 8.0 * B * T * T * C;
     return TS_OK;
 }
 static ts_status plan_attention_block_forward(float *o, float *l, const float *q, const float *k,
                                               const float *v, int B, int Tq, int Tk, int C, int NH,
                                               int qs, int kvs, int os, int64_t off) {
-    (void)o, (void)l, (void)q, (void)k, (void)v, (void)B, (void)Tq, (void)Tk, (void)C, (void)NH,
-        (void)qs, (void)kvs, (void)os, (void)off;
+    (void)o, (void)l, (void)q, (void)k, (void)v, (void)NH, (void)qs, (void)kvs, (void)os, (void)off;
+    plan_forward_flops(4.0 * B * Tq * Tk * C);
     return TS_OK;
 }
 static ts_status plan_attention_block_merge(float *o, float *l, const float *o2, const float *l2,
@@ -290,8 +331,9 @@ static ts_status plan_attention_block_backward(float *dq, float *dk, float *dv, 
                                                const float *d, const float *l, int B, int Tq,
                                                int Tk, int C, int NH, int qs, int kvs, int os,
                                                int64_t off) {
-    (void)dq, (void)dk, (void)dv, (void)q, (void)k, (void)v, (void)o, (void)d, (void)l, (void)B,
-        (void)Tq, (void)Tk, (void)C, (void)NH, (void)qs, (void)kvs, (void)os, (void)off;
+    (void)dq, (void)dk, (void)dv, (void)q, (void)k, (void)v, (void)o, (void)d, (void)l, (void)NH,
+        (void)qs, (void)kvs, (void)os, (void)off;
+    plan_flops_bwd += 8.0 * B * Tq * Tk * C;
     return TS_OK;
 }
 static ts_status plan_ce_max(float *r, const float *l, int N, int V, int Vp) {
@@ -404,6 +446,11 @@ ts_status ts_backend_plan(const ts_backend *target, const ts_backend **out) {
         .copy_2d = plan_copy_2d,
         .moe_rows_sum = plan_moe_rows_sum,
         .moe_rows_sum_backward = plan_moe_rows_sum_backward,
+        .attention_recompute_floats = target->attention_recompute_floats,
+        .attention_forward_unsaved =
+            target->attention_forward_unsaved ? plan_attention_forward_unsaved : NULL,
+        .attention_backward_recompute =
+            target->attention_backward_recompute ? plan_attention_backward_recompute : NULL,
     };
     *out = &plan_table;
     return TS_OK;

@@ -10,6 +10,9 @@
  * garbage; blocks of a freed size are reused. Counters per category follow
  * the accounted allocator's rules (allocated bytes, their peak).
  *
+ * FLOPs: each GEMM and attention kernel adds what it would compute, apart
+ * for forwards, backwards and recomputed forwards (phase.h).
+ *
  * What it does not do: compute anything, or touch host memory except in
  * to_host (which writes zeros).
  */
@@ -36,6 +39,13 @@ void ts_backend_plan_reset_peak(void);
 /* The activations at their peak by what they hold (ts_backend_tag): up to
  * `max` tags and their bytes, largest first; returns how many. */
 int ts_backend_plan_peak_items(const char **tags, size_t *bytes, int max);
+
+/* The FLOPs of the GEMMs and attention products the dry run was asked for
+ * since the last reset (2 per multiply-add; attention counts the whole
+ * T x T square, as ts_arch.flops): forwards, backwards, and forwards
+ * recomputed inside a backward (activation recomputation). */
+void ts_backend_plan_flops(double *forward, double *backward, double *recomputed);
+void ts_backend_plan_reset_flops(void);
 
 /* 1 when p lies in the dry run's region (a block of its memory). */
 int ts_backend_plan_owns(const void *p);

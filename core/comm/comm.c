@@ -9,6 +9,7 @@
  * one rank in comm_self.c; requests and waits are comm_request.c's.
  */
 #include "comm_impl.h"
+#include "comm_plan.h" /* ts_comm_counter_recompute */
 
 #include <stdio.h>  /* snprintf, fflush */
 #include <stdlib.h> /* calloc, free, qsort, _Exit */
@@ -576,7 +577,15 @@ ts_comm_op_counter ts_comm_counter(const ts_comm *comm, ts_comm_op op) {
 }
 
 void ts_comm_counters_reset(ts_comm *comm) {
-    if (comm) memset(comm->counters, 0, sizeof comm->counters);
+    if (!comm) return;
+    memset(comm->counters, 0, sizeof comm->counters);
+    memset(comm->recomputed, 0, sizeof comm->recomputed);
+}
+
+ts_comm_op_counter ts_comm_counter_recompute(const ts_comm *comm, ts_comm_op op) {
+    ts_comm_op_counter zero = {0, 0, 0.0};
+    if (!comm || (int)op < 0 || op >= TS_COMM_NOPS) return zero;
+    return comm->recomputed[op];
 }
 
 ts_status ts_comm_counters_json(const ts_comm *comm, char *buf, size_t cap, size_t *len) {

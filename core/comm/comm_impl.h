@@ -31,6 +31,9 @@ struct ts_comm {
     uint64_t seq_coll; /* collectives started, split exchanges included */
     uint64_t seq_p2p;  /* sends and recvs started */
     ts_comm_op_counter counters[TS_COMM_NOPS];
+    /* The part of `counters` started while a forward ran again inside a
+     * backward (phase.h: activation recomputation). */
+    ts_comm_op_counter recomputed[TS_COMM_NOPS];
 };
 
 /* An internal kind for the split's exchange: recorded, never counted. */

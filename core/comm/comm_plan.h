@@ -20,6 +20,12 @@ extern "C" {
 
 ts_status ts_comm_plan_create(const char *name, int rank, int size, ts_comm **out);
 
+/* The part of ts_comm_counter(comm, op) started while a forward ran again
+ * inside a backward (activation recomputation, phase.h), on any
+ * communicator: what recomputation adds to a step's traffic. Seconds are
+ * not kept apart (0). */
+ts_comm_op_counter ts_comm_counter_recompute(const ts_comm *comm, ts_comm_op op);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,6 +8,7 @@
  * cannot be timed out).
  */
 #include "comm_impl.h"
+#include "phase.h" /* ts_phase_recomputing: counted apart */
 
 #include <sched.h>  /* sched_yield */
 #include <stdio.h>  /* snprintf, fprintf */
@@ -136,6 +137,10 @@ ts_status comm_request_started(ts_comm_request *r, ts_status st, double t0, uint
     if (r->kind < TS_COMM_NOPS) {
         r->comm->counters[r->kind].calls++;
         r->comm->counters[r->kind].bytes += bytes;
+        if (ts_phase_recomputing()) {
+            r->comm->recomputed[r->kind].calls++;
+            r->comm->recomputed[r->kind].bytes += bytes;
+        }
     }
     *req = r;
     return TS_OK;

@@ -372,6 +372,15 @@ static const ts_key_spec cfg_core_keys[] = {
     {"train", "resume", TS_KEY_ENUM, "no", 1, 0, "no|auto",
      "auto = resume from the latest checkpoint"},
     {"train", "log_every", TS_KEY_INT, "1", 1, CFG_INT_MAX, NULL, "steps between progress lines"},
+    {"train", "recompute", TS_KEY_ENUM, "none", 1, 0, "none|selective|full",
+     "activation recomputation: selective recomputes each block's attention core in its "
+     "backward, full keeps only each block's input and runs its forward again"},
+    {"train", "recompute_layers", TS_KEY_INT, "0", 0, 1024, NULL,
+     "uniform: blocks per recomputed group (0 = 1); block: blocks recomputed per pipeline "
+     "chunk (0 = all)"},
+    {"train", "recompute_method", TS_KEY_ENUM, "uniform", 1, 0, "uniform|block",
+     "uniform: every block, full recomputation in groups of recompute_layers; block: only the "
+     "first recompute_layers blocks of each chunk (Megatron-LM's methods)"},
     {"train", "max_skipped_steps", TS_KEY_INT, "3", 1, 1e6, NULL,
      "steps in a row whose loss or gradient norm is not finite (each skipped, not applied) "
      "before the run stops"},

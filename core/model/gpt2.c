@@ -25,6 +25,7 @@
 
 #include "arch.h"
 #include "layers.h"
+#include "phase.h" /* ts_phase_recompute: a selective backward's recomputed core */
 
 /* The placement of the hidden state between modules. */
 static ts_place hidden_place(const ts_model *m) {
@@ -133,7 +134,8 @@ static ts_status embedding_backward(ts_module *mod, ts_step_ctx *ctx, const ts_t
     return TS_OK;
 }
 
-static const ts_module_ops embedding_ops = {"embedding", embedding_forward, embedding_backward};
+static const ts_module_ops embedding_ops = {
+    .kind = "embedding", .forward = embedding_forward, .backward = embedding_backward};
 
 /* ---------------------------------------------------------------------------
  * Transformer block (pre-LN). Parameters, in order: ln1.weight, ln1.bias,
@@ -205,7 +207,12 @@ static int seq_axis(const ts_model *m) {
  * Rows: Nl of the hidden state, N of the products (more when the hidden
  * state is cut along the sequence); the inputs of the products are saved as
  * the hidden state's rows and redistributed again in backward (Megatron-LM's
- * choice: it is what makes cutting the sequence save memory). */
+ * choice: it is what makes cutting the sequence save memory). With
+ * selective recomputation the attention core's state (att: the
+ * probabilities, or what the backend keeps instead) is not saved: it lives
+ * in the workspace while the forward, or the backward that makes it again,
+ * needs it; the core's output atty stays saved (the projection's input),
+ * as in Megatron-LM. */
 typedef struct block_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* (Nl, C), (Nl), (Nl)           */
     float *qkv;                       /* (N, 3Cl)                       */
@@ -221,7 +228,7 @@ typedef struct block_acts {
 } block_acts;
 
 static size_t block_carve(block_acts *a, float *base, const block_shape *s, size_t att_floats,
-                          size_t *keep) {
+                          int selective, size_t *keep) {
     size_t N = s->N, Nl = s->Nl, C = (size_t)s->C, Cl = (size_t)s->Cl, off = 0;
 #define CARVE(field, count)                                                                        \
     do {                                                                                           \
@@ -233,7 +240,7 @@ static size_t block_carve(block_acts *a, float *base, const block_shape *s, size
     CARVE(ln1_rstd, Nl);
     CARVE(ln2_mean, Nl);
     CARVE(ln2_rstd, Nl);
-    CARVE(att, att_floats);
+    if (!selective) CARVE(att, att_floats);
     if (keep) *keep = off;
     /* then the bf16 values of bf16 mode */
     CARVE(ln1, Nl * C);
@@ -283,6 +290,56 @@ static ts_status provider_call(ts_module *mod, int a, ts_plugin_attention_args *
     return TS_OK;
 }
 
+/* The attention core: atty (N, Cl) and its saved state from the block's
+ * qkv, by the backend over whole sequences or by the provider of the axis
+ * `sa` cutting them. Run by the forward, and again by a selective backward
+ * without the backend's fused one: the same kernel on the same q, k, v
+ * gives the same bits. `unsaved` (selective, a backend with the fused
+ * backward): its forward that keeps nothing, in the scratch a->att. */
+static ts_status block_attention(ts_module *mod, ts_step_ctx *ctx, const block_shape *s, int sa,
+                                 int unsaved, block_acts *a) {
+    ts_model *m = mod->model;
+    int B = ctx->B, T = ctx->T;
+    if (sa >= 0) { /* a plugin's attention across the ranks cutting the sequence */
+        ts_plugin_attention_args args;
+        TS_TRY(provider_args(mod, ctx, s, sa, &args));
+        args.qkv = a->qkv;
+        args.out = a->atty;
+        TS_TRY(provider_call(mod, sa, &args, 0));
+    } else if (unsaved) {
+        TS_TRY(m->be->attention_forward_unsaved(a->atty, a->att, a->qkv, B, T, s->Cl, s->NHl));
+    } else {
+        TS_TRY((m->dtype == TS_BF16 ? m->be->attention_forward_bf16 : m->be->attention_forward)(
+            a->atty, a->att, a->qkv, B, T, s->Cl, s->NHl));
+    }
+    return ts_layer_round(m, a->atty, s->N * (size_t)s->Cl);
+}
+
+/* Selective, on a backend whose attention can keep nothing and make it all
+ * again inside its backward (attention_backward_recompute); else the
+ * attention's forward runs again before its backward. A provider's
+ * attention over a cut sequence always runs its forward again. */
+static int block_fused(const ts_module *mod, int sa) {
+    const ts_backend *be = mod->model->be;
+    return mod->recompute == TS_RECOMPUTE_SELECTIVE && sa < 0 && be->attention_forward_unsaved &&
+           be->attention_backward_recompute;
+}
+
+/* Frees the provider's state of micro-batch mb (a selective forward's, or
+ * one a forward-only pass left). */
+static void provider_release(ts_module *mod, int mb) {
+    ts_model *m = mod->model;
+    int sa = seq_axis(m);
+    if (sa < 0 || mb >= mod->saved.cap || !mod->saved.slot[mb].provider) return;
+    const ts_model_axis *ax = &m->axes[sa];
+    ts_plugin_attention_args args = {.struct_size = sizeof args,
+                                     .micro_batch = mb,
+                                     .saved = ts_module_provider_state(mod, mb),
+                                     .comm = ax->comm};
+    if (ax->attention->release)
+        ax->attention->release(ax->attention_ctx, &args, ax->attention_user);
+}
+
 static ts_status block_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor *x, ts_tensor *y) {
     ts_model *m = mod->model;
     const ts_backend *be = m->be;
@@ -295,18 +352,23 @@ static ts_status block_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor
                         "the sequence",
                         mod->name);
     int C = s.C, Cl = s.Cl, F4 = s.F4, N = (int)s.N, Nl = (int)s.Nl, sa = seq_axis(m);
+    int sel = mod->recompute == TS_RECOMPUTE_SELECTIVE;
+    int fused = block_fused(mod, sa);
     size_t att_floats = sa >= 0 ? 0 : be->attention_saved_floats(B, s.NHl, T);
-    size_t keep, floats = block_carve(NULL, NULL, &s, att_floats, &keep);
+    size_t keep, floats = block_carve(NULL, NULL, &s, att_floats, sel, &keep);
     float *base = ts_module_save(mod, ctx->mb, floats, keep, x->data);
     if (!base) return TS_ERR_NOMEM;
     block_acts a;
-    block_carve(&a, base, &s, att_floats, NULL);
+    block_carve(&a, base, &s, att_floats, sel, NULL);
     a.out = ts_module_save_output(mod, ctx->mb, s.Nl * C);
     if (!a.out) return TS_ERR_NOMEM;
-    /* Workspace: a redistributed (N, C) input and an (N, C) partial sum. */
-    float *work = ts_layer_work(m, 2 * (size_t)N * C);
+    /* Workspace: a redistributed (N, C) input and an (N, C) partial sum;
+     * selective, the attention's state or scratch after them. */
+    size_t core = !sel ? 0 : fused ? be->attention_recompute_floats(B, s.NHl, T) : att_floats;
+    float *work = ts_layer_work(m, 2 * (size_t)N * C + core);
     if (!work) return TS_ERR_NOMEM;
     float *gathered = work, *partial = work + (size_t)N * C, *full, *h;
+    if (sel) a.att = partial + (size_t)N * C;
     const float *xin = x->data;
 #define W(k, slot) ts_layer_weight(m, ts_module_param(mod, k), slot)
 #define P(k) ts_module_param(mod, k)
@@ -318,17 +380,8 @@ static ts_status block_forward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor
     TS_TRY(ts_layer_redistribute(m, gathered, a.ln1, &s.x, &s.qkv_in, B, T, C, &full));
     TS_TRY(ts_layer_linear_forward(m, a.qkv, full, P(QKVW), W(QKVB, 1), N, C, 3 * Cl));
     TS_TRY(ts_layer_round(m, a.qkv, (size_t)N * 3 * Cl));
-    if (sa >= 0) { /* a plugin's attention across the ranks cutting the sequence */
-        ts_plugin_attention_args args;
-        TS_TRY(provider_args(mod, ctx, &s, sa, &args));
-        args.qkv = a.qkv;
-        args.out = a.atty;
-        TS_TRY(provider_call(mod, sa, &args, 0));
-    } else {
-        TS_TRY((m->dtype == TS_BF16 ? be->attention_forward_bf16 : be->attention_forward)(
-            a.atty, a.att, a.qkv, B, T, Cl, s.NHl));
-    }
-    TS_TRY(ts_layer_round(m, a.atty, (size_t)N * Cl));
+    TS_TRY(block_attention(mod, ctx, &s, sa, fused, &a));
+    if (sel) provider_release(mod, ctx->mb); /* its backward runs it again */
     TS_TRY(ts_layer_linear_forward(m, partial, a.atty, P(PROJW), NULL, N, Cl, C));
     TS_TRY(ts_layer_redistribute(m, a.res2, partial, &s.proj, &s.x, B, T, C, &h));
     /* res2 = x + attention + proj bias, and the MLP's LayerNorm of it. */
@@ -372,21 +425,28 @@ static ts_status block_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tenso
     block_shape s;
     TS_TRY(block_shape_of(mod, B, T, &s));
     int C = s.C, Cl = s.Cl, F4 = s.F4, sa = seq_axis(m);
+    int sel = mod->recompute == TS_RECOMPUTE_SELECTIVE;
     size_t N = s.N, Nl = s.Nl;
+    int fused = block_fused(mod, sa);
+    size_t att_floats = sa >= 0 ? 0 : be->attention_saved_floats(B, s.NHl, T);
+    size_t scratch = sa >= 0 ? 0
+                     : fused ? be->attention_recompute_floats(B, s.NHl, T)
+                             : be->attention_scratch_floats(B, s.NHl, T);
     float *base = ts_module_saved(mod, ctx->mb);
     if (!base) return TS_ERR_NOMEM;
     block_acts a;
-    block_carve(&a, base, &s, sa >= 0 ? 0 : be->attention_saved_floats(B, s.NHl, T), NULL);
+    block_carve(&a, base, &s, att_floats, sel, NULL);
 
     /* Workspace: dfch_gelu, dfch (N, F4); dfull, dln, dres2, gathered
-     * (N, C); datty (N, Cl); dqkv (N, 3Cl); the attention's scratch. */
-    float *w = ts_layer_work(
-        m, block_bwd_work(&s, sa >= 0 ? 0 : be->attention_scratch_floats(B, s.NHl, T)));
+     * (N, C); datty (N, Cl); dqkv (N, 3Cl); the attention's scratch;
+     * selective without the fused backward, the attention's state. */
+    float *w = ts_layer_work(m, block_bwd_work(&s, scratch) + (sel && !fused ? att_floats : 0));
     if (!w) return TS_ERR_NOMEM;
     float *dfch_gelu = w, *dfch = dfch_gelu + N * F4;
     float *dfull = dfch + N * F4, *dln = dfull + N * C, *dres2 = dln + N * C;
     float *gathered = dres2 + N * C, *datty = gathered + N * C;
     float *dqkv = datty + N * Cl, *datt = dqkv + N * 3 * Cl;
+    if (sel) a.att = datt + scratch;
     TS_TRY(be->zero(dfch_gelu, N * F4 * 2 * sizeof(float)));
     TS_TRY(be->zero(dln, N * C * sizeof(float)));
     TS_TRY(be->zero(datty, (N * Cl + N * 3 * Cl) * sizeof(float)));
@@ -421,6 +481,12 @@ static ts_status block_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tenso
     TS_TRY(ts_layer_redistribute(m, dfull, dres2, &s.x, &gproj, B, T, C, &din));
     TS_TRY(ts_layer_linear_backward(m, datty, ts_layer_grad(P(PROJW)), NULL, din, a.atty, P(PROJW),
                                     (int)N, Cl, C));
+    if (sel && !fused) { /* the core's forward again: its state, atty's same bits */
+        int phase = ts_phase_recompute(1);
+        ts_status st = block_attention(mod, ctx, &s, sa, 0, &a);
+        ts_phase_recompute(phase);
+        TS_TRY(st);
+    }
     if (sa >= 0) {
         ts_plugin_attention_args args;
         TS_TRY(provider_args(mod, ctx, &s, sa, &args));
@@ -429,6 +495,8 @@ static ts_status block_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tenso
         args.dout = datty;
         args.dqkv = dqkv;
         TS_TRY(provider_call(mod, sa, &args, 1));
+    } else if (fused) {
+        TS_TRY(be->attention_backward_recompute(dqkv, datt, datty, a.qkv, B, T, Cl, s.NHl));
     } else {
         TS_TRY((m->dtype == TS_BF16 ? be->attention_backward_bf16 : be->attention_backward)(
             dqkv, datt, datty, a.qkv, a.atty, a.att, B, T, Cl, s.NHl));
@@ -449,7 +517,37 @@ static ts_status block_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tenso
     return TS_OK;
 }
 
-static const ts_module_ops block_ops = {"block", block_forward, block_backward};
+/* What the block keeps outside its slot's parts: the attention provider's
+ * state and the MoE layer's (whose routing a FULL block's recomputed
+ * forward reuses). */
+static void block_release(ts_module *mod, int mb, int keep_decisions) {
+    provider_release(mod, mb);
+    if (block_is_moe(mod)) ts_moe_release(mod, mb, keep_decisions);
+}
+
+/* The provider of attention across the ranks cutting the sequence must be
+ * able to drop its state for the block to recompute. */
+static ts_status block_can_recompute(const ts_module *mod, ts_recompute mode) {
+    (void)mode;
+    const ts_model *m = mod->model;
+    int sa = seq_axis(m);
+    if (sa >= 0 && !m->axes[sa].attention->release)
+        return ts_error(TS_ERR_CONFIG,
+                        "its attention over %s comes from a plugin whose attention ops have no "
+                        "release (ts_plugin_attention_ops.release), so their state cannot be "
+                        "dropped and made again",
+                        m->axes[sa].name);
+    return TS_OK;
+}
+
+static const ts_module_ops block_ops = {
+    .kind = "block",
+    .forward = block_forward,
+    .backward = block_backward,
+    .recompute = TS_RECOMPUTE_CAN_FULL | TS_RECOMPUTE_CAN_SELECTIVE,
+    .release = block_release,
+    .can_recompute = block_can_recompute,
+};
 
 /* ---------------------------------------------------------------------------
  * Head: final LayerNorm, logits = lnf @ wte^T (the tied table; this rank's
@@ -588,7 +686,8 @@ static ts_status head_backward(ts_module *mod, ts_step_ctx *ctx, const ts_tensor
 #undef W
 #undef P
 
-static const ts_module_ops head_ops = {"head", head_forward, head_backward};
+static const ts_module_ops head_ops = {
+    .kind = "head", .forward = head_forward, .backward = head_backward};
 
 /* ---------------------------------------------------------------------------
  * Declarations

@@ -415,11 +415,16 @@ static ts_module_slot *module_slot(ts_module *mod, int mb) {
 }
 
 /* What a part holds (kind 0 state, 1 output, 2 a copy of the input), f32
- * or packed: the tags of activation memory. */
+ * or packed: the tags of activation memory. State and outputs a recomputed
+ * forward makes inside the backward have tags of their own (kind 3, 4). */
+enum { PART_STATE, PART_OUTPUT, PART_INPUT, PART_RECOMPUTED };
 static const char *part_tag(int kind, int packed) {
-    static const char *tag[3][2] = {{"saved (f32)", "saved, packed (bf16)"},
-                                    {"outputs (f32)", "outputs, packed (bf16)"},
-                                    {"received inputs (f32)", "received inputs, packed (bf16)"}};
+    static const char *tag[5][2] = {
+        {"saved (f32)", "saved, packed (bf16)"},
+        {"outputs (f32)", "outputs, packed (bf16)"},
+        {"received inputs (f32)", "received inputs, packed (bf16)"},
+        {"recomputed (f32)", "recomputed, packed (bf16)"},
+        {"recomputed outputs (f32)", "recomputed outputs, packed (bf16)"}};
     return tag[kind][packed];
 }
 
@@ -429,6 +434,7 @@ static float *part_alloc(ts_module *mod, ts_saved_part *p, size_t floats, size_t
     TS_ASSERT(keep <= floats);
     /* one forward per micro-batch in flight */
     TS_ASSERT(p->data == NULL && p->packed == NULL);
+    if (mod->model->recomputing && kind <= PART_OUTPUT) kind += PART_RECOMPUTED;
     p->data = acts_alloc_uninit(mod->model->be, floats * sizeof(float), part_tag(kind, 0));
     p->floats = floats;
     p->keep = keep;
@@ -443,6 +449,7 @@ static size_t packed_offset(const ts_saved_part *p) {
 /* Packs src (part->floats floats) into the part; src stays. */
 static ts_status part_pack_from(ts_model *m, ts_saved_part *part, const float *src, int kind) {
     const ts_backend *be = m->be;
+    if (m->recomputing && kind <= PART_OUTPUT) kind += PART_RECOMPUTED;
     size_t off = packed_offset(part);
     char *p = acts_alloc(be, off + (part->floats - part->keep) * sizeof(uint16_t),
                          part_tag(kind, 1));
@@ -576,6 +583,23 @@ void ts_module_release(ts_module *mod, int mb) {
     part_free(mod->model, &s->input_copy);
     s->producer = NULL;
     s->input = NULL;
+    if (mod->ops->release) mod->ops->release(mod, mb, 0);
+}
+
+void ts_module_drop(ts_module *mod, int mb) {
+    if (mb >= mod->saved.cap) return;
+    part_free(mod->model, &mod->saved.slot[mb].state);
+    if (mod->ops->release) mod->ops->release(mod, mb, 1);
+}
+
+void ts_module_drop_output(ts_module *mod, int mb) {
+    if (mb < mod->saved.cap) part_free(mod->model, &mod->saved.slot[mb].output);
+}
+
+int ts_module_holds_state(const ts_module *mod, int mb) {
+    if (mb >= mod->saved.cap) return 0;
+    const ts_saved_part *p = &mod->saved.slot[mb].state;
+    return p->data || p->packed;
 }
 
 ts_param *ts_module_param(ts_module *mod, int k) {

@@ -152,7 +152,18 @@ ts_status ts_module_copy_input(ts_module *mod, int mb, size_t floats);
  * finds its saved input through prev from now on, and prev's output is
  * packed. */
 ts_status ts_module_hand_over(ts_module *prev, ts_module *next, int mb);
+/* Frees everything micro-batch mb holds: the parts above and what the
+ * module keeps outside them (ts_module_ops.release). */
 void ts_module_release(ts_module *mod, int mb);
+/* Activation recomputation (FULL): frees the state of micro-batch mb and
+ * what the module keeps outside its parts, but for the decisions its
+ * recomputed forward reuses; the output and the input link stay. */
+void ts_module_drop(ts_module *mod, int mb);
+/* Frees the output of micro-batch mb (a FULL module's output that no
+ * module reads until its recomputed forward makes it again). */
+void ts_module_drop_output(ts_module *mod, int mb);
+/* Whether micro-batch mb's state is held (f32 or packed). */
+int ts_module_holds_state(const ts_module *mod, int mb);
 /* The slot of an MoE layer's state for micro-batch mb (after ts_module_save). */
 void **ts_module_moe_state(ts_module *mod, int mb);
 /* The slot of an attention provider's state for micro-batch mb (after

@@ -213,6 +213,9 @@ struct ts_model {
     size_t work_floats;
     /* Set while a backward runs: its gradients cross the axes in f32 ... */
     int in_backward;
+    /* Set while a forward runs again inside a backward (activation
+     * recomputation): its saved state is tagged as recomputed. */
+    int recomputing;
     /* ... unless this is set ([train] partial_dtype = bf16, bf16 runs):
      * partial sums and activation gradients then cross them in bf16. */
     int partial_bf16;
@@ -272,6 +275,20 @@ void ts_model_destroy(ts_model *m);
 ts_param *ts_model_param(ts_model *m, const char *name);
 /* Sets every gradient to zero (on the device: enqueued). */
 ts_status ts_model_zero_grad(ts_model *m);
+
+/* Activation recomputation ([train] recompute, recompute_layers,
+ * recompute_method; module.h: ts_recompute): sets the mode of this rank's
+ * modules whose kind can recompute so. In each chunk, with `block` = 0
+ * (uniform) every such module, FULL ones in groups of `layers` consecutive
+ * modules (0: 1) that keep only the group's input; with block = 1 the first
+ * `layers` of them (0: all), each on its own (Megatron-LM's
+ * --recompute-method uniform | block). NONE resets every module. `layers`
+ * must lie in 0 .. ts_model_recompute_modules (the caller checks it). Fails
+ * for a module that cannot recompute in this run, with its reason. */
+ts_status ts_model_set_recompute(ts_model *m, ts_recompute mode, int layers, int block);
+/* The fewest modules of one chunk of this rank whose kind can recompute in
+ * `mode` (0 without chunks). */
+int ts_model_recompute_modules(const ts_model *m, ts_recompute mode);
 
 /* Forward of model chunk `chunk` (its modules, in order) for micro-batch
  * ctx->mb: x is the hidden state entering it (ignored when the chunk starts

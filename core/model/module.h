@@ -12,8 +12,8 @@
  * module's backward for the same micro-batch frees the saved state. The
  * input x is borrowed: a module finds it again in backward through
  * ts_module_saved_input (its producer keeps it alive until this module's
- * backward has run; backward runs in reverse module order). In backward, dy is borrowed and dx is a caller-owned
- * buffer (B, T, C) that the module WRITES (=), not accumulates.
+ * backward has run; backward runs in reverse module order). In backward, dy is borrowed and dx is a
+ * caller-owned buffer (B, T, C) that the module WRITES (=), not accumulates.
  *
  * Several micro-batches may be in flight at once (pipeline schedules): saved
  * state is kept per micro-batch index `ctx->mb`.
@@ -64,9 +64,35 @@ typedef struct ts_step_ctx {
      * (kind: 0 before forward, 1 after forward, 2 before backward, 3 after
      * backward; the plugins' module hooks run from here). */
     ts_status (*module_hook)(void *user, int module, int kind);
+    /* 1 while the runner runs a forward again inside the backward
+     * (activation recomputation, ts_model_set_recompute): the module
+     * recomputes exactly what it computed the first time, reusing the
+     * decisions it kept (an MoE layer's routing), and adds nothing to the
+     * step's losses or statistics. The module hooks see it too. */
+    int recompute;
 } ts_step_ctx;
 
 typedef struct ts_module ts_module;
+
+/* Activation recomputation ([train] recompute): what a module keeps between
+ * its forward and its backward.
+ *   NONE       everything its backward reads;
+ *   SELECTIVE  all but its attention core (the scores, softmax and
+ *              probabilities, and the core's output), which its backward
+ *              recomputes from the saved q, k, v (Korthikanti et al. 2022);
+ *   FULL       nothing but its input (the previous module's output): its
+ *              backward first runs its forward again. */
+typedef enum ts_recompute {
+    TS_RECOMPUTE_NONE = 0,
+    TS_RECOMPUTE_SELECTIVE = 1,
+    TS_RECOMPUTE_FULL = 2,
+} ts_recompute;
+
+/* What a module's kind can recompute (ts_module_ops.recompute). */
+enum {
+    TS_RECOMPUTE_CAN_FULL = 1u << TS_RECOMPUTE_FULL,
+    TS_RECOMPUTE_CAN_SELECTIVE = 1u << TS_RECOMPUTE_SELECTIVE,
+};
 
 typedef struct ts_module_ops {
     const char *kind;
@@ -76,6 +102,23 @@ typedef struct ts_module_ops {
     /* dy (B, T, C) -> dx (B, T, C), accumulating parameter gradients. The
      * last module ignores dy; the first writes no dx (dx may be NULL). */
     ts_status (*backward)(ts_module *m, ts_step_ctx *ctx, const ts_tensor *dy, ts_tensor *dx);
+    /* --- optional: activation recomputation ---------------------------- */
+    /* TS_RECOMPUTE_CAN_* bits: the modes this kind implements (0: none;
+     * such a module keeps everything whatever [train] recompute says). A
+     * module of mode SELECTIVE reads its own m->recompute in forward and
+     * backward; FULL needs nothing of the module beyond `release`. */
+    unsigned recompute;
+    /* Frees what the forward of micro-batch mb keeps outside the runtime's
+     * parts of its slot (an attention provider's state, an MoE layer's
+     * device rows). keep_decisions = 1 (a FULL module after its forward):
+     * keep what its recomputed forward must reuse (an MoE layer's routing);
+     * 0 (release): free everything. Called with nothing held, it does
+     * nothing. NULL: the module keeps nothing outside its parts. */
+    void (*release)(ts_module *m, int mb, int keep_decisions);
+    /* Why this module cannot run in `mode` in this run (an attention
+     * provider that cannot free its state, say): TS_OK when it can, else an
+     * error whose message says why. NULL: every mode in `recompute` works. */
+    ts_status (*can_recompute)(const ts_module *m, ts_recompute mode);
 } ts_module_ops;
 
 /* One part of a module's saved state: in the model's bf16 mode it waits
@@ -119,6 +162,12 @@ struct ts_module {
     int param_index[16];
     ts_module_store saved;
     void *moe_layer; /* an MoE block's dispatcher state (moe.c)          */
+    /* Activation recomputation (ts_model_set_recompute): this module's
+     * mode, and for FULL the first module of its group (the modules
+     * recomputed together from the group's input; itself for a group of
+     * one). */
+    ts_recompute recompute;
+    int group_first;
 };
 
 #ifdef __cplusplus

@@ -169,6 +169,23 @@ static void moe_saved_free(ts_model *m, moe_saved *s) {
     free(s);
 }
 
+void ts_moe_release(ts_module *mod, int mb, int keep_routing) {
+    if (mb >= mod->saved.cap) return;
+    moe_saved **slot = (moe_saved **)ts_module_moe_state(mod, mb), *s = *slot;
+    if (!s) return;
+    if (!keep_routing) {
+        moe_saved_free(mod->model, s);
+        *slot = NULL;
+        return;
+    }
+    const ts_backend *be = mod->model->be;
+    float **dev[4] = {&s->rows_out, &s->xin, &s->hpre, &s->hact};
+    for (int i = 0; i < 4; i++) {
+        be->free(*dev[i]);
+        *dev[i] = NULL;
+    }
+}
+
 void ts_moe_layer_free(ts_module *mod) {
     moe_layer *L = mod->moe_layer;
     ts_model *m = mod->model;
@@ -397,11 +414,24 @@ ts_status ts_moe_forward(ts_module *mod, ts_step_ctx *ctx, int first, const floa
         return ts_error(TS_ERR_INTERNAL, "%s: holds %lld experts, routing expects %d", mod->name,
                         (long long)fc->value.shape[0], El);
     size_t rows = (size_t)N * k;
+    ts_moe_stats *st_ = &m->moe_stats;
+    ts_status st = TS_OK;
+    moe_saved *s;
+    int32_t *src_index;
+    if (ctx->recompute) {
+        /* Recomputed (FULL): the routing the first forward decided, reused
+         * as it was (not decided again from the recomputed rows), and
+         * nothing added to the step's losses or statistics. */
+        s = *ts_module_moe_state(mod, ctx->mb);
+        TS_ASSERT(s && s->N == N && !s->xin);
+        src_index = (int32_t *)(s->per_expert + El);
+        goto experts;
+    }
     /* One host block: probs, lse, choice, dest, w, counts, per_expert,
      * src_index. */
     size_t bytes = (size_t)N * E * 4 + (size_t)N * 4 + rows * 4 * 3 + (size_t)E * 4 +
                    (size_t)El * 8 + rows * 4 + (size_t)N * E * 4;
-    moe_saved *s = calloc(1, sizeof *s);
+    s = calloc(1, sizeof *s);
     char *h = s ? calloc(1, bytes) : NULL;
     if (!h) {
         free(s);
@@ -417,15 +447,14 @@ ts_status ts_moe_forward(ts_module *mod, ts_step_ctx *ctx, int first, const floa
     s->w = (float *)(s->dest + rows);
     s->counts = (int32_t *)(s->w + rows);
     s->per_expert = (int64_t *)(s->counts + E);
-    int32_t *src_index = (int32_t *)(s->per_expert + El);
+    src_index = (int32_t *)(s->per_expert + El);
     float *logits = (float *)(src_index + rows);
     *ts_module_moe_state(mod, ctx->mb) = s;
 
     /* Router and routing. */
     float *zdev = be->alloc(TS_MEM_ACTS, (size_t)N * E * sizeof(float));
     if (!zdev) return moe_nomem();
-    ts_status st =
-        ts_layer_linear_forward(m, zdev, x, ts_module_param(mod, first + ROUTER), NULL, N, C, E);
+    st = ts_layer_linear_forward(m, zdev, x, ts_module_param(mod, first + ROUTER), NULL, N, C, E);
     if (!st) st = be->to_host(logits, zdev, (size_t)N * E * sizeof(float));
     be->free(zdev);
     TS_TRY(st);
@@ -448,7 +477,6 @@ ts_status ts_moe_forward(ts_module *mod, ts_step_ctx *ctx, int first, const floa
     TS_TRY(moe_sum_i32(ctx, &nt, 1));
     s->tokens = nt;
     int M = ctx->micro_batches > 0 ? ctx->micro_batches : 1;
-    ts_moe_stats *st_ = &m->moe_stats;
     if (c->aux_loss_coeff > 0.0f) {
         float *P = logits; /* the logits are no longer needed */
         for (int e = 0; e < E; e++) {
@@ -475,7 +503,11 @@ ts_status ts_moe_forward(ts_module *mod, ts_step_ctx *ctx, int first, const floa
         if (s->dest[r] >= 0) st_->tokens[s->dest[r]]++;
     st_->dropped += dropped;
 
-    /* Dispatch, experts, combine. */
+experts:;
+    /* Dispatch, experts, combine. A recomputed forward counts nothing in
+     * the step's statistics (the communicators count its traffic). */
+    ts_moe_stats unused = {0};
+    if (ctx->recompute) st_ = &unused;
     ts_plugin_dispatch_args a = moe_args(m, s, (int)rows, src_index, x, N);
     a.rows_bf16 = m->dtype == TS_BF16; /* x is the LayerNorm's rounded output */
     TS_TRY(moe_route(mod, &a, 0));

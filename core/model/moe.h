@@ -77,6 +77,11 @@ ts_status ts_moe_forward(ts_module *mod, ts_step_ctx *ctx, int first, const floa
  * parameter gradients accumulated. Releases the micro-batch's state. */
 ts_status ts_moe_backward(ts_module *mod, ts_step_ctx *ctx, int first, const float *x,
                           const float *dy, float *dx, int N);
+/* Frees what micro-batch mb's forward keeps for its backward: with
+ * keep_routing = 1 only the rows on the device, keeping the routing (a FULL
+ * block's recomputed forward, ts_step_ctx.recompute, reuses it and routes
+ * the same rows again), else everything. Nothing held: nothing done. */
+void ts_moe_release(ts_module *mod, int mb, int keep_routing);
 /* Frees a module's MoE state (the dispatcher's per-layer state). */
 void ts_moe_layer_free(ts_module *mod);
 

@@ -13,6 +13,7 @@
 
 #include "arch.h"
 #include "layers.h"
+#include "phase.h" /* ts_phase_recompute: recomputed work counted apart */
 #include "rng.h"
 
 /* ---------------------------------------------------------------------------
@@ -649,6 +650,107 @@ void ts_model_hidden_shape(const ts_model *m, int B, int T, int64_t shape[3]) {
     shape[2] = m->cfg.d_model;
 }
 
+/* ---------------------------------------------------------------------------
+ * Activation recomputation
+ * ------------------------------------------------------------------------- */
+/* The modules of chunk c whose kind can recompute in `mode`, in order. */
+static int recompute_modules(const ts_model *m, int c, ts_recompute mode, int *idx) {
+    int n = 0;
+    for (int i = 0; i < m->nmodules; i++)
+        if (m->module_chunk[i] == c && (m->modules[i]->ops->recompute & (1u << mode))) idx[n++] = i;
+    return n;
+}
+
+int ts_model_recompute_modules(const ts_model *m, ts_recompute mode) {
+    int idx[TS_MODEL_MAX_MODULES], least = -1;
+    for (int c = 0; c < m->chunks; c++) {
+        int n = recompute_modules(m, c, mode, idx);
+        if (least < 0 || n < least) least = n;
+    }
+    return least < 0 ? 0 : least;
+}
+
+ts_status ts_model_set_recompute(ts_model *m, ts_recompute mode, int layers, int block) {
+    for (int i = 0; i < m->nmodules; i++)
+        if (m->modules[i]) {
+            m->modules[i]->recompute = TS_RECOMPUTE_NONE;
+            m->modules[i]->group_first = i;
+        }
+    if (mode == TS_RECOMPUTE_NONE) return TS_OK;
+    TS_ASSERT(layers >= 0 && layers <= ts_model_recompute_modules(m, mode));
+    for (int c = 0; c < m->chunks; c++) {
+        int idx[TS_MODEL_MAX_MODULES], n = recompute_modules(m, c, mode, idx);
+        /* uniform: groups of `layers` modules (1 by default), each keeping
+         * only its input; block: the first `layers` modules (all by
+         * default), each on its own (Megatron-LM's recompute methods). A
+         * group never spans a module that cannot recompute. */
+        int count = block ? (layers ? layers : n) : n;
+        int group = block || mode != TS_RECOMPUTE_FULL ? 1 : (layers ? layers : 1);
+        for (int j = 0, first = -1, size = 0; j < count; j++) {
+            ts_module *mod = m->modules[idx[j]];
+            if (mod->ops->can_recompute) {
+                ts_status st = mod->ops->can_recompute(mod, mode);
+                if (st) return ts_error(st, "%s cannot: %s", mod->name, ts_last_error_bare());
+            }
+            if (size == group || j == 0 || idx[j] != idx[j - 1] + 1) first = idx[j], size = 0;
+            mod->recompute = mode;
+            mod->group_first = first;
+            size++;
+        }
+    }
+    return TS_OK;
+}
+
+/* Calls the module hook of `kind` for module i, if any. */
+static ts_status model_hook(ts_step_ctx *ctx, int i, int kind) {
+    return ctx->module_hook ? ctx->module_hook(ctx->module_done_user, i, kind) : TS_OK;
+}
+
+/* Runs the forwards of modules first .. last (a FULL group of one chunk,
+ * their state dropped) again for ctx's micro-batch, from first's saved
+ * input, inside the backward of `last`: each with its module hooks, but
+ * `last`, whose BEFORE_BACKWARD hook comes first instead (its parameters
+ * serve its forward and its backward). Exactly the first forwards: the same
+ * inputs, the same kernels, the collectives again, decisions reused. */
+static ts_status model_recompute(ts_model *m, ts_step_ctx *ctx, int first, int last) {
+    int mb = ctx->mb;
+    ts_module *head = m->modules[first];
+    const float *in = ts_module_saved_input(head, mb);
+    if (!in) return TS_ERR_NOMEM;
+    ts_module_slot link = head->saved.slot[mb];
+    int64_t shape[3];
+    ts_model_hidden_shape(m, ctx->B, ctx->T, shape);
+    ts_tensor x, y;
+    ts_tensor_view(&x, "recompute.in", TS_F32, 3, shape, (float *)in, TS_MEM_ACTS);
+    x.device = m->be->kind;
+    int in_backward = m->in_backward, phase = ts_phase_recompute(1);
+    m->in_backward = 0; /* its collectives exactly as in the forward */
+    m->recomputing = ctx->recompute = 1;
+    ts_status st = TS_OK;
+    for (int j = first; j <= last && !st; j++) {
+        ts_module *mod = m->modules[j];
+        ts_module_drop_output(mod, mb); /* the group's last kept it: made again */
+        st = model_hook(ctx, j, j < last ? 0 : 2);
+        if (!st) st = mod->ops->forward(mod, ctx, &x, &y);
+        if (!st && j < last) st = model_hook(ctx, j, 1);
+        if (st) break;
+        if (j == first) { /* its input as the first forward found it */
+            ts_module_slot *s = &head->saved.slot[mb];
+            s->input = link.input;
+            s->producer = link.producer;
+            s->input_offset = link.input_offset;
+        } else {
+            st = ts_module_hand_over(m->modules[j - 1], mod, mb);
+        }
+        if (!st && j < last) st = ts_module_pack(mod, mb);
+        x = y;
+    }
+    m->recomputing = ctx->recompute = 0;
+    m->in_backward = in_backward;
+    ts_phase_recompute(phase);
+    return st;
+}
+
 ts_status ts_model_forward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const ts_tensor *x,
                                  ts_tensor *y) {
     ts_tensor cur, next;
@@ -660,16 +762,28 @@ ts_status ts_model_forward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const
     int ran[TS_MODEL_MAX_MODULES], nran = 0;
     for (int i = 0; i < m->nmodules; i++) {
         if (m->module_chunk[i] != chunk) continue;
-        ts_status st = ctx->module_hook ? ctx->module_hook(ctx->module_done_user, i, 0) : TS_OK;
-        if (!st) st = m->modules[i]->ops->forward(m->modules[i], ctx, &cur, &next);
-        if (!st && ctx->module_hook) st = ctx->module_hook(ctx->module_done_user, i, 1);
-        /* The module's state waits for its backward (packed in bf16), and
-         * the previous module's output has been consumed. The last module's
-         * state, the logits, is not packed: its backward follows soon on
-         * the same stage, and packing would hold it twice meanwhile. */
-        if (!st && i < m->nmodules - 1) st = ts_module_pack(m->modules[i], ctx->mb);
-        if (!st && nran > 0)
-            st = ts_module_hand_over(m->modules[ran[nran - 1]], m->modules[i], ctx->mb);
+        ts_module *mod = m->modules[i];
+        ts_status st = model_hook(ctx, i, 0);
+        if (!st) st = mod->ops->forward(mod, ctx, &cur, &next);
+        if (!st) st = model_hook(ctx, i, 1);
+        /* The module's state waits for its backward (packed in bf16), or,
+         * recomputed (FULL), is dropped. The last module's state, the
+         * logits, is not packed: its backward follows soon on the same
+         * stage, and packing would hold it twice meanwhile. */
+        if (!st && mod->recompute == TS_RECOMPUTE_FULL)
+            ts_module_drop(mod, ctx->mb);
+        else if (!st && i < m->nmodules - 1)
+            st = ts_module_pack(mod, ctx->mb);
+        /* The previous module's output has been consumed: it waits for
+         * this module's backward, or, read only inside a FULL group, is
+         * dropped (the group's recompute makes it again). */
+        if (!st && nran > 0) {
+            ts_module *prev = m->modules[ran[nran - 1]];
+            if (prev->recompute == TS_RECOMPUTE_FULL && mod->recompute == TS_RECOMPUTE_FULL &&
+                mod->group_first == prev->group_first)
+                ts_module_drop_output(prev, ctx->mb);
+            st = ts_module_hand_over(prev, mod, ctx->mb);
+        }
         if (st) {
             for (int k = 0; k < nran; k++)
                 ts_module_release(m->modules[ran[k]], ctx->mb);
@@ -708,9 +822,15 @@ ts_status ts_model_backward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, cons
     m->in_backward = 1;
     for (int k = cnt - 1; k >= 0 && !st; k--) {
         int i = idx[k];
+        ts_module *mod = m->modules[i];
         ts_tensor *out = k == 0 ? dx : &grads[k % 2];
-        if (ctx->module_hook) st = ctx->module_hook(ctx->module_done_user, i, 2);
-        if (!st) st = m->modules[i]->ops->backward(m->modules[i], ctx, in, out);
+        /* A FULL module whose state was dropped: its group's forwards run
+         * again first (BEFORE_BACKWARD among them). */
+        if (mod->recompute == TS_RECOMPUTE_FULL && !ts_module_holds_state(mod, ctx->mb))
+            st = model_recompute(m, ctx, mod->group_first, i);
+        else
+            st = model_hook(ctx, i, 2);
+        if (!st) st = mod->ops->backward(mod, ctx, in, out);
         if (!st && ctx->module_hook) st = ctx->module_hook(ctx->module_done_user, i, 3);
         if (!st && ctx->module_done) st = ctx->module_done(ctx->module_done_user, i);
         in = out;
@@ -790,9 +910,15 @@ ts_status ts_model_keep_input(ts_model *m, const ts_step_ctx *ctx, int chunk, in
 }
 
 ts_status ts_model_output_sent(ts_model *m, int mb, int chunk) {
-    for (int i = m->nmodules - 1; i >= 0; i--)
-        if (m->modules[i] && m->module_chunk[i] == chunk)
-            return ts_module_pack_output(m->modules[i], mb);
+    for (int i = m->nmodules - 1; i >= 0; i--) {
+        if (!m->modules[i] || m->module_chunk[i] != chunk) continue;
+        /* No module here reads it; a FULL module makes it again. */
+        if (m->modules[i]->recompute == TS_RECOMPUTE_FULL) {
+            ts_module_drop_output(m->modules[i], mb);
+            return TS_OK;
+        }
+        return ts_module_pack_output(m->modules[i], mb);
+    }
     return TS_OK;
 }
 

@@ -82,7 +82,8 @@ static ts_status trainer_module_hook(void *user, int module, int kind) {
                                  .micro_batches = t->micro_batches,
                                  .module = &t->mviews[module],
                                  .last = kind == TS_MODULE_AFTER_BACKWARD && t->hooks_on,
-                                 .train_state = &t->tstate};
+                                 .train_state = &t->tstate,
+                                 .recompute = t->cur_mb >= 0 && t->ctx[t->cur_mb].recompute};
     return ts_plugins_run_module_hooks(t->reg, &ev);
 }
 

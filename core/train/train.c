@@ -803,6 +803,39 @@ static ts_status trainer_model_error(const ts_config *cfg, ts_status st) {
     return ts_error(st, "%s%s%s%s", msg, j ? " (" : "", where, j ? ")" : "");
 }
 
+/* Activation recomputation from [train] recompute, recompute_layers and
+ * recompute_method (model.h: ts_model_set_recompute). */
+static ts_status trainer_recompute(ts_trainer *t) {
+    const ts_config *cfg = t->cfg;
+    static const char *modes[] = {"none", "selective", "full"};
+    const char *name = ts_config_str(cfg, "train", "recompute");
+    ts_recompute mode = TS_RECOMPUTE_NONE;
+    for (int k = 0; k < 3; k++)
+        if (strcmp(name, modes[k]) == 0) mode = (ts_recompute)k;
+    int layers = (int)ts_config_int(cfg, "train", "recompute_layers");
+    const char *method = ts_config_str(cfg, "train", "recompute_method");
+    int block = strcmp(method, "block") == 0;
+    if (mode != TS_RECOMPUTE_NONE) {
+        int most = ts_model_recompute_modules(t->model, mode);
+        if (most == 0 && t->stages <= 1)
+            return trainer_key_error(cfg, "train", "recompute",
+                                     "recompute = %s: no module of architecture %s can recompute "
+                                     "so",
+                                     name, t->model->arch->name);
+        if (layers > most && t->stages > 1)
+            return trainer_key_error(cfg, "train", "recompute_layers",
+                                     "%d blocks (recompute_method = %s), but a model chunk of "
+                                     "pipeline stage %d has %d",
+                                     layers, method, t->stage, most);
+        if (layers > most)
+            return trainer_key_error(cfg, "train", "recompute_layers",
+                                     "%d blocks (recompute_method = %s), but the model has %d",
+                                     layers, method, most);
+    }
+    ts_status st = ts_model_set_recompute(t->model, mode, layers, block);
+    return st ? trainer_key_error_last(cfg, "train", "recompute", st) : TS_OK;
+}
+
 /* The backend of a dry run on [train] device: the device's sizing rules
  * (attention state, GEMM scratch), nothing computed. A build without CUDA
  * plans device = cuda with the CPU's rules (its attention saves more: an
@@ -1001,6 +1034,7 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
     t->model->partial_bf16 = partial_bf16;
     trainer_pipeline(t);
     if (par) CHECK(trainer_moe_routing(t));
+    CHECK(trainer_recompute(t));
     t->stage_bubble = calloc((size_t)t->stages, sizeof *t->stage_bubble);
     t->stage_peak_kib = calloc((size_t)t->stages, sizeof *t->stage_peak_kib);
     if (!t->stage_bubble || !t->stage_peak_kib)

@@ -358,6 +358,15 @@ typedef struct ts_plugin_module_event {
     int last;                       /* AFTER_BACKWARD: 1 on the module's last backward of
                                        the step (its gradients are complete after it)   */
     const ts_plugin_train_state *train_state;
+    /* Appended within ABI 1.1 (check struct_size): 1 on BEFORE_FORWARD and
+     * AFTER_FORWARD of a forward run again inside the backward (activation
+     * recomputation, [train] recompute = full): the module's parameters are
+     * needed as in its first forward. Between its first forward and such a
+     * recomputed one, the module's BEFORE_BACKWARD has not run; a module
+     * recomputed alone, or last in its group, gets no forward hooks then:
+     * its BEFORE_BACKWARD comes first and serves both. A provider that kept
+     * the parameters since the first forward need not gather them again. */
+    int recompute;
 } ts_plugin_module_event;
 
 /* A module hook.
@@ -453,6 +462,16 @@ typedef struct ts_plugin_attention_ops {
     ts_status (*backward)(ts_plugin_ctx *ctx, ts_plugin_attention_args *args, void *user);
     /* A ts_plugin_sequence_order (absent in an older plugin: CONTIGUOUS). */
     int order;
+    /* Appended within ABI 1.1 (check struct_size); optional. Frees the
+     * state forward stored in *args->saved (and sets it NULL) without a
+     * backward: the core calls it when activation recomputation ([train]
+     * recompute = selective or full) drops the attention's state after a
+     * forward, then calls forward again before the backward (which reads
+     * and frees that state as always), and when a forward-only pass ends.
+     * Only args->saved, micro_batch and comm are meaningful. Called with
+     * *args->saved NULL, it does nothing. Absent: recompute is refused
+     * at start-up, naming the plugin. */
+    void (*release)(ts_plugin_ctx *ctx, ts_plugin_attention_args *args, void *user);
 } ts_plugin_attention_ops;
 
 /* ABI 1.1: optimizer state cut over an axis (ZeRO-1 style). The core's

@@ -96,6 +96,17 @@ void ts_cpu_attention_forward(float *out, float *att, const float *qkv, int B, i
  * scratch (B, NH, T, T) is workspace the kernel overwrites. */
 void ts_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH);
+/* Selective activation recomputation, with no (B, NH, T, T) array at all:
+ * the forward's out without keeping att, and the backward without att,
+ * each block of query rows' probabilities made again by the forward's code
+ * (the same bits) just before its use. Both work in a scratch of
+ * ts_cpu_attention_recompute_floats: two blocks of at most 64 rows of T per
+ * (batch, head). */
+size_t ts_cpu_attention_recompute_floats(int B, int NH, int T);
+void ts_cpu_attention_forward_unsaved(float *out, float *scratch, const float *qkv, int B, int T,
+                                      int C, int NH);
+void ts_cpu_attention_backward_recompute(float *dqkv, float *scratch, const float *dout,
+                                         const float *qkv, int B, int T, int C, int NH);
 
 /* --- block attention: a block of queries against a block of keys -----------
  * (attention_block.c) The step of ring attention (context parallelism): the

@@ -644,6 +644,19 @@ static ts_status cp_forward(ts_plugin_ctx *ctx, ts_plugin_attention_args *a, voi
     }
 }
 
+/* Frees what a forward kept (after the backward, or when activation
+ * recomputation drops it: the next forward exchanges again). */
+static void cp_release(ts_plugin_ctx *ctx, ts_plugin_attention_args *a, void *user) {
+    (void)ctx;
+    (void)user;
+    cp_saved *s = *a->saved;
+    if (!s) return;
+    float *keep[3] = {s->lse, s->qkv, s->out};
+    cp_free_all(keep, 3);
+    cp.host->mem_free(s);
+    *a->saved = NULL;
+}
+
 static ts_status cp_backward(ts_plugin_ctx *ctx, ts_plugin_attention_args *a, void *user) {
     (void)ctx;
     (void)user;
@@ -653,10 +666,7 @@ static ts_status cp_backward(ts_plugin_ctx *ctx, ts_plugin_attention_args *a, vo
     ts_status st = cp.algo == CP_RING         ? cp_ring_backward(a, s, &mine)
                    : cp.algo == CP_ALL_GATHER ? cp_gather_backward(a, s, &mine)
                                               : cp_a2a_backward(a, s);
-    float *keep[3] = {s->lse, s->qkv, s->out};
-    cp_free_all(keep, 3);
-    cp.host->mem_free(s);
-    *a->saved = NULL;
+    cp_release(ctx, a, user);
     return st;
 }
 
@@ -732,6 +742,7 @@ static ts_status cp_init(const ts_host *host, ts_plugin_ctx *ctx) {
     ops = (ts_plugin_attention_ops){.struct_size = sizeof ops,
                                     .forward = cp_forward,
                                     .backward = cp_backward,
+                                    .release = cp_release,
                                     .order =
                                         cp.balance ? TS_SEQUENCE_MIRRORED : TS_SEQUENCE_CONTIGUOUS};
     return host->register_attention(ctx, "cp", &ops, NULL);

@@ -635,12 +635,21 @@ static ts_status zero_module(ts_plugin_ctx *ctx, const ts_plugin_module_event *e
     int n = ev->module->nparams;
     if (!idx) return TS_OK;
     if (z.overlap) TS_TRY(zero_progress());
+    /* A forward run again inside the backward (activation recomputation):
+     * without resharding after the forward, the parameters are held since
+     * the first one; with it, gathered again (no prefetch: the modules
+     * after it have run their backward). */
+    int again = ev->struct_size >= offsetof(ts_plugin_module_event, recompute) + sizeof(int) &&
+                ev->recompute;
     switch (ev->kind) {
     case TS_MODULE_BEFORE_FORWARD:
-        if (z.stage == 3) {
+        if (z.stage == 3 && again && !z.reshard) {
+            for (int i = 0; i < n; i++)
+                z.params[idx[i]].v->use->data = z.params[idx[i]].whole;
+        } else if (z.stage == 3) {
             for (int i = 0; i < n; i++)
                 TS_TRY(zero_gather(&z.params[idx[i]]));
-            TS_TRY(zero_prefetch(k, 1));
+            if (!again) TS_TRY(zero_prefetch(k, 1));
             for (int i = 0; i < n; i++)
                 TS_TRY(zero_use(&z.params[idx[i]]));
         }

@@ -47,20 +47,22 @@ INI
 }
 
 # compare REF_DIR RUN_DIR TOL: losses of every step and the final weights
-# (exported as llm.c files) agree within TOL, relative.
+# (exported as llm.c files) agree within TOL, relative. Both runs have
+# $STEPS steps (20 unless the script sets it).
 compare_runs() {
     local ref=$1 run=$2 tol=$3
     "$TESSERA" export model.ini --set train.checkpoint_dir="$ref" --out "$ref.bin" "${EXTRA_SET[@]}" > /dev/null ||
         fail "export of $ref failed"
     "$TESSERA" export model.ini --set train.checkpoint_dir="$run" --out "$run.bin" "${EXTRA_SET[@]}" > /dev/null ||
         fail "export of $run failed"
-    python3 - "$ref.jsonl" "$run.jsonl" "$ref.bin" "$run.bin" "$tol" <<'PY' || fail "runs differ"
+    python3 - "$ref.jsonl" "$run.jsonl" "$ref.bin" "$run.bin" "$tol" "${STEPS:-20}" <<'PY' || fail "runs differ"
 import json, math, sys
 from array import array
 ref = [json.loads(l) for l in open(sys.argv[1])]
 run = [json.loads(l) for l in open(sys.argv[2])]
 tol = float(sys.argv[5])
-assert len(ref) == len(run) == 20, (len(ref), len(run))
+steps = int(sys.argv[6])
+assert len(ref) == len(run) == steps, (len(ref), len(run), steps)
 worst = 0.0
 for a, b in zip(ref, run):
     rel = abs(a["loss"] - b["loss"]) / abs(a["loss"])
@@ -84,9 +86,9 @@ num = sum((x - y) ** 2 for x, y in zip(wa, wb))
 den = sum(x * x for x in wa)
 prel = math.sqrt(num / den)
 pmax = max(abs(x - y) for x, y in zip(wa, wb))
-print("losses: worst relative difference %.2e over 20 steps (first %.6f, last %.6f); "
+print("losses: worst relative difference %.2e over %d steps (first %.6f, last %.6f); "
       "final weights: relative L2 difference %.2e, largest element difference %.2e"
-      % (worst, ref[0]["loss"], ref[-1]["loss"], prel, pmax))
+      % (worst, steps, ref[0]["loss"], ref[-1]["loss"], prel, pmax))
 if prel > tol:
     sys.exit("final weights differ: relative L2 %.2e > %.0e" % (prel, tol))
 PY

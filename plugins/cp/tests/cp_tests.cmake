@@ -37,6 +37,11 @@ list(APPEND cp_cases
   "cp_ring_cp4_bf16_partials|${equiv}|4 16 bf16 1e-3 set=train.eps=1e-6 ${cp}ring --set cp.size=4 --set train.partial_dtype=bf16"
   "cp_all_gather_cp2_bf16_partials|${equiv}|2 16 bf16 1e-3 set=train.eps=1e-6 ${cp}all_gather --set cp.size=2 --set train.partial_dtype=bf16"
   "cp_all_to_all_cp4_bf16_partials|${equiv}|4 16 bf16 1e-3 set=train.eps=1e-6 ${cp}all_to_all --set cp.size=4 --set train.partial_dtype=bf16"
+  # Activation recomputation: the attention's forward exchange again
+  # (selective and full), the same bits as none.
+  "cp_ring_cp2_recompute_same_bits|${PROJECT_SOURCE_DIR}/tests/cli/recompute.sh|2 16 fp32 1e-5 plain ${cp}ring --set cp.size=2"
+  "cp_all_to_all_cp2_recompute_same_bits_bf16|${PROJECT_SOURCE_DIR}/tests/cli/recompute.sh|2 16 bf16 1e-3 plain ${cp}all_to_all --set cp.size=2"
+  "cp_ring_cp2_tp2_sequence_parallel_recompute_same_bits|${PROJECT_SOURCE_DIR}/tests/cli/recompute.sh|4 16 fp32 1e-5 plain --set parallel.plugins=cp,tp --set cp.size=2 --set tp.size=2 --set tp.sequence_parallel=true"
   "cp_ring_cp2_tp2_sequence_parallel|${equiv}|4 16 fp32 1e-5 plain --set parallel.plugins=cp,tp --set cp.size=2 --set tp.size=2 --set tp.sequence_parallel=true"
   "cp_all_to_all_cp2_tp2|${equiv}|4 16 fp32 1e-5 plain --set parallel.plugins=cp,tp --set cp.algorithm=all_to_all --set cp.size=2 --set tp.size=2 --set tp.sequence_parallel=true"
   "cp_ring_cp2_dp2_pp2|${equiv}|8 8 fp32 1e-5 plain --set parallel.plugins=dp,cp,pp --set cp.size=2 --set pp.size=2"

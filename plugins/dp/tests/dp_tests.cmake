@@ -18,6 +18,8 @@ set(dp_cases
   "dp_equivalence_np2_bf16|${equiv}|2 8 bf16 1e-3 plain ${dp_on}"
   "dp_equivalence_np2_bf16_grad_reduction|${equiv}|2 8 bf16 1e-3 plain ${dp_on} --set dp.grad_dtype=bf16"
   "dp_equivalence_np4_bf16_grad_reduction|${equiv}|4 4 bf16 1e-3 plain ${dp_on} --set dp.grad_dtype=bf16"
+  "dp_recompute_np2_same_bits|${PROJECT_SOURCE_DIR}/tests/cli/recompute.sh|2 8 fp32 1e-5 plain ${dp_on}"
+  "dp_recompute_np2_accumulation_bf16|${PROJECT_SOURCE_DIR}/tests/cli/recompute.sh|2 4 bf16 1e-3 plain ${dp_on}"
   "dp_uneven_data_stops_cleanly|${dp_tests}/uneven_data.sh|"
   "dp_bytes_and_buckets|${dp_tests}/bytes_buckets.sh|")
 tessera_script_tests(dp ${dp_cases})

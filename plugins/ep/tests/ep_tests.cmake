@@ -35,6 +35,15 @@ list(APPEND ep_cases
   # weights for both (2.6e-4 without), held to 2e-3 as tp's.
   "ep_ep2_bf16_partials|${equiv}|2 8 bf16 2e-3 ${moe_all} --set parallel.plugins=dp,ep --set ep.size=2 --set train.partial_dtype=bf16"
   "ep_all_gather_ep4_bf16_partials|${equiv}|4 4 bf16 2e-3 ${moe_all} --set parallel.plugins=dp,ep --set ep.size=4 --set ep.dispatcher=all_gather --set train.partial_dtype=bf16"
+  # Activation recomputation: the recomputed dispatch routes the tokens the
+  # first forward routed (the routing is kept, not decided again), the same
+  # bits as none; folded (tp 2 + SP, ep 4), with etp, in bf16, and dropping
+  # (capacity is per rank's micro-batch, so that run is held to its own
+  # topology alone: no one-rank comparison).
+  "ep_folding_recompute_same_bits|${PROJECT_SOURCE_DIR}/tests/cli/recompute.sh|8 4 fp32 1e-5 ${moe8} --set parallel.plugins=dp,tp,ep --set tp.size=2 --set tp.sequence_parallel=true --set ep.size=4"
+  "ep_ep2_etp2_recompute_same_bits|${PROJECT_SOURCE_DIR}/tests/cli/recompute.sh|4 8 fp32 1e-5 ${moe} --set parallel.plugins=dp,tp,ep --set tp.size=2 --set tp.sequence_parallel=true --set ep.size=2 --set ep.tensor_size=2"
+  "ep_ep2_recompute_same_bits_bf16|${PROJECT_SOURCE_DIR}/tests/cli/recompute.sh|2 8 bf16 1e-3 ${moe_all} --set parallel.plugins=dp,ep --set ep.size=2 --set train.partial_dtype=bf16"
+  "ep_ep2_dropping_recompute_same_bits|${PROJECT_SOURCE_DIR}/tests/cli/recompute.sh|2 8 fp32 none set=model.experts=4,model.top_k=2,model.aux_loss_coeff=0.01,model.capacity_factor=1.0 --set parallel.plugins=dp,ep --set ep.size=2"
   "ep_dispatchers_agree_with_dropping|${ep_tests}/parity.sh|${flexdir}"
   "ep_aux_loss_is_one_ranks|${ep_tests}/aux.sh|"
   "ep_communication_matches_routing_and_plan|${ep_tests}/comm.sh|${flexdir}"

@@ -17,6 +17,13 @@ set(pp_cases
   "pp_equivalence_dp2_tp2_pp2|${equiv}|8 4 fp32 1e-5 plain --set parallel.plugins=dp,tp,pp --set tp.size=2 --set pp.size=2"
   "pp_equivalence_pp2_1f1b_bf16|${equiv}|2 4 bf16 1e-3 plain ${pp2} --set pp.schedule=1f1b"
   "pp_equivalence_pp2_interleaved_bf16|${equiv}|2 4 bf16 1e-3 layers=4 ${pp2} ${il}"
+  # Activation recomputation under every schedule (one block per chunk:
+  # groups of two need more), the same bits as none.
+  "pp_recompute_pp2_1f1b_same_bits|${PROJECT_SOURCE_DIR}/tests/cli/recompute.sh|2 4 fp32 1e-5 plain recompute=selective,full,full/block/1 ${pp2} --set pp.schedule=1f1b"
+  "pp_recompute_pp2_gpipe_same_bits|${PROJECT_SOURCE_DIR}/tests/cli/recompute.sh|2 4 fp32 1e-5 plain recompute=selective,full ${pp2} --set pp.schedule=gpipe"
+  "pp_recompute_pp2_interleaved_same_bits|${PROJECT_SOURCE_DIR}/tests/cli/recompute.sh|2 4 fp32 1e-5 layers=8 ${pp2} ${il}"
+  "pp_recompute_pp2_interleaved_same_bits_bf16|${PROJECT_SOURCE_DIR}/tests/cli/recompute.sh|2 4 bf16 1e-3 layers=4 recompute=selective,full ${pp2} ${il}"
+  "pp_recompute_dp2_tp2_sp_pp2_same_bits|${PROJECT_SOURCE_DIR}/tests/cli/recompute.sh|8 4 fp32 1e-5 layers=4 --set parallel.plugins=dp,tp,pp --set tp.size=2 --set pp.size=2 --set tp.sequence_parallel=true"
   "pp_bf16_traffic_is_half|${pp_tests}/bf16_wire.sh|"
   "pp_memory_1f1b_bounded_gpipe_grows|${pp_tests}/memory.sh|"
   "pp_trace_2x2x2_valid_on_all_ranks|${pp_tests}/trace.sh|")

@@ -27,5 +27,7 @@ set(tp_cases
   "tp_bf16_partial_sums_halve_the_bytes|${tp_tests}/bf16_partial.sh|"
   "tp_equivalence_tp2_sequence_parallel_bf16_partials|${equiv}|2 16 bf16 2e-3 plain ${tp2} ${sp} --set train.partial_dtype=bf16"
   "tp_equivalence_tp4_bf16_partials|${equiv}|4 16 bf16 2e-3 plain ${tp4} --set train.partial_dtype=bf16"
+  "tp_recompute_tp2_sequence_parallel_same_bits|${PROJECT_SOURCE_DIR}/tests/cli/recompute.sh|2 16 fp32 1e-5 plain ${tp2} ${sp}"
+  "tp_recompute_dp2_tp2_same_bits_bf16_partials|${PROJECT_SOURCE_DIR}/tests/cli/recompute.sh|4 8 bf16 2e-3 plain ${dptp} --set tp.size=2 ${sp} --set train.partial_dtype=bf16"
   "tp_sizes_it_cannot_cut_are_refused|${tp_tests}/bad_sizes.sh|")
 tessera_script_tests(tp ${tp_cases})

@@ -2,6 +2,7 @@
 set(zero_tests ${CMAKE_CURRENT_SOURCE_DIR}/tests)
 set(equiv ${PROJECT_SOURCE_DIR}/tests/cli/equivalence.sh)
 set(zero "--set parallel.plugins=dp,zero --set zero.stage=")
+set(recompute ${PROJECT_SOURCE_DIR}/tests/cli/recompute.sh)
 # name | script | arguments after TESSERA SRC (equivalence: NP MICRO DTYPE TOL MODE SETS)
 set(zero_cases)
 foreach(stage 1 2 3)
@@ -18,6 +19,11 @@ list(APPEND zero_cases
   "zero_stage3_dp2_kept_after_forward_prefetch2|${equiv}|2 4 fp32 1e-5 plain ${zero}3 --set zero.reshard_after_forward=false --set zero.prefetch=2"
   "zero_stage3_dp2_no_prefetch_no_overlap|${equiv}|2 8 fp32 1e-5 plain ${zero}3 --set zero.prefetch=0 --set zero.overlap=false"
   "zero_stage1_dp2_masked_tokens|${equiv}|2 8 fp32 1e-5 masked ${zero}1"
+  "zero_stage1_recompute_same_bits|${recompute}|2 8 fp32 1e-5 plain ${zero}1"
+  "zero_stage2_recompute_same_bits|${recompute}|2 8 fp32 1e-5 plain ${zero}2"
+  "zero_stage3_recompute_same_bits|${recompute}|2 8 fp32 1e-5 plain ${zero}3"
+  "zero_stage3_kept_after_forward_recompute_same_bits|${recompute}|2 4 fp32 1e-5 plain ${zero}3 --set zero.reshard_after_forward=false --set zero.prefetch=2"
+  "zero_stage3_recompute_same_bits_bf16|${recompute}|2 8 bf16 1e-3 plain ${zero}3"
   "zero_memory_matches_formula_and_plan|${zero_tests}/memory.sh|"
   "zero_communication_matches_formula_and_plan|${zero_tests}/comm.sh|"
   "zero_checkpoints_resume_exactly_and_across|${zero_tests}/checkpoint.sh|"
