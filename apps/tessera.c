@@ -124,8 +124,10 @@ static const char *usage_plan =
     "screen for N ranks: the size of every axis, dense (tp cp dp pp) and expert\n"
     "(ep etp edp); the number and size of the rank groups of every axis and\n"
     "product of axes; and for rank R (default 0) the memory it allocates by\n"
-    "category, the communication of every group per step and the pipeline's\n"
-    "bubble, from a dry run of two steps: the real trainer, model and plugins\n"
+    "category, the communication of every group per step, the step's FLOPs\n"
+    "(forward, backward, and the forwards [train] recompute runs again, with\n"
+    "their communication apart) and the pipeline's bubble, from a dry run of\n"
+    "two steps: the real trainer, model and plugins\n"
     "over a backend and communicators that only count (nothing computed, nothing\n"
     "exchanged).\n"
     "  --groups    every group's ranks\n"
@@ -614,6 +616,10 @@ typedef struct plan_result {
     int nact;
     ts_dtype dtype;         /* of the parameters                          */
     const ts_parallel *par; /* the dry run's context: its counters    */
+    /* FLOPs of one step (GEMMs and attention, 2 per multiply-add): forward,
+     * backward, and forwards recomputed inside the backward. */
+    double flops_fwd, flops_bwd, flops_re;
+    const char *recompute; /* [train] recompute                       */
 } plan_result;
 
 /* Runs two steps of rank `rank` of the configured world as a dry run: the
@@ -637,6 +643,7 @@ static ts_status plan_dry_run(const ts_config *cfg, ts_plugins *reg, const ts_me
     for (int i = 0; i < (*par)->ncomms; i++)
         ts_comm_counters_reset((*par)->comms[i]);
     ts_comm_counters_reset(*world);
+    ts_backend_plan_reset_flops();
     if (!st) st = ts_trainer_step(t, &stats);
     if (!st) {
         r->params = ts_backend_plan_stats(TS_MEM_PARAMS).allocated;
@@ -654,6 +661,8 @@ static ts_status plan_dry_run(const ts_config *cfg, ts_plugins *reg, const ts_me
         r->numel = ts->model->global_numel;
         r->dtype = ts->model->dtype;
         r->par = *par;
+        ts_backend_plan_flops(&r->flops_fwd, &r->flops_bwd, &r->flops_re);
+        r->recompute = ts_config_str(cfg, "train", "recompute");
     }
     ts_trainer_destroy(t);
     return st;
@@ -705,15 +714,31 @@ static void plan_state_json(const plan_result *r, int dp) {
            r->numel, ts_dtype_name(r->dtype), w, st, dp, st / dp, r->params + r->grads + r->optim);
 }
 
-/* Calls `fn` for every (group, op) with traffic in the dry run, world last. */
-static void plan_each_comm(const plan_result *r, ts_comm *world,
+/* The step's FLOPs of rank `rank`, and what recomputation adds. */
+static void plan_flops_text(const plan_result *r, int rank) {
+    double all = r->flops_fwd + r->flops_bwd + r->flops_re;
+    printf("compute of rank %d per step: %.4g FLOPs (GEMMs and attention): forward %.4g, backward "
+           "%.4g",
+           rank, all, r->flops_fwd, r->flops_bwd);
+    if (strcmp(r->recompute, "none") != 0)
+        printf(", recomputed forwards %.4g (recompute = %s: +%.1f %% of the step without)",
+               r->flops_re, r->recompute,
+               r->flops_fwd + r->flops_bwd > 0 ? 100.0 * r->flops_re / (r->flops_fwd + r->flops_bwd)
+                                               : 0.0);
+    printf("\n");
+}
+
+/* Calls `fn` for every (group, op) with traffic in the dry run, world last:
+ * all of it, or (recomputed = 1) what recomputed forwards started. */
+static void plan_each_comm(const plan_result *r, ts_comm *world, int recomputed,
                            void (*fn)(const char *group, const char *op,
                                       const ts_comm_op_counter *c, int first)) {
     int first = 1;
     for (int i = 0; i <= r->par->ncomms; i++) {
         ts_comm *c = i < r->par->ncomms ? r->par->comms[i] : world;
         for (int op = 0; op < TS_COMM_NOPS; op++) {
-            ts_comm_op_counter k = ts_comm_counter(c, (ts_comm_op)op);
+            ts_comm_op_counter k = recomputed ? ts_comm_counter_recompute(c, (ts_comm_op)op)
+                                              : ts_comm_counter(c, (ts_comm_op)op);
             if (k.calls == 0) continue;
             fn(ts_comm_name(c), ts_comm_op_name((ts_comm_op)op), &k, first);
             first = 0;
@@ -725,6 +750,14 @@ static void plan_comm_json(const char *group, const char *op, const ts_comm_op_c
                            int first) {
     printf("%s\"%s.%s\":{\"calls\":%llu,\"bytes\":%llu}", first ? "" : ",", group, op,
            (unsigned long long)c->calls, (unsigned long long)c->bytes);
+}
+
+/* How many (group, op) plan_each_comm visited last (plan_comm_count). */
+static int plan_comm_counted;
+static void plan_comm_count(const char *group, const char *op, const ts_comm_op_counter *c,
+                            int first) {
+    (void)group, (void)op, (void)c, (void)first;
+    plan_comm_counted++;
 }
 
 static void plan_comm_text(const char *group, const char *op, const ts_comm_op_counter *c,
@@ -833,7 +866,11 @@ static int cmd_plan(int argc, char **argv) {
                 printf("},");
                 plan_state_json(&est, ts_mesh_axis_size(mesh, TS_AXIS_DP));
                 printf("\"comm\":{");
-                plan_each_comm(&est, world, plan_comm_json);
+                plan_each_comm(&est, world, 0, plan_comm_json);
+                printf("},\"recompute\":\"%s\",\"flops\":{\"forward\":%.17g,\"backward\":%.17g,"
+                       "\"recomputed\":%.17g},\"comm_recomputed\":{",
+                       est.recompute, est.flops_fwd, est.flops_bwd, est.flops_re);
+                plan_each_comm(&est, world, 1, plan_comm_json);
                 printf("},");
             }
             printf("\"schedule\":\"%s\",\"bubble\":%.6f}\n",
@@ -883,8 +920,16 @@ static int cmd_plan(int argc, char **argv) {
             printf("  peak during a step: params %zu, grads %zu, optimizer %zu, all %zu bytes\n",
                    est.params_peak, est.grads_peak, est.optim_peak, est.total_peak);
             plan_state_text(&est, ts_mesh_axis_size(mesh, TS_AXIS_DP));
+            plan_flops_text(&est, opts.rank);
             printf("communication of rank %d per step:\n", opts.rank);
-            plan_each_comm(&est, world, plan_comm_text);
+            plan_each_comm(&est, world, 0, plan_comm_text);
+            if (strcmp(est.recompute, "none") != 0) {
+                plan_comm_counted = 0;
+                plan_each_comm(&est, world, 1, plan_comm_count);
+                printf("  of which recomputed forwards (recompute = %s):%s\n", est.recompute,
+                       plan_comm_counted ? "" : " none");
+                plan_each_comm(&est, world, 1, plan_comm_text);
+            }
         }
         if (sim.stages && opts.timeline) {
             printf("pipeline schedule %s, %d micro-batches (unit-time model: every forward and "

@@ -3,7 +3,8 @@
 # dp x tp x pp on 8 ranks, the plan's calls and bytes per group and
 # operation for rank 0 equal the counters rank 0 measured in each of two
 # real steps (exactly: the plan runs the same trainer, model and plugins over
-# communicators that only count).
+# communicators that only count); with activation recomputation (tp + SP
+# full, cp x tp selective) too.
 # Usage: plan_matches_run.sh TESSERA SRC
 . "$(dirname "$0")/multirank.sh"
 write_config
@@ -37,4 +38,30 @@ check tp_sp 2 --set parallel.plugins=tp --set tp.size=2 --set tp.sequence_parall
 check pp 2 --set parallel.plugins=pp --set pp.size=2 --set pp.schedule=1f1b --set train.micro_batch=4
 check dp_tp_pp 8 --set parallel.plugins=dp,tp,pp --set tp.size=2 --set pp.size=2 \
     --set tp.sequence_parallel=true --set train.micro_batch=4
+# Activation recomputation repeats the forward's collectives inside the
+# backward: the run counts them, the plan predicts them, and the plan's
+# share of recomputed forwards is exactly what full adds to none.
+check tp_sp_full 2 --set parallel.plugins=tp --set tp.size=2 --set tp.sequence_parallel=true \
+    --set train.recompute=full
+check cp_tp_selective 4 --set parallel.plugins=cp,tp --set tp.size=2 --set cp.size=2 \
+    --set tp.sequence_parallel=true --set train.recompute=selective
+"$TESSERA" plan model.ini --world 2 --rank 0 --json --set parallel.plugins=tp --set tp.size=2 \
+    --set tp.sequence_parallel=true > tp_sp_none.plan.json || fail "plan of tp_sp none"
+python3 - <<'PY' || fail "the recomputed communication is not what full adds to none"
+import json
+full = json.load(open("tp_sp_full.plan.json"))
+none = json.load(open("tp_sp_none.plan.json"))
+re = full["comm_recomputed"]
+assert re, "full recomputation of tp + SP blocks repeats no collective"
+for k in sorted(set(full["comm"]) | set(none["comm"])):
+    f = full["comm"].get(k, {"calls": 0, "bytes": 0})
+    n = none["comm"].get(k, {"calls": 0, "bytes": 0})
+    r = re.get(k, {"calls": 0, "bytes": 0})
+    assert (f["calls"] - n["calls"], f["bytes"] - n["bytes"]) == (r["calls"], r["bytes"]), (k, f, n, r)
+print("full adds to none exactly the recomputed share: %s" % ", ".join(
+    "%s %d/%d" % (k, v["calls"], v["bytes"]) for k, v in sorted(re.items())))
+fl = full["flops"]
+print("flops: forward %.6g, backward %.6g, recomputed %.6g" % (fl["forward"], fl["backward"], fl["recomputed"]))
+assert fl["recomputed"] > 0 and none["flops"]["recomputed"] == 0
+PY
 echo PASS
