@@ -26,6 +26,14 @@ tessera_script_tests(core
   "cli_recompute_same_bits_bf16|${recompute}|1 16 bf16 1e-3 layers=4 recompute=selective,full,full/uniform/3"
   "cli_recompute_memory|${PROJECT_SOURCE_DIR}/tests/cli/recompute_memory.sh|")
 
+# Bad recomputation input: one line naming the key (needs the test plugin
+# oldattn, an attention provider without release).
+add_test(NAME cli_recompute_bad_input
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/recompute_bad_input.sh $<TARGET_FILE:tessera_cli>
+    ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/tests/plugins)
+set_tests_properties(cli_recompute_bad_input PROPERTIES LABELS core TIMEOUT 300
+  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+
 # tessera plan against Megatron-LM's rank groups (needs the test plugins).
 add_test(NAME cli_plan_groups
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/plan_groups.sh $<TARGET_FILE:tessera_cli>

@@ -12,7 +12,7 @@ set(TESSERA_TEST_PLUGINS
   good:good wrong_major:wrong_major newer_minor:newer_minor wrong_name:misnamed
   no_symbol:no_symbol small_struct:small_struct dup_axis:dup_axis conflict:conflict
   fail_init:fail_init meshaxes:meshaxes poison:poison shardall:shardall optshard:optshard
-  skew:skew)
+  skew:skew oldattn:oldattn)
 set(TESSERA_TEST_PLUGIN_TARGETS)
 foreach(pair ${TESSERA_TEST_PLUGINS})
   string(REPLACE ":" ";" pair ${pair})
@@ -23,7 +23,8 @@ foreach(pair ${TESSERA_TEST_PLUGINS})
   # The loader's test plugins are ABI 1.0 plugins: every 1.x core keeps
   # loading them (poison and optshard, written with this ABI, declare the
   # current one).
-  if(NOT src STREQUAL "poison" AND NOT src STREQUAL "optshard" AND NOT src STREQUAL "skew")
+  if(NOT src STREQUAL "poison" AND NOT src STREQUAL "optshard" AND NOT src STREQUAL "skew"
+      AND NOT src STREQUAL "oldattn")
     target_compile_definitions(test_plugin_${name} PRIVATE TS_PLUGIN_TARGET_MINOR=0)
   endif()
   # --no-undefined: a plugin that calls into libtessera directly fails to link.

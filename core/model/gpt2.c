@@ -528,15 +528,16 @@ static void block_release(ts_module *mod, int mb, int keep_decisions) {
 /* The provider of attention across the ranks cutting the sequence must be
  * able to drop its state for the block to recompute. */
 static ts_status block_can_recompute(const ts_module *mod, ts_recompute mode) {
-    (void)mode;
     const ts_model *m = mod->model;
     int sa = seq_axis(m);
-    if (sa >= 0 && !m->axes[sa].attention->release)
+    const ts_model_axis *ax = sa >= 0 ? &m->axes[sa] : NULL;
+    if (ax && !ax->attention->release)
         return ts_error(TS_ERR_CONFIG,
-                        "its attention over %s comes from a plugin whose attention ops have no "
-                        "release (ts_plugin_attention_ops.release), so their state cannot be "
-                        "dropped and made again",
-                        m->axes[sa].name);
+                        "%s cannot recompute (%s): its attention over %s comes from plugin '%s', "
+                        "whose attention ops have no release (ts_plugin_attention_ops.release), "
+                        "so their state cannot be dropped and made again",
+                        mod->name, mode == TS_RECOMPUTE_FULL ? "full" : "selective", ax->name,
+                        ax->attention_plugin ? ax->attention_plugin : "?");
     return TS_OK;
 }
 

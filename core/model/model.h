@@ -95,6 +95,7 @@ typedef struct ts_model_axis {
     const ts_plugin_attention_ops *attention;
     ts_plugin_ctx *attention_ctx;
     void *attention_user;
+    const char *attention_plugin; /* its provider's name, for messages */
     ts_comm *comm; /* the model's tensors (device memory; NCCL on GPUs)   */
     ts_comm *host; /* the same group for host memory; comm when NULL      */
 } ts_model_axis;

@@ -115,9 +115,10 @@ typedef struct ts_module_ops {
      * 0 (release): free everything. Called with nothing held, it does
      * nothing. NULL: the module keeps nothing outside its parts. */
     void (*release)(ts_module *m, int mb, int keep_decisions);
-    /* Why this module cannot run in `mode` in this run (an attention
-     * provider that cannot free its state, say): TS_OK when it can, else an
-     * error whose message says why. NULL: every mode in `recompute` works. */
+    /* Whether this module can run in `mode` in this run: TS_OK, or an
+     * error whose message names the module and says why not (an attention
+     * provider that cannot free its state, say). NULL: every mode in
+     * `recompute` works. */
     ts_status (*can_recompute)(const ts_module *m, ts_recompute mode);
 } ts_module_ops;
 

@@ -688,10 +688,7 @@ ts_status ts_model_set_recompute(ts_model *m, ts_recompute mode, int layers, int
         int group = block || mode != TS_RECOMPUTE_FULL ? 1 : (layers ? layers : 1);
         for (int j = 0, first = -1, size = 0; j < count; j++) {
             ts_module *mod = m->modules[idx[j]];
-            if (mod->ops->can_recompute) {
-                ts_status st = mod->ops->can_recompute(mod, mode);
-                if (st) return ts_error(st, "%s cannot: %s", mod->name, ts_last_error_bare());
-            }
+            if (mod->ops->can_recompute) TS_TRY(mod->ops->can_recompute(mod, mode));
             if (size == group || j == 0 || idx[j] != idx[j - 1] + 1) first = idx[j], size = 0;
             mod->recompute = mode;
             mod->group_first = first;

@@ -440,6 +440,7 @@ static ts_status trainer_model_axes(ts_trainer *t, ts_model_shard *shard) {
                                 "provides attention over it",
                                 name);
             ax->attention = ops;
+            ax->attention_plugin = ts_plugins_provider(t->reg, TS_PROVIDE_ATTENTION, name);
             if (ops->order == TS_SEQUENCE_MIRRORED && t->T % (2 * size) != 0)
                 return trainer_key_error(
                     t->cfg, "train", "seq_len",
