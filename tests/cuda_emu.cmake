@@ -141,6 +141,17 @@ add_test(NAME bf16_memory_emulated_gpu
     ${PROJECT_SOURCE_DIR} cuda)
 set_tests_properties(bf16_memory_emulated_gpu PROPERTIES LABELS emulated TIMEOUT 600
   ENVIRONMENT "${TESSERA_TEST_ENV}")
+# Activation recomputation on the emulated GPU (its attention keeps the
+# log-sum-exp; selective runs the attention's forward again): the same bits
+# as none, and the memory ledger against the plan.
+add_test(NAME recompute_same_bits_emulated_gpu
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/recompute.sh $<TARGET_FILE:tessera_emu_cli>
+    ${PROJECT_SOURCE_DIR} 1 16 fp32 1e-5 set=train.device=cuda)
+add_test(NAME recompute_memory_emulated_gpu
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/recompute_memory.sh $<TARGET_FILE:tessera_emu_cli>
+    ${PROJECT_SOURCE_DIR} cuda)
+set_tests_properties(recompute_same_bits_emulated_gpu recompute_memory_emulated_gpu PROPERTIES
+  LABELS emulated TIMEOUT 600 ENVIRONMENT "${TESSERA_TEST_ENV}")
 # Recovery across topologies on emulated GPUs: dp 2 x tp 2 (SP) for 10 steps,
 # resumed on pp 2 for 10 more, against one CPU rank.
 add_test(NAME resume_on_another_topology_emulated_gpu
