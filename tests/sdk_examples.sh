@@ -5,12 +5,14 @@
 # prefix alone (no warnings, no tessera symbols referenced), then runs each:
 #  - shard_params (parameters stored cut over dp, gathered around each
 #    module) trains like plain dp: losses and gradient norms within 1e-5 over
-#    8 steps, each rank holding less parameter memory; and the test plugin
+#    8 steps, each rank holding less parameter memory, and the same with
+#    full activation recomputation (its forward hooks run again); and the test plugin
 #    shardall, which places every parameter S(0) over dp and implements
 #    nothing, is refused at start-up naming tensor, axis, placement and
 #    transform;
 #  - gather_attention (sequences cut over cp = 2) gives the losses and norms
-#    of one rank within 1e-5;
+#    of one rank within 1e-5, and the same with selective and full
+#    activation recomputation (its release frees a dropped state);
 #  - the dispatchers "a2a" (examples/token-dispatcher) and "flex"
 #    (examples/flex-dispatcher) pass test_dispatch's contract checks on 2 and
 #    4 ranks; with TEST_DISPATCH_PARITY given, flex built here agrees bit for
@@ -83,6 +85,22 @@ mpi -np 2 "$tessera" train model.ini --set parallel.plugins=dp,shard_params \
   --set parallel.plugin_path="$tmp/module-hook" --set train.metrics=sp.jsonl > sp.out 2>&1 ||
   { cat sp.out; fail "shard_params run"; }
 compare sp.jsonl dp.jsonl || fail "shard_params differs from dp"
+# Its module hooks with full recomputation (a recomputed forward gathers
+# again): the same losses and norms, as written.
+mpi -np 2 "$tessera" train model.ini --set parallel.plugins=dp,shard_params \
+  --set parallel.plugin_path="$tmp/module-hook" --set train.metrics=sp_full.jsonl \
+  --set train.recompute=full --set train.recompute_layers=2 > sp_full.out 2>&1 ||
+  { cat sp_full.out; fail "shard_params with recompute = full"; }
+same() { # A.jsonl B.jsonl: every step's loss and grad norm equal as written
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+a = [(json.loads(l)["loss"], json.loads(l)["grad_norm"]) for l in open(sys.argv[1])]
+b = [(json.loads(l)["loss"], json.loads(l)["grad_norm"]) for l in open(sys.argv[2])]
+assert len(a) == len(b) == 8 and a == b, (a, b)
+print("%s = %s: 8 steps, the same losses and norms" % (sys.argv[1], sys.argv[2]))
+PY
+}
+same sp_full.jsonl sp.jsonl || fail "shard_params with recompute = full differs"
 python3 - <<'PY' || fail "shard_params memory"
 import json
 sp = json.loads(open("sp.jsonl").readlines()[-1])["mem"]
@@ -105,6 +123,12 @@ mpi -np 2 "$tessera" train model.ini --set parallel.plugins=gather_attention \
   --set parallel.plugin_path="$tmp/attention-provider" --set train.metrics=cp.jsonl > cp.out 2>&1 ||
   { cat cp.out; fail "gather_attention run"; }
 compare cp.jsonl one.jsonl || fail "gather_attention differs from one rank"
+for m in selective full; do
+  mpi -np 2 "$tessera" train model.ini --set parallel.plugins=gather_attention \
+    --set parallel.plugin_path="$tmp/attention-provider" --set train.metrics=cp_$m.jsonl \
+    --set train.recompute=$m > cp_$m.out 2>&1 || { cat cp_$m.out; fail "gather_attention, $m"; }
+  same cp_$m.jsonl cp.jsonl || fail "gather_attention with recompute = $m differs"
+done
 
 echo "== token-dispatcher: a2a on 2 and 4 ranks"
 printf '[parallel]\nplugins = a2a_dispatcher\nplugin_path = %s\n' "$tmp/token-dispatcher" > a2a.ini

@@ -93,6 +93,21 @@ static ts_status ga_forward(ts_plugin_ctx *ctx, ts_plugin_attention_args *a, voi
     return st;
 }
 
+/* Frees what the forward kept: after the backward, or when the core drops
+ * it (activation recomputation runs the forward again before the backward;
+ * a forward-only pass keeps nothing). */
+static void ga_release(ts_plugin_ctx *ctx, ts_plugin_attention_args *a, void *user) {
+    (void)ctx;
+    (void)user;
+    ga_saved *s = *a->saved;
+    if (!s) return;
+    ga.host->device_free(ga.ctx, s->qkv);
+    ga.host->device_free(ga.ctx, s->out);
+    ga.host->device_free(ga.ctx, s->att);
+    ga.host->mem_free(s);
+    *a->saved = NULL;
+}
+
 static ts_status ga_backward(ts_plugin_ctx *ctx, ts_plugin_attention_args *a, void *user) {
     (void)ctx;
     (void)user;
@@ -124,11 +139,7 @@ static ts_status ga_backward(ts_plugin_ctx *ctx, ts_plugin_attention_args *a, vo
     ga.host->device_free(ga.ctx, blocks);
     ga.host->device_free(ga.ctx, dqkv);
     ga.host->device_free(ga.ctx, dout);
-    ga.host->device_free(ga.ctx, s->qkv);
-    ga.host->device_free(ga.ctx, s->out);
-    ga.host->device_free(ga.ctx, s->att);
-    ga.host->mem_free(s);
-    *a->saved = NULL;
+    ga_release(ctx, a, user);
     return st;
 }
 
@@ -159,7 +170,8 @@ static ts_status ga_init(const ts_host *host, ts_plugin_ctx *ctx) {
     static const ts_plugin_attention_ops ops = {.struct_size = sizeof ops,
                                                 .forward = ga_forward,
                                                 .backward = ga_backward,
-                                                .order = TS_SEQUENCE_CONTIGUOUS};
+                                                .order = TS_SEQUENCE_CONTIGUOUS,
+                                                .release = ga_release};
     return host->register_attention(ctx, "cp", &ops, NULL);
 }
 
