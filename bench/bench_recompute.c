@@ -140,18 +140,19 @@ int main(int argc, char **argv) {
         return 1;
     }
     double none_ms = median(ms[0], rounds), rate = flops / (none_ms * 1e-3);
-    printf("%-10s %10s %9s %12s %14s %12s %12s\n", "recompute", "step ms", "x none", "extra ms",
-           "recomputed", "predicted", "act. peak");
+    printf("%-10s %10s %9s %12s %14s %12s %12s %12s\n", "recompute", "step ms", "x none",
+           "extra ms", "recomputed", "predicted", "predicted x", "act. peak");
     for (int m = 0; m < 3; m++) {
         double med = median(ms[m], rounds), x = median(ratio[m], rounds);
         double re = recomputed_flops(mc, m, gb, T), predicted = re / rate * 1e3;
-        printf("%-10s %10.1f %9.3f %12.1f %11.3f GF %9.1f ms %9.1f MiB\n", modes[m], med, x,
-               (x - 1.0) * none_ms, re * 1e-9, predicted, peak[m] / 1048576.0);
+        printf("%-10s %10.1f %9.3f %12.1f %11.3f GF %9.1f ms %12.3f %9.1f MiB\n", modes[m], med, x,
+               (x - 1.0) * none_ms, re * 1e-9, predicted, 1.0 + re / flops, peak[m] / 1048576.0);
     }
     printf("(x none: the median over the rounds of each step over none's of the same round; extra "
            "ms: (x none - 1) times none's median; predicted: the recomputed FLOPs at none's "
-           "achieved %.1f GFLOP/s; act. peak: the accounted activations' peak, each trainer's)\n",
-           rate * 1e-9);
+           "achieved %.1f GFLOP/s, and 1 + those FLOPs over a step's %.3f GF; act. peak: the "
+           "accounted activations' peak, each trainer's)\n",
+           rate * 1e-9, flops * 1e-9);
     for (int m = 0; m < 3; m++) {
         free(ms[m]);
         free(ratio[m]);
