@@ -1,4 +1,5 @@
-# tessera verify: the four ledgers on dp 2, tp 2 (+SP), pp 2 and dp 2 x tp 2
+# tessera verify: the four ledgers on dp 2, tp 2 (+SP), pp 2 and dp 2 x tp 2,
+# tp 2 (+SP) with full and pp 2 with selective activation recomputation
 # (all pass, with --json checked field by field once), and on a broken
 # configuration (the test plugin skew multiplies rank 1's wte gradient by
 # 1.01 every step): numerics fails, naming the first step and the quantity
@@ -31,6 +32,12 @@ v pp2 2 --set parallel.plugins=pp --set pp.size=2 --set train.micro_batch=4
 grep -qE "bubble [0-9.]+ \(schedule \(p-1\)/\(m\+p-1\) 0\.20\)" pp2.txt ||
     fail "pp2: no bubble against the schedule's 1/5 (4 micro-batches, 2 stages)"
 v dp2_tp2 4 --set parallel.plugins=dp,tp --set tp.size=2 --set train.micro_batch=8
+# With activation recomputation the ledgers hold as well (the memory ledger
+# against a plan that recomputes the same way).
+v tp2_sp_full 2 --set parallel.plugins=tp --set tp.size=2 --set tp.sequence_parallel=true \
+    --set train.recompute=full
+v pp2_selective 2 --set parallel.plugins=pp --set pp.size=2 --set train.micro_batch=4 \
+    --set train.recompute=selective
 
 timeout 600 "$TESSERA" verify model.ini --world 2 --steps 6 --launcher "$L" "${S[@]}" --json \
     --set parallel.plugins=dp --set train.micro_batch=8 > dp2.json 2> dp2.err ||
