@@ -13,6 +13,7 @@ set(TESSERA_KERNEL_TESTS
   "kernels_gelu_grad gelu"
   "kernels_attention_grad attention"
   "kernels_attention_block_matches_whole attention_block"
+  "kernels_attention_recompute_same_bits attention_recompute"
   "kernels_residual_grad residual"
   "kernels_crossentropy_grad crossentropy"
   "kernels_crossentropy_vocab_shards_match_full crossentropy_shards"

@@ -437,6 +437,49 @@ static void test_attention(void) {
     check_grads(&k, ps, 1, 1e-2f, FD_TOL);
 }
 
+/* --- attention without its probabilities (selective recomputation) --------- */
+
+/* forward_unsaved gives forward's out, and backward_recompute backward's
+ * dqkv (+=), bit for bit: T below, at and not a multiple of the 64 rows of
+ * a block, on 1 and 3 threads; the recomputing pair touches no scratch
+ * beyond ts_cpu_attention_recompute_floats. */
+static void test_attention_recompute(void) {
+    int saved = ts_cpu_get_threads();
+    const int shapes[][4] = {{2, 32, 16, 2}, {1, 64, 24, 3}, {2, 100, 16, 2}, {1, 200, 32, 4}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int RB = shapes[i][0], RT = shapes[i][1], RC = shapes[i][2], RH = shapes[i][3];
+        size_t n = (size_t)RB * RT, tt = (size_t)RB * RH * RT * RT;
+        size_t sf = ts_cpu_attention_recompute_floats(RB, RH, RT);
+        float *qkv = falloc(n * 3 * RC), *dout = falloc(n * RC), *att = falloc(tt);
+        float *scratch = falloc(tt), *out = falloc(n * RC), *out2 = falloc(n * RC);
+        float *dq = falloc(n * 3 * RC), *dq2 = falloc(n * 3 * RC), *rs = falloc(sf + 16);
+        fill(qkv, n * 3 * RC, 2.0f), fill(dout, n * RC, 1.0f);
+        for (int threads = 1; threads <= 3; threads += 2) {
+            ts_cpu_set_threads(threads);
+            fill(dq, n * 3 * RC, 0.5f);
+            memcpy(dq2, dq, n * 3 * RC * sizeof *dq);
+            for (size_t k = 0; k < sf + 16; k++)
+                rs[k] = NAN; /* written before read; the guard after it untouched */
+            ts_cpu_attention_forward(out, att, qkv, RB, RT, RC, RH);
+            ts_cpu_attention_backward(dq, scratch, dout, qkv, att, RB, RT, RC, RH);
+            ts_cpu_attention_forward_unsaved(out2, rs, qkv, RB, RT, RC, RH);
+            ts_cpu_attention_backward_recompute(dq2, rs, dout, qkv, RB, RT, RC, RH);
+            int guard = 1;
+            for (size_t k = sf; k < sf + 16; k++)
+                guard &= isnan(rs[k]);
+            char what[160];
+            snprintf(what, sizeof what, "B %d T %d C %d NH %d, %d thread%s: out, dqkv (+=) equal", RB,
+                     RT, RC, RH, threads, threads > 1 ? "s" : "");
+            expect(!memcmp(out, out2, n * RC * sizeof *out) &&
+                       !memcmp(dq, dq2, n * 3 * RC * sizeof *dq) && guard,
+                   what, 0, 0);
+        }
+        free(qkv), free(dout), free(att), free(scratch), free(out), free(out2);
+        free(dq), free(dq2), free(rs);
+    }
+    ts_cpu_set_threads(saved);
+}
+
 /* --- block attention (context parallelism) ------------------------------------ */
 
 /* max |a - ref| / max(1, max |ref|), float against float; NaN anywhere: inf */
@@ -1438,6 +1481,7 @@ static const struct {
     {"gelu", test_gelu},
     {"attention", test_attention},
     {"attention_block", test_attention_block},
+    {"attention_recompute", test_attention_recompute},
     {"residual", test_residual},
     {"crossentropy", test_crossentropy},
     {"crossentropy_shards", test_crossentropy_shards},

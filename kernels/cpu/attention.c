@@ -129,10 +129,12 @@ void ts_cpu_attention_backward(float *dqkv,       /* (B, T, 3C) */
     }
 }
 
-void ts_cpu_attention_forward_unsaved(float *out,       /* (B, T, C) */
-                                      float *scratch,   /* recompute_floats */
-                                      const float *qkv, /* (B, T, 3C) */
-                                      int B, int T, int C, int NH) {
+/* Selective recomputation's two passes over each (batch, head), in a scratch
+ * of two blocks of rows per task and no T x T array: with out, the forward's
+ * output; with dqkv, the backward, each block of rows' probabilities made
+ * again just before its use. */
+static void att_unsaved(float *out, float *dqkv, float *scratch, const float *dout,
+                        const float *qkv, int B, int T, int C, int NH) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     size_t rows = T < ATT_ROWS ? (size_t)T : ATT_ROWS;
@@ -141,14 +143,18 @@ void ts_cpu_attention_forward_unsaved(float *out,       /* (B, T, C) */
 #pragma omp parallel num_threads(q.shares)
     for (size_t bh0, bh1; ts_cpu_tasks_next(&q, &bh0, &bh1);) {
         int bh = (int)bh0, b = bh / NH, h = bh % NH;
-        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
-        float *o = out + (size_t)b * T * C + (size_t)h * hs;
-        float *ab = scratch + (size_t)bh * 2 * rows * T;
+        size_t off = (size_t)b * T * C3 + (size_t)h * hs, row = (size_t)b * T * C + (size_t)h * hs;
+        const float *q = qkv + off, *k = q + C, *v = q + 2 * C;
+        float *ab = scratch + (size_t)bh * 2 * rows * T, *db = ab + rows * T;
         for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
-            int r1 = r0 + ATT_ROWS < T ? r0 + ATT_ROWS : T, m = r1 - r0;
+            int r1 = r0 + ATT_ROWS < T ? r0 + ATT_ROWS : T;
             att_rows(ab, q, k, r0, r1, T, hs, C3, scale);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, 1.0f, ab, T, v, C3,
-                        0.0f, o + (size_t)r0 * C, C);
+            if (out)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, ab,
+                            T, v, C3, 0.0f, out + row + (size_t)r0 * C, C);
+            else
+                att_rows_backward(dqkv + off, dqkv + off + C, dqkv + off + 2 * C, db, ab, q, k, v,
+                                  dout + row, r0, r1, T, hs, C, C3, scale);
         }
     }
 }
@@ -158,28 +164,17 @@ size_t ts_cpu_attention_recompute_floats(int B, int NH, int T) {
     return (size_t)B * NH * 2 * rows * (size_t)T;
 }
 
+void ts_cpu_attention_forward_unsaved(float *out,       /* (B, T, C) */
+                                      float *scratch,   /* recompute_floats */
+                                      const float *qkv, /* (B, T, 3C) */
+                                      int B, int T, int C, int NH) {
+    att_unsaved(out, NULL, scratch, NULL, qkv, B, T, C, NH);
+}
+
 void ts_cpu_attention_backward_recompute(float *dqkv,       /* (B, T, 3C) */
                                          float *scratch,    /* recompute_floats */
                                          const float *dout, /* (B, T, C) */
                                          const float *qkv,  /* (B, T, 3C) */
                                          int B, int T, int C, int NH) {
-    int hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    size_t rows = T < ATT_ROWS ? (size_t)T : ATT_ROWS;
-    ts_cpu_tasks q;
-    ts_cpu_tasks_init(&q, (size_t)B * NH, 1);
-#pragma omp parallel num_threads(q.shares)
-    for (size_t bh0, bh1; ts_cpu_tasks_next(&q, &bh0, &bh1);) {
-        int bh = (int)bh0, b = bh / NH, h = bh % NH;
-        size_t off = (size_t)b * T * C3 + (size_t)h * hs;
-        const float *q = qkv + off, *k = q + C, *v = q + 2 * C;
-        float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
-        const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
-        float *ab = scratch + (size_t)bh * 2 * rows * T, *db = ab + rows * T;
-        for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
-            int r1 = r0 + ATT_ROWS < T ? r0 + ATT_ROWS : T;
-            att_rows(ab, q, k, r0, r1, T, hs, C3, scale);
-            att_rows_backward(dq, dk, dv, db, ab, q, k, v, dy, r0, r1, T, hs, C, C3, scale);
-        }
-    }
+    att_unsaved(NULL, dqkv, scratch, dout, qkv, B, T, C, NH);
 }

@@ -19,11 +19,7 @@ shift 5
 PARALLEL=("$@")
 EXTRA_SET=(--set train.dtype=$DTYPE)
 write_config
-case "$MODE" in
-layers=*) EXTRA_SET+=(--set model.layers=${MODE#layers=}) ;;
-set=*) IFS=, read -ra keys <<< "${MODE#set=}"
-    for k in "${keys[@]}"; do EXTRA_SET+=(--set "$k"); done ;;
-esac
+apply_mode "$MODE"
 if [ "$MODE" = masked ]; then
     python3 - <<'PY'
 import random

@@ -46,6 +46,17 @@ seed = 7
 INI
 }
 
+# apply_mode MODE: the keys MODE gives every run, appended to EXTRA_SET:
+# plain (none), layers=N, or set=S.K=V[,S.K=V...].
+apply_mode() {
+    case "$1" in
+    layers=*) EXTRA_SET+=(--set model.layers=${1#layers=}) ;;
+    set=*) local keys k
+        IFS=, read -ra keys <<< "${1#set=}"
+        for k in "${keys[@]}"; do EXTRA_SET+=(--set "$k"); done ;;
+    esac
+}
+
 # compare REF_DIR RUN_DIR TOL: losses of every step and the final weights
 # (exported as llm.c files) agree within TOL, relative. Both runs have
 # $STEPS steps (20 unless the script sets it).

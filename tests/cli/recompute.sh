@@ -22,11 +22,7 @@ PARALLEL=("$@")
 STEPS=8
 EXTRA_SET=(--set train.dtype=$DTYPE --set train.steps=$STEPS)
 write_config
-case "$MODE" in
-layers=*) EXTRA_SET+=(--set model.layers=${MODE#layers=}) ;;
-set=*) IFS=, read -ra keys <<< "${MODE#set=}"
-    for k in "${keys[@]}"; do EXTRA_SET+=(--set "$k"); done ;;
-esac
+apply_mode "$MODE"
 launch() { # NAME SETS...: NP ranks (1: no mpirun)
     local name=$1
     shift
