@@ -8,6 +8,7 @@
  * what happens on it follows from the placements.
  */
 #include "layers.h"
+#include "phase.h" /* ts_phase_recomputing: recomputed parts tagged apart */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -434,7 +435,7 @@ static float *part_alloc(ts_module *mod, ts_saved_part *p, size_t floats, size_t
     TS_ASSERT(keep <= floats);
     /* one forward per micro-batch in flight */
     TS_ASSERT(p->data == NULL && p->packed == NULL);
-    if (mod->model->recomputing && kind <= PART_OUTPUT) kind += PART_RECOMPUTED;
+    if (ts_phase_recomputing() && kind <= PART_OUTPUT) kind += PART_RECOMPUTED;
     p->data = acts_alloc_uninit(mod->model->be, floats * sizeof(float), part_tag(kind, 0));
     p->floats = floats;
     p->keep = keep;
@@ -449,7 +450,7 @@ static size_t packed_offset(const ts_saved_part *p) {
 /* Packs src (part->floats floats) into the part; src stays. */
 static ts_status part_pack_from(ts_model *m, ts_saved_part *part, const float *src, int kind) {
     const ts_backend *be = m->be;
-    if (m->recomputing && kind <= PART_OUTPUT) kind += PART_RECOMPUTED;
+    if (ts_phase_recomputing() && kind <= PART_OUTPUT) kind += PART_RECOMPUTED;
     size_t off = packed_offset(part);
     char *p = acts_alloc(be, off + (part->floats - part->keep) * sizeof(uint16_t),
                          part_tag(kind, 1));

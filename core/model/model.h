@@ -214,9 +214,6 @@ struct ts_model {
     size_t work_floats;
     /* Set while a backward runs: its gradients cross the axes in f32 ... */
     int in_backward;
-    /* Set while a forward runs again inside a backward (activation
-     * recomputation): its saved state is tagged as recomputed. */
-    int recomputing;
     /* ... unless this is set ([train] partial_dtype = bf16, bf16 runs):
      * partial sums and activation gradients then cross them in bf16. */
     int partial_bf16;

@@ -722,7 +722,7 @@ static ts_status model_recompute(ts_model *m, ts_step_ctx *ctx, int first, int l
     x.device = m->be->kind;
     int in_backward = m->in_backward, phase = ts_phase_recompute(1);
     m->in_backward = 0; /* its collectives exactly as in the forward */
-    m->recomputing = ctx->recompute = 1;
+    ctx->recompute = 1;
     ts_status st = TS_OK;
     for (int j = first; j <= last && !st; j++) {
         ts_module *mod = m->modules[j];
@@ -742,7 +742,7 @@ static ts_status model_recompute(ts_model *m, ts_step_ctx *ctx, int first, int l
         if (!st && j < last) st = ts_module_pack(mod, mb);
         x = y;
     }
-    m->recomputing = ctx->recompute = 0;
+    ctx->recompute = 0;
     m->in_backward = in_backward;
     ts_phase_recompute(phase);
     return st;
@@ -828,7 +828,7 @@ ts_status ts_model_backward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, cons
         else
             st = model_hook(ctx, i, 2);
         if (!st) st = mod->ops->backward(mod, ctx, in, out);
-        if (!st && ctx->module_hook) st = ctx->module_hook(ctx->module_done_user, i, 3);
+        if (!st) st = model_hook(ctx, i, 3);
         if (!st && ctx->module_done) st = ctx->module_done(ctx->module_done_user, i);
         in = out;
     }
