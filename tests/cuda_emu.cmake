@@ -146,7 +146,7 @@ set_tests_properties(bf16_memory_emulated_gpu PROPERTIES LABELS emulated TIMEOUT
 # as none, and the memory ledger against the plan.
 add_test(NAME recompute_same_bits_emulated_gpu
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/recompute.sh $<TARGET_FILE:tessera_emu_cli>
-    ${PROJECT_SOURCE_DIR} 1 16 fp32 1e-5 set=train.device=cuda)
+    ${PROJECT_SOURCE_DIR} 1 16 fp32 1e-5 set=train.device=cuda recompute=selective,full)
 add_test(NAME recompute_memory_emulated_gpu
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/recompute_memory.sh $<TARGET_FILE:tessera_emu_cli>
     ${PROJECT_SOURCE_DIR} cuda)
