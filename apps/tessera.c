@@ -788,7 +788,10 @@ static ts_status plan_pipeline(ts_plugins *reg, const ts_mesh *mesh, const ts_la
                                         .chunks = chunks};
         st = ts_plugins_schedule(reg, ts_plugins_scheduler_name(reg, 0), &args, &per_stage[s]);
     }
-    if (!st) st = ts_schedule_simulate(pp, per_stage, sh->micro_batches, chunks, 1, 1, sim);
+    /* One unit a forward, a backward's input part and its weight part (a
+     * fused backward two), as Qi et al. count them. */
+    ts_schedule_shape shape = {pp, sh->micro_batches, chunks, 1, 1, 1, ts_plugins_stage_order(reg)};
+    if (!st) st = ts_schedule_simulate_shape(&shape, per_stage, sim);
     for (int s = 0; s < pp; s++)
         ts_schedule_free(&per_stage[s]);
     return st;
@@ -932,8 +935,9 @@ static int cmd_plan(int argc, char **argv) {
             }
         }
         if (sim.stages && opts.timeline) {
-            printf("pipeline schedule %s, %d micro-batches (unit-time model: every forward and "
-                   "backward takes one slot):\n",
+            printf("pipeline schedule %s, %d micro-batches (unit-time model: a forward, a "
+                   "backward's input part and its weight part take one slot each, a whole "
+                   "backward two):\n",
                    ts_plugins_scheduler_name(reg, 0), shape.micro_batches);
             ts_schedule_timeline_print(&sim, stdout);
         } else if (sim.stages) {

@@ -284,15 +284,97 @@ ts_status ts_layer_linear_forward(ts_model *m, float *out, const float *inp, con
     return m->be->matmul_forward_bf16(out, work, inp, w->value.data, bias, N, C, OC);
 }
 
+/* The backward product, f32 or with a bf16 weight. */
+static ts_status matmul_backward(ts_model *m, int bf16, float *dinp, float *dweight, float *dbias,
+                                 const float *dout, const float *inp, const void *weight, int N,
+                                 int C, int OC) {
+    if (!bf16) return m->be->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    void *work = matmul_work(m, N, C, OC);
+    if (!work) return TS_ERR_NOMEM;
+    return m->be->matmul_backward_bf16(dinp, dweight, dbias, work, dout, inp, weight, N, C, OC);
+}
+
+/* `rows` x `cols` floats that a deferred job reads: where they lie in the
+ * running module's saved state (kept until the job runs), or a copy in
+ * `*copy` at *off (NULL when it fits the state). */
+static const float *job_keep(ts_model *m, const float *x, size_t n, float *copy, size_t *off) {
+    const ts_saved_part *st = &m->current->saved.slot[m->current_mb].state;
+    if (st->data && x >= st->data && x + n <= st->data + st->floats) return x;
+    const float *kept = copy + *off;
+    if (m->be->copy(copy + *off, x, n * sizeof(float))) return NULL;
+    *off += n;
+    return kept;
+}
+
+/* Records dweight / dbias += the product's for the running module's
+ * BACKWARD_WEIGHT, keeping what it reads. */
+static ts_status job_defer(ts_model *m, int bf16, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const void *weight, int N, int C, int OC) {
+    ts_module *mod = m->current;
+    ts_module_slot *s = &mod->saved.slot[m->current_mb];
+    if (s->njobs == s->capjobs) {
+        int cap = s->capjobs ? 2 * s->capjobs : 8;
+        ts_weight_job *j = realloc(s->jobs, (size_t)cap * sizeof *j);
+        if (!j)
+            return ts_error(TS_ERR_NOMEM, "%s: out of memory for deferred gradients", mod->name);
+        s->jobs = j;
+        s->capjobs = cap;
+    }
+    /* What is not in the module's state is copied (workspace, a gradient
+     * between modules, a layer's own buffers). */
+    const ts_saved_part *st = &s->state;
+    size_t nd = (size_t)N * OC, ni = (size_t)N * C, need = 0;
+    if (!(st->data && dout >= st->data && dout + nd <= st->data + st->floats)) need += nd;
+    if (!(st->data && inp >= st->data && inp + ni <= st->data + st->floats)) need += ni;
+    float *copy = NULL;
+    if (need) {
+        ts_backend_tag("deferred weight gradients (f32)");
+        copy = m->be->alloc(TS_MEM_ACTS, need * sizeof(float));
+        ts_backend_tag(NULL);
+        if (!copy) return TS_ERR_NOMEM;
+    }
+    size_t off = 0;
+    ts_weight_job j = {dweight,
+                       dbias,
+                       job_keep(m, dout, nd, copy, &off),
+                       job_keep(m, inp, ni, copy, &off),
+                       copy,
+                       weight,
+                       N,
+                       C,
+                       OC,
+                       bf16};
+    if (!j.dout || !j.inp) {
+        m->be->free(copy);
+        return ts_error(TS_ERR_INTERNAL, "%s: could not keep a deferred gradient's operands",
+                        mod->name);
+    }
+    s->jobs[s->njobs++] = j;
+    return TS_OK;
+}
+
+/* The backward of a product: whole, or (a BACKWARD_INPUT) dinp now and the
+ * weight gradients recorded for later. */
+static ts_status product_backward(ts_model *m, int bf16, float *dinp, float *dweight, float *dbias,
+                                  const float *dout, const float *inp, const void *weight, int N,
+                                  int C, int OC) {
+    if (!m->defer_weights || !m->current || (!dweight && !dbias))
+        return matmul_backward(m, bf16, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    if (dinp) TS_TRY(matmul_backward(m, bf16, dinp, NULL, NULL, dout, inp, weight, N, C, OC));
+    return job_defer(m, bf16, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
 ts_status ts_layer_linear_backward(ts_model *m, float *dinp, float *dweight, float *dbias,
                                    const float *dout, const float *inp, const ts_param *w, int N,
                                    int C, int OC) {
-    if (m->dtype == TS_F32)
-        return m->be->matmul_backward(dinp, dweight, dbias, dout, inp, w->value.data, N, C, OC);
-    void *work = matmul_work(m, N, C, OC);
-    if (!work) return TS_ERR_NOMEM;
-    return m->be->matmul_backward_bf16(dinp, dweight, dbias, work, dout, inp, w->value.data, N, C,
-                                       OC);
+    return product_backward(m, m->dtype == TS_BF16, dinp, dweight, dbias, dout, inp, w->value.data,
+                            N, C, OC);
+}
+
+ts_status ts_layer_matmul_backward(ts_model *m, float *dinp, float *dweight, float *dbias,
+                                   const float *dout, const float *inp, const float *weight, int N,
+                                   int C, int OC) {
+    return product_backward(m, 0, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 
 /* ---------------------------------------------------------------------------
@@ -576,9 +658,41 @@ void **ts_module_moe_state(ts_module *mod, int mb) {
     return &mod->saved.slot[mb].moe;
 }
 
+/* Frees the deferred jobs' copies and forgets them. */
+static void jobs_free(ts_model *m, ts_module_slot *s) {
+    for (int j = 0; j < s->njobs; j++)
+        m->be->free(s->jobs[j].copy);
+    s->njobs = 0;
+}
+
+ts_status ts_module_run_deferred(ts_module *mod, int mb) {
+    if (mb >= mod->saved.cap) return TS_OK;
+    ts_model *m = mod->model;
+    ts_module_slot *s = &mod->saved.slot[mb];
+    ts_status st = TS_OK;
+    for (int j = 0; j < s->njobs && !st; j++) {
+        const ts_weight_job *k = &s->jobs[j];
+        st = matmul_backward(m, k->bf16, NULL, k->dweight, k->dbias, k->dout, k->inp, k->weight,
+                             k->N, k->C, k->OC);
+    }
+    jobs_free(m, s);
+    if (s->release_pending) {
+        s->release_pending = 0;
+        ts_module_release(mod, mb);
+    }
+    return st;
+}
+
 void ts_module_release(ts_module *mod, int mb) {
     if (mb >= mod->saved.cap) return;
     ts_module_slot *s = &mod->saved.slot[mb];
+    /* A BACKWARD_INPUT's jobs still read the state: released after them. */
+    if (mod->model->defer_weights && s->njobs > 0) {
+        s->release_pending = 1;
+        return;
+    }
+    jobs_free(mod->model, s);
+    s->release_pending = 0;
     part_free(mod->model, &s->state);
     part_free(mod->model, &s->output);
     part_free(mod->model, &s->input_copy);

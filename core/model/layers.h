@@ -93,6 +93,16 @@ ts_status ts_layer_linear_backward(ts_model *m, float *dinp, float *dweight, flo
                                    const float *dout, const float *inp, const ts_param *w, int N,
                                    int C, int OC);
 
+/* The same backward for a product whose f32 weight the caller holds (an
+ * expert's, staged): dinp, dweight, dbias += as the backend's
+ * matmul_backward. Both defer their weight gradients in a BACKWARD_INPUT
+ * (model.h): dinp now, dweight and dbias recorded for the module's
+ * BACKWARD_WEIGHT, with what they read kept (referenced in the module's
+ * saved state, else copied). */
+ts_status ts_layer_matmul_backward(ts_model *m, float *dinp, float *dweight, float *dbias,
+                                   const float *dout, const float *inp, const float *weight, int N,
+                                   int C, int OC);
+
 /* The placement of an embedding lookup out of table `table` (its rows cut on
  * an axis give partial sums there; a replicated table gives replicated
  * rows) and its rows [*v0, *v0 + *rows) of the vocabulary on this rank.
@@ -153,8 +163,14 @@ ts_status ts_module_copy_input(ts_module *mod, int mb, size_t floats);
  * packed. */
 ts_status ts_module_hand_over(ts_module *prev, ts_module *next, int mb);
 /* Frees everything micro-batch mb holds: the parts above and what the
- * module keeps outside them (ts_module_ops.release). */
+ * module keeps outside them (ts_module_ops.release). In a BACKWARD_INPUT
+ * whose weight gradients are deferred, the slot is released once they have
+ * run (ts_module_run_deferred). */
 void ts_module_release(ts_module *mod, int mb);
+/* Runs the weight gradients micro-batch mb's BACKWARD_INPUT deferred, in the
+ * order it recorded them, then releases the slot if the module released it
+ * meanwhile. */
+ts_status ts_module_run_deferred(ts_module *mod, int mb);
 /* Activation recomputation (FULL): frees the state of micro-batch mb and
  * what the module keeps outside its parts, but for the decisions its
  * recomputed forward reuses; the output and the input link stay. */

@@ -109,6 +109,7 @@ typedef struct ts_model_shard {
     int naxes;
     ts_model_axis axes[TS_MODEL_MAX_AXES];
     int stages, stage; /* pipeline stages and this rank's (0, 0: none)     */
+    int stage_order;   /* where virtual stages live (ts_plugin_stage_order) */
     /* Bit a: a plugin keeps parameters cut over axes[a] and presents them
      * whole to the layers (TS_PROVIDE_PARAM_STORAGE). */
     unsigned provided_axes;
@@ -205,6 +206,7 @@ struct ts_model {
     ts_module **modules;                    /* NULL for a module another pipeline rank runs */
     int module_chunk[TS_MODEL_MAX_MODULES]; /* chunk on this rank, or -1   */
     int stages, chunks;                     /* pipeline stages, model chunks on this rank    */
+    int stage_order;                        /* ts_plugin_stage_order of the virtual stages    */
     int tied_split;                         /* a parameter read by modules on two pipeline ranks
                                                lives here: its gradient is summed across them
                                                each step                                      */
@@ -214,6 +216,12 @@ struct ts_model {
     size_t work_floats;
     /* Set while a backward runs: its gradients cross the axes in f32 ... */
     int in_backward;
+    /* Set while a BACKWARD_INPUT runs module `current` for micro-batch
+     * `current_mb`: the layers record its weight gradients (ts_weight_job)
+     * instead of computing them. */
+    int defer_weights;
+    ts_module *current;
+    int current_mb;
     /* ... unless this is set ([train] partial_dtype = bf16, bf16 runs):
      * partial sums and activation gradients then cross them in bf16. */
     int partial_bf16;
@@ -300,6 +308,15 @@ ts_status ts_model_forward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const
  * its input (NULL when it starts with the first module). */
 ts_status ts_model_backward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const ts_tensor *dy,
                                   ts_tensor *dx);
+/* The backward of chunk `chunk` in two parts (zero-bubble schedules): the
+ * input part computes dx, and every parameter gradient but the matrix
+ * products' weight gradients, which it keeps to compute in the weight part
+ * (the same kernels on the same values, so the same bits as
+ * ts_model_backward_chunk); the module hooks AFTER_BACKWARD and the
+ * module-done callbacks run in the weight part, in reverse module order. */
+ts_status ts_model_backward_input_chunk(ts_model *m, ts_step_ctx *ctx, int chunk,
+                                        const ts_tensor *dy, ts_tensor *dx);
+ts_status ts_model_backward_weight_chunk(ts_model *m, ts_step_ctx *ctx, int chunk);
 /* Sampling: the logits of the position after `tokens` (T of them, 1 <= T
  * <= context; one sequence) into `logits` (vocab floats, host), from a
  * forward over the whole model on this rank alone. Fails when this rank

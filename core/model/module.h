@@ -136,6 +136,18 @@ typedef struct ts_saved_part {
 /* The saved state of one micro-batch (layers.h: ts_module_save): what the
  * module's backward reads, and its output, which the next module reads
  * (packed once that module's forward has consumed it). */
+/* A weight gradient deferred from a BACKWARD_INPUT to its BACKWARD_WEIGHT
+ * (layers.c): dweight (and dbias) += the product of dout and inp, the
+ * kernel the fused backward would have called. */
+typedef struct ts_weight_job {
+    float *dweight, *dbias;
+    const float *dout, *inp; /* in the module's saved state, or in `copy`   */
+    float *copy;             /* what the job had to keep itself (owned)      */
+    const void *weight;      /* the product's weight, as the call takes it   */
+    int N, C, OC;
+    int bf16; /* the bf16 GEMM (a bf16 weight), else f32                    */
+} ts_weight_job;
+
 typedef struct ts_module_slot {
     ts_saved_part state, output;
     const float *input;         /* the module's input x, when no module of
@@ -146,6 +158,11 @@ typedef struct ts_module_slot {
     size_t input_offset;        /* at this offset                          */
     void *provider;             /* an attention provider's state           */
     void *moe;                  /* the MoE layer's routing and expert state */
+    /* A BACKWARD_INPUT's deferred weight gradients, and whether the module
+     * released the slot meanwhile (it is released after they have run). */
+    ts_weight_job *jobs;
+    int njobs, capjobs;
+    int release_pending;
 } ts_module_slot;
 
 typedef struct ts_module_store {

@@ -665,14 +665,15 @@ ts_status ts_moe_backward(ts_module *mod, ts_step_ctx *ctx, int first, const flo
     for (int e = 0; !st && e < El; o += (size_t)s->loop[e++]) {
         int n = (int)s->loop[e];
         if (!n) continue;
-        st = be->matmul_backward(dhact + o * F, dw2 + (size_t)e * C * F, db2 + (size_t)e * C,
-                                 dyexp + o * C, s->hact + o * F, w2 + (size_t)e * C * F, n, F, C);
+        st = ts_layer_matmul_backward(m, dhact + o * F, dw2 + (size_t)e * C * F,
+                                      db2 + (size_t)e * C, dyexp + o * C, s->hact + o * F,
+                                      w2 + (size_t)e * C * F, n, F, C);
         if (!st)
             st = be->gelu_backward(dhpre + o * F, s->hpre + o * F, dhact + o * F, (size_t)n * F);
         if (!st)
-            st =
-                be->matmul_backward(dxin + o * C, dw1 + (size_t)e * F * C, db1 + (size_t)e * F,
-                                    dhpre + o * F, s->xin + o * C, w1 + (size_t)e * F * C, n, C, F);
+            st = ts_layer_matmul_backward(m, dxin + o * C, dw1 + (size_t)e * F * C,
+                                          db1 + (size_t)e * F, dhpre + o * F, s->xin + o * C,
+                                          w1 + (size_t)e * F * C, n, C, F);
     }
     m->moe_stats.expert_s += moe_now() - t0;
     if (!st && tp) st = etp_scatter(m, s, El, dxin, dxown, C);

@@ -226,8 +226,9 @@ static ts_status param_from_plan(const ts_model *m, const ts_layout_plan *plan,
 }
 
 /* Module stages: a module runs on the stage of the parameters it owns (the
- * first module reading a parameter owns it). Virtual stage k runs on
- * stage k % stages as its chunk k / stages (Megatron-LM's interleaving). */
+ * first module reading a parameter owns it). Virtual stage k runs as chunk
+ * k / stages on the rank m->stage_order gives it (ts_stage_rank: k % stages
+ * with Megatron-LM's interleaving). */
 static ts_status model_stages(ts_model *m, const ts_module_decl *mods, const int *pstage,
                               const int *owner, int stages, int stage) {
     int vstage[TS_MODEL_MAX_MODULES], top = -1;
@@ -276,7 +277,9 @@ static ts_status model_stages(ts_model *m, const ts_module_decl *mods, const int
         if (!seen[k]) return ts_error(TS_ERR_CONFIG, "virtual stage %d has no module", k);
     m->chunks = vstages / m->stages;
     for (int i = 0; i < m->nmodules; i++)
-        m->module_chunk[i] = vstage[i] % m->stages == stage ? vstage[i] / m->stages : -1;
+        m->module_chunk[i] = ts_stage_rank(m->stage_order, m->stages, vstage[i]) == stage
+                                 ? vstage[i] / m->stages
+                                 : -1;
     return TS_OK;
 }
 
@@ -362,6 +365,7 @@ ts_status ts_model_create_arch(const ts_arch *arch, const ts_model_config *cfg, 
     if (shard) {
         m->naxes = shard->naxes;
         memcpy(m->axes, shard->axes, sizeof m->axes);
+        m->stage_order = shard->stage_order;
     }
     arch->declare_params(cfg, decl);
     arch->declare_modules(cfg, mods);
@@ -529,8 +533,11 @@ void ts_model_destroy(ts_model *m) {
     for (int i = 0; m->modules && i < m->nmodules; i++) {
         ts_module *mod = m->modules[i];
         if (!mod) continue;
-        for (int s = 0; s < mod->saved.cap; s++)
+        m->defer_weights = 0;
+        for (int s = 0; s < mod->saved.cap; s++) {
             ts_module_release(mod, s);
+            free(mod->saved.slot[s].jobs);
+        }
         ts_moe_layer_free(mod);
         free(mod->saved.slot);
         free(mod);
@@ -795,16 +802,33 @@ ts_status ts_model_forward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const
     return TS_OK;
 }
 
-ts_status ts_model_backward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const ts_tensor *dy,
-                                  ts_tensor *dx) {
+/* The modules of chunk `chunk` on this rank, in model order: their count. */
+static int chunk_modules(const ts_model *m, int chunk, int *idx) {
+    int cnt = 0;
+    for (int i = 0; i < m->nmodules; i++)
+        if (m->module_chunk[i] == chunk) idx[cnt++] = i;
+    if (cnt == 0) ts_error(TS_ERR_INTERNAL, "model: chunk %d has no module here", chunk);
+    return cnt;
+}
+
+/* After module i's backward is whole (its weight gradients too): the module
+ * hooks AFTER_BACKWARD, then the module-done callback. */
+static ts_status model_backward_done(ts_step_ctx *ctx, int i) {
+    TS_TRY(model_hook(ctx, i, 3));
+    return ctx->module_done ? ctx->module_done(ctx->module_done_user, i) : TS_OK;
+}
+
+/* The backward of a chunk; with `defer` its modules' weight gradients are
+ * recorded for ts_model_backward_weight_chunk, which then finishes each
+ * module. */
+static ts_status model_backward(ts_model *m, ts_step_ctx *ctx, int chunk, const ts_tensor *dy,
+                                ts_tensor *dx, int defer) {
     m->grad_zero_begin = m->grad_zero_end = 0; /* gradients are written from here */
     int64_t shape[3];
     ts_model_hidden_shape(m, ctx->B, ctx->T, shape);
     size_t n = (size_t)(shape[0] * shape[1] * shape[2]);
-    int idx[TS_MODEL_MAX_MODULES], cnt = 0;
-    for (int i = 0; i < m->nmodules; i++)
-        if (m->module_chunk[i] == chunk) idx[cnt++] = i;
-    if (cnt == 0) return ts_error(TS_ERR_INTERNAL, "model: chunk %d has no module here", chunk);
+    int idx[TS_MODEL_MAX_MODULES], cnt = chunk_modules(m, chunk, idx);
+    if (cnt == 0) return TS_ERR_INTERNAL;
     /* Between the modules of the chunk, two buffers alternate. */
     ts_backend_tag("gradients between modules (f32)");
     float *buf = cnt > 1 ? m->be->alloc(TS_MEM_ACTS, 2 * n * sizeof(float)) : NULL;
@@ -827,13 +851,39 @@ ts_status ts_model_backward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, cons
             st = model_recompute(m, ctx, mod->group_first, i);
         else
             st = model_hook(ctx, i, 2);
+        m->current = mod;
+        m->current_mb = ctx->mb;
+        m->defer_weights = defer;
         if (!st) st = mod->ops->backward(mod, ctx, in, out);
-        if (!st) st = model_hook(ctx, i, 3);
-        if (!st && ctx->module_done) st = ctx->module_done(ctx->module_done_user, i);
+        m->defer_weights = 0;
+        m->current = NULL;
+        if (!st && !defer) st = model_backward_done(ctx, i);
         in = out;
     }
     m->in_backward = 0;
     m->be->free(buf);
+    return st;
+}
+
+ts_status ts_model_backward_chunk(ts_model *m, ts_step_ctx *ctx, int chunk, const ts_tensor *dy,
+                                  ts_tensor *dx) {
+    return model_backward(m, ctx, chunk, dy, dx, 0);
+}
+
+ts_status ts_model_backward_input_chunk(ts_model *m, ts_step_ctx *ctx, int chunk,
+                                        const ts_tensor *dy, ts_tensor *dx) {
+    return model_backward(m, ctx, chunk, dy, dx, 1);
+}
+
+ts_status ts_model_backward_weight_chunk(ts_model *m, ts_step_ctx *ctx, int chunk) {
+    int idx[TS_MODEL_MAX_MODULES], cnt = chunk_modules(m, chunk, idx);
+    if (cnt == 0) return TS_ERR_INTERNAL;
+    m->grad_zero_begin = m->grad_zero_end = 0;
+    ts_status st = TS_OK;
+    for (int k = cnt - 1; k >= 0 && !st; k--) {
+        st = ts_module_run_deferred(m->modules[idx[k]], ctx->mb);
+        if (!st) st = model_backward_done(ctx, idx[k]);
+    }
     return st;
 }
 

@@ -267,6 +267,23 @@ static ts_status host_register_scheduler(ts_plugin_ctx *ctx, const char *name,
     return TS_OK;
 }
 
+static ts_status host_set_stage_order(ts_plugin_ctx *ctx, int order) {
+    TS_TRY(reg_begin(ctx, "set_stage_order"));
+    ts_plugins *reg = ctx->reg;
+    if (order != TS_STAGES_INTERLEAVED && order != TS_STAGES_V)
+        return reg_end(ctx, ts_error(TS_ERR_PLUGIN,
+                                     "sets stage order %d (not a "
+                                     "ts_plugin_stage_order)",
+                                     order));
+    if (reg->stage_set && reg->stage_set != ctx)
+        return reg_end(ctx, ts_error(TS_ERR_PLUGIN,
+                                     "sets the stage order, which plugin '%s' set already",
+                                     reg->stage_set->name));
+    reg->stage_order = order;
+    reg->stage_set = ctx;
+    return TS_OK;
+}
+
 static ts_status host_register_dispatcher(ts_plugin_ctx *ctx, const char *name,
                                           const ts_plugin_dispatcher_ops *ops, void *user) {
     TS_TRY(reg_begin(ctx, "register_dispatcher"));
@@ -303,7 +320,7 @@ static ts_status host_register_dispatcher(ts_plugin_ctx *ctx, const char *name,
 static ts_status host_schedule_append(ts_plugin_ctx *ctx, ts_schedule *out, int kind, int mb,
                                       int chunk, int peer) {
     (void)ctx;
-    if (!out || kind < TS_PLUGIN_ACT_FORWARD || kind > TS_PLUGIN_ACT_OPTIMIZER_STEP)
+    if (!out || kind < TS_PLUGIN_ACT_FORWARD || kind > TS_PLUGIN_ACT_BACKWARD_WEIGHT)
         return ts_error(TS_ERR_INVALID, "schedule_append: bad action kind %d", kind);
     int n = out->nactions;
     if (n == 0 || (n & (n - 1)) == 0) { /* capacity is the next power of two */
@@ -336,6 +353,10 @@ static ts_status host_metric(ts_plugin_ctx *ctx, const char *key, double value) 
     snprintf(ctx->metric_key[ctx->nmetrics], sizeof ctx->metric_key[0], "%s", key);
     ctx->metric_value[ctx->nmetrics++] = value;
     return TS_OK;
+}
+
+int ts_plugins_stage_order(const ts_plugins *reg) {
+    return reg ? reg->stage_order : TS_STAGES_INTERLEAVED;
 }
 
 int ts_plugins_num_schedulers(const ts_plugins *reg) {
@@ -780,4 +801,5 @@ void plg_host_fill(ts_host *h) {
     h->device_copy_2d = host_device_copy_2d;
     h->device_convert = host_device_convert;
     h->register_experts = host_register_experts;
+    h->set_stage_order = host_set_stage_order;
 }

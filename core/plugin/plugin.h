@@ -162,6 +162,9 @@ int ts_plugins_num_hooks(const ts_plugins *reg, ts_plugin_hook_kind kind);
 ts_status ts_plugins_schedule(ts_plugins *reg, const char *name, ts_plugin_schedule_args *args,
                               ts_schedule *out);
 int ts_plugins_has_scheduler(const ts_plugins *reg, const char *name);
+/* Where virtual pipeline stages live: a ts_plugin_stage_order, as a plugin
+ * set it (host->set_stage_order), INTERLEAVED otherwise (reg may be NULL). */
+int ts_plugins_stage_order(const ts_plugins *reg);
 /* The registered schedulers, in registration order (reg may be NULL). */
 int ts_plugins_num_schedulers(const ts_plugins *reg);
 const char *ts_plugins_scheduler_name(const ts_plugins *reg, int i);

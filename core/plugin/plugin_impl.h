@@ -86,6 +86,8 @@ struct ts_plugins {
     int nhooks, caphooks;
     plg_scheduler *schedulers;
     int nschedulers, capschedulers;
+    int stage_order;                 /* ts_plugin_stage_order                */
+    struct ts_plugin_ctx *stage_set; /* the plugin that set it, or NULL      */
     ts_plugin_dispatcher_entry *dispatchers;
     int ndispatchers, capdispatchers;
     FILE *log;

@@ -236,7 +236,7 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
     ts_model *m = t->model;
     int chunk = a->chunk, mb = a->mb;
     size_t slot = mb >= 0 ? (size_t)mb * t->chunks + chunk : 0;
-    int vstage = chunk * t->stages + t->stage;
+    int vstage = ts_stage_virtual(t->model->stage_order, t->stages, t->stage, chunk);
     int64_t shape[3];
     ts_model_hidden_shape(m, t->B, t->T_local, shape);
     size_t n = (size_t)(shape[0] * shape[1] * shape[2]);
@@ -245,8 +245,18 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
     double t0 = now_seconds();
     const char *span = NULL, *cat = TS_TRACE_CAT_COMPUTE;
     ts_status st = TS_OK;
+    /* A transfer to this rank itself (a V schedule's turn, from one chunk to
+     * the next): the chunk the other virtual stage is, and its slot. */
+    int self = a->peer == t->stage;
+    int near = a->kind == TS_ACT_SEND_ACT || a->kind == TS_ACT_RECV_GRAD ? vstage + 1 : vstage - 1;
+    size_t other = mb >= 0 ? (size_t)mb * t->chunks + (size_t)(near / t->stages) : 0;
     switch (a->kind) {
     case TS_ACT_RECV_ACT:
+        if (self) { /* what the SEND left */
+            t->act_in[slot] = t->mail_act[slot];
+            t->mail_act[slot] = NULL;
+            break;
+        }
         t->act_in[slot] = trainer_acts(t, n * sizeof(float), "pipeline inputs (f32)");
         if (!t->act_in[slot]) return TS_ERR_NOMEM;
         st = trainer_recv(t, t->act_in[slot], n, a->peer, trainer_tag(0, vstage - 1, mb));
@@ -293,21 +303,34 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
         break;
     }
     case TS_ACT_SEND_ACT:
-        st = trainer_send(t, t->chunk_out[slot].data, n, a->peer, trainer_tag(0, vstage, mb),
-                          &t->act_req[slot], &t->act_wire[slot]);
-        /* A bf16 send travels from its own copy: the chunk's state packs. */
-        if (!st && trainer_wire_bf16(t)) st = ts_model_output_sent(m, mb, chunk);
+        if (self) { /* a copy the next chunk's RECV takes, as a receive would make it */
+            t->mail_act[other] = trainer_acts(t, n * sizeof(float), "pipeline inputs (f32)");
+            if (!t->mail_act[other]) return TS_ERR_NOMEM;
+            st = t->be->copy(t->mail_act[other], t->chunk_out[slot].data, n * sizeof(float));
+        } else {
+            st = trainer_send(t, t->chunk_out[slot].data, n, a->peer, trainer_tag(0, vstage, mb),
+                              &t->act_req[slot], &t->act_wire[slot]);
+        }
+        /* A bf16 send travels from its own copy (a local one is a copy
+         * too): the chunk's state packs. */
+        if (!st && (self || trainer_wire_bf16(t))) st = ts_model_output_sent(m, mb, chunk);
         span = "send";
         cat = TS_TRACE_CAT_P2P;
         break;
     case TS_ACT_RECV_GRAD:
+        if (self) {
+            t->grad_in[slot] = t->mail_grad[slot];
+            t->mail_grad[slot] = NULL;
+            break;
+        }
         t->grad_in[slot] = trainer_acts(t, n * sizeof(float), "pipeline gradients (f32)");
         if (!t->grad_in[slot]) return TS_ERR_NOMEM;
         st = trainer_recv(t, t->grad_in[slot], n, a->peer, trainer_tag(1, vstage, mb));
         span = "recv";
         cat = TS_TRACE_CAT_P2P;
         break;
-    case TS_ACT_BACKWARD: {
+    case TS_ACT_BACKWARD:
+    case TS_ACT_BACKWARD_INPUT: {
         /* The chunk's output is freed by its backward: its send must be done. */
         TS_TRY(trainer_wait_wire(t, &t->act_req[slot], &t->act_wire[slot]));
         ts_tensor dy, dx;
@@ -322,18 +345,34 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
         ts_tensor_view(&dx, "grad.out", TS_F32, 3, shape, t->grad_out[slot], TS_MEM_ACTS);
         dx.device = t->be->kind;
         t->hooks_on = index == last_backward[chunk];
-        st = ts_model_backward_chunk(m, c, chunk, ts_model_chunk_last(m, chunk) ? NULL : &dy,
-                                     first ? NULL : &dx);
+        int whole = a->kind == TS_ACT_BACKWARD;
+        st = (whole ? ts_model_backward_chunk : ts_model_backward_input_chunk)(
+            m, c, chunk, ts_model_chunk_last(m, chunk) ? NULL : &dy, first ? NULL : &dx);
         t->hooks_on = 0;
         t->be->free(t->grad_in[slot]);
         t->be->free(t->act_in[slot]);
         t->grad_in[slot] = t->act_in[slot] = NULL;
-        if (!st) st = trainer_hook(t, TS_HOOK_AFTER_BACKWARD, mb, NULL);
+        if (!st && whole) st = trainer_hook(t, TS_HOOK_AFTER_BACKWARD, mb, NULL);
         t->compute_s += now_seconds() - t0;
-        span = "backward";
+        span = whole ? "backward" : "backward_input";
         break;
     }
+    case TS_ACT_BACKWARD_WEIGHT:
+        /* The deferred weight gradients; the gradients complete only now. */
+        t->hooks_on = index == last_backward[chunk];
+        st = ts_model_backward_weight_chunk(m, c, chunk);
+        t->hooks_on = 0;
+        if (!st) st = trainer_hook(t, TS_HOOK_AFTER_BACKWARD, mb, NULL);
+        t->compute_s += now_seconds() - t0;
+        span = "backward_weight";
+        break;
     case TS_ACT_SEND_GRAD:
+        if (self) { /* handed over, rounded as the wire would round it */
+            t->mail_grad[other] = t->grad_out[slot];
+            t->grad_out[slot] = NULL;
+            if (trainer_wire_bf16(t)) st = t->be->round_bf16(t->mail_grad[other], n);
+            break;
+        }
         st = trainer_send(t, t->grad_out[slot], n, a->peer, trainer_tag(1, vstage - 1, mb),
                           &t->grad_req[slot], &t->grad_wire[slot]);
         if (!st && trainer_wire_bf16(t)) { /* it travels from its bf16 copy */
@@ -397,12 +436,14 @@ ts_status trainer_execute(ts_trainer *t, int64_t valid, double *loss_sum, double
                           int *skipped) {
     memset(t->ctx, 0, (size_t)t->micro_batches * sizeof *t->ctx);
     t->compute_s = 0.0;
-    /* A chunk's gradients are complete after its last backward. */
+    /* A chunk's gradients are complete after its last backward (its weight
+     * part, when the backward is split). */
     int last_backward[t->chunks];
     for (int k = 0; k < t->chunks; k++)
         last_backward[k] = -1;
     for (int i = 0; i < t->schedule.nactions; i++)
-        if (t->schedule.actions[i].kind == TS_ACT_BACKWARD)
+        if (t->schedule.actions[i].kind == TS_ACT_BACKWARD ||
+            t->schedule.actions[i].kind == TS_ACT_BACKWARD_WEIGHT)
             last_backward[t->schedule.actions[i].chunk] = i;
     for (int i = 0; i < t->schedule.nactions; i++) {
         const ts_action *a = &t->schedule.actions[i];

@@ -12,10 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tessera/plugin.h" /* ts_stage_rank, ts_stage_virtual: where virtual stages live */
+
 /* --- building and printing --------------------------------------------------- */
 
 ts_status ts_schedule_append(ts_schedule *s, ts_action_kind kind, int mb, int chunk, int peer) {
-    if ((unsigned)kind > TS_ACT_OPTIMIZER_STEP)
+    if ((unsigned)kind >= TS_ACT_KINDS)
         return ts_error(TS_ERR_INVALID, "schedule: bad action kind %d", (int)kind);
     int n = s->nactions;
     if (n == 0 || (n & (n - 1)) == 0) { /* capacity is the next power of two */
@@ -49,7 +51,7 @@ void ts_schedule_free(ts_schedule *s) {
 }
 
 void ts_schedule_print(const ts_schedule *s, FILE *f) {
-    static const char *tag[] = {"F", "B", "SA", "RA", "SG", "RG", "OPT"};
+    static const char *tag[] = {"F", "B", "SA", "RA", "SG", "RG", "OPT", "Bi", "W"};
     for (int i = 0; i < s->nactions; i++) {
         const ts_action *a = &s->actions[i];
         if (a->kind == TS_ACT_OPTIMIZER_STEP)
@@ -60,19 +62,31 @@ void ts_schedule_print(const ts_schedule *s, FILE *f) {
     fputc('\n', f);
 }
 
-int ts_schedule_peak_in_flight(const ts_schedule *s) {
+/* The peak of a count that `up` raises and `down` (or `down2`) lowers. */
+static int sched_peak(const ts_schedule *s, ts_action_kind up, ts_action_kind down,
+                      ts_action_kind down2) {
     int now = 0, peak = 0;
     for (int i = 0; i < s->nactions; i++) {
-        if (s->actions[i].kind == TS_ACT_FORWARD && ++now > peak) peak = now;
-        if (s->actions[i].kind == TS_ACT_BACKWARD) now--;
+        ts_action_kind k = s->actions[i].kind;
+        if (k == up && ++now > peak) peak = now;
+        if (k == down || k == down2) now--;
     }
     return peak;
 }
 
+int ts_schedule_peak_in_flight(const ts_schedule *s) {
+    return sched_peak(s, TS_ACT_FORWARD, TS_ACT_BACKWARD, TS_ACT_BACKWARD_WEIGHT);
+}
+
+int ts_schedule_peak_deferred(const ts_schedule *s) {
+    return sched_peak(s, TS_ACT_BACKWARD_INPUT, TS_ACT_BACKWARD_WEIGHT, TS_ACT_BACKWARD_WEIGHT);
+}
+
 /* --- simulation ---------------------------------------------------------------- */
 
-static const char *sched_act_names[] = {"FORWARD",   "BACKWARD",  "SEND_ACT",      "RECV_ACT",
-                                        "SEND_GRAD", "RECV_GRAD", "OPTIMIZER_STEP"};
+static const char *sched_act_names[] = {"FORWARD",        "BACKWARD",       "SEND_ACT",
+                                        "RECV_ACT",       "SEND_GRAD",      "RECV_GRAD",
+                                        "OPTIMIZER_STEP", "BACKWARD_INPUT", "BACKWARD_WEIGHT"};
 
 /* One transfer: a direction (0 activations, 1 gradients), a virtual-stage
  * boundary b and a micro-batch. The activation boundary b carries virtual
@@ -86,17 +100,38 @@ typedef struct sched_transfer {
 
 /* The shape being simulated and its bookkeeping, freed together. */
 typedef struct sched_sim {
-    int p, m, v, fu, bu;
+    int p, m, v, fu, bu, wu, order;
     const ts_schedule *sch;
     sched_transfer *tr; /* [2][p*v][m]                                     */
     char *recvd;        /* [2][p*v][m]: received so far in list order      */
-    char *computed;     /* [2][p*v][m]: forward / backward seen so far     */
+    char *computed;     /* [3][p*v][m]: forward / input gradient / weight
+                           gradient seen so far                            */
     int *start;         /* per rank, per action: start time (compute only) */
     int *offset;        /* [p+1] index of each rank's first action         */
 } sched_sim;
 
 static const char *sched_act_name(ts_action_kind k) {
-    return (unsigned)k <= TS_ACT_OPTIMIZER_STEP ? sched_act_names[k] : "?";
+    return (unsigned)k < TS_ACT_KINDS ? sched_act_names[k] : "?";
+}
+
+/* Time units of a compute action (0 for the rest). */
+static int sched_units(const sched_sim *S, ts_action_kind k) {
+    switch (k) {
+    case TS_ACT_FORWARD: return S->fu;
+    case TS_ACT_BACKWARD: return S->bu + S->wu;
+    case TS_ACT_BACKWARD_INPUT: return S->bu;
+    case TS_ACT_BACKWARD_WEIGHT: return S->wu;
+    default: return 0;
+    }
+}
+
+static int sched_compute(ts_action_kind k) {
+    return k == TS_ACT_FORWARD || k == TS_ACT_BACKWARD || k == TS_ACT_BACKWARD_INPUT ||
+           k == TS_ACT_BACKWARD_WEIGHT;
+}
+
+static int sched_rank(const sched_sim *S, int vs) {
+    return ts_stage_rank(S->order, S->p, vs);
 }
 
 static long sched_gcd(long a, long b) {
@@ -127,7 +162,7 @@ static ts_status sched_check_stage(sched_sim *S, int s) {
     char msg[160];
     for (int i = 0; i < l->nactions; i++) {
         const ts_action *a = &l->actions[i];
-        if ((unsigned)a->kind > TS_ACT_OPTIMIZER_STEP)
+        if ((unsigned)a->kind >= TS_ACT_KINDS)
             return sched_bad_action(s, i, a, "unknown action kind");
         if (a->kind == TS_ACT_OPTIMIZER_STEP) {
             if (i != l->nactions - 1)
@@ -139,8 +174,9 @@ static ts_status sched_check_stage(sched_sim *S, int s) {
                      S->v - 1);
             return sched_bad_action(s, i, a, msg);
         }
-        int vs = a->chunk * S->p + s, dir = 0, b = 0, peer = -1;
+        int vs = ts_stage_virtual(S->order, S->p, s, a->chunk), dir = 0, b = 0, peer = -1;
         size_t fwd = sched_index(S, 0, vs, a->mb), bwd = sched_index(S, 1, vs, a->mb);
+        size_t wgt = sched_index(S, 2, vs, a->mb);
         switch (a->kind) {
         case TS_ACT_FORWARD:
             if (S->computed[fwd]) return sched_bad_action(s, i, a, "forward computed twice");
@@ -149,23 +185,39 @@ static ts_status sched_check_stage(sched_sim *S, int s) {
             S->computed[fwd] = 1;
             continue;
         case TS_ACT_BACKWARD:
+        case TS_ACT_BACKWARD_INPUT:
             if (S->computed[bwd]) return sched_bad_action(s, i, a, "backward computed twice");
             if (!S->computed[fwd]) return sched_bad_action(s, i, a, "backward before its forward");
             if (vs < last && !S->recvd[sched_index(S, 1, vs, a->mb)])
                 return sched_bad_action(s, i, a, "backward before its RECV_GRAD");
             S->computed[bwd] = 1;
+            S->computed[wgt] = a->kind == TS_ACT_BACKWARD;
+            continue;
+        case TS_ACT_BACKWARD_WEIGHT:
+            if (S->wu < 1)
+                return sched_bad_action(s, i, a,
+                                        "a weight-gradient action, simulated with 0 units");
+            if (S->computed[wgt])
+                return sched_bad_action(s, i, a, "weight gradients computed twice");
+            if (!S->computed[bwd])
+                return sched_bad_action(s, i, a, "weight gradients before their BACKWARD_INPUT");
+            S->computed[wgt] = 1;
             continue;
         case TS_ACT_SEND_ACT:
             if (!S->computed[fwd]) return sched_bad_action(s, i, a, "SEND_ACT before its forward");
-            dir = 0, b = vs, peer = (vs + 1) % S->p;
+            dir = 0, b = vs, peer = vs + 1 <= last ? sched_rank(S, vs + 1) : -1;
             break;
-        case TS_ACT_RECV_ACT: dir = 0, b = vs - 1, peer = (vs - 1 + S->p) % S->p; break;
+        case TS_ACT_RECV_ACT:
+            dir = 0, b = vs - 1, peer = vs > 0 ? sched_rank(S, vs - 1) : -1;
+            break;
         case TS_ACT_SEND_GRAD:
             if (!S->computed[bwd])
                 return sched_bad_action(s, i, a, "SEND_GRAD before its backward");
-            dir = 1, b = vs - 1, peer = (vs - 1 + S->p) % S->p;
+            dir = 1, b = vs - 1, peer = vs > 0 ? sched_rank(S, vs - 1) : -1;
             break;
-        case TS_ACT_RECV_GRAD: dir = 1, b = vs, peer = (vs + 1) % S->p; break;
+        case TS_ACT_RECV_GRAD:
+            dir = 1, b = vs, peer = vs + 1 <= last ? sched_rank(S, vs + 1) : -1;
+            break;
         default: break;
         }
         if (b < 0 || b >= last)
@@ -191,20 +243,23 @@ static ts_status sched_check_stage(sched_sim *S, int s) {
 /* After all ranks' static checks: everything computed once, and each send
  * paired with exactly one receive. */
 static ts_status sched_check_all(const sched_sim *S) {
+    static const char *what[3] = {"forward", "backward", "weight gradients (BACKWARD_WEIGHT)"};
     int pv = S->p * S->v;
-    for (int dir = 0; dir < 2; dir++)
+    for (int dir = 0; dir < 3; dir++)
         for (int vs = 0; vs < pv; vs++)
-            for (int mb = 0; mb < S->m; mb++) {
-                size_t k = sched_index(S, dir, vs, mb);
-                if (!S->computed[k])
+            for (int mb = 0; mb < S->m; mb++)
+                if (!S->computed[sched_index(S, dir, vs, mb)])
                     return ts_error(TS_ERR_INVALID,
                                     "schedule: stage %d chunk %d (virtual stage %d) never "
                                     "computes the %s of micro-batch %d",
-                                    vs % S->p, vs / S->p, vs, dir ? "backward" : "forward", mb);
-                const sched_transfer *t = &S->tr[k];
+                                    sched_rank(S, vs), vs / S->p, vs, what[dir], mb);
+    for (int dir = 0; dir < 2; dir++)
+        for (int vs = 0; vs < pv; vs++)
+            for (int mb = 0; mb < S->m; mb++) {
+                const sched_transfer *t = &S->tr[sched_index(S, dir, vs, mb)];
                 if (vs == pv - 1 || (t->sends == 1 && t->recvs == 1)) continue;
-                int from = dir ? (vs + 1) % S->p : vs % S->p,
-                    to = dir ? vs % S->p : (vs + 1) % S->p;
+                int from = dir ? sched_rank(S, vs + 1) : sched_rank(S, vs),
+                    to = dir ? sched_rank(S, vs) : sched_rank(S, vs + 1);
                 return ts_error(TS_ERR_INVALID,
                                 "schedule: %s of micro-batch %d from virtual stage %d (rank %d) "
                                 "to %d (rank %d): %d sends, %d receives, want one of each",
@@ -229,7 +284,7 @@ static ts_status sched_run(sched_sim *S) {
             for (; pc[s] < l->nactions; pc[s]++, progress = 1) {
                 const ts_action *a = &l->actions[pc[s]];
                 if (a->kind == TS_ACT_OPTIMIZER_STEP) continue;
-                int vs = a->chunk * S->p + s;
+                int vs = ts_stage_virtual(S->order, S->p, s, a->chunk);
                 sched_transfer *t = NULL;
                 switch (a->kind) {
                 case TS_ACT_SEND_ACT:
@@ -242,9 +297,9 @@ static ts_status sched_run(sched_sim *S) {
                     break;
                 default: break;
                 }
-                if (a->kind == TS_ACT_FORWARD || a->kind == TS_ACT_BACKWARD) {
+                if (sched_compute(a->kind)) {
                     S->start[S->offset[s] + pc[s]] = clock[s];
-                    clock[s] += a->kind == TS_ACT_FORWARD ? S->fu : S->bu;
+                    clock[s] += sched_units(S, a->kind);
                 } else if (a->kind == TS_ACT_SEND_ACT || a->kind == TS_ACT_SEND_GRAD) {
                     t->issued = 1;
                     t->sent_at = clock[s];
@@ -283,8 +338,8 @@ static ts_status sched_fill(const sched_sim *S, ts_schedule_sim *r) {
     for (int s = 0; s < S->p; s++)
         for (int i = 0; i < S->sch[s].nactions; i++) {
             const ts_action *a = &S->sch[s].actions[i];
-            if (a->kind != TS_ACT_FORWARD && a->kind != TS_ACT_BACKWARD) continue;
-            int dur = a->kind == TS_ACT_FORWARD ? S->fu : S->bu;
+            if (!sched_compute(a->kind)) continue;
+            int dur = sched_units(S, a->kind);
             int end = S->start[S->offset[s] + i] + dur;
             if (end > r->makespan) r->makespan = end;
             r->busy += dur;
@@ -299,11 +354,14 @@ static ts_status sched_fill(const sched_sim *S, ts_schedule_sim *r) {
         r->peak_in_flight[s] = ts_schedule_peak_in_flight(&S->sch[s]);
         for (int i = 0; i < S->sch[s].nactions; i++) {
             const ts_action *a = &S->sch[s].actions[i];
-            if (a->kind != TS_ACT_FORWARD && a->kind != TS_ACT_BACKWARD) continue;
-            int t0 = S->start[S->offset[s] + i], dur = a->kind == TS_ACT_FORWARD ? S->fu : S->bu;
+            if (!sched_compute(a->kind)) continue;
+            int t0 = S->start[S->offset[s] + i], dur = sched_units(S, a->kind);
+            char op = a->kind == TS_ACT_FORWARD           ? 'F'
+                      : a->kind == TS_ACT_BACKWARD_WEIGHT ? 'W'
+                                                          : 'B';
             for (int t = t0; t < t0 + dur; t++)
                 r->slots[(size_t)s * (size_t)r->makespan + (size_t)t] =
-                    (ts_schedule_slot){a->kind == TS_ACT_FORWARD ? 'F' : 'B', a->mb, a->chunk};
+                    (ts_schedule_slot){op, a->mb, a->chunk};
         }
     }
     r->bubble_den = (long)S->p * r->makespan;
@@ -315,14 +373,27 @@ static ts_status sched_fill(const sched_sim *S, ts_schedule_sim *r) {
 
 ts_status ts_schedule_simulate(int stages, const ts_schedule *per_stage, int micro_batches,
                                int chunks, int f_units, int b_units, ts_schedule_sim *out) {
+    ts_schedule_shape shape = {stages, micro_batches,        chunks, f_units, b_units,
+                               0,      TS_STAGES_INTERLEAVED};
+    return ts_schedule_simulate_shape(&shape, per_stage, out);
+}
+
+ts_status ts_schedule_simulate_shape(const ts_schedule_shape *sh, const ts_schedule *per_stage,
+                                     ts_schedule_sim *out) {
     memset(out, 0, sizeof *out);
-    if (stages < 1 || micro_batches < 1 || chunks < 1 || f_units < 1 || b_units < 1 || !per_stage)
+    int stages = sh->stages, micro_batches = sh->micro_batches, chunks = sh->chunks;
+    if (stages < 1 || micro_batches < 1 || chunks < 1 || sh->f_units < 1 || sh->b_units < 1 ||
+        sh->w_units < 0 || !per_stage)
         return ts_error(TS_ERR_INVALID,
                         "schedule: simulate: stages=%d micro_batches=%d chunks=%d f_units=%d "
-                        "b_units=%d, all must be at least 1",
-                        stages, micro_batches, chunks, f_units, b_units);
-    sched_sim S = {stages, micro_batches, chunks, f_units, b_units, per_stage, 0, 0, 0, 0, 0};
-    size_t cells = 2 * (size_t)stages * (size_t)chunks * (size_t)micro_batches;
+                        "b_units=%d, all must be at least 1 (w_units=%d at least 0)",
+                        stages, micro_batches, chunks, sh->f_units, sh->b_units, sh->w_units);
+    if (sh->order != TS_STAGES_INTERLEAVED && sh->order != TS_STAGES_V)
+        return ts_error(TS_ERR_INVALID, "schedule: simulate: stage order %d", sh->order);
+    sched_sim S = {stages,    micro_batches, chunks, sh->f_units, sh->b_units, sh->w_units,
+                   sh->order, per_stage,     0,      0,           0,           0,
+                   0};
+    size_t cells = 3 * (size_t)stages * (size_t)chunks * (size_t)micro_batches;
     size_t nall = 0;
     for (int s = 0; s < stages; s++)
         nall += (size_t)per_stage[s].nactions;
@@ -341,8 +412,14 @@ ts_status ts_schedule_simulate(int stages, const ts_schedule *per_stage, int mic
     if (!st) st = sched_check_all(&S);
     if (!st) st = sched_run(&S);
     if (!st) {
-        *out = (ts_schedule_sim){stages, micro_batches, chunks, f_units, b_units, 0,
-                                 NULL,   NULL,          0,      0,       1};
+        *out = (ts_schedule_sim){.stages = stages,
+                                 .micro_batches = micro_batches,
+                                 .chunks = chunks,
+                                 .f_units = sh->f_units,
+                                 .b_units = sh->b_units,
+                                 .w_units = sh->w_units,
+                                 .order = sh->order,
+                                 .bubble_den = 1};
         st = sched_fill(&S, out);
     }
     if (st) ts_schedule_sim_free(out);
@@ -386,7 +463,9 @@ void ts_schedule_timeline_print(const ts_schedule_sim *r, FILE *f) {
         }
         fputc('\n', f);
     }
-    fprintf(f, "bubble %ld/%ld = %.3f (makespan %d units; F = %d, B = %d)\n", r->bubble_num,
+    fprintf(f, "bubble %ld/%ld = %.3f (makespan %d units; F = %d, B = %d", r->bubble_num,
             r->bubble_den, r->bubble_den ? (double)r->bubble_num / (double)r->bubble_den : 0.0,
             r->makespan, r->f_units, r->b_units);
+    if (r->w_units > 0) fprintf(f, ", W = %d", r->w_units);
+    fprintf(f, ")\n");
 }

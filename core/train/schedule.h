@@ -56,7 +56,10 @@ typedef enum ts_action_kind {
     TS_ACT_SEND_GRAD = 4, /* send the gradient of the chunk's input upstream */
     TS_ACT_RECV_GRAD = 5, /* receive the gradient of the chunk's output      */
     TS_ACT_OPTIMIZER_STEP = 6,
+    TS_ACT_BACKWARD_INPUT = 7,  /* B: the input gradient, weight gradients deferred */
+    TS_ACT_BACKWARD_WEIGHT = 8, /* W: the deferred weight gradients                 */
 } ts_action_kind;
+#define TS_ACT_KINDS 9 /* how many kinds there are */
 
 typedef struct ts_action {
     ts_action_kind kind;
@@ -90,14 +93,19 @@ void ts_schedule_free(ts_schedule *s);
 void ts_schedule_print(const ts_schedule *s, FILE *f);
 
 /* The most (micro-batch, chunk) pairs whose FORWARD has run on this rank and
- * whose BACKWARD has not, over the whole list. The activations kept for the
- * backward grow with it: 1F1B bounds it by p - stage, GPipe's is m. */
+ * whose BACKWARD (or BACKWARD_WEIGHT) has not, over the whole list. The
+ * activations kept for the backward grow with it: 1F1B bounds it by
+ * p - stage, GPipe's is m. */
 int ts_schedule_peak_in_flight(const ts_schedule *s);
+/* The most (micro-batch, chunk) pairs whose BACKWARD_INPUT has run and whose
+ * BACKWARD_WEIGHT has not: the deferred weight gradients' state held. */
+int ts_schedule_peak_deferred(const ts_schedule *s);
 
 /* --- simulation ------------------------------------------------------------ */
 
-/* One time unit of one rank: 'F' or 'B' of (mb, chunk), or '.' for idle
- * (mb and chunk -1). A compute of several units fills that many slots. */
+/* One time unit of one rank: 'F', 'B' or 'W' of (mb, chunk), or '.' for
+ * idle (mb and chunk -1). A compute of several units fills that many slots
+ * (a fused BACKWARD's show 'B'). */
 typedef struct ts_schedule_slot {
     char op;
     int mb;
@@ -107,6 +115,8 @@ typedef struct ts_schedule_slot {
 typedef struct ts_schedule_sim {
     int stages, micro_batches, chunks; /* as simulated                          */
     int f_units, b_units;              /* time units of one FORWARD / BACKWARD  */
+    int w_units, order;                /* ... of one BACKWARD_WEIGHT; stages'
+                                          ts_plugin_stage_order                */
     int makespan;                      /* time of the last compute's end        */
     ts_schedule_slot *slots;           /* [stages][makespan], owned             */
     int *peak_in_flight;               /* [stages], owned                       */
@@ -143,6 +153,23 @@ typedef struct ts_schedule_sim {
 ts_status ts_schedule_simulate(int stages, const ts_schedule *per_stage, int micro_batches,
                                int chunks, int f_units, int b_units, ts_schedule_sim *out);
 
+/* The same with the backward in two parts and virtual stages placed by
+ * `order` (ts_plugin_stage_order: INTERLEAVED as above, or V): a
+ * BACKWARD_INPUT takes b_units, a BACKWARD_WEIGHT w_units and a fused
+ * BACKWARD b_units + w_units (w_units 0: BACKWARD takes b_units, and a list
+ * with BACKWARD_WEIGHT is refused). Also refused: a BACKWARD_INPUT without
+ * its BACKWARD_WEIGHT on the same rank, or the reverse; a BACKWARD_WEIGHT
+ * before its BACKWARD_INPUT; a SEND_GRAD before the BACKWARD_INPUT (or
+ * BACKWARD) it carries; a peer that is not the neighbouring virtual stage's
+ * rank under `order`. */
+typedef struct ts_schedule_shape {
+    int stages, micro_batches, chunks;
+    int f_units, b_units, w_units;
+    int order;
+} ts_schedule_shape;
+ts_status ts_schedule_simulate_shape(const ts_schedule_shape *shape, const ts_schedule *per_stage,
+                                     ts_schedule_sim *out);
+
 /* Releases what ts_schedule_simulate allocated and empties `sim`. */
 void ts_schedule_sim_free(ts_schedule_sim *sim);
 
@@ -154,9 +181,10 @@ void ts_schedule_sim_free(ts_schedule_sim *sim);
  *   rank 2 | .  .  F0 B0 F1 B1 F2 B2 F3 B3 .  .
  *   bubble 1/3 = 0.333 (makespan 12 units; F = 1, B = 1)
  *
- * A cell is 'F' or 'B', the micro-batch, and with chunks > 1 the chunk as a
- * letter (a = chunk 0, b = chunk 1, ...: "F3b"), left-aligned and padded to
- * the widest cell; an idle unit is '.'. */
+ * A cell is 'F', 'B' or 'W', the micro-batch, and with chunks > 1 the chunk
+ * as a letter (a = chunk 0, b = chunk 1, ...: "F3b"), left-aligned and padded
+ * to the widest cell; an idle unit is '.'. The last line gives W's units too
+ * when W actions were simulated. */
 void ts_schedule_timeline_print(const ts_schedule_sim *sim, FILE *f);
 
 #ifdef __cplusplus

@@ -454,6 +454,7 @@ static ts_status trainer_model_axes(ts_trainer *t, ts_model_shard *shard) {
     }
     shard->stages = ts_mesh_axis_size(t->par->mesh, TS_AXIS_PP);
     shard->stage = ts_parallel_coord(t->par, TS_AXIS_PP);
+    shard->stage_order = ts_plugins_stage_order(t->reg);
     /* This rank's tokens of each sequence (its block of data.tokens along
      * the sequence). */
     int coords[TS_LAYOUT_MAX_AXES];
@@ -1111,8 +1112,10 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
     t->grad_req = calloc(slots, sizeof *t->grad_req);
     t->act_wire = calloc(slots, sizeof *t->act_wire);
     t->grad_wire = calloc(slots, sizeof *t->grad_wire);
+    t->mail_act = calloc(slots, sizeof *t->mail_act);
+    t->mail_grad = calloc(slots, sizeof *t->mail_grad);
     if (!t->act_in || !t->grad_in || !t->grad_out || !t->chunk_out || !t->act_req || !t->grad_req ||
-        !t->act_wire || !t->grad_wire)
+        !t->act_wire || !t->grad_wire || !t->mail_act || !t->mail_grad)
         CHECK(ts_error(TS_ERR_NOMEM, "trainer: out of memory"));
     t->trace_path = plan ? "" : ts_config_str(cfg, "train", "trace");
     if (t->trace_path[0]) {
@@ -1178,7 +1181,11 @@ void ts_trainer_destroy(ts_trainer *t) {
         t->be->free(t->act_in[i]);
         t->be->free(t->grad_in[i]);
         t->be->free(t->grad_out[i]);
+        if (t->mail_act) t->be->free(t->mail_act[i]);
+        if (t->mail_grad) t->be->free(t->mail_grad[i]);
     }
+    free(t->mail_act);
+    free(t->mail_grad);
     free(t->act_in);
     free(t->grad_in);
     free(t->grad_out);

@@ -67,8 +67,11 @@ struct ts_trainer {
     ts_tensor *chunk_out;
     ts_comm_request **act_req, **grad_req;
     void **act_wire, **grad_wire; /* their bf16 copies (bf16 runs)       */
-    double compute_s;             /* this step's forward + backward time         */
-    ts_trace *trace;              /* NULL unless [train] trace is set            */
+    /* Transfers between two chunks of this rank (a V schedule's turn): what
+     * a SEND to this rank left for the RECV of (micro-batch, chunk). */
+    float **mail_act, **mail_grad;
+    double compute_s; /* this step's forward + backward time         */
+    ts_trace *trace;  /* NULL unless [train] trace is set            */
     const char *trace_path;
     ts_parallel_snapshot *snap;
     int64_t epochs; /* [data] epochs; 0 = wrap around               */

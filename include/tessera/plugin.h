@@ -532,6 +532,40 @@ typedef struct ts_schedule ts_schedule;
 #define TS_PLUGIN_ACT_SEND_GRAD 4      /* send input gradient upstream      */
 #define TS_PLUGIN_ACT_RECV_GRAD 5      /* receive output gradient           */
 #define TS_PLUGIN_ACT_OPTIMIZER_STEP 6 /* the optimizer step (mb = -1)      */
+/* Appended within ABI 1.1: the backward of (mb, chunk) in two parts
+ * (zero-bubble schedules, Qi et al. 2023). BACKWARD_INPUT computes the
+ * gradient of the chunk's input (what SEND_GRAD sends) and the parameter
+ * gradients that cost no GEMM (biases, LayerNorms, embeddings), keeping what
+ * the weight gradients of its matrix products need; BACKWARD_WEIGHT later
+ * computes those, the same bits as BACKWARD would, and only then are the
+ * chunk's module hooks AFTER_BACKWARD and gradient-ready hooks run. Every
+ * BACKWARD_INPUT of a (mb, chunk) needs its BACKWARD_WEIGHT on the same
+ * rank; BACKWARD is both at once. */
+#define TS_PLUGIN_ACT_BACKWARD_INPUT 7  /* B: the input gradient of (mb, chunk) */
+#define TS_PLUGIN_ACT_BACKWARD_WEIGHT 8 /* W: its deferred weight gradients      */
+
+/* Appended within ABI 1.1: where virtual pipeline stages live. With p
+ * pipeline ranks and v chunks per rank, virtual stage k (activations flow
+ * from k to k + 1) is chunk c = k / p of
+ *   INTERLEAVED  rank k % p (Megatron-LM's interleaving; with v = 1 the
+ *                stage is the rank), the default;
+ *   V            rank k % p for even c and p - 1 - k % p for odd c: with
+ *                v = 2 the first and the last virtual stage are on rank 0
+ *                and the pipeline turns back at rank p - 1 (ZB-V).
+ * A pipeline plugin sets it once, during init (host->set_stage_order). */
+typedef enum ts_plugin_stage_order {
+    TS_STAGES_INTERLEAVED = 0,
+    TS_STAGES_V = 1,
+} ts_plugin_stage_order;
+
+/* The rank of virtual stage k, and the virtual stage of (rank, chunk). */
+static inline int ts_stage_rank(int order, int p, int k) {
+    int c = k / p, r = k % p;
+    return order == TS_STAGES_V && c % 2 ? p - 1 - r : r;
+}
+static inline int ts_stage_virtual(int order, int p, int rank, int chunk) {
+    return chunk * p + (order == TS_STAGES_V && chunk % 2 ? p - 1 - rank : rank);
+}
 
 /* A scheduler: a pure function of its arguments.
  * Inputs:  ctx, args (borrowed), out (an empty schedule owned by the core),
@@ -915,6 +949,11 @@ typedef struct ts_host {
      * E.g. a gradient reduced in bf16 ([dp] grad_dtype). */
     ts_status (*device_convert)(ts_plugin_ctx *ctx, void *dst, ts_dtype dst_dtype, const void *src,
                                 ts_dtype src_dtype, size_t n);
+    /* During init, by the plugin whose transform assigns pipeline stages:
+     * where virtual stages live (ts_plugin_stage_order; default
+     * INTERLEAVED). Fails for an unknown order, or when another plugin set
+     * it already. */
+    ts_status (*set_stage_order)(ts_plugin_ctx *ctx, int order);
     /* ABI 1.2 and later append here. */
 } ts_host;
 

@@ -8,7 +8,9 @@
  * stages in order (p = pp size, v = virtual_stages), evenly or as
  * layers_per_stage says; wte and wpe go with virtual stage 0, lnf with the
  * last. Virtual stage k lives on pipeline rank k % p as its model chunk
- * k / p (Megatron-LM's interleaving), so with v = 1 the stage is the rank.
+ * k / p (Megatron-LM's interleaving), so with v = 1 the stage is the rank;
+ * zb_v places them in V order instead (host->set_stage_order: rank s holds
+ * virtual stages s and 2p - 1 - s, so the first and last meet on rank 0).
  * A plan entry's `stage` is its virtual stage; placements are untouched.
  *
  * What it does not do: run the schedule, move activations, or keep the tied
@@ -26,10 +28,11 @@
 static const ts_plugin_key pp_keys[] = {
     {"size", TS_PLUGIN_KEY_INT, "1", 1, 1 << 16, "auto",
      "pipeline ranks; auto: the world divided by the other dense axes"},
-    {"schedule", TS_PLUGIN_KEY_ENUM, "1f1b", 1, 0, "gpipe|1f1b|interleaved",
-     "pipeline schedule; interleaved needs virtual_stages >= 2"},
+    {"schedule", TS_PLUGIN_KEY_ENUM, "1f1b", 1, 0, "gpipe|1f1b|interleaved|zb_h1|zb_v",
+     "pipeline schedule; interleaved needs virtual_stages >= 2, zb_v exactly 2 (zero bubble: "
+     "backward split into input and weight gradients)"},
     {"virtual_stages", TS_PLUGIN_KEY_INT, "1", 1, 1024, NULL,
-     "model chunks per pipeline rank (v); more than 1 only with schedule = interleaved"},
+     "model chunks per pipeline rank (v); more than 1 only with schedule = interleaved or zb_v"},
     {"layers_per_stage", TS_PLUGIN_KEY_STRING, "", 1, 0, NULL,
      "layers of each virtual stage, e.g. 3,5 (p*v counts summing to the layers); empty: even"},
 };
@@ -232,17 +235,30 @@ static ts_status pp_init(const ts_host *host, ts_plugin_ctx *ctx) {
     host->config_where(ctx, "schedule", at, sizeof at);
     host->config_where(ctx, "virtual_stages", v_at, sizeof v_at);
     if (pp_schedule_kind_parse(schedule, &pp.kind) != TS_OK)
-        return host->error(ctx, TS_ERR_CONFIG, "%s = '%s' is not gpipe, 1f1b or interleaved", at,
+        return host->error(ctx, TS_ERR_CONFIG,
+                           "%s = '%s' is not gpipe, 1f1b, interleaved, zb_h1 or zb_v", at,
                            schedule ? schedule : "");
     if (pp.kind == PP_SCHEDULE_INTERLEAVED && v < 2)
         return host->error(ctx, TS_ERR_CONFIG,
                            "%s = interleaved needs at least 2 virtual stages per rank, but %s = "
                            "%d",
                            at, v_at, (int)v);
-    if (pp.kind != PP_SCHEDULE_INTERLEAVED && v > 1)
+    if (pp.kind == PP_SCHEDULE_ZB_V && v != 2)
         return host->error(ctx, TS_ERR_CONFIG,
-                           "%s = %d needs [pp] schedule = interleaved, but %s = %s", v_at, (int)v,
-                           at, schedule);
+                           "%s = zb_v places exactly 2 virtual stages per rank (a V), but %s = %d",
+                           at, v_at, (int)v);
+    if (pp.kind != PP_SCHEDULE_INTERLEAVED && pp.kind != PP_SCHEDULE_ZB_V && v > 1)
+        return host->error(ctx, TS_ERR_CONFIG,
+                           "%s = %d needs [pp] schedule = interleaved or zb_v, but %s = %s", v_at,
+                           (int)v, at, schedule);
+    if (pp_schedule_kind_order(pp.kind) != TS_STAGES_INTERLEAVED) {
+        if (!TS_HOST_HAS(host, set_stage_order))
+            return host->error(ctx, TS_ERR_PLUGIN,
+                               "%s = %s needs a core that places stages in V "
+                               "order (plugin ABI 1.1 with set_stage_order)",
+                               at, schedule);
+        TS_TRY(host->set_stage_order(ctx, pp_schedule_kind_order(pp.kind)));
+    }
     if (pp.layers_per_stage[0]) {
         int n;
         long sum;
@@ -262,7 +278,8 @@ static const ts_plugin_descriptor pp_descriptor = {
     sizeof(ts_plugin_descriptor),
     "pp",
     "1.0.0",
-    "pipeline parallel: layers cut into (virtual) stages, GPipe, 1F1B or interleaved 1F1B",
+    "pipeline parallel: layers cut into (virtual) stages, GPipe, 1F1B, interleaved 1F1B, ZB-H1 or "
+    "ZB-V",
     pp_keys,
     (int)(sizeof pp_keys / sizeof pp_keys[0]),
     pp_init,

@@ -9,19 +9,25 @@
  */
 #include "schedules.h"
 
-#include <stdio.h> /* snprintf */
+#include <stdio.h>  /* snprintf */
+#include <stdlib.h> /* calloc, free: the ZB-V list scheduler's tables */
 #include <string.h>
 
 /* --- names and argument checks ------------------------------------------------ */
 
-static const char *pp_kind_names[] = {"gpipe", "1f1b", "interleaved"};
+#define PP_KINDS 5
+static const char *pp_kind_names[PP_KINDS] = {"gpipe", "1f1b", "interleaved", "zb_h1", "zb_v"};
 
 const char *pp_schedule_kind_name(pp_schedule_kind kind) {
-    return (unsigned)kind < 3 ? pp_kind_names[kind] : "?";
+    return (unsigned)kind < PP_KINDS ? pp_kind_names[kind] : "?";
+}
+
+int pp_schedule_kind_order(pp_schedule_kind kind) {
+    return kind == PP_SCHEDULE_ZB_V ? TS_STAGES_V : TS_STAGES_INTERLEAVED;
 }
 
 ts_status pp_schedule_kind_parse(const char *name, pp_schedule_kind *out) {
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < PP_KINDS; k++)
         if (name && strcmp(name, pp_kind_names[k]) == 0) {
             *out = (pp_schedule_kind)k;
             return TS_OK;
@@ -32,8 +38,9 @@ ts_status pp_schedule_kind_parse(const char *name, pp_schedule_kind *out) {
 int pp_schedule_check(pp_schedule_kind kind, int stages, int stage, int micro_batches, int chunks,
                       char *why, size_t why_size) {
     const char *name = pp_schedule_kind_name(kind);
-    if ((unsigned)kind >= 3)
-        snprintf(why, why_size, "schedule kind %d is not gpipe, 1f1b or interleaved", (int)kind);
+    if ((unsigned)kind >= PP_KINDS)
+        snprintf(why, why_size, "schedule kind %d is not gpipe, 1f1b, interleaved, zb_h1 or zb_v",
+                 (int)kind);
     else if (stages < 1)
         snprintf(why, why_size, "%s: stages=%d, need at least 1", name, stages);
     else if (stage < 0 || stage >= stages)
@@ -47,6 +54,9 @@ int pp_schedule_check(pp_schedule_kind kind, int stages, int stage, int micro_ba
     else if (kind == PP_SCHEDULE_INTERLEAVED && micro_batches % stages != 0)
         snprintf(why, why_size, "interleaved: micro_batches=%d is not divisible by stages=%d",
                  micro_batches, stages);
+    else if (kind == PP_SCHEDULE_ZB_V && chunks != 2)
+        snprintf(why, why_size, "zb_v: chunks=%d (virtual stages per rank), need exactly 2",
+                 chunks);
     else
         return 0;
     return 1;
@@ -58,27 +68,42 @@ int pp_schedule_check(pp_schedule_kind kind, int stages, int stage, int micro_ba
 typedef struct pp_emitter {
     pp_append_fn append;
     void *user;
-    int p, s, v; /* stages, this stage, chunks */
+    int p, s, v; /* stages, this stage, chunks          */
+    int order;   /* ts_plugin_stage_order of the stages */
 } pp_emitter;
 
-/* RECV_ACT, FORWARD, SEND_ACT of (mb, chunk) on virtual stage chunk*p + s. */
+/* RECV_ACT, FORWARD, SEND_ACT of (mb, chunk) on its virtual stage. */
 static ts_status pp_emit_forward(const pp_emitter *e, int mb, int chunk) {
-    int vs = chunk * e->p + e->s, last = e->p * e->v - 1;
-    int prev = (e->s + e->p - 1) % e->p, next = (e->s + 1) % e->p;
-    if (vs > 0) TS_TRY(e->append(e->user, TS_PLUGIN_ACT_RECV_ACT, mb, chunk, prev));
+    int vs = ts_stage_virtual(e->order, e->p, e->s, chunk), last = e->p * e->v - 1;
+    if (vs > 0)
+        TS_TRY(e->append(e->user, TS_PLUGIN_ACT_RECV_ACT, mb, chunk,
+                         ts_stage_rank(e->order, e->p, vs - 1)));
     TS_TRY(e->append(e->user, TS_PLUGIN_ACT_FORWARD, mb, chunk, -1));
-    if (vs < last) TS_TRY(e->append(e->user, TS_PLUGIN_ACT_SEND_ACT, mb, chunk, next));
+    if (vs < last)
+        TS_TRY(e->append(e->user, TS_PLUGIN_ACT_SEND_ACT, mb, chunk,
+                         ts_stage_rank(e->order, e->p, vs + 1)));
     return TS_OK;
 }
 
-/* RECV_GRAD, BACKWARD, SEND_GRAD of (mb, chunk). */
-static ts_status pp_emit_backward(const pp_emitter *e, int mb, int chunk) {
-    int vs = chunk * e->p + e->s, last = e->p * e->v - 1;
-    int prev = (e->s + e->p - 1) % e->p, next = (e->s + 1) % e->p;
-    if (vs < last) TS_TRY(e->append(e->user, TS_PLUGIN_ACT_RECV_GRAD, mb, chunk, next));
-    TS_TRY(e->append(e->user, TS_PLUGIN_ACT_BACKWARD, mb, chunk, -1));
-    if (vs > 0) TS_TRY(e->append(e->user, TS_PLUGIN_ACT_SEND_GRAD, mb, chunk, prev));
+/* RECV_GRAD, BACKWARD (kind: or BACKWARD_INPUT), SEND_GRAD of (mb, chunk). */
+static ts_status pp_emit_backward_as(const pp_emitter *e, int kind, int mb, int chunk) {
+    int vs = ts_stage_virtual(e->order, e->p, e->s, chunk), last = e->p * e->v - 1;
+    if (vs < last)
+        TS_TRY(e->append(e->user, TS_PLUGIN_ACT_RECV_GRAD, mb, chunk,
+                         ts_stage_rank(e->order, e->p, vs + 1)));
+    TS_TRY(e->append(e->user, kind, mb, chunk, -1));
+    if (vs > 0)
+        TS_TRY(e->append(e->user, TS_PLUGIN_ACT_SEND_GRAD, mb, chunk,
+                         ts_stage_rank(e->order, e->p, vs - 1)));
     return TS_OK;
+}
+
+static ts_status pp_emit_backward(const pp_emitter *e, int mb, int chunk) {
+    return pp_emit_backward_as(e, TS_PLUGIN_ACT_BACKWARD, mb, chunk);
+}
+
+static ts_status pp_emit_weight(const pp_emitter *e, int mb, int chunk) {
+    return e->append(e->user, TS_PLUGIN_ACT_BACKWARD_WEIGHT, mb, chunk, -1);
 }
 
 static ts_status pp_gen_gpipe(const pp_emitter *e, int m) {
@@ -132,16 +157,119 @@ static ts_status pp_gen_interleaved(const pp_emitter *e, int m) {
     return TS_OK;
 }
 
+/* ZB-H1 (schedules.h): 1F1B with B and W split, `stage` Ws deferred. */
+static ts_status pp_gen_zb_h1(const pp_emitter *e, int m) {
+    int warmup = e->p - e->s - 1 < m ? e->p - e->s - 1 : m, w = 0;
+    for (int i = 0; i < warmup; i++)
+        TS_TRY(pp_emit_forward(e, i, 0));
+    for (int i = 0; i < m - warmup; i++) {
+        TS_TRY(pp_emit_forward(e, warmup + i, 0));
+        TS_TRY(pp_emit_backward_as(e, TS_PLUGIN_ACT_BACKWARD_INPUT, i, 0));
+        if (i >= e->s) TS_TRY(pp_emit_weight(e, w++, 0));
+    }
+    for (int i = m - warmup; i < m; i++) {
+        TS_TRY(pp_emit_backward_as(e, TS_PLUGIN_ACT_BACKWARD_INPUT, i, 0));
+        TS_TRY(pp_emit_weight(e, w++, 0));
+    }
+    while (w < m)
+        TS_TRY(pp_emit_weight(e, w++, 0));
+    return TS_OK;
+}
+
+/* ZB-V (schedules.h): list scheduling of every rank's two chunks under the
+ * unit-time model, emitting this rank's actions in the order it ran them.
+ * Tables, per virtual stage k and micro-batch: the time its F and its B
+ * ended (0: not yet; times count from 1). */
+enum { ZBV_F, ZBV_B, ZBV_W };
+static ts_status pp_gen_zb_v(const pp_emitter *e, int m) {
+    int p = e->p, V = 2 * p, limit = 2 * p;
+    long *fdone = calloc((size_t)V * (size_t)m, sizeof *fdone);
+    long *bdone = calloc((size_t)V * (size_t)m, sizeof *bdone);
+    int *state = calloc((size_t)p * 8, sizeof *state);           /* per rank: see below */
+    int *wq = calloc((size_t)p * 2 * (size_t)m * 2, sizeof *wq); /* per rank: pending W  */
+    ts_status st = fdone && bdone && state && wq ? TS_OK : TS_ERR_NOMEM;
+    /* state[r*8 + ...]: 0,1 next F of chunk 0/1; 2,3 next B; 4 W queue head;
+     * 5 W queue tail; 6 (micro-batch, chunk) pairs holding activations;
+     * 7 the time the rank is free from. */
+    long total = (long)p * 2 * m * 3, done = 0;
+    for (long t = 0; !st && done < total; t++) {
+        int progress = 0;
+        for (int r = 0; r < p && !st; r++) {
+            int *R = state + (size_t)r * 8, *Q = wq + (size_t)r * 4 * (size_t)m;
+            if (R[7] > t) {
+                progress = 1;
+                continue;
+            }
+            int op = -1, chunk = 0, mb = 0;
+            for (int c = 0; c < 2 && op < 0; c++) { /* a ready B, chunk 0 first */
+                int k = ts_stage_virtual(TS_STAGES_V, p, r, c), b = R[2 + c];
+                if (b >= m) continue;
+                long ready = k < V - 1 ? bdone[(size_t)(k + 1) * m + b] : fdone[(size_t)k * m + b];
+                if (fdone[(size_t)k * m + b] && fdone[(size_t)k * m + b] <= t && ready &&
+                    ready <= t)
+                    op = ZBV_B, chunk = c, mb = b;
+            }
+            for (int c = 1; c >= 0 && op < 0 && R[6] < limit; c--) { /* a ready F, chunk 1 first */
+                int k = ts_stage_virtual(TS_STAGES_V, p, r, c), f = R[c];
+                if (f >= m) continue;
+                long ready = k > 0 ? fdone[(size_t)(k - 1) * m + f] : 1;
+                if (ready && (k == 0 || ready <= t)) op = ZBV_F, chunk = c, mb = f;
+            }
+            if (op < 0 && R[4] < R[5]) { /* the oldest pending W */
+                op = ZBV_W;
+                chunk = Q[2 * R[4]];
+                mb = Q[2 * R[4] + 1];
+            }
+            if (op < 0) continue;
+            int k = ts_stage_virtual(TS_STAGES_V, p, r, chunk);
+            if (op == ZBV_F) {
+                fdone[(size_t)k * m + mb] = t + 1;
+                R[chunk]++;
+                R[6]++;
+            } else if (op == ZBV_B) {
+                bdone[(size_t)k * m + mb] = t + 1;
+                R[2 + chunk]++;
+                Q[2 * R[5]] = chunk;
+                Q[2 * R[5] + 1] = mb;
+                R[5]++;
+            } else {
+                R[4]++;
+                R[6]--;
+            }
+            R[7] = (int)(t + 1);
+            done++;
+            progress = 1;
+            if (r != e->s) continue;
+            st = op == ZBV_F   ? pp_emit_forward(e, mb, chunk)
+                 : op == ZBV_B ? pp_emit_backward_as(e, TS_PLUGIN_ACT_BACKWARD_INPUT, mb, chunk)
+                               : pp_emit_weight(e, mb, chunk);
+        }
+        if (!st && !progress && done < total) st = TS_ERR_INTERNAL; /* cannot happen */
+    }
+    free(fdone);
+    free(bdone);
+    free(state);
+    free(wq);
+    return st;
+}
+
 ts_status pp_schedule_emit(pp_schedule_kind kind, int stages, int stage, int micro_batches,
                            int chunks, pp_append_fn append, void *user) {
     char why[160];
     if (pp_schedule_check(kind, stages, stage, micro_batches, chunks, why, sizeof why))
         return TS_ERR_CONFIG;
-    pp_emitter e = {append, user, stages, stage, kind == PP_SCHEDULE_INTERLEAVED ? chunks : 1};
+    pp_emitter e = {append,
+                    user,
+                    stages,
+                    stage,
+                    kind == PP_SCHEDULE_INTERLEAVED || kind == PP_SCHEDULE_ZB_V ? chunks : 1,
+                    pp_schedule_kind_order(kind)};
     switch (kind) {
     case PP_SCHEDULE_GPIPE: TS_TRY(pp_gen_gpipe(&e, micro_batches)); break;
     case PP_SCHEDULE_1F1B: TS_TRY(pp_gen_1f1b(&e, micro_batches)); break;
     case PP_SCHEDULE_INTERLEAVED: TS_TRY(pp_gen_interleaved(&e, micro_batches)); break;
+    case PP_SCHEDULE_ZB_H1: TS_TRY(pp_gen_zb_h1(&e, micro_batches)); break;
+    case PP_SCHEDULE_ZB_V: TS_TRY(pp_gen_zb_v(&e, micro_batches)); break;
     }
     return append(user, TS_PLUGIN_ACT_OPTIMIZER_STEP, -1, 0, -1);
 }
@@ -160,8 +288,11 @@ static long pp_gcd(long a, long b) {
 ts_status pp_bubble_formula(pp_schedule_kind kind, int stages, int micro_batches, int chunks,
                             long *num, long *den) {
     int v = kind == PP_SCHEDULE_INTERLEAVED ? chunks : 1;
-    if ((unsigned)kind >= 3 || stages < 1 || micro_batches < 1 || v < 1) return TS_ERR_CONFIG;
+    if ((unsigned)kind >= PP_KINDS || kind == PP_SCHEDULE_ZB_V || stages < 1 || micro_batches < 1 ||
+        v < 1 || (kind == PP_SCHEDULE_ZB_H1 && micro_batches < stages))
+        return TS_ERR_CONFIG;
     long n = stages - 1, d = (long)v * micro_batches + stages - 1;
+    if (kind == PP_SCHEDULE_ZB_H1) d = 3L * micro_batches + stages - 1;
     long g = pp_gcd(n, d);
     *num = n / g;
     *den = d / g;

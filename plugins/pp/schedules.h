@@ -37,9 +37,14 @@ typedef enum pp_schedule_kind {
     PP_SCHEDULE_1F1B = 1,        /* warmup forwards, one-forward-one-backward,
                                     cooldown backwards                            */
     PP_SCHEDULE_INTERLEAVED = 2, /* 1F1B over v model chunks per stage            */
+    PP_SCHEDULE_ZB_H1 = 3,       /* zero bubble, 1F1B's memory: W deferred          */
+    PP_SCHEDULE_ZB_V = 4,        /* zero bubble, two chunks per rank in V order     */
 } pp_schedule_kind;
 
-/* "gpipe", "1f1b", "interleaved"; "?" for anything else. */
+/* The stage order a kind needs (TS_STAGES_V for zb_v, else INTERLEAVED). */
+int pp_schedule_kind_order(pp_schedule_kind kind);
+
+/* "gpipe", "1f1b", "interleaved", "zb_h1", "zb_v"; "?" for anything else. */
 const char *pp_schedule_kind_name(pp_schedule_kind kind);
 
 /* Parses one of the names above into *out. TS_ERR_CONFIG (and *out
@@ -54,11 +59,12 @@ ts_status pp_schedule_kind_parse(const char *name, pp_schedule_kind *out);
 typedef ts_status (*pp_append_fn)(void *user, int kind, int mb, int chunk, int peer);
 
 /* Checks a schedule's arguments without producing it. `chunks` (v) is read
- * only for PP_SCHEDULE_INTERLEAVED. Returns 0 if they are valid, otherwise
- * non-zero with a one-line reason in `why` (why_size bytes, NUL-terminated,
- * e.g. "interleaved: micro_batches=6 is not divisible by stages=4"):
- *   stages < 1, stage outside 0..stages-1, micro_batches < 1, an unknown
- *   kind; for interleaved chunks < 2 or micro_batches % stages != 0. */
+ * only for PP_SCHEDULE_INTERLEAVED and PP_SCHEDULE_ZB_V. Returns 0 if they
+ * are valid, otherwise non-zero with a one-line reason in `why` (why_size
+ * bytes, NUL-terminated, e.g. "interleaved: micro_batches=6 is not divisible
+ * by stages=4"): stages < 1, stage outside 0..stages-1, micro_batches < 1,
+ * an unknown kind; for interleaved chunks < 2 or micro_batches % stages !=
+ * 0; for zb_v chunks other than 2. */
 int pp_schedule_check(pp_schedule_kind kind, int stages, int stage, int micro_batches, int chunks,
                       char *why, size_t why_size);
 
@@ -82,7 +88,24 @@ int pp_schedule_check(pp_schedule_kind kind, int stages, int stage, int micro_ba
  * also makes every forward a warmup one when m == p, which its paired
  * blocking send/recv needs and our non-blocking sends do not: the simulator
  * finds no deadlock and the same bubble without it, with fewer activations
- * in flight). */
+ * in flight).
+ *
+ * ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"): 1F1B's order
+ * with each backward split into B (BACKWARD_INPUT) and W (BACKWARD_WEIGHT):
+ * warmup = min(p - stage - 1, m) forwards; then F, B pairs, each followed by
+ * the oldest pending W except in the first `stage` pairs; in the cooldown
+ * each B is followed by a W; the remaining Ws last. Deferring `stage` Ws
+ * fills the cooldown's bubble with them: with F, B and W of one unit each,
+ * every rank idles p - 1 units where 1F1B idles 3 (p - 1), at 1F1B's
+ * activations in flight (plus the deferred Ws' state, at most `stage`).
+ *
+ * ZB-V: two chunks per rank in V order (TS_STAGES_V: rank s holds virtual
+ * stages s and 2p - 1 - s), B and W split, made by list scheduling all ranks
+ * together under the unit-time model: a free rank runs the first of a ready
+ * B (chunk 0 before chunk 1), a ready F (chunk 1 before chunk 0, in
+ * micro-batch order, while fewer than 2p (micro-batch, chunk) pairs hold
+ * activations there: 1F1B's first stage's memory) and its oldest pending W,
+ * and idles otherwise. */
 ts_status pp_schedule_emit(pp_schedule_kind kind, int stages, int stage, int micro_batches,
                            int chunks, pp_append_fn append, void *user);
 
@@ -90,8 +113,11 @@ ts_status pp_schedule_emit(pp_schedule_kind kind, int stages, int stage, int mic
  * core/schedule.h for the model) as a reduced fraction *num / *den:
  * (p-1)/(m+p-1) for GPipe and 1F1B, (p-1)/(v*m+p-1) for interleaved (the
  * fill and drain of p-1 chunk-units against v*m chunk-units of work per
- * rank). `chunks` is read only for interleaved. TS_ERR_CONFIG for an unknown
- * kind, p < 1, m < 1 or (interleaved) v < 1; the outputs are then unchanged. */
+ * rank), and with F = B = W = 1 (p-1)/(3m+p-1) for ZB-H1 when m >= p (p - 1
+ * idle units per rank, Qi et al.'s (p-1)(F + B - W)). `chunks` is read only
+ * for interleaved. TS_ERR_CONFIG for an unknown kind, p < 1, m < 1,
+ * (interleaved) v < 1, ZB-H1 with m < p, or ZB-V (no closed form: ask the
+ * simulator); the outputs are then unchanged. */
 ts_status pp_bubble_formula(pp_schedule_kind kind, int stages, int micro_batches, int chunks,
                             long *num, long *den);
 

@@ -85,6 +85,10 @@ typedef struct zero_param {
     ts_comm_request *gather;
     int holders;    /* module uses in progress (stage 3)               */
     int prefetched; /* gathered ahead, not used yet                    */
+    int grad_users; /* backwards begun on the whole gradient and not yet
+                       ended (AFTER_BACKWARD): with split backwards several
+                       micro-batches' weight gradients may be pending        */
+    int completed;  /* last_backward's module has ended since the reduction */
     float *grad;    /* the whole gradient of the current micro-batch   */
 } zero_param;
 
@@ -669,6 +673,7 @@ static ts_status zero_module(ts_plugin_ctx *ctx, const ts_plugin_module_event *e
                 if (!p->grad) return zero_nomem();
                 TS_TRY(z.host->device_zero(z.ctx, p->grad, bytes));
             }
+            p->grad_users++;
             p->v->use_grad->data = p->grad;
         }
         if (z.stage == 3) {
@@ -686,7 +691,14 @@ static ts_status zero_module(ts_plugin_ctx *ctx, const ts_plugin_module_event *e
         for (int i = 0; i < n; i++) {
             zero_param *p = &z.params[idx[i]];
             if (z.stage == 3) zero_release(p);
-            if (p->last_backward == k) TS_TRY(zero_reduce(p));
+            /* Reduced once no other micro-batch's backward still adds to it
+             * (with split backwards, its weight part is pending). */
+            if (p->grad_users > 0) p->grad_users--;
+            if (p->last_backward == k) p->completed = 1;
+            if (p->completed && p->grad_users == 0) {
+                p->completed = 0;
+                TS_TRY(zero_reduce(p));
+            }
         }
         break;
     default: break;
