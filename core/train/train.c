@@ -805,6 +805,40 @@ static ts_status trainer_model_error(const ts_config *cfg, ts_status st) {
     return ts_error(st, "%s%s%s%s", msg, j ? " (" : "", where, j ? ")" : "");
 }
 
+/* Every rank's list of the registered scheduler, simulated together before
+ * any step (core/train/schedule.h): a schedule that misses an action,
+ * mismatches a transfer or deadlocks stops start-up naming the rank and the
+ * action, on every rank alike. */
+static ts_status trainer_check_schedule(ts_trainer *t, ts_plugins *reg) {
+    int p = t->stages;
+    ts_schedule *all = calloc((size_t)p, sizeof *all);
+    if (!all) return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
+    const char *name = ts_plugins_scheduler_name(reg, 0);
+    ts_status st = TS_OK;
+    for (int s = 0; s < p && !st; s++) {
+        ts_plugin_schedule_args args = {.struct_size = sizeof args,
+                                        .stages = p,
+                                        .stage = s,
+                                        .micro_batches = t->micro_batches,
+                                        .chunks = t->chunks};
+        st = ts_plugins_schedule(reg, name, &args, &all[s]);
+    }
+    ts_schedule_shape shape = {p, t->micro_batches, t->chunks, 1, 1, 1, t->model->stage_order};
+    ts_schedule_sim sim;
+    if (!st) {
+        st = ts_schedule_simulate_shape(&shape, all, &sim);
+        if (st)
+            st = ts_error(st, "pipeline schedule '%s' (%d stages, %d micro-batches): %s", name, p,
+                          t->micro_batches, ts_last_error_bare());
+        else
+            ts_schedule_sim_free(&sim);
+    }
+    for (int s = 0; s < p; s++)
+        ts_schedule_free(&all[s]);
+    free(all);
+    return st;
+}
+
 /* Activation recomputation from [train] recompute, recompute_layers and
  * recompute_method (model.h: ts_model_set_recompute). */
 static ts_status trainer_recompute(ts_trainer *t) {
@@ -1095,6 +1129,7 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
                                         .micro_batches = t->micro_batches,
                                         .chunks = t->chunks};
         CHECK(ts_plugins_schedule(reg, ts_plugins_scheduler_name(reg, 0), &args, &t->schedule));
+        if (t->stages > 1) CHECK(trainer_check_schedule(t, reg));
     } else if (t->stages > 1) {
         CHECK(ts_error(TS_ERR_PLUGIN,
                        "pp = %d needs a pipeline schedule; no plugin registers one (nothing "

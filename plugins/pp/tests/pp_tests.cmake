@@ -26,7 +26,11 @@ set(pp_schedule_properties
   interleaved_warmup_as_megatron
   invalid_arguments_give_config_errors
   simulator_catches_broken_schedules
-  timeline_print_format)
+  timeline_print_format
+  zero_bubble_valid
+  zb_h1_bubble_a_third_of_1f1b
+  zero_bubble_in_flight
+  simulator_catches_broken_split)
 foreach(property ${pp_schedule_properties})
   add_test(NAME pp_schedule_${property} COMMAND test_pp_schedules ${property})
   set_tests_properties(pp_schedule_${property} PROPERTIES

@@ -59,7 +59,10 @@ static ts_status schedule_build(pp_schedule_kind kind, int p, int s, int m, int 
 }
 
 static int pipeline_build(pipeline *pl, pp_schedule_kind kind, int p, int m, int v) {
-    *pl = (pipeline){.kind = kind, .p = p, .m = m, .v = kind == PP_SCHEDULE_INTERLEAVED ? v : 1};
+    *pl = (pipeline){.kind = kind,
+                     .p = p,
+                     .m = m,
+                     .v = kind == PP_SCHEDULE_INTERLEAVED || kind == PP_SCHEDULE_ZB_V ? v : 1};
     for (int s = 0; s < p; s++) {
         char why[256];
         ts_status st = schedule_build(kind, p, s, m, v, &pl->s[s], why, sizeof why);
@@ -521,6 +524,164 @@ static void test_simulator_catches_broken_schedules(void) {
           ts_last_error());
 }
 
+/* --- zero-bubble schedules ------------------------------------------------------ */
+
+/* Simulates a zero-bubble pipeline with F = B = W = 1 unit (a whole
+ * backward 2); 0 and the result in *r, or 1 with the failure checked. */
+static int zb_simulate(const pipeline *pl, ts_schedule_sim *r) {
+    ts_schedule_shape shape = {pl->p, pl->m, pl->v, 1, 1, 1, pp_schedule_kind_order(pl->kind)};
+    ts_status st = ts_schedule_simulate_shape(&shape, pl->s, r);
+    CHECK(st == TS_OK, "%s: %s", pipeline_name(pl), ts_last_error());
+    return st != TS_OK;
+}
+
+/* Every (mb, chunk) once F, once B (its input part), once W, in that order on
+ * its rank, and the whole pipeline consistent and deadlock-free under the
+ * simulator (which checks every transfer, peer and dependency), for p in
+ * {1, 2, 3, 4, 8} and m in 1..16 and 32. */
+static void test_zero_bubble_valid(void) {
+    static const int ps[] = {1, 2, 3, 4, 8};
+    for (int i = 0; i < 5; i++)
+        for (int m = 1; m <= 32; m++) {
+            if (m > 16 && m != 32) continue;
+            for (int k = PP_SCHEDULE_ZB_H1; k <= PP_SCHEDULE_ZB_V; k++) {
+                pipeline pl;
+                if (pipeline_build(&pl, (pp_schedule_kind)k, ps[i], m, 2) == 0) {
+                    for (int s = 0; s < pl.p; s++) {
+                        int seen[3][2 * 32] = {{0}}, order_ok = 1;
+                        for (int a = 0; a < pl.s[s].nactions; a++) {
+                            const ts_action *x = &pl.s[s].actions[a];
+                            int op = x->kind == TS_ACT_FORWARD           ? 0
+                                     : x->kind == TS_ACT_BACKWARD_INPUT  ? 1
+                                     : x->kind == TS_ACT_BACKWARD_WEIGHT ? 2
+                                                                         : -1;
+                            CHECK(x->kind != TS_ACT_BACKWARD, "%s: a whole backward",
+                                  pipeline_name(&pl));
+                            if (op < 0) continue;
+                            int key = x->chunk * pl.m + x->mb;
+                            order_ok &= op == 0 || seen[op - 1][key];
+                            seen[op][key]++;
+                        }
+                        for (int key = 0; key < pl.v * pl.m; key++)
+                            CHECK(seen[0][key] == 1 && seen[1][key] == 1 && seen[2][key] == 1,
+                                  "%s stage %d mb %d chunk %d: %d F, %d B, %d W",
+                                  pipeline_name(&pl), s, key % pl.m, key / pl.m, seen[0][key],
+                                  seen[1][key], seen[2][key]);
+                        CHECK(order_ok, "%s stage %d: a B before its F or a W before its B",
+                              pipeline_name(&pl), s);
+                    }
+                    ts_schedule_sim r;
+                    if (zb_simulate(&pl, &r) == 0) ts_schedule_sim_free(&r);
+                }
+                pipeline_free(&pl);
+            }
+        }
+}
+
+/* Idle time units of a simulated pipeline (p x makespan - busy). */
+static long idle_units(const ts_schedule_sim *r) {
+    return (long)r->stages * r->makespan - r->busy;
+}
+
+/* Qi et al.: with F, B and W of equal cost ZB-H1's bubble is a third of
+ * 1F1B's, (p - 1)(F + B - W) against (p - 1)(F + B + W) per rank, at 1F1B's
+ * memory; checked at p = 4, m = 8 (the issue's case: 12 idle units against
+ * 36) and for every p and m >= p against the closed form (p-1)/(3m+p-1).
+ * ZB-V idles less than ZB-H1 (as fractions of their makespans). */
+static void test_zb_h1_bubble(void) {
+    pipeline zb, one, v;
+    ts_schedule_sim rz, r1, rv;
+    if (pipeline_build(&zb, PP_SCHEDULE_ZB_H1, 4, 8, 1) == 0 &&
+        pipeline_build(&one, PP_SCHEDULE_1F1B, 4, 8, 1) == 0 &&
+        pipeline_build(&v, PP_SCHEDULE_ZB_V, 4, 8, 2) == 0 && zb_simulate(&zb, &rz) == 0 &&
+        zb_simulate(&one, &r1) == 0 && zb_simulate(&v, &rv) == 0) {
+        printf("  p=4 m=8, F = B = W = 1: 1F1B idles %ld units (bubble %ld/%ld), ZB-H1 %ld "
+               "(%ld/%ld), ZB-V %ld half-stage units (%ld/%ld)\n",
+               idle_units(&r1), r1.bubble_num, r1.bubble_den, idle_units(&rz), rz.bubble_num,
+               rz.bubble_den, idle_units(&rv), rv.bubble_num, rv.bubble_den);
+        CHECK(3 * idle_units(&rz) <= idle_units(&r1), "ZB-H1 idles %ld, 1F1B %ld", idle_units(&rz),
+              idle_units(&r1));
+        CHECK(rv.bubble_num * rz.bubble_den < rz.bubble_num * rv.bubble_den,
+              "ZB-V's bubble %ld/%ld is not below ZB-H1's %ld/%ld", rv.bubble_num, rv.bubble_den,
+              rz.bubble_num, rz.bubble_den);
+        ts_schedule_sim_free(&rz), ts_schedule_sim_free(&r1), ts_schedule_sim_free(&rv);
+    }
+    pipeline_free(&zb), pipeline_free(&one), pipeline_free(&v);
+    static const int ps[] = {1, 2, 3, 4, 8};
+    for (int i = 0; i < 5; i++)
+        for (int m = ps[i]; m <= 32; m++) {
+            pipeline pl;
+            long fnum, fden;
+            if (pipeline_build(&pl, PP_SCHEDULE_ZB_H1, ps[i], m, 1) == 0 &&
+                zb_simulate(&pl, &rz) == 0) {
+                CHECK(pp_bubble_formula(PP_SCHEDULE_ZB_H1, pl.p, m, 1, &fnum, &fden) == TS_OK &&
+                          fnum == rz.bubble_num && fden == rz.bubble_den,
+                      "%s: simulated %ld/%ld, formula %ld/%ld", pipeline_name(&pl), rz.bubble_num,
+                      rz.bubble_den, fnum, fden);
+                ts_schedule_sim_free(&rz);
+            }
+            pipeline_free(&pl);
+        }
+}
+
+/* Memory: ZB-H1's stage s holds 1F1B's p - s micro-batches in flight plus at
+ * most s + 1 whose weight gradients wait (at most p in all), ZB-V at most 2p
+ * (micro-batch, chunk) pairs: 1F1B's first stage's activations. */
+static void test_zero_bubble_in_flight(void) {
+    static const int ps[] = {1, 2, 3, 4, 8};
+    for (int i = 0; i < 5; i++)
+        for (int m = 1; m <= 32; m++) {
+            pipeline pl;
+            if (pipeline_build(&pl, PP_SCHEDULE_ZB_H1, ps[i], m, 1) == 0)
+                for (int s = 0; s < pl.p; s++) {
+                    int in = ts_schedule_peak_in_flight(&pl.s[s]);
+                    int w = ts_schedule_peak_deferred(&pl.s[s]);
+                    int lim = pl.p - s < m ? pl.p - s : m;
+                    CHECK(in <= (pl.p < m ? pl.p : m) && w <= s + 1 && in - w <= lim,
+                          "%s stage %d: %d in flight, %d deferred", pipeline_name(&pl), s, in, w);
+                }
+            pipeline_free(&pl);
+            if (pipeline_build(&pl, PP_SCHEDULE_ZB_V, ps[i], m, 2) == 0)
+                for (int s = 0; s < pl.p; s++)
+                    CHECK(ts_schedule_peak_in_flight(&pl.s[s]) <= 2 * pl.p,
+                          "%s stage %d: %d in flight", pipeline_name(&pl), s,
+                          ts_schedule_peak_in_flight(&pl.s[s]));
+            pipeline_free(&pl);
+        }
+}
+
+/* The simulator refuses a B without its W, a W before its B, a W twice. */
+static void test_simulator_catches_broken_split(void) {
+    ts_action s0[] = {A(FORWARD, 0, -1),
+                      A(SEND_ACT, 0, 1),
+                      A(RECV_GRAD, 0, 1),
+                      {TS_ACT_BACKWARD_INPUT, 0, 0, -1},
+                      {TS_ACT_BACKWARD_WEIGHT, 0, 0, -1},
+                      A(OPTIMIZER_STEP, -1, -1)};
+    ts_action s1[] = {A(RECV_ACT, 0, 0), A(FORWARD, 0, -1), A(BACKWARD, 0, -1), A(SEND_GRAD, 0, 0),
+                      A(OPTIMIZER_STEP, -1, -1)};
+    ts_schedule s[2] = {{6, s0}, {5, s1}};
+    ts_schedule_shape shape = {2, 1, 1, 1, 1, 1, TS_STAGES_INTERLEAVED};
+    ts_schedule_sim r;
+    ts_status st = ts_schedule_simulate_shape(&shape, s, &r);
+    CHECK(st == TS_OK, "%s", ts_last_error());
+    if (!st) ts_schedule_sim_free(&r);
+    s[0].nactions = 6;
+    s0[4] = A(OPTIMIZER_STEP, -1, -1); /* the W dropped */
+    s[0].nactions = 5;
+    st = ts_schedule_simulate_shape(&shape, s, &r);
+    CHECK(st == TS_ERR_INVALID && strstr(ts_last_error(), "never computes the weight gradients"),
+          "%s", ts_last_error());
+    s0[3] = (ts_action){TS_ACT_BACKWARD_WEIGHT, 0, 0, -1}; /* W where B was */
+    s0[4] = (ts_action){TS_ACT_BACKWARD_INPUT, 0, 0, -1};
+    s0[5] = A(OPTIMIZER_STEP, -1, -1);
+    s[0].nactions = 6;
+    st = ts_schedule_simulate_shape(&shape, s, &r);
+    CHECK(st == TS_ERR_INVALID &&
+              strstr(ts_last_error(), "weight gradients before their BACKWARD_INPUT"),
+          "%s", ts_last_error());
+}
+
 /* --- the printed timeline ---------------------------------------------------- */
 
 static void expect_timeline(pp_schedule_kind kind, int p, int m, int v, const char *want) {
@@ -572,6 +733,10 @@ static const struct {
     {"invalid_arguments_give_config_errors", test_invalid_arguments},
     {"simulator_catches_broken_schedules", test_simulator_catches_broken_schedules},
     {"timeline_print_format", test_timeline_print},
+    {"zero_bubble_valid", test_zero_bubble_valid},
+    {"zb_h1_bubble_a_third_of_1f1b", test_zb_h1_bubble},
+    {"zero_bubble_in_flight", test_zero_bubble_in_flight},
+    {"simulator_catches_broken_split", test_simulator_catches_broken_split},
 };
 
 int main(int argc, char **argv) {
