@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "schedule_file.h"
 #include "schedules.h"
 #include "tessera/layout.h"
 #include "tessera/plugin.h"
@@ -28,9 +29,12 @@
 static const ts_plugin_key pp_keys[] = {
     {"size", TS_PLUGIN_KEY_INT, "1", 1, 1 << 16, "auto",
      "pipeline ranks; auto: the world divided by the other dense axes"},
-    {"schedule", TS_PLUGIN_KEY_ENUM, "1f1b", 1, 0, "gpipe|1f1b|interleaved|zb_h1|zb_v",
+    {"schedule", TS_PLUGIN_KEY_ENUM, "1f1b", 1, 0, "gpipe|1f1b|interleaved|zb_h1|zb_v|file",
      "pipeline schedule; interleaved needs virtual_stages >= 2, zb_v exactly 2 (zero bubble: "
-     "backward split into input and weight gradients)"},
+     "backward split into input and weight gradients); file: schedule_file's"},
+    {"schedule_file", TS_PLUGIN_KEY_STRING, "", 1, 0, NULL,
+     "with schedule = file: each rank's F/B/W list (docs in plugins/pp/README.md), checked "
+     "before the first step"},
     {"virtual_stages", TS_PLUGIN_KEY_INT, "1", 1, 1024, NULL,
      "model chunks per pipeline rank (v); more than 1 only with schedule = interleaved or zb_v"},
     {"layers_per_stage", TS_PLUGIN_KEY_STRING, "", 1, 0, NULL,
@@ -40,6 +44,8 @@ static const ts_plugin_key pp_keys[] = {
 typedef struct pp_state {
     const ts_host *host;
     pp_schedule_kind kind;
+    int from_file;          /* schedule = file: `file` decides            */
+    pp_schedule_file file;
     int virtual_stages;
     const char *layers_per_stage; /* owned by the core until fini */
 } pp_state;
@@ -204,6 +210,19 @@ static ts_status pp_scheduler(ts_plugin_ctx *ctx, const ts_plugin_schedule_args 
                               ts_schedule *out, void *user) {
     (void)user;
     char why[256], at[128];
+    pp_sink sink = {ctx, out};
+    if (pp.from_file) {
+        const pp_schedule_file *f = &pp.file;
+        pp.host->config_where(ctx, "schedule_file", at, sizeof at);
+        if (args->stages != f->ranks || args->micro_batches != f->micro_batches ||
+            args->chunks != f->chunks)
+            return pp.host->error(ctx, TS_ERR_CONFIG,
+                                  "%s lists %d ranks, %d micro-batches and %d chunks per rank; "
+                                  "the run has pp = %d, %d micro-batches and %d chunks",
+                                  at, f->ranks, f->micro_batches, f->chunks, args->stages,
+                                  args->micro_batches, args->chunks);
+        return pp_schedule_file_emit(f, args->stage, pp_append, &sink);
+    }
     if (args->chunks != pp.virtual_stages) {
         pp.host->config_where(ctx, "virtual_stages", at, sizeof at);
         return pp.host->error(ctx, TS_ERR_CONFIG, "asked for %d chunks per rank, but %s = %d",
@@ -214,7 +233,6 @@ static ts_status pp_scheduler(ts_plugin_ctx *ctx, const ts_plugin_schedule_args 
         pp.host->config_where(ctx, "schedule", at, sizeof at);
         return pp.host->error(ctx, TS_ERR_CONFIG, "%s (%s)", why, at);
     }
-    pp_sink sink = {ctx, out};
     return pp_schedule_emit(pp.kind, args->stages, args->stage, args->micro_batches, args->chunks,
                             pp_append, &sink);
 }
@@ -234,11 +252,42 @@ static ts_status pp_init(const ts_host *host, ts_plugin_ctx *ctx) {
     pp.virtual_stages = (int)v;
     host->config_where(ctx, "schedule", at, sizeof at);
     host->config_where(ctx, "virtual_stages", v_at, sizeof v_at);
-    if (pp_schedule_kind_parse(schedule, &pp.kind) != TS_OK)
+    const char *file = NULL;
+    TS_TRY(host->config_str(ctx, "schedule_file", &file));
+    pp.from_file = schedule && strcmp(schedule, "file") == 0;
+    if (pp.from_file) {
+        char file_at[128];
+        host->config_where(ctx, "schedule_file", file_at, sizeof file_at);
+        if (!file || !file[0])
+            return host->error(ctx, TS_ERR_CONFIG, "%s = file needs [pp] schedule_file (%s)", at,
+                               file_at);
+        if (pp_schedule_file_load(file, &pp.file, why, sizeof why))
+            return host->error(ctx, TS_ERR_CONFIG, "%s: %s", file_at, why);
+        if (pp.file.chunks != v) {
+            int chunks = pp.file.chunks;
+            pp_schedule_file_free(&pp.file);
+            return host->error(ctx, TS_ERR_CONFIG,
+                               "%s names %d chunks per rank, but %s = %d", file_at, chunks, v_at,
+                               (int)v);
+        }
+        pp.kind = v > 1 ? PP_SCHEDULE_INTERLEAVED : PP_SCHEDULE_1F1B; /* for the checks below */
+        if (pp.file.order != TS_STAGES_INTERLEAVED) {
+            if (!TS_HOST_HAS(host, set_stage_order))
+                return host->error(ctx, TS_ERR_PLUGIN, "a V schedule needs a core that places "
+                                                       "stages in V order");
+            TS_TRY(host->set_stage_order(ctx, pp.file.order));
+        }
+    } else if (file && file[0]) {
+        char file_at[128];
+        host->config_where(ctx, "schedule_file", file_at, sizeof file_at);
+        return host->error(ctx, TS_ERR_CONFIG, "%s is read only with [pp] schedule = file, not %s",
+                           file_at, schedule);
+    } else if (pp_schedule_kind_parse(schedule, &pp.kind) != TS_OK) {
         return host->error(ctx, TS_ERR_CONFIG,
-                           "%s = '%s' is not gpipe, 1f1b, interleaved, zb_h1 or zb_v", at,
+                           "%s = '%s' is not gpipe, 1f1b, interleaved, zb_h1, zb_v or file", at,
                            schedule ? schedule : "");
-    if (pp.kind == PP_SCHEDULE_INTERLEAVED && v < 2)
+    }
+    if (pp.kind == PP_SCHEDULE_INTERLEAVED && v < 2 && !pp.from_file)
         return host->error(ctx, TS_ERR_CONFIG,
                            "%s = interleaved needs at least 2 virtual stages per rank, but %s = "
                            "%d",
@@ -247,7 +296,7 @@ static ts_status pp_init(const ts_host *host, ts_plugin_ctx *ctx) {
         return host->error(ctx, TS_ERR_CONFIG,
                            "%s = zb_v places exactly 2 virtual stages per rank (a V), but %s = %d",
                            at, v_at, (int)v);
-    if (pp.kind != PP_SCHEDULE_INTERLEAVED && pp.kind != PP_SCHEDULE_ZB_V && v > 1)
+    if (pp.kind != PP_SCHEDULE_INTERLEAVED && pp.kind != PP_SCHEDULE_ZB_V && v > 1 && !pp.from_file)
         return host->error(ctx, TS_ERR_CONFIG,
                            "%s = %d needs [pp] schedule = interleaved or zb_v, but %s = %s", v_at,
                            (int)v, at, schedule);
@@ -270,7 +319,13 @@ static ts_status pp_init(const ts_host *host, ts_plugin_ctx *ctx) {
     TS_TRY(
         host->register_axis(ctx, "pp", size < 0 ? TS_PLUGIN_AXIS_AUTO : (int)size, TS_MESH_DENSE));
     TS_TRY(host->register_transform(ctx, "pp_stages", TS_PHASE_PIPELINE, pp_transform, NULL));
-    return host->register_scheduler(ctx, pp_schedule_kind_name(pp.kind), pp_scheduler, NULL);
+    return host->register_scheduler(ctx, pp.from_file ? "file" : pp_schedule_kind_name(pp.kind),
+                                    pp_scheduler, NULL);
+}
+
+static void pp_fini(const ts_host *host, ts_plugin_ctx *ctx) {
+    (void)host, (void)ctx;
+    pp_schedule_file_free(&pp.file);
 }
 
 static const ts_plugin_descriptor pp_descriptor = {
@@ -283,7 +338,7 @@ static const ts_plugin_descriptor pp_descriptor = {
     pp_keys,
     (int)(sizeof pp_keys / sizeof pp_keys[0]),
     pp_init,
-    NULL,
+    pp_fini,
 };
 
 TS_PLUGIN_EXPORT const ts_plugin_descriptor *tessera_plugin_descriptor(void) {

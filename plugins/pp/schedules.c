@@ -157,6 +157,18 @@ static ts_status pp_gen_interleaved(const pp_emitter *e, int m) {
     return TS_OK;
 }
 
+ts_status pp_emit_computation(int order, int stages, int stage, int chunks, char op, int mb,
+                              int chunk, pp_append_fn append, void *user) {
+    pp_emitter e = {append, user, stages, stage, chunks, order};
+    switch (op) {
+    case 'F': return pp_emit_forward(&e, mb, chunk);
+    case 'B': return pp_emit_backward_as(&e, TS_PLUGIN_ACT_BACKWARD_INPUT, mb, chunk);
+    case 'X': return pp_emit_backward(&e, mb, chunk);
+    case 'W': return pp_emit_weight(&e, mb, chunk);
+    default: return TS_ERR_INVALID;
+    }
+}
+
 /* ZB-H1 (schedules.h): 1F1B with B and W split, `stage` Ws deferred. */
 static ts_status pp_gen_zb_h1(const pp_emitter *e, int m) {
     int warmup = e->p - e->s - 1 < m ? e->p - e->s - 1 : m, w = 0;

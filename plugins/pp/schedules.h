@@ -109,6 +109,14 @@ int pp_schedule_check(pp_schedule_kind kind, int stages, int stage, int micro_ba
 ts_status pp_schedule_emit(pp_schedule_kind kind, int stages, int stage, int micro_batches,
                            int chunks, pp_append_fn append, void *user);
 
+/* Emits one computation of rank `stage` of `stages` (v chunks per rank,
+ * virtual stages placed by `order`) with the transfers it implies: 'F' a
+ * forward (RECV_ACT, FORWARD, SEND_ACT), 'B' a backward's input part and
+ * 'X' a whole backward (RECV_GRAD, BACKWARD_INPUT or BACKWARD, SEND_GRAD),
+ * 'W' its weight part (BACKWARD_WEIGHT alone). */
+ts_status pp_emit_computation(int order, int stages, int stage, int chunks, char op, int mb,
+                              int chunk, pp_append_fn append, void *user);
+
 /* The closed form of the unit-time bubble (F = 1, B = 1 or 2; see
  * core/schedule.h for the model) as a reduced fraction *num / *den:
  * (p-1)/(m+p-1) for GPipe and 1F1B, (p-1)/(v*m+p-1) for interleaved (the
