@@ -283,6 +283,9 @@ ts_status ts_backend_open(ts_device device, const ts_backend **out);
  * NULL: unnamed). The dry run of `tessera plan` itemises the activations'
  * peak by it; the other backends ignore it. */
 void ts_backend_tag(const char *what);
+/* What the live block `ptr` holds from now on (the dry run moves its bytes
+ * to that tag; nothing happens elsewhere, or for a block it did not make). */
+void ts_backend_retag(const void *ptr, const char *what);
 
 /* Releases what ts_backend_open(TS_DEVICE_CUDA) set up (waits for the
  * device, resets the compute stream, frees the kernels' context). Call after

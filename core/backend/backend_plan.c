@@ -27,17 +27,18 @@ static const char *plan_tags[PLAN_TAGS] = {"other"};
 static int plan_ntags = 1, plan_tag_now;
 static size_t plan_tag_live[PLAN_TAGS], plan_tag_at_peak[PLAN_TAGS];
 
-void ts_backend_tag(const char *what) {
-    plan_tag_now = 0;
-    if (!what) return;
+/* The index of tag `what` (added when new; "other" when the table is full). */
+static int plan_tag_index(const char *what) {
+    if (!what) return 0;
     for (int i = 0; i < plan_ntags; i++)
-        if (!strcmp(plan_tags[i], what)) {
-            plan_tag_now = i;
-            return;
-        }
-    if (plan_ntags == PLAN_TAGS) return; /* counted as "other" */
+        if (!strcmp(plan_tags[i], what)) return i;
+    if (plan_ntags == PLAN_TAGS) return 0; /* counted as "other" */
     plan_tags[plan_ntags] = what;
-    plan_tag_now = plan_ntags++;
+    return plan_ntags++;
+}
+
+void ts_backend_tag(const char *what) {
+    plan_tag_now = plan_tag_index(what);
 }
 
 int ts_backend_plan_peak_items(const char **tags, size_t *bytes, int max) {
@@ -165,6 +166,21 @@ static void plan_free(void *ptr) {
         return;
     }
     TS_ASSERT(!"plan: freeing a block the dry run did not allocate");
+}
+
+void ts_backend_retag(const void *ptr, const char *what) {
+    if (!ptr || !plan_base) return;
+    for (int i = 0; i < plan_nblocks; i++) {
+        plan_block *b = &plan_blocks[i];
+        if (b->ptr != ptr || !b->live) continue;
+        if (b->cat == TS_MEM_ACTS) {
+            int tag = plan_tag_index(what);
+            plan_tag_live[b->tag] -= b->bytes;
+            plan_tag_live[tag] += b->bytes;
+            b->tag = tag;
+        }
+        return;
+    }
 }
 
 int ts_backend_plan_owns(const void *p) {

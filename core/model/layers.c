@@ -686,9 +686,15 @@ ts_status ts_module_run_deferred(ts_module *mod, int mb) {
 void ts_module_release(ts_module *mod, int mb) {
     if (mb >= mod->saved.cap) return;
     ts_module_slot *s = &mod->saved.slot[mb];
-    /* A BACKWARD_INPUT's jobs still read the state: released after them. */
+    /* A BACKWARD_INPUT's jobs still read the state: released after them
+     * (the dry run shows it held for them). */
     if (mod->model->defer_weights && s->njobs > 0) {
         s->release_pending = 1;
+        ts_saved_part *held[3] = {&s->state, &s->output, &s->input_copy};
+        for (int k = 0; k < 3; k++) {
+            ts_backend_retag(held[k]->data, "held for weight gradients (f32)");
+            ts_backend_retag(held[k]->packed, "held for weight gradients, packed (bf16)");
+        }
         return;
     }
     jobs_free(mod->model, s);

@@ -65,5 +65,6 @@ set(zb_cases
   "pp_zb_h1_pp4_same_bits_as_1f1b|${same}|4 2 fp32 layers=4 ${pp4} -- --set pp.schedule=1f1b -- ${zbh1}"
   "pp_zb_h1_dp2_pp2_same_bits_as_1f1b|${same}|4 4 fp32 plain --set parallel.plugins=dp,pp --set pp.size=2 -- --set pp.schedule=1f1b -- ${zbh1}"
   "pp_zb_h1_tp2_sp_pp2_same_bits_as_1f1b|${same}|4 8 fp32 plain --set parallel.plugins=tp,pp --set pp.size=2 --set tp.size=2 --set tp.sequence_parallel=true -- --set pp.schedule=1f1b -- ${zbh1}"
-  "pp_schedule_file_runs_and_bad_files_are_refused|${pp_tests}/schedule_file.sh|")
+  "pp_schedule_file_runs_and_bad_files_are_refused|${pp_tests}/schedule_file.sh|"
+  "pp_zero_bubble_memory_plan_and_1f1b_plus_w_state|${pp_tests}/zb_memory.sh|")
 tessera_script_tests(pp ${zb_cases})
