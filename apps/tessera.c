@@ -767,6 +767,14 @@ static void plan_comm_text(const char *group, const char *op, const ts_comm_op_c
            (unsigned long long)c->bytes);
 }
 
+/* Stage s's idle share of the simulated makespan. */
+static double plan_stage_bubble(const ts_schedule_sim *sim, int s) {
+    int idle = 0;
+    for (int t = 0; t < sim->makespan; t++)
+        idle += sim->slots[(size_t)s * (size_t)sim->makespan + (size_t)t].op == '.';
+    return sim->makespan ? (double)idle / sim->makespan : 0.0;
+}
+
 /* The pipeline schedule every stage would run, simulated under the
  * unit-time model: *sim is empty (stages 0) without a registered scheduler. */
 static ts_status plan_pipeline(ts_plugins *reg, const ts_mesh *mesh, const ts_layout_plan *plan,
@@ -876,8 +884,11 @@ static int cmd_plan(int argc, char **argv) {
                 plan_each_comm(&est, world, 1, plan_comm_json);
                 printf("},");
             }
-            printf("\"schedule\":\"%s\",\"bubble\":%.6f}\n",
+            printf("\"schedule\":\"%s\",\"bubble\":%.6f,\"bubble_per_stage\":[",
                    sim.stages ? ts_plugins_scheduler_name(reg, 0) : "default", bubble);
+            for (int s = 0; s < sim.stages; s++)
+                printf("%s%.6f", s ? "," : "", plan_stage_bubble(&sim, s));
+            printf("]}\n");
             free(buf);
         }
     } else if (!st) {

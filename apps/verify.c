@@ -21,7 +21,8 @@
  *           5 %) against the plan's dry run, naming the worst rank (the data
  *           set and staging are reported, not planned);
  * speed     tokens/s, step time, the communication time's share of a step,
- *           the pipeline bubble against the schedule's (p-1)/(m+p-1), the
+ *           the pipeline bubble against the schedule's own under the
+ *           unit-time model (tessera plan's: (p-1)/(m+p-1) for 1F1B), the
  *           slowest rank's compute time against the median (it fails above
  *           --slow-rank, default 1.5x); MFU is not reported (the device's
  *           peak is not known to the program);
@@ -534,7 +535,7 @@ static void ledger_speed(const verify_opts *o, ledger *l, double bubble_theory) 
     free(sum);
     l->pass = k > 0 && isfinite(mt) && mt > 0 && nr == o->world && ratio <= o->slow_rank;
     say(l, "%.0f tok/s, %.1f ms/step, communication %.0f%% of a step", mt, mm, 100 * mc);
-    if (stages > 1) say(l, ", bubble %.2f (schedule (p-1)/(m+p-1) %.2f)", mb, bubble_theory);
+    if (stages > 1) say(l, ", bubble %.2f (the schedule's unit-time %.2f)", mb, bubble_theory);
     say(l, ", slowest rank %d at %.2fx the median compute (limit %.2fx); MFU n/a (peak unknown)",
         slow, ratio, o->slow_rank);
     jsay(l,
