@@ -152,6 +152,14 @@ add_test(NAME recompute_memory_emulated_gpu
     ${PROJECT_SOURCE_DIR} cuda)
 set_tests_properties(recompute_same_bits_emulated_gpu recompute_memory_emulated_gpu PROPERTIES
   LABELS emulated TIMEOUT 600 ENVIRONMENT "${TESSERA_TEST_ENV}")
+# ZB-H1 on two emulated GPUs: the split backward (cuBLAS products without
+# dinp or without dweight) gives 1F1B's bits.
+add_test(NAME pp_zb_h1_same_bits_as_1f1b_emulated_gpu
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/same_bits.sh $<TARGET_FILE:tessera_emu_cli>
+    ${PROJECT_SOURCE_DIR} 2 4 fp32 set=train.device=cuda --set parallel.plugins=pp --set pp.size=2
+    -- --set pp.schedule=1f1b -- --set pp.schedule=zb_h1)
+set_tests_properties(pp_zb_h1_same_bits_as_1f1b_emulated_gpu PROPERTIES LABELS emulated
+  TIMEOUT 600 ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
 # Recovery across topologies on emulated GPUs: dp 2 x tp 2 (SP) for 10 steps,
 # resumed on pp 2 for 10 more, against one CPU rank.
 add_test(NAME resume_on_another_topology_emulated_gpu
