@@ -12,4 +12,15 @@ int cmd_verify(int argc, char **argv);
 /* tessera report METRICS.jsonl [--out FILE] (report.c) */
 int cmd_report(int argc, char **argv);
 
+/* tessera plan CONFIG --search (search.c): `cfg` is CONFIG as loaded. */
+#include "config.h"
+typedef struct plan_search_opts {
+    int world;           /* --world (0: the cluster's devices)       */
+    int top;             /* --top: layouts printed                   */
+    int jobs;            /* --jobs: dry runs at once (0: the CPUs)   */
+    int json;            /* --json: every layout                     */
+    const char *cluster; /* --cluster FILE (NULL: CONFIG's [cluster]) */
+} plan_search_opts;
+int cmd_plan_search(const ts_config *cfg, const plan_search_opts *opts);
+
 #endif /* TESSERA_APPS_COMMANDS_H */

@@ -26,6 +26,7 @@
 #include "comm_plan.h"
 #include "config.h"
 #include "parallel.h"
+#include "plan_run.h"
 #include "plugin.h"
 #include "schedule.h"
 #include "state.h"
@@ -186,6 +187,9 @@ typedef struct cli_opts {
     int rank;                     /* plan --rank             */
     int json;                     /* plan --json             */
     int groups, layout, timeline; /* plan's details      */
+    int search;                   /* plan --search           */
+    const char *cluster;          /* plan --cluster          */
+    int top, jobs;                /* plan --top, --jobs      */
 } cli_opts;
 
 /* Loads CONFIG (argv[0]), applies --set overrides, loads the plugins it
@@ -243,6 +247,19 @@ static ts_status load_config(int argc, char **argv, cli_opts *opts, ts_config **
             opts->layout = 1;
         } else if (opts && strcmp(argv[i], "--timeline") == 0) {
             opts->timeline = 1;
+        } else if (opts && strcmp(argv[i], "--search") == 0) {
+            opts->search = 1;
+        } else if (opts && strcmp(argv[i], "--cluster") == 0 && i + 1 < argc) {
+            opts->cluster = argv[++i];
+        } else if (opts && (strcmp(argv[i], "--top") == 0 || strcmp(argv[i], "--jobs") == 0) &&
+                   i + 1 < argc) {
+            const char *opt = argv[i];
+            char *end = NULL;
+            long v = strtol(argv[++i], &end, 10);
+            if (!end || *end || v < 1 || v > 1 << 20)
+                st =
+                    ts_error(TS_ERR_CONFIG, "%s '%s': a positive number is required", opt, argv[i]);
+            *(strcmp(opt, "--top") == 0 ? &opts->top : &opts->jobs) = (int)v;
         } else {
             st = ts_error(TS_ERR_CONFIG, "unexpected argument '%s' (see --help)", argv[i]);
         }
@@ -603,71 +620,6 @@ static void print_groups(const ts_mesh *mesh, FILE *f) {
     }
 }
 
-/* What `plan` predicts for one rank: its dry run's allocations per memory
- * category, and what every group's communicator carried in one step. */
-typedef struct plan_result {
-    size_t params, grads, optim, acts, comm, batch;
-    /* Peaks during the steps: gathered parameters and gradients, staging. */
-    size_t params_peak, grads_peak, optim_peak, total_peak;
-    size_t numel;           /* parameters of the whole model (P)          */
-    /* The activations at their peak by what they hold (backend_plan.h). */
-    const char *act_tag[16];
-    size_t act_bytes[16];
-    int nact;
-    ts_dtype dtype;         /* of the parameters                          */
-    const ts_parallel *par; /* the dry run's context: its counters    */
-    /* FLOPs of one step (GEMMs and attention, 2 per multiply-add): forward,
-     * backward, and forwards recomputed inside the backward. */
-    double flops_fwd, flops_bwd, flops_re;
-    const char *recompute; /* [train] recompute                       */
-} plan_result;
-
-/* Runs two steps of rank `rank` of the configured world as a dry run: the
- * real trainer, model, layers, schedule and plugins over the dry-run
- * backend and communicators (nothing computed, nothing exchanged), so the
- * prediction and the run cannot drift apart. */
-static ts_status plan_dry_run(const ts_config *cfg, ts_plugins *reg, const ts_mesh_sizes *sizes,
-                              int rank, ts_comm **world, ts_parallel **par, plan_result *r) {
-    const char *order = ts_config_str(cfg, "parallel", "order");
-    TS_TRY(ts_comm_plan_create("world", rank, sizes->world, world));
-    TS_TRY(ts_parallel_create_plan(*world, sizes, order, par));
-    ts_plugins_set_comm_source(reg, ts_parallel_plugin_comm, *par);
-    ts_plugins_set_coord_source(reg, ts_parallel_plugin_coord);
-    ts_trainer *t = NULL;
-    TS_TRY(ts_trainer_create_plan(cfg, *par, reg, &t));
-    /* Two steps: the second holds the workspace the first grew while it
-     * saves its activations, the steady state a run reaches. The traffic
-     * counted is the second's (every step's is the same). */
-    ts_step_stats stats;
-    ts_status st = ts_trainer_step(t, &stats);
-    for (int i = 0; i < (*par)->ncomms; i++)
-        ts_comm_counters_reset((*par)->comms[i]);
-    ts_comm_counters_reset(*world);
-    ts_backend_plan_reset_flops();
-    if (!st) st = ts_trainer_step(t, &stats);
-    if (!st) {
-        r->params = ts_backend_plan_stats(TS_MEM_PARAMS).allocated;
-        r->grads = ts_backend_plan_stats(TS_MEM_GRADS).allocated;
-        r->optim = ts_backend_plan_stats(TS_MEM_OPTIM).allocated;
-        r->acts = ts_backend_plan_stats(TS_MEM_ACTS).peak;
-        r->comm = ts_backend_plan_stats(TS_MEM_COMM).peak;
-        r->batch = ts_backend_plan_stats(TS_MEM_OTHER).peak;
-        r->params_peak = ts_backend_plan_stats(TS_MEM_PARAMS).peak;
-        r->grads_peak = ts_backend_plan_stats(TS_MEM_GRADS).peak;
-        r->optim_peak = ts_backend_plan_stats(TS_MEM_OPTIM).peak;
-        r->total_peak = ts_backend_plan_stats(TS_MEM_NCAT).peak;
-        r->nact = ts_backend_plan_peak_items(r->act_tag, r->act_bytes, 16);
-        const ts_train_state *ts = ts_trainer_state(t);
-        r->numel = ts->model->global_numel;
-        r->dtype = ts->model->dtype;
-        r->par = *par;
-        ts_backend_plan_flops(&r->flops_fwd, &r->flops_bwd, &r->flops_re);
-        r->recompute = ts_config_str(cfg, "train", "recompute");
-    }
-    ts_trainer_destroy(t);
-    return st;
-}
-
 /* The model state in the ZeRO paper's ledger (Rajbhandari et al. 2020,
  * section 3.1): with 16-bit weights, 2 bytes per parameter of weights and
  * 2 of gradients, and 12 of f32 master weights and Adam moments: 16P in
@@ -767,44 +719,6 @@ static void plan_comm_text(const char *group, const char *op, const ts_comm_op_c
            (unsigned long long)c->bytes);
 }
 
-/* Stage s's idle share of the simulated makespan. */
-static double plan_stage_bubble(const ts_schedule_sim *sim, int s) {
-    int idle = 0;
-    for (int t = 0; t < sim->makespan; t++)
-        idle += sim->slots[(size_t)s * (size_t)sim->makespan + (size_t)t].op == '.';
-    return sim->makespan ? (double)idle / sim->makespan : 0.0;
-}
-
-/* The pipeline schedule every stage would run, simulated under the
- * unit-time model: *sim is empty (stages 0) without a registered scheduler. */
-static ts_status plan_pipeline(ts_plugins *reg, const ts_mesh *mesh, const ts_layout_plan *plan,
-                               const ts_train_shape *sh, ts_schedule_sim *sim) {
-    memset(sim, 0, sizeof *sim);
-    if (ts_plugins_num_schedulers(reg) != 1) return TS_OK;
-    int pp = ts_mesh_axis_size(mesh, TS_AXIS_PP), top = -1;
-    for (int i = 0; i < plan->count; i++)
-        if (plan->entries[i].stage > top) top = plan->entries[i].stage;
-    int chunks = top >= 0 ? (top + 1) / pp : 1;
-    ts_schedule per_stage[pp];
-    memset(per_stage, 0, sizeof per_stage);
-    ts_status st = TS_OK;
-    for (int s = 0; s < pp && !st; s++) {
-        ts_plugin_schedule_args args = {.struct_size = sizeof args,
-                                        .stages = pp,
-                                        .stage = s,
-                                        .micro_batches = sh->micro_batches,
-                                        .chunks = chunks};
-        st = ts_plugins_schedule(reg, ts_plugins_scheduler_name(reg, 0), &args, &per_stage[s]);
-    }
-    /* One unit a forward, a backward's input part and its weight part (a
-     * fused backward two), as Qi et al. count them. */
-    ts_schedule_shape shape = {pp, sh->micro_batches, chunks, 1, 1, 1, ts_plugins_stage_order(reg)};
-    if (!st) st = ts_schedule_simulate_shape(&shape, per_stage, sim);
-    for (int s = 0; s < pp; s++)
-        ts_schedule_free(&per_stage[s]);
-    return st;
-}
-
 static int cmd_plan(int argc, char **argv) {
     int rc = 0;
     if (cli_usage(argc, argv, usage_plan, &rc)) return rc;
@@ -813,6 +727,17 @@ static int cmd_plan(int argc, char **argv) {
     ts_plugins *reg = NULL;
     ts_status st = load_config(argc, argv, &opts, &cfg, &reg);
     if (st) return fail(st);
+    if (opts.search) {
+        plan_search_opts so = {.world = opts.world,
+                               .top = opts.top,
+                               .jobs = opts.jobs,
+                               .json = opts.json,
+                               .cluster = opts.cluster};
+        ts_plugins_destroy(reg);
+        rc = cmd_plan_search(cfg, &so);
+        ts_config_destroy(cfg);
+        return rc;
+    }
     ts_mesh *mesh = NULL;
     ts_mesh_sizes sizes;
     if (opts.world < 1) {
@@ -834,7 +759,9 @@ static int cmd_plan(int argc, char **argv) {
     if (!st) st = ts_plugins_apply_transforms(reg, &plan);
     ts_schedule_sim sim;
     memset(&sim, 0, sizeof sim);
-    if (!st) st = plan_pipeline(reg, mesh, &plan, &shape, &sim);
+    /* One unit a forward, a backward's input part and its weight part (a
+     * whole backward two), as Qi et al. count them. */
+    if (!st) st = plan_pipeline(reg, mesh, plan_chunks(mesh, &plan), &shape, 1, 1, 1, &sim);
     ts_comm *world = NULL;
     ts_parallel *par = NULL;
     plan_result est = {0};
@@ -842,14 +769,27 @@ static int cmd_plan(int argc, char **argv) {
      * strategies exist) is still described; only the prediction is missing,
      * and says why. Any other failure is an error. */
     char unbound[1024] = "";
+    /* With a cluster (--cluster FILE, or CONFIG's [cluster]) the dry run's
+     * clock predicts the step. */
+    cluster cl;
+    int timed = 0;
+    if (!st && (opts.cluster || cluster_given(cfg))) {
+        st = opts.cluster ? cluster_load(opts.cluster, &cl) : cluster_from_config(cfg, &cl);
+        timed = !st;
+    }
     if (!st) {
-        st = plan_dry_run(cfg, reg, &sizes, opts.rank, &world, &par, &est);
+        st =
+            plan_dry_run(cfg, reg, &sizes, opts.rank, timed ? &cl : NULL, mesh, &world, &par, &est);
         if (st == TS_ERR_PLUGIN) {
             snprintf(unbound, sizeof unbound, "%s", ts_last_error_bare());
             st = TS_OK;
         }
     }
     double bubble = sim.bubble_den ? (double)sim.bubble_num / (double)sim.bubble_den : 0.0;
+    plan_time pt = {0};
+    if (!st && timed && !unbound[0])
+        st = plan_predict(&est, reg, mesh, plan_chunks(mesh, &plan), &shape, &cl,
+                          ts_mesh_coord(mesh, opts.rank, TS_AXIS_PP), &pt);
     if (!st && opts.json) {
         size_t len = ts_mesh_json_format(mesh, NULL, 0);
         char *buf = malloc(len + 1);
@@ -884,6 +824,14 @@ static int cmd_plan(int argc, char **argv) {
                 plan_each_comm(&est, world, 1, plan_comm_json);
                 printf("},");
             }
+            if (timed && !unbound[0])
+                printf("\"prediction\":{\"cluster\":\"%s\",\"step_s\":%.6g,\"compute_s\":%.6g,"
+                       "\"comm_s\":%.6g,\"bubble_s\":%.6g,\"outside_s\":%.6g,\"forward_s\":%.6g,"
+                       "\"backward_s\":%.6g,\"weight_s\":%.6g,\"tokens_per_s\":%.6g,\"mfu\":%.6g,"
+                       "\"fits\":%s},",
+                       cl.source, pt.step_s, pt.compute_s, pt.comm_s, pt.bubble_s, pt.outside_s,
+                       pt.f_s, pt.b_s, pt.w_s, pt.tokens_per_s, pt.mfu,
+                       (double)est.total_peak <= cl.memory ? "true" : "false");
             printf("\"schedule\":\"%s\",\"bubble\":%.6f,\"bubble_per_stage\":[",
                    sim.stages ? ts_plugins_scheduler_name(reg, 0) : "default", bubble);
             for (int s = 0; s < sim.stages; s++)
@@ -959,6 +907,18 @@ static int cmd_plan(int argc, char **argv) {
                    sim.chunks == 1 ? "" : "s", bubble);
         } else {
             printf("pipeline bubble: 0 (one stage)\n");
+        }
+        if (timed && !unbound[0]) {
+            char mem[32];
+            plan_bytes(cl.memory, mem, sizeof mem);
+            printf("predicted step of rank %d on %s: %.4g s = compute %.4g s + communication "
+                   "not hidden %.4g s + pipeline idle %.4g s (a forward %.4g s, a backward "
+                   "%.4g s%s); %.4g tokens/s, MFU %.1f %%; peak %zu bytes %s the %s a device "
+                   "has\n",
+                   opts.rank, cl.source, pt.step_s, pt.compute_s, pt.comm_s, pt.bubble_s, pt.f_s,
+                   pt.b_s, pt.w_s > 0 ? ", its weight part apart" : "", pt.tokens_per_s,
+                   100.0 * pt.mfu, est.total_peak,
+                   (double)est.total_peak <= cl.memory ? "fits in" : "exceeds", mem);
         }
     }
     ts_layout_plan_free(&plan);

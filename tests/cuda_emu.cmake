@@ -82,8 +82,7 @@ add_executable(test_cuda_kernels_emu ${PROJECT_SOURCE_DIR}/tests/cuda/test_cuda_
 target_link_libraries(test_cuda_kernels_emu PRIVATE tessera_cuda_emu stdc++)
 # The program and the probe of the training tests, over the emulated library:
 # they load the emulated backend as `tessera` loads the real one.
-add_executable(tessera_emu_cli ${PROJECT_SOURCE_DIR}/apps/tessera.c
-  ${PROJECT_SOURCE_DIR}/apps/verify.c ${PROJECT_SOURCE_DIR}/apps/report.c)
+add_executable(tessera_emu_cli ${TESSERA_CLI_SOURCES})
 add_executable(tessera_cuda_probe_emu ${PROJECT_SOURCE_DIR}/tests/cuda/cuda_probe.c)
 # The GPU side's own tests, unchanged: the NCCL backend, the device allocator,
 # the parallel context's device communicators (through the loaded backend).

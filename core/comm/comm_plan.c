@@ -14,10 +14,32 @@
 #include <string.h>
 
 #include "backend_plan.h"
+#include "comm_impl.h"  /* the communicator's context, for its link */
+#include "plan_clock.h" /* each operation occupies its link */
 
 typedef struct plan_ctx {
     int rank, size;
+    int has_link;
+    ts_plan_link link;
+    ts_plan_busy busy; /* until its last operation ends */
 } plan_ctx;
+
+/* A request of the clock: the operation's end. */
+typedef struct plan_req {
+    double end;
+} plan_req;
+
+/* The operation `op` of `bytes` (counted as the counters count it) on the
+ * clock: a request the wait completes at its end, or NULL (complete) when
+ * the clock is off or the group has no link. */
+static void *plan_charge(void *vctx, ts_comm_op op, double bytes) {
+    plan_ctx *c = vctx;
+    if (!c || !c->has_link || !ts_plan_clock_on()) return NULL;
+    plan_req *r = malloc(sizeof *r);
+    if (!r) return NULL; /* counted as instantaneous rather than failing */
+    r->end = ts_plan_clock_start(&c->busy, ts_plan_link_seconds(&c->link, op, c->size, bytes));
+    return r;
+}
 
 static int plan_host(const void *p) {
     return p && !ts_backend_plan_owns(p);
@@ -29,9 +51,9 @@ static void plan_copy(void *dst, const void *src, size_t bytes) {
 
 static ts_status plan_all_reduce(void *ctx, const void *send, void *recv, size_t count,
                                  ts_dtype dtype, ts_reduce_op op, void **req) {
-    (void)ctx, (void)op;
+    (void)op;
     plan_copy(recv, send, count * ts_dtype_size(dtype));
-    *req = NULL;
+    *req = plan_charge(ctx, TS_COMM_ALL_REDUCE, (double)count * ts_dtype_size(dtype));
     return TS_OK;
 }
 
@@ -41,7 +63,7 @@ static ts_status plan_all_gather(void *vctx, const void *send, void *recv, size_
     size_t bytes = count * ts_dtype_size(dtype);
     for (int r = 0; r < ctx->size; r++)
         plan_copy((char *)recv + (size_t)r * bytes, send, bytes);
-    *req = NULL;
+    *req = plan_charge(ctx, TS_COMM_ALL_GATHER, (double)bytes * ctx->size);
     return TS_OK;
 }
 
@@ -50,7 +72,10 @@ static ts_status plan_all_gatherv(void *vctx, const void *send, void *recv, cons
     plan_ctx *ctx = vctx;
     size_t es = ts_dtype_size(dtype);
     plan_copy((char *)recv + displs[ctx->rank] * es, send, counts[ctx->rank] * es);
-    *req = NULL;
+    double total = 0.0;
+    for (int r = 0; r < ctx->size; r++)
+        total += (double)counts[r] * es;
+    *req = plan_charge(ctx, TS_COMM_ALL_GATHER, total);
     return TS_OK;
 }
 
@@ -60,7 +85,7 @@ static ts_status plan_reduce_scatter(void *vctx, const void *send, void *recv, s
     (void)op;
     size_t bytes = count * ts_dtype_size(dtype);
     plan_copy(recv, (const char *)send + (size_t)ctx->rank * bytes, bytes);
-    *req = NULL;
+    *req = plan_charge(ctx, TS_COMM_REDUCE_SCATTER, (double)bytes * ctx->size);
     return TS_OK;
 }
 
@@ -70,10 +95,13 @@ static ts_status plan_reduce_scatter_v(void *vctx, const void *send, void *recv,
     plan_ctx *ctx = vctx;
     (void)op;
     size_t es = ts_dtype_size(dtype), off = 0;
-    for (int r = 0; r < ctx->rank; r++)
-        off += counts[r];
+    double total = 0.0;
+    for (int r = 0; r < ctx->size; r++) {
+        if (r < ctx->rank) off += counts[r];
+        total += (double)counts[r] * es;
+    }
     plan_copy(recv, (const char *)send + off * es, counts[ctx->rank] * es);
-    *req = NULL;
+    *req = plan_charge(ctx, TS_COMM_REDUCE_SCATTER, total);
     return TS_OK;
 }
 
@@ -81,41 +109,44 @@ static ts_status plan_all_to_all(void *ctx, const void *send, void *recv, size_t
                                  ts_dtype dtype, void **req) {
     plan_ctx *c = ctx;
     plan_copy(recv, send, count * (size_t)c->size * ts_dtype_size(dtype));
-    *req = NULL;
+    *req = plan_charge(ctx, TS_COMM_ALL_TO_ALL, (double)count * c->size * ts_dtype_size(dtype));
     return TS_OK;
 }
 
 static ts_status plan_all_to_allv(void *ctx, const void *send, const size_t *send_counts,
                                   const size_t *send_displs, void *recv, const size_t *recv_counts,
                                   const size_t *recv_displs, ts_dtype dtype, void **req) {
-    (void)ctx, (void)send, (void)send_counts, (void)send_displs;
+    (void)send, (void)send_displs;
     size_t es = ts_dtype_size(dtype);
     plan_ctx *c = ctx;
-    for (int r = 0; r < c->size; r++)
+    double total = 0.0;
+    for (int r = 0; r < c->size; r++) {
         if (plan_host(recv)) memset((char *)recv + recv_displs[r] * es, 0, recv_counts[r] * es);
-    *req = NULL;
+        total += (double)send_counts[r] * es;
+    }
+    *req = plan_charge(ctx, TS_COMM_ALL_TO_ALL, total);
     return TS_OK;
 }
 
 static ts_status plan_broadcast(void *ctx, void *buf, size_t count, ts_dtype dtype, int root,
                                 void **req) {
-    (void)ctx, (void)buf, (void)count, (void)dtype, (void)root;
-    *req = NULL;
+    (void)buf, (void)root;
+    *req = plan_charge(ctx, TS_COMM_BROADCAST, (double)count * ts_dtype_size(dtype));
     return TS_OK;
 }
 
 static ts_status plan_send(void *ctx, const void *buf, size_t count, ts_dtype dtype, int peer,
                            int tag, void **req) {
-    (void)ctx, (void)buf, (void)count, (void)dtype, (void)peer, (void)tag;
-    *req = NULL;
+    (void)buf, (void)peer, (void)tag;
+    *req = plan_charge(ctx, TS_COMM_SEND, (double)count * ts_dtype_size(dtype));
     return TS_OK;
 }
 
 static ts_status plan_recv(void *ctx, void *buf, size_t count, ts_dtype dtype, int peer, int tag,
                            void **req) {
-    (void)ctx, (void)peer, (void)tag;
+    (void)peer, (void)tag;
     if (plan_host(buf)) memset(buf, 0, count * ts_dtype_size(dtype));
-    *req = NULL;
+    *req = plan_charge(ctx, TS_COMM_RECV, (double)count * ts_dtype_size(dtype));
     return TS_OK;
 }
 
@@ -125,8 +156,14 @@ static ts_status plan_barrier(void *ctx, void **req) {
     return TS_OK;
 }
 
+/* Every operation is complete when asked: the compute stream moves to its
+ * end (an early wait exposes what the link has left). */
 static ts_status plan_test(void *ctx, void *req, int *done) {
-    (void)ctx, (void)req;
+    (void)ctx;
+    if (req) {
+        ts_plan_clock_wait(((plan_req *)req)->end);
+        free(req);
+    }
     *done = 1;
     return TS_OK;
 }
@@ -138,7 +175,7 @@ static ts_status plan_split(void *ctx, int color, int key, const int *members, i
     if (color < 0) return TS_OK;
     plan_ctx *c = malloc(sizeof *c);
     if (!c) return ts_error(TS_ERR_NOMEM, "plan: out of memory");
-    *c = (plan_ctx){new_rank, new_size};
+    *c = (plan_ctx){.rank = new_rank, .size = new_size};
     *new_ctx = c;
     return TS_OK;
 }
@@ -170,6 +207,16 @@ static const ts_comm_ops comm_plan_ops = {
 ts_status ts_comm_plan_create(const char *name, int rank, int size, ts_comm **out) {
     plan_ctx *c = malloc(sizeof *c);
     if (!c) return ts_error(TS_ERR_NOMEM, "plan: out of memory");
-    *c = (plan_ctx){rank, size};
+    *c = (plan_ctx){.rank = rank, .size = size};
     return ts_comm_create(&comm_plan_ops, c, name, rank, size, NULL, 1e9, out);
+}
+
+ts_status ts_comm_plan_set_link(ts_comm *comm, const ts_plan_link *link) {
+    if (!comm || comm->ops != &comm_plan_ops || !comm->ctx)
+        return ts_error(TS_ERR_INVALID, "ts_comm_plan_set_link: not a dry run's communicator");
+    plan_ctx *c = comm->ctx;
+    c->has_link = link != NULL;
+    if (link) c->link = *link;
+    c->busy = (ts_plan_busy){0};
+    return TS_OK;
 }

@@ -26,6 +26,17 @@ ts_status ts_comm_plan_create(const char *name, int rank, int size, ts_comm **ou
  * not kept apart (0). */
 ts_comm_op_counter ts_comm_counter_recompute(const ts_comm *comm, ts_comm_op op);
 
+/* The link a dry run's communicator occupies on the clock (plan_clock.h):
+ * each of its operations then takes the link's time for its kind, size and
+ * bytes. NULL (the default): operations take no time. */
+struct ts_plan_link;
+ts_status ts_comm_plan_set_link(ts_comm *comm, const struct ts_plan_link *link);
+
+/* For a process that only dry-runs (the layout search's): communicators
+ * stop reading the wall clock, so their timings are 0 and nothing times
+ * out. Not to be undone. */
+void ts_comm_plan_untimed(void);
+
 #ifdef __cplusplus
 }
 #endif

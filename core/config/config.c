@@ -394,6 +394,62 @@ static const ts_key_spec cfg_core_keys[] = {
 
     {"comm", "timeout_s", TS_KEY_FLOAT, "300", CFG_POSITIVE, CFG_ANY_MAX, NULL,
      "seconds a collective may wait before the job fails"},
+
+    /* The machine `tessera plan --search` predicts for (docs/search.md);
+     * training ignores it. The keys marked required are required there. */
+    {"cluster", "gpus_per_node", TS_KEY_INT, "1", 1, 1 << 20, NULL,
+     "devices (GPUs, or ranks) per node; required"},
+    {"cluster", "nodes", TS_KEY_INT, "1", 1, 1 << 20, NULL, "nodes; required"},
+    {"cluster", "memory_gb", TS_KEY_FLOAT, "1", CFG_POSITIVE, CFG_ANY_MAX, NULL,
+     "memory of one device, GB (1e9 bytes); required"},
+    {"cluster", "memory_reserve_gb", TS_KEY_FLOAT, "0", 0, CFG_ANY_MAX, NULL,
+     "memory of each device a run cannot use (the runtime's own, fragmentation), GB"},
+    {"cluster", "flops_fp32", TS_KEY_FLOAT, "1", CFG_POSITIVE, CFG_ANY_MAX, NULL,
+     "peak FLOP/s of one device's f32 GEMMs; required"},
+    {"cluster", "flops_bf16", TS_KEY_FLOAT, "1", CFG_POSITIVE, CFG_ANY_MAX, NULL,
+     "peak FLOP/s of one device's bf16 GEMMs (dense); required"},
+    {"cluster", "matmul_efficiency", TS_KEY_FLOAT, "1", CFG_POSITIVE, 1, NULL,
+     "fraction of the peak a large GEMM reaches"},
+    {"cluster", "attention_efficiency", TS_KEY_FLOAT, "1", CFG_POSITIVE, 1, NULL,
+     "fraction of the peak the attention products reach (default: matmul_efficiency)"},
+    {"cluster", "memory_bandwidth_gbs", TS_KEY_FLOAT, "1", CFG_POSITIVE, CFG_ANY_MAX, NULL,
+     "GB/s a memory-bound kernel streams on one device; required"},
+    {"cluster", "kernel_us", TS_KEY_FLOAT, "0", 0, CFG_ANY_MAX, NULL,
+     "fixed microseconds each kernel costs (its launch)"},
+    {"cluster", "intra_bandwidth_gbs", TS_KEY_FLOAT, "1", CFG_POSITIVE, CFG_ANY_MAX, NULL,
+     "bus bandwidth of a collective inside a node, GB/s per device; required"},
+    {"cluster", "intra_latency_us", TS_KEY_FLOAT, "0", 0, CFG_ANY_MAX, NULL,
+     "latency of a collective inside a node, microseconds; required"},
+    {"cluster", "inter_bandwidth_gbs", TS_KEY_FLOAT, "1", CFG_POSITIVE, CFG_ANY_MAX, NULL,
+     "bus bandwidth of a collective across nodes, GB/s per device; required"},
+    {"cluster", "inter_latency_us", TS_KEY_FLOAT, "0", 0, CFG_ANY_MAX, NULL,
+     "latency of a collective across nodes, microseconds; required"},
+#define CFG_CLUSTER_OP(link, op)                                                                   \
+    {"cluster",                                                                                    \
+     link "_" op "_bandwidth_gbs",                                                                 \
+     TS_KEY_FLOAT,                                                                                 \
+     "1",                                                                                          \
+     CFG_POSITIVE,                                                                                 \
+     CFG_ANY_MAX,                                                                                  \
+     NULL,                                                                                         \
+     "this collective's bus bandwidth " link "-node, GB/s (default: " link "_bandwidth_gbs)"},     \
+    {                                                                                              \
+        "cluster", link "_" op "_latency_us", TS_KEY_FLOAT, "0", 0, CFG_ANY_MAX, NULL,             \
+            "this collective's latency " link "-node, us (default: " link "_latency_us)"           \
+    }
+    CFG_CLUSTER_OP("intra", "all_reduce"),
+    CFG_CLUSTER_OP("intra", "all_gather"),
+    CFG_CLUSTER_OP("intra", "reduce_scatter"),
+    CFG_CLUSTER_OP("intra", "all_to_all"),
+    CFG_CLUSTER_OP("intra", "broadcast"),
+    CFG_CLUSTER_OP("intra", "send_recv"),
+    CFG_CLUSTER_OP("inter", "all_reduce"),
+    CFG_CLUSTER_OP("inter", "all_gather"),
+    CFG_CLUSTER_OP("inter", "reduce_scatter"),
+    CFG_CLUSTER_OP("inter", "all_to_all"),
+    CFG_CLUSTER_OP("inter", "broadcast"),
+    CFG_CLUSTER_OP("inter", "send_recv"),
+#undef CFG_CLUSTER_OP
 };
 
 const ts_key_spec *ts_config_core_keys(int *n) {

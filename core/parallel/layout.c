@@ -654,10 +654,70 @@ void ts_layout_plan_init(ts_layout_plan *p) {
     if (p) memset(p, 0, sizeof *p);
 }
 
+/* A name index of the plan used last (a model's plan has a dozen entries a
+ * block, and every entry is looked up when it is added and when it is
+ * built): an open-addressed table of entry indices, kept per thread. It
+ * follows the plan while entries are only appended; any other change of
+ * the plan (another plan, its entries moved, fewer of them) rebuilds it. A
+ * hit is checked against the entry's name. */
+static _Thread_local struct {
+    const ts_layout_plan *plan;
+    const ts_layout_plan_entry *entries;
+    int indexed; /* entries [0, indexed) are in the table */
+    int *slot;   /* entry index + 1; 0: empty */
+    size_t cap;
+} plan_index;
+
+static size_t plan_name_hash(const char *s) {
+    size_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static void plan_index_insert(int i) {
+    size_t k = plan_name_hash(plan_index.entries[i].name) & (plan_index.cap - 1);
+    while (plan_index.slot[k])
+        k = (k + 1) & (plan_index.cap - 1);
+    plan_index.slot[k] = i + 1;
+}
+
+/* Brings the index up to `p`; 0 when there is no memory for it. */
+static int plan_index_sync(const ts_layout_plan *p) {
+    if (plan_index.plan != p || plan_index.entries != p->entries || plan_index.indexed > p->count) {
+        plan_index.plan = p;
+        plan_index.entries = p->entries;
+        plan_index.indexed = 0;
+        if (plan_index.slot) memset(plan_index.slot, 0, plan_index.cap * sizeof(int));
+    }
+    if ((size_t)p->count * 2 >= plan_index.cap) {
+        size_t cap = plan_index.cap ? plan_index.cap : 64;
+        while ((size_t)p->count * 2 >= cap)
+            cap *= 2;
+        int *slot = calloc(cap, sizeof *slot);
+        if (!slot) return 0;
+        free(plan_index.slot);
+        plan_index.slot = slot;
+        plan_index.cap = cap;
+        plan_index.indexed = 0;
+    }
+    for (; plan_index.indexed < p->count; plan_index.indexed++)
+        plan_index_insert(plan_index.indexed);
+    return 1;
+}
+
 ts_layout_plan_entry *ts_layout_plan_find(ts_layout_plan *p, const char *name) {
     if (!p || !name) return NULL;
-    for (int i = 0; i < p->count; i++)
-        if (strcmp(p->entries[i].name, name) == 0) return &p->entries[i];
+    if (!plan_index_sync(p)) {
+        for (int i = 0; i < p->count; i++)
+            if (strcmp(p->entries[i].name, name) == 0) return &p->entries[i];
+        return NULL;
+    }
+    size_t k = plan_name_hash(name) & (plan_index.cap - 1);
+    for (; plan_index.slot[k]; k = (k + 1) & (plan_index.cap - 1)) {
+        ts_layout_plan_entry *e = &p->entries[plan_index.slot[k] - 1];
+        if (strcmp(e->name, name) == 0) return e;
+    }
     return NULL;
 }
 
@@ -734,6 +794,7 @@ ts_status ts_layout_plan_print(const ts_layout_plan *p, FILE *f) {
 
 void ts_layout_plan_free(ts_layout_plan *p) {
     if (!p) return;
+    if (plan_index.plan == p) plan_index.plan = NULL;
     free(p->entries);
     memset(p, 0, sizeof *p);
 }

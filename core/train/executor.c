@@ -9,6 +9,7 @@
  * or the default one), or print (report.c).
  */
 #include "trainer_impl.h"
+#include "phase.h" /* ts_phase_set_action: the dry run's clock per action */
 
 #include <math.h>
 #include <stdlib.h>
@@ -448,7 +449,10 @@ ts_status trainer_execute(ts_trainer *t, int64_t valid, double *loss_sum, double
     for (int i = 0; i < t->schedule.nactions; i++) {
         const ts_action *a = &t->schedule.actions[i];
         if (a->kind != TS_ACT_OPTIMIZER_STEP) {
-            TS_TRY(trainer_action(t, a, i, valid, last_backward, loss_sum));
+            int was = ts_phase_set_action((int)a->kind); /* the dry run's clock */
+            ts_status st = trainer_action(t, a, i, valid, last_backward, loss_sum);
+            ts_phase_set_action(was);
+            TS_TRY(st);
             continue;
         }
         size_t slots = (size_t)t->micro_batches * t->chunks;

@@ -74,10 +74,8 @@ typedef struct dp_state {
     /* Experts' weights live on the expert mesh: replicated over edp, their
      * gradients are all-reduced over it, one call per parameter. */
     ts_comm *expert_comm;
-    ts_comm_request *expert_reqs[DP_MAX_BUCKETS];
     int nexpert;
     size_t expert_bytes;
-    dp_bucket buckets[DP_MAX_BUCKETS];
     int nbuckets; /* closed buckets this step                      */
     float *open_base;
     size_t open_count;
@@ -85,6 +83,10 @@ typedef struct dp_state {
     /* Totals for the metrics of the step. */
     double exposed_s, span_s;
     size_t reduced_bytes;
+    /* Last, and not cleared at init (nexpert and nbuckets say what is
+     * used; a bucket is cleared when it is made). */
+    ts_comm_request *expert_reqs[DP_MAX_BUCKETS];
+    dp_bucket buckets[DP_MAX_BUCKETS];
 } dp_state;
 
 static dp_state dp;
@@ -290,7 +292,7 @@ static ts_status dp_transform(ts_plugin_ctx *ctx, ts_layout_plan *plan, void *us
 }
 
 static ts_status dp_init(const ts_host *host, ts_plugin_ctx *ctx) {
-    memset(&dp, 0, sizeof dp);
+    memset(&dp, 0, offsetof(dp_state, expert_reqs));
     dp.host = host;
     dp.ctx = ctx;
     int64_t size = 0;

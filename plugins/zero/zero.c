@@ -129,12 +129,14 @@ static struct {
     int nparams;
     int **module_params; /* per module: indices into params */
     int nmodules;
-    zero_pending pending[ZERO_MAX_PENDING];
     int npending, first_pending;
     size_t pending_bytes;
     /* metrics of the step */
     double wait_gather_s, wait_reduce_s;
     size_t gather_bytes, reduce_bytes;
+    /* Last, and not cleared at init (npending says what is used): its
+     * pages are touched only as reductions queue. */
+    zero_pending pending[ZERO_MAX_PENDING];
 } z;
 
 static ts_status zero_progress(void);
@@ -776,7 +778,7 @@ static ts_status zero_before_optimizer(ts_plugin_ctx *ctx, const ts_plugin_hook_
 }
 
 static ts_status zero_init(const ts_host *host, ts_plugin_ctx *ctx) {
-    memset(&z, 0, sizeof z);
+    memset(&z, 0, offsetof(__typeof__(z), pending));
     z.host = host;
     z.ctx = ctx;
     if (!TS_HOST_HAS(host, provider))

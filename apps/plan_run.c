@@ -1,0 +1,235 @@
+/*
+ * plan_run.c — one layout's dry run, pipeline simulation and predicted step
+ * (plan_run.h).
+ */
+#include "plan_run.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arch.h" /* the model's FLOPs */
+#include "backend_plan.h"
+#include "comm_plan.h"
+
+/* Gives each of the dry run's communicators the link its group's ranks use
+ * on the cluster: the group of `rank` of the token the communicator is
+ * named after; the world; the tied embedding's first and last stage. */
+static ts_status plan_set_links(const cluster *cl, const ts_mesh *mesh, int rank, ts_comm *world,
+                                ts_parallel *par) {
+    int n = ts_mesh_world(mesh);
+    int *ranks = malloc((size_t)n * sizeof *ranks);
+    if (!ranks) return ts_error(TS_ERR_NOMEM, "plan: out of memory");
+    ts_status st = TS_OK;
+    for (int i = 0; i < n; i++)
+        ranks[i] = i;
+    st = ts_comm_plan_set_link(world, cluster_link(cl, ranks, n));
+    for (int i = 0; i < par->ncomms && !st; i++) {
+        ts_comm *c = par->comms[i];
+        const char *name = ts_comm_name(c);
+        ts_mesh_group g;
+        if (strcmp(name, "embedding") == 0) {
+            if (ts_comm_size(c) < 2) continue;
+            st = ts_mesh_group_of(mesh, "pp", rank, &g, ranks, n);
+            if (!st) ranks[1] = ranks[g.size - 1];
+            if (!st) st = ts_comm_plan_set_link(c, cluster_link(cl, ranks, 2));
+            continue;
+        }
+        st = ts_mesh_group_of(mesh, name, rank, &g, ranks, n);
+        if (!st) st = ts_comm_plan_set_link(c, cluster_link(cl, ranks, g.size));
+    }
+    free(ranks);
+    return st;
+}
+
+ts_status plan_dry_run(const ts_config *cfg, ts_plugins *reg, const ts_mesh_sizes *sizes, int rank,
+                       const cluster *cl, const ts_mesh *mesh, ts_comm **world, ts_parallel **par,
+                       plan_result *r) {
+    const char *order = ts_config_str(cfg, "parallel", "order");
+    TS_TRY(ts_comm_plan_create("world", rank, sizes->world, world));
+    TS_TRY(ts_parallel_create_plan(*world, sizes, order, par));
+    if (cl) TS_TRY(plan_set_links(cl, mesh, rank, *world, *par));
+    ts_plugins_set_comm_source(reg, ts_parallel_plugin_comm, *par);
+    ts_plugins_set_coord_source(reg, ts_parallel_plugin_coord);
+    ts_trainer *t = NULL;
+    TS_TRY(ts_trainer_create_plan(cfg, *par, reg, &t));
+    ts_plan_clock_enable(cl ? &cl->rates : NULL);
+    /* Two steps: the second holds the workspace the first grew while it
+     * saves its activations, the steady state a run reaches. The traffic
+     * counted is the second's (every step's is the same). */
+    ts_step_stats stats;
+    ts_status st = ts_trainer_step(t, &stats);
+    for (int i = 0; i < (*par)->ncomms; i++)
+        ts_comm_counters_reset((*par)->comms[i]);
+    ts_comm_counters_reset(*world);
+    ts_backend_plan_reset_flops();
+    ts_plan_clock_reset();
+    if (!st) st = ts_trainer_step(t, &stats);
+    if (!st) {
+        r->params = ts_backend_plan_stats(TS_MEM_PARAMS).allocated;
+        r->grads = ts_backend_plan_stats(TS_MEM_GRADS).allocated;
+        r->optim = ts_backend_plan_stats(TS_MEM_OPTIM).allocated;
+        r->acts = ts_backend_plan_stats(TS_MEM_ACTS).peak;
+        r->comm = ts_backend_plan_stats(TS_MEM_COMM).peak;
+        r->batch = ts_backend_plan_stats(TS_MEM_OTHER).peak;
+        r->params_peak = ts_backend_plan_stats(TS_MEM_PARAMS).peak;
+        r->grads_peak = ts_backend_plan_stats(TS_MEM_GRADS).peak;
+        r->optim_peak = ts_backend_plan_stats(TS_MEM_OPTIM).peak;
+        r->total_peak = ts_backend_plan_stats(TS_MEM_NCAT).peak;
+        r->nact = ts_backend_plan_peak_items(r->act_tag, r->act_bytes, 16);
+        const ts_train_state *ts = ts_trainer_state(t);
+        r->numel = ts->model->global_numel;
+        r->dtype = ts->model->dtype;
+        r->par = *par;
+        ts_backend_plan_flops(&r->flops_fwd, &r->flops_bwd, &r->flops_re);
+        r->recompute = ts_config_str(cfg, "train", "recompute");
+        ts_plan_clock_read(&r->clock);
+    }
+    ts_plan_clock_enable(NULL);
+    ts_trainer_destroy(t);
+    return st;
+}
+
+double plan_stage_bubble(const ts_schedule_sim *sim, int s) {
+    int idle = 0;
+    for (int t = 0; t < sim->makespan; t++)
+        idle += sim->slots[(size_t)s * (size_t)sim->makespan + (size_t)t].op == '.';
+    return sim->makespan ? (double)idle / sim->makespan : 0.0;
+}
+
+int plan_chunks(const ts_mesh *mesh, const ts_layout_plan *plan) {
+    int pp = ts_mesh_axis_size(mesh, TS_AXIS_PP), top = -1;
+    for (int i = 0; i < plan->count; i++)
+        if (plan->entries[i].stage > top) top = plan->entries[i].stage;
+    return top >= 0 ? (top + 1) / pp : 1;
+}
+
+ts_status plan_pipeline(ts_plugins *reg, const ts_mesh *mesh, int chunks, const ts_train_shape *sh,
+                        int f, int b, int w, ts_schedule_sim *sim) {
+    memset(sim, 0, sizeof *sim);
+    if (ts_plugins_num_schedulers(reg) != 1) return TS_OK;
+    int pp = ts_mesh_axis_size(mesh, TS_AXIS_PP);
+    ts_schedule *per_stage = calloc((size_t)pp, sizeof *per_stage);
+    if (!per_stage) return ts_error(TS_ERR_NOMEM, "plan: out of memory");
+    ts_status st = TS_OK;
+    for (int s = 0; s < pp && !st; s++) {
+        ts_plugin_schedule_args args = {.struct_size = sizeof args,
+                                        .stages = pp,
+                                        .stage = s,
+                                        .micro_batches = sh->micro_batches,
+                                        .chunks = chunks};
+        st = ts_plugins_schedule(reg, ts_plugins_scheduler_name(reg, 0), &args, &per_stage[s]);
+    }
+    ts_schedule_shape shape = {pp, sh->micro_batches, chunks, f, b, w, ts_plugins_stage_order(reg)};
+    if (!st) st = ts_schedule_simulate_shape(&shape, per_stage, sim);
+    for (int s = 0; s < pp; s++)
+        ts_schedule_free(&per_stage[s]);
+    free(per_stage);
+    return st;
+}
+
+/* The simulation's units: the longest of f, b, w is this many. */
+#define PLAN_UNITS 16
+
+static int plan_units(double t, double scale, int least) {
+    long u = lround(t / scale);
+    return u < least ? least : (int)u;
+}
+
+void plan_scale_clock(ts_plan_time *c, double factor) {
+    double actions = 0;
+    for (int k = 0; k < TS_PLAN_ACTIONS; k++)
+        actions += c->action_s[k] *= factor;
+    c->compute_s = c->outside_compute_s + (c->compute_s - c->outside_compute_s) * factor;
+    c->total = c->outside + actions;
+    c->exposed_s = c->total - c->compute_s;
+}
+
+void plan_numbers_of(const plan_result *r, plan_numbers *out) {
+    *out = (plan_numbers){(double)r->params,
+                          (double)r->grads,
+                          (double)r->optim,
+                          (double)r->acts,
+                          (double)r->comm,
+                          (double)r->batch,
+                          (double)r->params_peak,
+                          (double)r->grads_peak,
+                          (double)r->optim_peak,
+                          (double)r->total_peak,
+                          r->flops_fwd,
+                          r->flops_bwd,
+                          r->flops_re,
+                          r->clock};
+}
+
+_Static_assert(sizeof(plan_numbers) == (13 + 5 + TS_PLAN_ACTIONS) * sizeof(double),
+               "plan_numbers holds doubles only (plan_numbers_along walks it as an array)");
+
+/* x at l on the line through (la, a) and (lb, b). */
+static double plan_along(double a, double la, double b, double lb, double l) {
+    return a + (b - a) * (l - la) / (lb - la);
+}
+
+void plan_numbers_along(const plan_numbers *a, double la, const plan_numbers *b, double lb,
+                        double l, plan_numbers *out) {
+    /* Every field is a double: walk them as an array. */
+    const double *x = (const double *)a, *y = (const double *)b;
+    double *z = (double *)out;
+    for (size_t i = 0; i < sizeof *out / sizeof(double); i++)
+        z[i] = plan_along(x[i], la, y[i], lb, l);
+}
+
+void plan_numbers_into(const plan_numbers *n, plan_result *r) {
+    r->params = (size_t)llround(n->params);
+    r->grads = (size_t)llround(n->grads);
+    r->optim = (size_t)llround(n->optim);
+    r->acts = (size_t)llround(n->acts);
+    r->comm = (size_t)llround(n->comm);
+    r->batch = (size_t)llround(n->batch);
+    r->params_peak = (size_t)llround(n->params_peak);
+    r->grads_peak = (size_t)llround(n->grads_peak);
+    r->optim_peak = (size_t)llround(n->optim_peak);
+    r->total_peak = (size_t)llround(n->total_peak);
+    r->flops_fwd = n->flops_fwd;
+    r->flops_bwd = n->flops_bwd;
+    r->flops_re = n->flops_re;
+    r->clock = n->clock;
+}
+
+ts_status plan_predict(const plan_result *r, ts_plugins *reg, const ts_mesh *mesh, int chunks,
+                       const ts_train_shape *sh, const cluster *cl, int stage, plan_time *out) {
+    memset(out, 0, sizeof *out);
+    const ts_plan_time *c = &r->clock;
+    double units = (double)sh->micro_batches * chunks;
+    const double *a = c->action_s;
+    out->f_s = (a[TS_ACT_FORWARD] + a[TS_ACT_RECV_ACT] + a[TS_ACT_SEND_ACT]) / units;
+    out->b_s = (a[TS_ACT_BACKWARD] + a[TS_ACT_BACKWARD_INPUT] + a[TS_ACT_RECV_GRAD] +
+                a[TS_ACT_SEND_GRAD]) /
+               units;
+    out->w_s = a[TS_ACT_BACKWARD_WEIGHT] / units;
+    out->compute_s = c->compute_s;
+    out->comm_s = c->exposed_s;
+    out->outside_s = c->outside;
+    if (ts_mesh_axis_size(mesh, TS_AXIS_PP) > 1 && ts_plugins_num_schedulers(reg) == 1) {
+        double big = fmax(out->f_s, fmax(out->b_s, out->w_s));
+        double scale = big > 0 ? big / PLAN_UNITS : 1.0;
+        int split = a[TS_ACT_BACKWARD_WEIGHT] > 0 || a[TS_ACT_BACKWARD_INPUT] > 0;
+        ts_schedule_sim sim;
+        TS_TRY(plan_pipeline(reg, mesh, chunks, sh, plan_units(out->f_s, scale, 1),
+                             plan_units(out->b_s, scale, 1),
+                             split ? plan_units(out->w_s, scale, 1) : 0, &sim));
+        if (sim.stages > stage)
+            out->bubble_s = plan_stage_bubble(&sim, stage) * sim.makespan * scale;
+        ts_schedule_sim_free(&sim);
+    }
+    out->step_s = c->total + out->bubble_s;
+    out->model_flops = sh->arch->flops(&sh->model, sh->global_batch, sh->T);
+    double peak = r->dtype == TS_BF16 ? cl->peak_bf16 : cl->peak_f32;
+    int world = ts_mesh_world(mesh);
+    if (out->step_s > 0) {
+        out->tokens_per_s = (double)sh->global_batch * sh->T / out->step_s;
+        out->mfu = out->model_flops / (out->step_s * world * peak);
+    }
+    return TS_OK;
+}
