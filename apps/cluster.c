@@ -82,6 +82,7 @@ ts_status cluster_from_config(const ts_config *cfg, cluster *out) {
     }
     out->gpus_per_node = (int)ts_config_int(cfg, "cluster", "gpus_per_node");
     out->nodes = (int)ts_config_int(cfg, "cluster", "nodes");
+    out->cores = (double)ts_config_int(cfg, "cluster", "cores_per_node");
     out->memory_given = cl_float(cfg, "memory_gb") * 1e9;
     double reserve = cl_float(cfg, "memory_reserve_gb") * 1e9;
     if (reserve >= out->memory_given) {
@@ -101,8 +102,13 @@ ts_status cluster_from_config(const ts_config *cfg, cluster *out) {
         .matmul_f32 = out->peak_f32 * eff,
         .matmul_bf16 = out->peak_bf16 * eff,
         .attention = out->peak_bf16 * aeff,
+        .attention_block =
+            out->peak_bf16 * (ts_config_has(cfg, "cluster", "attention_block_efficiency")
+                                  ? cl_float(cfg, "attention_block_efficiency")
+                                  : aeff),
         .memory = cl_float(cfg, "memory_bandwidth_gbs") * 1e9,
         .kernel_s = cl_float(cfg, "kernel_us") * 1e-6,
+        .serial_comm = !ts_config_bool(cfg, "cluster", "comm_overlap"),
     };
     cluster_read_link(cfg, "intra", &out->intra);
     cluster_read_link(cfg, "inter", &out->inter);

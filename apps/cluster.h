@@ -11,6 +11,7 @@
 
 typedef struct cluster {
     int gpus_per_node, nodes;
+    double cores;               /* CPU cores a node's ranks share (0: a device each)     */
     double memory;              /* bytes a run may use on one device (memory - reserve) */
     double memory_given;        /* memory_gb, in bytes                                  */
     double peak_f32, peak_bf16; /* FLOP/s as given (for MFU)                           */

@@ -23,4 +23,11 @@ typedef struct plan_search_opts {
 } plan_search_opts;
 int cmd_plan_search(const ts_config *cfg, const plan_search_opts *opts);
 
+/* tessera plan CONFIG --calibrate --cluster FILE under mpirun (calibrate.c):
+ * starts and ends MPI; rank 0 writes FILE and says what it measured on
+ * `say`. *world and *rank: this run's. */
+#include <stdio.h>
+int cmd_plan_calibrate(const ts_config *cfg, int *argc, char ***argv, const char *out_path,
+                       FILE *say, int *world, int *rank);
+
 #endif /* TESSERA_APPS_COMMANDS_H */

@@ -129,14 +129,6 @@ ts_status plan_pipeline(ts_plugins *reg, const ts_mesh *mesh, int chunks, const 
     return st;
 }
 
-/* The simulation's units: the longest of f, b, w is this many. */
-#define PLAN_UNITS 16
-
-static int plan_units(double t, double scale, int least) {
-    long u = lround(t / scale);
-    return u < least ? least : (int)u;
-}
-
 void plan_scale_clock(ts_plan_time *c, double factor) {
     double actions = 0;
     for (int k = 0; k < TS_PLAN_ACTIONS; k++)
@@ -197,35 +189,178 @@ void plan_numbers_into(const plan_numbers *n, plan_result *r) {
     r->clock = n->clock;
 }
 
-ts_status plan_predict(const plan_result *r, ts_plugins *reg, const ts_mesh *mesh, int chunks,
-                       const ts_train_shape *sh, const cluster *cl, int stage, plan_time *out) {
-    memset(out, 0, sizeof *out);
-    const ts_plan_time *c = &r->clock;
-    double units = (double)sh->micro_batches * chunks;
+/* Stage s, idle, runs its actions up to a computation (started: left[s]
+ * >= 0) or a receive whose send has not run. */
+static void plan_shared_advance(const ts_schedule *sch, int p, int chunks, int m, int order,
+                                const double *f, const double *b, const double *w, char *issued,
+                                size_t cells, int s, int *pc, double *left) {
+    while (left[s] < 0 && pc[s] < sch[s].nactions) {
+        const ts_action *a = &sch[s].actions[pc[s]];
+        int vs = ts_stage_virtual(order, p, s, a->chunk);
+        size_t t = 0;
+        switch (a->kind) {
+        case TS_ACT_FORWARD: left[s] = f[s]; break;
+        case TS_ACT_BACKWARD: left[s] = b[s] + w[s]; break;
+        case TS_ACT_BACKWARD_INPUT: left[s] = b[s]; break;
+        case TS_ACT_BACKWARD_WEIGHT: left[s] = w[s]; break;
+        case TS_ACT_SEND_ACT:
+        case TS_ACT_RECV_GRAD:
+            t = ((size_t)(a->kind == TS_ACT_RECV_GRAD) * p * chunks + (size_t)vs) * m +
+                (size_t)a->mb;
+            break;
+        case TS_ACT_RECV_ACT:
+        case TS_ACT_SEND_GRAD:
+            t = ((size_t)(a->kind == TS_ACT_SEND_GRAD) * p * chunks + (size_t)vs - 1) * m +
+                (size_t)a->mb;
+            break;
+        default: break;
+        }
+        if (left[s] >= 0) return; /* started */
+        if (a->kind == TS_ACT_SEND_ACT || a->kind == TS_ACT_SEND_GRAD) {
+            if (t < cells) issued[t] = 1;
+        } else if ((a->kind == TS_ACT_RECV_ACT || a->kind == TS_ACT_RECV_GRAD) && t < cells &&
+                   !issued[t]) {
+            return; /* waits for its send */
+        }
+        pc[s]++;
+    }
+}
+
+/* The pipeline's makespan: every stage runs its list of the schedule, an
+ * action of stage s taking f[s], b[s] (a backward's input part, or a whole
+ * backward less w[s]) and w[s] seconds, a receive waiting for its send.
+ * With `cores` > 0 the ranks share that many CPU cores (processor
+ * sharing): the times are those measured with every rank busy, and with
+ * fewer busy each runs faster, up to a core of its own. A stage's action is
+ * run by its ranks (tp, cp, dp) together. An event simulation: at each
+ * event every running action advances at the speed its number of busy
+ * ranks gives. busy[s]: the seconds stage s computes. */
+static ts_status plan_makespan(ts_plugins *reg, const ts_mesh *mesh, int chunks,
+                               const ts_train_shape *sh, const double *f, const double *b,
+                               const double *w, double cores, double *makespan, double *busy) {
+    int p = ts_mesh_axis_size(mesh, TS_AXIS_PP), m = sh->micro_batches;
+    double ranks = ts_mesh_world(mesh), per_stage = ranks / p;
+    ts_schedule *sch = calloc((size_t)p, sizeof *sch);
+    int *pc = calloc((size_t)p, sizeof *pc);
+    double *left = calloc((size_t)p, sizeof *left); /* < 0: not running */
+    size_t cells = 2 * (size_t)p * (size_t)chunks * (size_t)m;
+    char *issued = calloc(cells, 1);
+    ts_status st = TS_OK;
+    if (!sch || !pc || !left || !issued) st = ts_error(TS_ERR_NOMEM, "plan: out of memory");
+    for (int s = 0; s < p && !st; s++) {
+        ts_plugin_schedule_args args = {.struct_size = sizeof args,
+                                        .stages = p,
+                                        .stage = s,
+                                        .micro_batches = m,
+                                        .chunks = chunks};
+        st = ts_plugins_schedule(reg, ts_plugins_scheduler_name(reg, 0), &args, &sch[s]);
+        left[s] = -1;
+    }
+    int order = ts_plugins_stage_order(reg);
+    double now = 0, all_busy = cores > 0 ? fmin(1.0, cores / ranks) : 1.0;
+    for (int s = 0; s < p; s++)
+        busy[s] = 0;
+    while (!st) {
+        int running = 0, done = 0, moved = 1;
+        /* start what can start: a send may free a receive of a stage swept
+         * before it */
+        while (moved) {
+            moved = 0;
+            for (int s = 0; s < p; s++) {
+                int was = pc[s], idle = left[s] < 0;
+                plan_shared_advance(sch, p, chunks, m, order, f, b, w, issued, cells, s, pc, left);
+                if (idle && left[s] >= 0) busy[s] += left[s];
+                moved |= pc[s] != was || (idle && left[s] >= 0);
+            }
+        }
+        for (int s = 0; s < p; s++) {
+            running += left[s] >= 0;
+            done += pc[s] == sch[s].nactions;
+        }
+        if (done == p) break;
+        if (!running) {
+            st = ts_error(TS_ERR_INVALID, "plan: the simulation of the schedule deadlocks");
+            break;
+        }
+        /* each busy rank's speed over its speed with all ranks busy */
+        double speed = cores > 0 ? fmin(1.0, cores / (running * per_stage)) / all_busy : 1.0;
+        double dt = INFINITY;
+        for (int s = 0; s < p; s++)
+            if (left[s] >= 0 && left[s] / speed < dt) dt = left[s] / speed;
+        now += dt;
+        for (int s = 0; s < p; s++) {
+            if (left[s] < 0) continue;
+            left[s] -= dt * speed;
+            if (left[s] <= 1e-12 * (f[s] + b[s] + w[s])) left[s] = -1, pc[s]++;
+        }
+    }
+    *makespan = now;
+    for (int s = 0; sch && s < p; s++)
+        ts_schedule_free(&sch[s]);
+    free(sch);
+    free(pc);
+    free(left);
+    free(issued);
+    return st;
+}
+
+/* An action's average seconds from a clock: forward (with its receive and
+ * send), backward or its input part (with theirs), weight part. */
+static void plan_action_times(const ts_plan_time *c, double units, double *f, double *b,
+                              double *w) {
     const double *a = c->action_s;
-    out->f_s = (a[TS_ACT_FORWARD] + a[TS_ACT_RECV_ACT] + a[TS_ACT_SEND_ACT]) / units;
-    out->b_s = (a[TS_ACT_BACKWARD] + a[TS_ACT_BACKWARD_INPUT] + a[TS_ACT_RECV_GRAD] +
-                a[TS_ACT_SEND_GRAD]) /
-               units;
-    out->w_s = a[TS_ACT_BACKWARD_WEIGHT] / units;
+    *f = (a[TS_ACT_FORWARD] + a[TS_ACT_RECV_ACT] + a[TS_ACT_SEND_ACT]) / units;
+    *b = (a[TS_ACT_BACKWARD] + a[TS_ACT_BACKWARD_INPUT] + a[TS_ACT_RECV_GRAD] +
+          a[TS_ACT_SEND_GRAD]) /
+         units;
+    *w = a[TS_ACT_BACKWARD_WEIGHT] / units;
+}
+
+ts_status plan_predict(const ts_plan_time *first, const ts_plan_time *last, ts_dtype dtype,
+                       ts_plugins *reg, const ts_mesh *mesh, int chunks, const ts_train_shape *sh,
+                       const cluster *cl, plan_time *out) {
+    memset(out, 0, sizeof *out);
+    const ts_plan_time *c = first;
+    double units = (double)sh->micro_batches * chunks;
+    plan_action_times(c, units, &out->f_s, &out->b_s, &out->w_s);
     out->compute_s = c->compute_s;
     out->comm_s = c->exposed_s;
     out->outside_s = c->outside;
-    if (ts_mesh_axis_size(mesh, TS_AXIS_PP) > 1 && ts_plugins_num_schedulers(reg) == 1) {
-        double big = fmax(out->f_s, fmax(out->b_s, out->w_s));
-        double scale = big > 0 ? big / PLAN_UNITS : 1.0;
-        int split = a[TS_ACT_BACKWARD_WEIGHT] > 0 || a[TS_ACT_BACKWARD_INPUT] > 0;
-        ts_schedule_sim sim;
-        TS_TRY(plan_pipeline(reg, mesh, chunks, sh, plan_units(out->f_s, scale, 1),
-                             plan_units(out->b_s, scale, 1),
-                             split ? plan_units(out->w_s, scale, 1) : 0, &sim));
-        if (sim.stages > stage)
-            out->bubble_s = plan_stage_bubble(&sim, stage) * sim.makespan * scale;
-        ts_schedule_sim_free(&sim);
+    out->step_s = c->total;
+    int p = ts_mesh_axis_size(mesh, TS_AXIS_PP);
+    if (p > 1 && ts_plugins_num_schedulers(reg) == 1) {
+        /* Stage 0 acts as r's rank, the last stage as `last`; the middle
+         * ones hold blocks only: like stage 0 in the interleaved order (its
+         * embedding is a gather), like the last in the V order (whose rank
+         * 0 holds the LM head too). */
+        const ts_plan_time *end = last ? last : c;
+        int v_order = ts_plugins_stage_order(reg) == TS_STAGES_V;
+        double *t = calloc(4 * (size_t)p, sizeof *t);
+        if (!t) return ts_error(TS_ERR_NOMEM, "plan: out of memory");
+        double *f = t, *b = t + p, *w = t + 2 * p, *busy = t + 3 * p;
+        for (int s = 0; s < p; s++) {
+            const ts_plan_time *k = s == 0 ? c : s == p - 1 || v_order ? end : c;
+            plan_action_times(k, units, &f[s], &b[s], &w[s]);
+        }
+        double makespan = 0;
+        ts_status st = plan_makespan(reg, mesh, chunks, sh, f, b, w, cl->cores, &makespan, busy);
+        if (!st) {
+            /* the slower of the two ends: what runs outside the actions
+             * (the last reductions, the optimizer) after the makespan */
+            const ts_plan_time *slow = end->outside > c->outside ? end : c;
+            out->step_s = slow->outside + makespan;
+            out->compute_s = slow->compute_s;
+            out->comm_s = slow->exposed_s;
+            out->outside_s = slow->outside;
+            /* its idle time; with shared cores it may be negative (idle
+             * peers lend their cores) */
+            out->bubble_s = out->step_s - slow->total;
+        }
+        free(t);
+        TS_TRY(st);
     }
-    out->step_s = c->total + out->bubble_s;
     out->model_flops = sh->arch->flops(&sh->model, sh->global_batch, sh->T);
-    double peak = r->dtype == TS_BF16 ? cl->peak_bf16 : cl->peak_f32;
+    double peak = dtype == TS_BF16 ? cl->peak_bf16 : cl->peak_f32;
     int world = ts_mesh_world(mesh);
     if (out->step_s > 0) {
         out->tokens_per_s = (double)sh->global_batch * sh->T / out->step_s;

@@ -90,9 +90,13 @@ void plan_numbers_along(const plan_numbers *a, double la, const plan_numbers *b,
 /* Writes the numbers back into a result (sizes rounded to bytes). */
 void plan_numbers_into(const plan_numbers *n, plan_result *r);
 
-/* The step of `r`'s rank (`stage` of the pipeline) from its clock and the
- * schedule simulated with its per-action times. */
-ts_status plan_predict(const plan_result *r, ts_plugins *reg, const ts_mesh *mesh, int chunks,
-                       const ts_train_shape *sh, const cluster *cl, int stage, plan_time *out);
+/* The predicted step from the clocks of pipeline stage 0 (`first`, or the
+ * only rank without stages) and the last stage (`last`, NULL: as stage 0),
+ * the middle stages taken as blocks alone, the schedule simulated with
+ * each stage's action times (plan_makespan in plan_run.c): the slower of
+ * the two end stages. */
+ts_status plan_predict(const ts_plan_time *first, const ts_plan_time *last, ts_dtype dtype,
+                       ts_plugins *reg, const ts_mesh *mesh, int chunks, const ts_train_shape *sh,
+                       const cluster *cl, plan_time *out);
 
 #endif /* TESSERA_APPS_PLAN_RUN_H */

@@ -67,6 +67,7 @@ typedef struct result {
     int m_run;            /* micro-batches the dry run ran              */
     int blocks_run;       /* blocks per chunk it ran (0: all)           */
     int bound;            /* RES_TOO_BIG without a dry run: peak is a floor */
+    ts_plan_time clock;   /* the clock the prediction read (whole, scaled) */
     plan_numbers numbers; /* the dry run's own numbers                  */
 } result;
 
@@ -333,6 +334,7 @@ typedef struct run_cut {
     int blocks;
     const plan_numbers *prev;
     int prev_blocks;
+    const ts_plan_time *first; /* a last stage's run: stage 0's clock */
 } run_cut;
 
 /* The dry run of layout L's rank 0 (or its last stage's first rank): its
@@ -377,7 +379,11 @@ static ts_status layout_run(const search *S, const layout *L, int last_stage, co
             plan_numbers_into(&whole, &r);
         }
         plan_scale_clock(&r.clock, (double)shape.micro_batches / m_run);
-        st = plan_predict(&r, reg, mesh, L->v, &shape, &S->cl, stage, &out->t);
+        out->clock = r.clock;
+        st = cut->first
+                 ? plan_predict(cut->first, &r.clock, r.dtype, reg, mesh, L->v, &shape, &S->cl,
+                                &out->t)
+                 : plan_predict(&r.clock, NULL, r.dtype, reg, mesh, L->v, &shape, &S->cl, &out->t);
     }
     if (!st) {
         out->peak = (double)r.total_peak;
@@ -456,22 +462,33 @@ static int cut_period(const search *S, const layout *L) {
 /* Layout L's prediction: screened (fewer micro-batches, and the whole
  * model read off two cut models where the blocks allow), or whole
  * (`screen` 0: every micro-batch and block, as a run). */
-static void layout_eval(const search *S, const layout *L, int last_stage, int screen, result *out) {
+static void layout_eval(const search *S, const layout *L, int last_stage, int screen,
+                        const ts_plan_time *first, result *out) {
     int period = screen ? cut_period(S, L) : 0;
     if (!period) {
-        run_cut whole = {.screen = screen};
+        run_cut whole = {.screen = screen, .first = first};
         layout_child(S, L, last_stage, &whole, out);
         return;
     }
-    run_cut one = {.screen = 1, .blocks = period};
-    result first;
-    layout_child(S, L, last_stage, &one, &first);
-    if (first.status == RES_REFUSED) {
-        *out = first;
+    run_cut one = {.screen = 1, .blocks = period, .first = first};
+    result cut1;
+    layout_child(S, L, last_stage, &one, &cut1);
+    if (cut1.status == RES_REFUSED) {
+        *out = cut1;
         return;
     }
-    run_cut two = {
-        .screen = 1, .blocks = 2 * period, .prev = &first.numbers, .prev_blocks = period};
+    if (cut1.status == RES_TOO_BIG) {
+        /* a model of one period a chunk already holds more than the device:
+         * the whole one holds at least that */
+        *out = cut1;
+        out->bound = 1;
+        return;
+    }
+    run_cut two = {.screen = 1,
+                   .blocks = 2 * period,
+                   .prev = &cut1.numbers,
+                   .prev_blocks = period,
+                   .first = first};
     layout_child(S, L, last_stage, &two, out);
 }
 
@@ -535,7 +552,7 @@ static void eval_one(const search *S, double numel, int i, result *r) {
     }
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
-    layout_eval(S, L, 0, 1, r);
+    layout_eval(S, L, 0, 1, NULL, r);
     clock_gettime(CLOCK_MONOTONIC, &b);
     if (getenv("TESSERA_SEARCH_TRACE")) {
         char nm[128];
@@ -734,12 +751,14 @@ static void print_json(const search *S, const int *order, double secs) {
 
 int cmd_plan_search(const ts_config *base, const plan_search_opts *o) {
     search S = {.base = base, .o = o};
-    ts_status st = o->cluster ? cluster_load(o->cluster, &S.cl) : cluster_from_config(base, &S.cl);
-    if (st == TS_OK && !o->cluster && !cluster_given(base))
+    ts_status st = TS_OK;
+    if (!o->cluster && !cluster_given(base))
         st = ts_error(TS_ERR_CONFIG,
-                      "plan --search needs a cluster: --cluster FILE, or a "
-                      "[cluster] section in %s (docs/search.md)",
+                      "plan --search needs a cluster: --cluster FILE, or a [cluster] section in %s "
+                      "(docs/search.md)",
                       ts_config_path(base));
+    else
+        st = o->cluster ? cluster_load(o->cluster, &S.cl) : cluster_from_config(base, &S.cl);
     if (st) goto fail;
     S.world = o->world > 0 ? o->world : S.cl.gpus_per_node * S.cl.nodes;
     if (S.world != S.cl.gpus_per_node * S.cl.nodes) {
@@ -817,7 +836,7 @@ int cmd_plan_search(const ts_config *base, const plan_search_opts *o) {
             const layout *L = &S.lay[order[k]];
             if (r->status != RES_FITS || r->confirmed) continue;
             result first = *r, last;
-            if (r->m_run < L->m || r->blocks_run) layout_eval(&S, L, 0, 0, &first);
+            if (r->m_run < L->m || r->blocks_run) layout_eval(&S, L, 0, 0, NULL, &first);
             if (getenv("TESSERA_SEARCH_TRACE")) {
                 char nm[128];
                 layout_name(L, nm, sizeof nm);
@@ -828,15 +847,24 @@ int cmd_plan_search(const ts_config *base, const plan_search_opts *o) {
             }
             if (first.status == RES_REFUSED) continue;
             last = first;
-            if (L->pp > 1) layout_eval(&S, L, 1, 0, &last);
+            if (L->pp > 1) layout_eval(&S, L, 1, 0, &first.clock, &last);
             if (last.status == RES_REFUSED) last = first;
             *r = first;
             if (last.peak > r->peak)
                 r->peak = last.peak, r->state = last.state, r->acts = last.acts;
-            if (last.t.step_s > r->t.step_s) r->t = last.t;
+            r->t = last.t; /* from both ends' clocks */
             r->status = r->peak <= S.cl.memory ? RES_FITS : RES_TOO_BIG;
             r->confirmed = 1;
             changed = 1;
+            /* Too big after all (the last stage holds more): the layouts of
+             * its group with more recomputation were marked dominated on its
+             * account; they are screened now, up to the first that fits. */
+            for (int j = order[k] + 1;
+                 r->status == RES_TOO_BIG && j % REC_KINDS != 0 && S.res[j].status == RES_DOMINATED;
+                 j++) {
+                layout_eval(&S, &S.lay[j], 0, 1, NULL, &S.res[j]);
+                if (S.res[j].status == RES_FITS) break; /* the rest stay dominated */
+            }
         }
         if (!changed) break;
         qsort(order, (size_t)S.n, sizeof *order, by_step_q);

@@ -136,7 +136,19 @@ static const char *usage_plan =
     "  --timeline  every pipeline stage's slots under the unit-time model\n"
     "  --json      everything as one object: \"groups\" maps each axis name to its\n"
     "              groups (lists of ranks ascending, ordered by their first rank);\n"
-    "              \"memory\" and \"comm\" (\"group.op\": calls and bytes) are rank R's\n";
+    "              \"memory\" and \"comm\" (\"group.op\": calls and bytes) are rank R's\n"
+    "  --cluster FILE  a cluster file (a [cluster] section; CONFIG's own [cluster]\n"
+    "              otherwise): the dry run's clock predicts rank R's step on it\n"
+    "\n"
+    "usage: tessera plan CONFIG --search [--cluster FILE] [--world N] [--top N]\n"
+    "                    [--jobs N] [--json] [--set ...]\n"
+    "Every layout of CONFIG's model (tp, cp, pp and its schedule, dp, zero stage,\n"
+    "ep, micro-batch, recomputation) on the cluster's devices, ranked by\n"
+    "predicted step time; the top N (default 10) with memory per rank, step\n"
+    "time and its parts, tokens/s and MFU; --json gives every layout.\n"
+    "  mpirun -np N tessera plan CONFIG --calibrate --cluster FILE [--search]\n"
+    "measures this machine's kernels and MPI on N ranks side by side, writes\n"
+    "FILE, and with --search ranks the layouts of N ranks on it (docs/search.md).\n";
 
 static const char *usage_plugins =
     "usage: tessera plugins [--config CONFIG [--set ...]] [--plugin-path DIRS]\n"
@@ -190,6 +202,7 @@ typedef struct cli_opts {
     int search;                   /* plan --search           */
     const char *cluster;          /* plan --cluster          */
     int top, jobs;                /* plan --top, --jobs      */
+    int calibrate;                /* plan --calibrate        */
 } cli_opts;
 
 /* Loads CONFIG (argv[0]), applies --set overrides, loads the plugins it
@@ -249,6 +262,8 @@ static ts_status load_config(int argc, char **argv, cli_opts *opts, ts_config **
             opts->timeline = 1;
         } else if (opts && strcmp(argv[i], "--search") == 0) {
             opts->search = 1;
+        } else if (opts && strcmp(argv[i], "--calibrate") == 0) {
+            opts->calibrate = 1;
         } else if (opts && strcmp(argv[i], "--cluster") == 0 && i + 1 < argc) {
             opts->cluster = argv[++i];
         } else if (opts && (strcmp(argv[i], "--top") == 0 || strcmp(argv[i], "--jobs") == 0) &&
@@ -727,6 +742,28 @@ static int cmd_plan(int argc, char **argv) {
     ts_plugins *reg = NULL;
     ts_status st = load_config(argc, argv, &opts, &cfg, &reg);
     if (st) return fail(st);
+    if (opts.calibrate) {
+        /* under mpirun: every rank measures; rank 0 writes --cluster FILE
+         * and, with --search, searches the layouts of this world */
+        ts_plugins_destroy(reg);
+        reg = NULL;
+        if (!opts.cluster || strcmp(ts_config_str(cfg, "train", "device"), "cpu") != 0) {
+            fprintf(stderr, "tessera: plan --calibrate %s\n",
+                    !opts.cluster ? "needs --cluster FILE: where to write what it measures"
+                                  : "measures this machine's CPU kernels and MPI: [train] device "
+                                    "= cpu (for GPUs, give the cluster file their figures)");
+            ts_config_destroy(cfg);
+            return 2;
+        }
+        int world = 0, rank = 0;
+        rc = cmd_plan_calibrate(cfg, &argc, &argv, opts.cluster, opts.json ? stderr : stdout,
+                                &world, &rank);
+        if (rc || !opts.search || rank != 0) {
+            ts_config_destroy(cfg);
+            return rc;
+        }
+        opts.world = world;
+    }
     if (opts.search) {
         plan_search_opts so = {.world = opts.world,
                                .top = opts.top,
@@ -788,8 +825,8 @@ static int cmd_plan(int argc, char **argv) {
     double bubble = sim.bubble_den ? (double)sim.bubble_num / (double)sim.bubble_den : 0.0;
     plan_time pt = {0};
     if (!st && timed && !unbound[0])
-        st = plan_predict(&est, reg, mesh, plan_chunks(mesh, &plan), &shape, &cl,
-                          ts_mesh_coord(mesh, opts.rank, TS_AXIS_PP), &pt);
+        st = plan_predict(&est.clock, NULL, est.dtype, reg, mesh, plan_chunks(mesh, &plan), &shape,
+                          &cl, &pt);
     if (!st && opts.json) {
         size_t len = ts_mesh_json_format(mesh, NULL, 0);
         char *buf = malloc(len + 1);

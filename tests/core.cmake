@@ -41,6 +41,14 @@ add_test(NAME cli_plan_groups
 set_tests_properties(cli_plan_groups PROPERTIES LABELS core TIMEOUT 120
   ENVIRONMENT "${TESSERA_TEST_ENV}")
 
+# tessera plan --search and --cluster: bad cluster files, the search's
+# properties, its predictions against plan's, calibration on 2 ranks.
+add_test(NAME cli_plan_search
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/plan_search.sh $<TARGET_FILE:tessera_cli>
+    ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_plan_search PROPERTIES LABELS core TIMEOUT 300
+  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+
 # Recovery onto another topology (4 ranks, then 2).
 add_test(NAME cli_resume_on_another_topology
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/resume_topology.sh $<TARGET_FILE:tessera_cli>

@@ -6,6 +6,7 @@
 #include "phase.h"      /* ts_phase_recomputing: recomputed FLOPs apart */
 #include "plan_clock.h" /* each kernel charges its time */
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -412,11 +413,27 @@ static const ts_backend *plan_target;
 /* An attention kernel's bytes: q, k, v and the output (f32), and `sweeps`
  * passes over the state the target keeps per head (T x T on a CPU, the
  * log-sum-exp on a GPU). */
+/* The share of a (Tq, Tk) block of scores a causal kernel computes: key j
+ * is visible to query i iff j <= i + offset (cpu_kernels.h). The FLOPs
+ * counted for the ledger are the whole block's (as Narayanan et al. count
+ * attention); the clock charges the visible share, which is what the
+ * kernels (CPU loops, flash blocks) compute. */
+static double plan_visible(int Tq, int Tk, int64_t offset) {
+    if (Tq <= 0 || Tk <= 0) return 0.0;
+    double a = (double)offset + 1.0; /* keys row i sees: clamp(i + a, 0, Tk) */
+    double lo = fmax(0.0, 1.0 - a), hi = fmin(Tq - 1.0, Tk - a - 1.0);
+    double part = hi >= lo ? (hi - lo + 1.0) * (lo + hi) / 2.0 + (hi - lo + 1.0) * a : 0.0;
+    double full_from = fmax(0.0, Tk - a);
+    double full = full_from <= Tq - 1.0 ? (Tq - full_from) * Tk : 0.0;
+    return (part + full) / ((double)Tq * Tk);
+}
+
 static void plan_attention_time(double flops, int B, int T, int C, int NH, double sweeps) {
     double state = plan_target && plan_target->attention_saved_floats
                        ? (double)plan_target->attention_saved_floats(B, NH, T)
                        : 0.0;
-    ts_plan_clock_kernel(TS_PLAN_ATTENTION, flops, F4 * (4.0 * B * T * C + sweeps * state));
+    ts_plan_clock_kernel(TS_PLAN_ATTENTION, flops * plan_visible(T, T, 0),
+                         F4 * (4.0 * B * T * C + sweeps * state));
 }
 
 /* Attention counts the whole T x T square of both products (QK^T and AV),
@@ -454,7 +471,7 @@ static ts_status plan_attention_block_forward(float *o, float *l, const float *q
                                               int qs, int kvs, int os, int64_t off) {
     (void)o, (void)l, (void)q, (void)k, (void)v, (void)NH, (void)qs, (void)kvs, (void)os, (void)off;
     plan_forward_flops(4.0 * B * Tq * Tk * C);
-    ts_plan_clock_kernel(TS_PLAN_ATTENTION, 4.0 * B * Tq * Tk * C,
+    ts_plan_clock_kernel(TS_PLAN_ATTENTION_BLOCK, 4.0 * B * Tq * Tk * C * plan_visible(Tq, Tk, off),
                          F4 * (2.0 * B * Tq * C + 2.0 * B * Tk * C));
     return TS_OK;
 }
@@ -472,7 +489,7 @@ static ts_status plan_attention_block_backward(float *dq, float *dk, float *dv, 
     (void)dq, (void)dk, (void)dv, (void)q, (void)k, (void)v, (void)o, (void)d, (void)l, (void)NH,
         (void)qs, (void)kvs, (void)os, (void)off;
     plan_flops_bwd += 8.0 * B * Tq * Tk * C;
-    ts_plan_clock_kernel(TS_PLAN_ATTENTION, 8.0 * B * Tq * Tk * C,
+    ts_plan_clock_kernel(TS_PLAN_ATTENTION_BLOCK, 8.0 * B * Tq * Tk * C * plan_visible(Tq, Tk, off),
                          F4 * (4.0 * B * Tq * C + 4.0 * B * Tk * C));
     return TS_OK;
 }

@@ -39,9 +39,10 @@ static void clock_advance(double dt) {
 
 void ts_plan_clock_kernel(int kind, double flops, double bytes) {
     if (!clock_on) return;
-    double rate = kind == TS_PLAN_BF16        ? clock_rates.matmul_bf16
-                  : kind == TS_PLAN_ATTENTION ? clock_rates.attention
-                                              : clock_rates.matmul_f32;
+    double rate = kind == TS_PLAN_BF16              ? clock_rates.matmul_bf16
+                  : kind == TS_PLAN_ATTENTION       ? clock_rates.attention
+                  : kind == TS_PLAN_ATTENTION_BLOCK ? clock_rates.attention_block
+                                                    : clock_rates.matmul_f32;
     double t_math = flops > 0 && rate > 0 ? flops / rate : 0.0;
     double t_mem = bytes > 0 && clock_rates.memory > 0 ? bytes / clock_rates.memory : 0.0;
     double dt = (t_math > t_mem ? t_math : t_mem) + clock_rates.kernel_s;
@@ -67,6 +68,13 @@ double ts_plan_link_seconds(const ts_plan_link *link, ts_comm_op op, int size, d
 
 double ts_plan_clock_start(ts_plan_busy *busy, double seconds) {
     if (busy->epoch != clock_epoch) *busy = (ts_plan_busy){0.0, clock_epoch};
+    if (clock_rates.serial_comm) {
+        /* nothing progresses beside the kernels: the stream carries it now */
+        double start = clock_time.total > busy->until ? clock_time.total : busy->until;
+        busy->until = start + seconds;
+        ts_plan_clock_wait(busy->until);
+        return busy->until;
+    }
     double start = clock_time.total > busy->until ? clock_time.total : busy->until;
     busy->until = start + seconds;
     return busy->until;

@@ -38,8 +38,12 @@ extern "C" {
 typedef struct ts_plan_rates {
     double matmul_f32, matmul_bf16; /* FLOP/s a large GEMM reaches, per dtype  */
     double attention;               /* FLOP/s of the attention products        */
+    double attention_block;         /* FLOP/s of ring attention's blocks (cp)  */
     double memory;                  /* bytes/s a memory-bound kernel streams   */
     double kernel_s;                /* fixed seconds per kernel (a launch)     */
+    int serial_comm;                /* 1: communication runs on the compute
+                                     * stream when it starts (no progress
+                                     * beside the kernels: MPI on CPUs)     */
 } ts_plan_rates;
 
 /* One group's link: per operation kind, seconds per call and bus bytes/s. */
@@ -55,8 +59,9 @@ int ts_plan_clock_on(void);
 void ts_plan_clock_reset(void);
 
 /* A kernel: `flops` at the rate of `kind` (0 f32 GEMM, 1 bf16 GEMM, 2
- * attention; flops 0 for a memory-bound kernel) and `bytes` it streams. */
-enum { TS_PLAN_F32 = 0, TS_PLAN_BF16 = 1, TS_PLAN_ATTENTION = 2 };
+ * attention, 3 a block of ring attention; flops 0 for a memory-bound
+ * kernel) and `bytes` it streams. */
+enum { TS_PLAN_F32 = 0, TS_PLAN_BF16 = 1, TS_PLAN_ATTENTION = 2, TS_PLAN_ATTENTION_BLOCK = 3 };
 void ts_plan_clock_kernel(int kind, double flops, double bytes);
 
 /* The seconds an operation `op` of `bytes` takes on a group of `size` over

@@ -400,6 +400,10 @@ static const ts_key_spec cfg_core_keys[] = {
     {"cluster", "gpus_per_node", TS_KEY_INT, "1", 1, 1 << 20, NULL,
      "devices (GPUs, or ranks) per node; required"},
     {"cluster", "nodes", TS_KEY_INT, "1", 1, 1 << 20, NULL, "nodes; required"},
+    {"cluster", "cores_per_node", TS_KEY_INT, "0", 0, 1 << 20, NULL,
+     "CPU cores a node's ranks share (CPU ranks; calibrate sets it when ranks outnumber "
+     "cores): a rank idling in the pipeline lends its share to the busy ones; 0: a device "
+     "each"},
     {"cluster", "memory_gb", TS_KEY_FLOAT, "1", CFG_POSITIVE, CFG_ANY_MAX, NULL,
      "memory of one device, GB (1e9 bytes); required"},
     {"cluster", "memory_reserve_gb", TS_KEY_FLOAT, "0", 0, CFG_ANY_MAX, NULL,
@@ -410,10 +414,16 @@ static const ts_key_spec cfg_core_keys[] = {
      "peak FLOP/s of one device's bf16 GEMMs (dense); required"},
     {"cluster", "matmul_efficiency", TS_KEY_FLOAT, "1", CFG_POSITIVE, 1, NULL,
      "fraction of the peak a large GEMM reaches"},
-    {"cluster", "attention_efficiency", TS_KEY_FLOAT, "1", CFG_POSITIVE, 1, NULL,
-     "fraction of the peak the attention products reach (default: matmul_efficiency)"},
+    {"cluster", "attention_efficiency", TS_KEY_FLOAT, "1", CFG_POSITIVE, 16, NULL,
+     "the attention products' rate over flops_bf16 (default: matmul_efficiency; above 1 where "
+     "attention outruns the bf16 GEMM, as calibrated CPU kernels may)"},
+    {"cluster", "attention_block_efficiency", TS_KEY_FLOAT, "1", CFG_POSITIVE, 16, NULL,
+     "ring attention's blocks' rate (cp) over flops_bf16 (default: attention_efficiency)"},
     {"cluster", "memory_bandwidth_gbs", TS_KEY_FLOAT, "1", CFG_POSITIVE, CFG_ANY_MAX, NULL,
      "GB/s a memory-bound kernel streams on one device; required"},
+    {"cluster", "comm_overlap", TS_KEY_BOOL, "true", 1, 0, NULL,
+     "communication progresses beside the kernels (NCCL's own kernels); false: only "
+     "while a rank waits for it (MPI on CPUs), so none is hidden"},
     {"cluster", "kernel_us", TS_KEY_FLOAT, "0", 0, CFG_ANY_MAX, NULL,
      "fixed microseconds each kernel costs (its launch)"},
     {"cluster", "intra_bandwidth_gbs", TS_KEY_FLOAT, "1", CFG_POSITIVE, CFG_ANY_MAX, NULL,

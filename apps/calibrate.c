@@ -1,0 +1,351 @@
+/*
+ * calibrate.c — `tessera plan CONFIG --calibrate --cluster OUT`, run under
+ * mpirun: measures what this machine gives each of the ranks running side
+ * by side, and writes it as a cluster file the search reads
+ * (docs/search.md, "Calibrating").
+ *
+ * Every rank measures at once, so that ranks sharing cores measure their
+ * share: on 8 ranks over 2 cores each sees about a quarter of a core, as it
+ * will in the run. The rates are those of the CPU kernels at CONFIG's sizes
+ * (micro-batch x seq_len rows, d_model wide), counted as the dry run counts
+ * them (backend_plan.c), so that the dry run's FLOPs and bytes divided by
+ * these rates give back the measured times:
+ *   - GEMM: an MLP projection (N, C) x (4C, C)^T forward and backward, in
+ *     f32 and with a bf16 weight; 6 N C 4C FLOPs;
+ *   - ring attention's blocks (cp) at cp 2's chunks of T/4 rows, counted
+ *     the same way;
+ *   - attention: the causal attention's forward and backward, 12 B T^2 C
+ *     FLOPs (the dry run's 4 + 8) times the visible share (T + 1) / 2T, as
+ *     the dry run's clock charges them;
+ *   - memory: LayerNorm forward and backward, bias + GELU, its backward and
+ *     a residual add, the bytes the dry run charges each, over their time;
+ *   - a kernel's fixed cost: a residual add of 64 floats;
+ *   - per collective of the world (and send/recv between neighbours): a
+ *     small and a large call, latency = the small call's time, bus
+ *     bandwidth = factor x (large - small bytes) / (large - small time), as
+ *     nccl-tests count it.
+ * Each figure is the mean over the ranks (a collective's time: the slowest
+ * rank's). The file says one node of `world` devices: every group is then
+ * intra-node, and inter-node keys repeat the intra ones.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "commands.h"
+#include "tessera/comm.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* --- kernels ----------------------------------------------------------------- */
+
+typedef struct cal_bufs {
+    const ts_backend *be;
+    int N, C, T, B, NH;
+    float *x, *y, *w, *dw, *dx, *mean, *rstd, *big, *dbig, *pre, *qkv, *dqkv, *att, *scratch, *lse;
+    uint16_t *w16;
+    void *work;
+} cal_bufs;
+
+/* One kernel group timed: `reps` calls after one to warm up. */
+typedef ts_status (*cal_fn)(cal_bufs *b);
+
+static ts_status gemm_f32(cal_bufs *b) {
+    TS_TRY(b->be->matmul_forward(b->big, b->x, b->w, NULL, b->N, b->C, 4 * b->C));
+    return b->be->matmul_backward(b->dx, b->dw, NULL, b->dbig, b->x, b->w, b->N, b->C, 4 * b->C);
+}
+
+static ts_status gemm_bf16(cal_bufs *b) {
+    TS_TRY(b->be->matmul_forward_bf16(b->big, b->work, b->x, b->w16, NULL, b->N, b->C, 4 * b->C));
+    return b->be->matmul_backward_bf16(b->dx, b->dw, NULL, b->work, b->dbig, b->x, b->w16, b->N,
+                                       b->C, 4 * b->C);
+}
+
+static ts_status attention(cal_bufs *b) {
+    TS_TRY(b->be->attention_forward(b->x, b->att, b->qkv, b->B, b->T, b->C, b->NH));
+    return b->be->attention_backward(b->dqkv, b->scratch, b->y, b->qkv, b->x, b->att, b->B, b->T,
+                                     b->C, b->NH);
+}
+
+/* Ring attention's blocks at cp 2's chunks (T/4 rows, the smallest the
+ * search proposes): a diagonal block (offset 0) and a whole one, forward
+ * and backward, over the B x 4 chunks of the buffers. */
+static ts_status attention_blocks(cal_bufs *b) {
+    int Bc = 4 * b->B, Tc = b->T / 4, C = b->C, NH = b->NH;
+    for (int whole = 0; whole < 2; whole++) {
+        int64_t off = whole ? Tc : 0;
+        TS_TRY(b->be->attention_block_forward(b->x, b->lse, b->qkv, b->qkv + C, b->qkv + 2 * C, Bc,
+                                              Tc, Tc, C, NH, 3 * C, 3 * C, C, off));
+        TS_TRY(b->be->attention_block_backward(b->dqkv, b->dqkv + C, b->dqkv + 2 * C, b->qkv,
+                                               b->qkv + C, b->qkv + 2 * C, b->x, b->y, b->lse, Bc,
+                                               Tc, Tc, C, NH, 3 * C, 3 * C, C, off));
+    }
+    return TS_OK;
+}
+
+static ts_status memory_mix(cal_bufs *b) {
+    int N = b->N, C = b->C;
+    TS_TRY(b->be->layernorm_forward(b->y, b->mean, b->rstd, b->x, b->w, b->w, N, C));
+    TS_TRY(b->be->layernorm_backward(b->dx, b->dw, b->dw + C, b->y, b->x, b->w, b->mean, b->rstd, N,
+                                     C));
+    TS_TRY(b->be->bias_gelu_forward(b->big, b->pre, b->w, N, 4 * C, 0));
+    TS_TRY(b->be->gelu_backward(b->dbig, b->pre, b->big, (size_t)N * 4 * C));
+    return b->be->residual_forward(b->y, b->x, b->dx, (size_t)N * C);
+}
+
+/* The bytes the dry run charges memory_mix (backend_plan.c). */
+static double memory_mix_bytes(const cal_bufs *b) {
+    double NC = (double)b->N * b->C;
+    return 4.0 * (2 * NC + 3 * NC + 3 * 4 * NC + 3 * 4 * NC + 3 * NC);
+}
+
+static ts_status tiny(cal_bufs *b) {
+    return b->be->residual_forward(b->y, b->x, b->dx, 64);
+}
+
+/* Calls of a kernel taking `t` seconds that fill CAL_SECONDS (the most any
+ * rank needs, so that all ranks run side by side throughout). */
+#define CAL_SECONDS 0.4
+static ts_status agree_reps(ts_comm *w, double t, int *reps) {
+    int32_t mine = t > 0 ? (int32_t)fmin(1e5, ceil(CAL_SECONDS / t)) : 100000, most = 0;
+    if (mine < 2) mine = 2;
+    TS_TRY(ts_comm_all_reduce(w, &mine, &most, 1, TS_I32, TS_REDUCE_MAX));
+    *reps = most;
+    return TS_OK;
+}
+
+/* Seconds per call of `fn`, the ranks' mean: every rank runs it at once. */
+static ts_status time_kernel(ts_comm *w, cal_bufs *b, cal_fn fn, double *out) {
+    double t0 = now_s();
+    TS_TRY(fn(b));
+    int reps;
+    TS_TRY(agree_reps(w, now_s() - t0, &reps));
+    t0 = now_s();
+    for (int i = 0; i < reps; i++)
+        TS_TRY(fn(b));
+    float t = (float)((now_s() - t0) / reps), sum = 0;
+    TS_TRY(ts_comm_all_reduce(w, &t, &sum, 1, TS_F32, TS_REDUCE_SUM));
+    *out = (double)sum / ts_comm_size(w);
+    return TS_OK;
+}
+
+/* --- collectives --------------------------------------------------------------- */
+
+enum { CAL_OPS = 6 };
+static const char *cal_op_keys[CAL_OPS] = {"all_reduce", "all_gather", "reduce_scatter",
+                                           "all_to_all", "broadcast",  "send_recv"};
+static const ts_comm_op cal_op_kind[CAL_OPS] = {TS_COMM_ALL_REDUCE,     TS_COMM_ALL_GATHER,
+                                                TS_COMM_REDUCE_SCATTER, TS_COMM_ALL_TO_ALL,
+                                                TS_COMM_BROADCAST,      TS_COMM_SEND};
+
+/* One call of collective k with `count` floats per rank; *bytes as the
+ * communicators count it (comm.c). */
+static ts_status one_collective(ts_comm *w, int k, float *send, float *recv, size_t count,
+                                double *bytes) {
+    int n = ts_comm_size(w), r = ts_comm_rank(w);
+    double per = (double)count * sizeof(float);
+    switch (k) {
+    case 0: *bytes = per; return ts_comm_all_reduce(w, send, recv, count, TS_F32, TS_REDUCE_SUM);
+    case 1: *bytes = per * n; return ts_comm_all_gather(w, send, recv, count, TS_F32);
+    case 2:
+        *bytes = per * n;
+        return ts_comm_reduce_scatter(w, send, recv, count, TS_F32, TS_REDUCE_SUM);
+    case 3: *bytes = per * n; return ts_comm_all_to_all(w, send, recv, count, TS_F32);
+    case 4: *bytes = per; return ts_comm_broadcast(w, send, count, TS_F32, 0);
+    default:
+        /* neighbours in pairs, one direction: what a pipeline stage sends */
+        *bytes = per;
+        if ((r ^ 1) >= n) return TS_OK;
+        return r % 2 == 0 ? ts_comm_send(w, send, count, TS_F32, r ^ 1, 7)
+                          : ts_comm_recv(w, recv, count, TS_F32, r ^ 1, 7);
+    }
+}
+
+/* Seconds per call of collective k at `count` floats a rank: the slowest
+ * rank's mean over `reps` calls. */
+static ts_status time_collective(ts_comm *w, int k, float *send, float *recv, size_t count,
+                                 double *sec, double *bytes) {
+    double t0 = now_s();
+    TS_TRY(one_collective(w, k, send, recv, count, bytes));
+    int reps;
+    TS_TRY(agree_reps(w, now_s() - t0, &reps));
+    TS_TRY(ts_comm_barrier(w));
+    t0 = now_s();
+    for (int i = 0; i < reps; i++)
+        TS_TRY(one_collective(w, k, send, recv, count, bytes));
+    float t = (float)((now_s() - t0) / reps), worst = 0;
+    TS_TRY(ts_comm_all_reduce(w, &t, &worst, 1, TS_F32, TS_REDUCE_MAX));
+    *sec = worst;
+    return TS_OK;
+}
+
+/* --- the command ------------------------------------------------------------------ */
+
+static void *cal_alloc(const ts_backend *be, size_t bytes) {
+    return be->alloc(TS_MEM_ACTS, bytes ? bytes : 64);
+}
+
+int cmd_plan_calibrate(const ts_config *cfg, int *argc, char ***argv, const char *out_path,
+                       FILE *say, int *world_size, int *world_rank) {
+    ts_comm *w = NULL;
+    ts_status st = ts_comm_world_init(argc, argv, ts_config_float(cfg, "comm", "timeout_s"), &w);
+    if (st) {
+        fprintf(stderr, "tessera: %s\n", ts_last_error());
+        return 1;
+    }
+    int n = ts_comm_size(w), rank = ts_comm_rank(w);
+    *world_size = n;
+    *world_rank = rank;
+    cal_bufs b = {.be = ts_backend_cpu()};
+    b.B = (int)ts_config_int(cfg, "train", "micro_batch");
+    b.T = (int)ts_config_int(cfg, "train", "seq_len");
+    b.C = (int)ts_config_int(cfg, "model", "d_model");
+    b.NH = (int)ts_config_int(cfg, "model", "heads");
+    b.N = b.B * b.T;
+    const ts_backend *be = b.be;
+    size_t NC = (size_t)b.N * b.C, CC = (size_t)b.C * b.C;
+    b.x = cal_alloc(be, NC * 4);
+    b.y = cal_alloc(be, NC * 4);
+    b.dx = cal_alloc(be, NC * 4);
+    b.w = cal_alloc(be, 4 * CC * 4);
+    b.dw = cal_alloc(be, 4 * CC * 4);
+    b.w16 = cal_alloc(be, 4 * CC * 2);
+    b.big = cal_alloc(be, 4 * NC * 4);
+    b.dbig = cal_alloc(be, 4 * NC * 4);
+    b.pre = cal_alloc(be, 4 * NC * 4);
+    b.mean = cal_alloc(be, (size_t)b.N * 4);
+    b.rstd = cal_alloc(be, (size_t)b.N * 4);
+    b.qkv = cal_alloc(be, 3 * NC * 4);
+    b.dqkv = cal_alloc(be, 3 * NC * 4);
+    b.att = cal_alloc(be, be->attention_saved_floats(b.B, b.NH, b.T) * 4);
+    b.scratch = cal_alloc(be, be->attention_scratch_floats(b.B, b.NH, b.T) * 4);
+    b.work = cal_alloc(be, be->matmul_bf16_work_bytes(b.N, b.C, 4 * b.C));
+    b.lse = cal_alloc(be, (size_t)b.N * b.NH * 4);
+    size_t big_count = (size_t)1 << 20; /* floats a rank: 4 MiB */
+    float *send = calloc(big_count * n, sizeof *send), *recv = calloc(big_count * n, sizeof *recv);
+    if (!b.x || !b.y || !b.dx || !b.w || !b.dw || !b.w16 || !b.big || !b.dbig || !b.pre ||
+        !b.mean || !b.rstd || !b.qkv || !b.dqkv || !b.att || !b.scratch || !b.work || !b.lse ||
+        !send || !recv)
+        st = ts_error(TS_ERR_NOMEM, "plan --calibrate: out of memory for the kernels' buffers");
+    /* Values that keep the kernels finite: a LayerNorm weight of ones, small
+     * activations. */
+    if (!st) {
+        float *h = malloc(4 * CC * 4 > 3 * NC * 4 ? 4 * CC * 4 : 3 * NC * 4);
+        if (!h) st = ts_error(TS_ERR_NOMEM, "plan --calibrate: out of memory");
+        for (size_t i = 0; !st && i < 4 * CC; i++)
+            h[i] = i < (size_t)b.C ? 1.0f : 0.01f * (float)((i * 7919) % 13) - 0.06f;
+        if (!st) st = be->from_host(b.w, h, 4 * CC * 4);
+        for (size_t i = 0; !st && i < 3 * NC; i++)
+            h[i] = 0.1f * (float)((i * 104729) % 17) - 0.8f;
+        if (!st) st = be->from_host(b.qkv, h, 3 * NC * 4);
+        if (!st) st = be->from_host(b.x, h, NC * 4);
+        if (!st) st = be->from_host(b.y, h, NC * 4);
+        if (!st) st = be->from_host(b.dbig, h, NC * 4);
+        free(h);
+    }
+    double t_f32 = 0, t_bf16 = 0, t_att = 0, t_blk = 0, t_mem = 0, t_tiny = 0;
+    if (!st) st = time_kernel(w, &b, gemm_f32, &t_f32);
+    if (!st) st = time_kernel(w, &b, gemm_bf16, &t_bf16);
+    if (!st) st = time_kernel(w, &b, attention, &t_att);
+    if (!st && b.T >= 8) st = time_kernel(w, &b, attention_blocks, &t_blk);
+    if (!st) st = time_kernel(w, &b, memory_mix, &t_mem);
+    if (!st) st = time_kernel(w, &b, tiny, &t_tiny);
+    double lat[CAL_OPS], bw[CAL_OPS];
+    for (int k = 0; k < CAL_OPS && !st; k++) {
+        double ts = 0, tl = 0, bs = 0, bl = 0;
+        st = time_collective(w, k, send, recv, 64, &ts, &bs);
+        if (!st) st = time_collective(w, k, send, recv, big_count, &tl, &bl);
+        double factor = ts_comm_busbw_factor(cal_op_kind[k], n);
+        lat[k] = ts;
+        bw[k] = tl > ts ? factor * (bl - bs) / (tl - ts) : 0;
+    }
+    int rc = 0;
+    if (st) {
+        fprintf(stderr, "tessera: rank %d: %s\n", rank, ts_last_error());
+        rc = 1;
+    } else if (rank == 0) {
+        double C = b.C, N = b.N, T = b.T, B = b.B;
+        /* attention: the causal half the kernels compute (T + 1) / 2T of
+         * the whole, as the clock charges it */
+        double gemm_flops = 6.0 * N * C * 4 * C,
+               att_flops = 12.0 * B * T * T * C * (T + 1) / (2 * T);
+        double f32 = gemm_flops / t_f32, bf16 = gemm_flops / t_bf16, att = att_flops / t_att;
+        /* the blocks: 4B chunks of T/4, a diagonal and a whole block */
+        double Tc = (double)(b.T / 4);
+        double blk_flops = 12.0 * 4 * B * Tc * Tc * C * (1.0 + (Tc + 1) / (2 * Tc));
+        double blk = t_blk > 0 ? blk_flops / t_blk : att;
+        double membw = memory_mix_bytes(&b) / t_mem;
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        double mem_gb = pages > 0 && page > 0 ? (double)pages * (double)page / n / 1e9 : 1.0;
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
+        FILE *f = fopen(tmp, "w");
+        if (!f) {
+            fprintf(stderr, "tessera: plan --calibrate: cannot write %s: %s\n", tmp,
+                    strerror(errno));
+            rc = 1;
+        } else {
+            fprintf(f,
+                    "; written by tessera plan --calibrate: %d ranks side by side on this "
+                    "machine, the kernels at %d x %d rows of width %d, %d heads\n"
+                    "; (what each rank measured while all ran; efficiencies 1: the peaks "
+                    "are the measured rates)\n[cluster]\ngpus_per_node = %d\nnodes = 1\n"
+                    "memory_gb = %.3f\nmemory_reserve_gb = 0\nflops_fp32 = %.6g\n"
+                    "flops_bf16 = %.6g\nmatmul_efficiency = 1\nattention_efficiency = %.6g\n"
+                    "attention_block_efficiency = %.6g\n"
+                    "memory_bandwidth_gbs = %.6g\nkernel_us = %.6g\n"
+                    "; MPI progresses a transfer only inside a call: nothing hides it\n"
+                    "comm_overlap = false\n"
+                    "; the CPU cores the ranks share (0: no fewer than the ranks)\n"
+                    "cores_per_node = %ld\n",
+                    n, b.B, b.T, b.C, b.NH, n, mem_gb, f32, bf16, att / bf16, blk / bf16,
+                    membw / 1e9, t_tiny * 1e6, cpus > 0 && cpus < n ? cpus : 0L);
+            for (int side = 0; side < 2; side++) {
+                const char *link = side ? "inter" : "intra";
+                fprintf(f, "%s_bandwidth_gbs = %.6g\n%s_latency_us = %.6g\n", link, bw[0] / 1e9,
+                        link, lat[0] * 1e6);
+                for (int k = 0; k < CAL_OPS; k++)
+                    fprintf(f, "%s_%s_bandwidth_gbs = %.6g\n%s_%s_latency_us = %.6g\n", link,
+                            cal_op_keys[k], bw[k] > 0 ? bw[k] / 1e9 : bw[0] / 1e9, link,
+                            cal_op_keys[k], lat[k] * 1e6);
+            }
+            int bad = ferror(f);
+            bad |= fclose(f) != 0;
+            if (bad || rename(tmp, out_path) != 0) {
+                fprintf(stderr, "tessera: plan --calibrate: cannot write %s: %s\n", out_path,
+                        strerror(errno));
+                remove(tmp);
+                rc = 1;
+            } else {
+                fprintf(say,
+                        "calibrated %d ranks side by side: GEMM %.3g GFLOP/s f32, %.3g bf16; "
+                        "attention %.3g GFLOP/s (cp's blocks %.3g); memory-bound kernels %.3g "
+                        "GB/s; a kernel %.3g us; "
+                        "all_reduce %.3g us + %.3g GB/s bus (%s)\n",
+                        n, f32 / 1e9, bf16 / 1e9, att / 1e9, blk / 1e9, membw / 1e9, t_tiny * 1e6,
+                        lat[0] * 1e6, bw[0] / 1e9, out_path);
+            }
+        }
+    }
+    /* every rank learns whether rank 0 wrote the file */
+    int32_t ok = rc, any = 0;
+    if (ts_comm_all_reduce(w, &ok, &any, 1, TS_I32, TS_REDUCE_MAX) != TS_OK) any = 1;
+    void *bufs[] = {b.x,    b.y,    b.dx,  b.w,    b.dw,  b.w16,     b.big,  b.dbig, b.pre,
+                    b.mean, b.rstd, b.qkv, b.dqkv, b.att, b.scratch, b.work, b.lse};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        be->free(bufs[i]);
+    free(send);
+    free(recv);
+    ts_comm_world_finalize(w);
+    return any ? 1 : 0;
+}
