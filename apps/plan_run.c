@@ -257,6 +257,74 @@ static ts_status plan_makespan(ts_plugins *reg, const ts_mesh *mesh, int chunks,
         left[s] = -1;
     }
     int order = ts_plugins_stage_order(reg);
+    if (!st && cores <= 0) {
+        /* A device each: every stage keeps its own clock, a receive moves it
+         * to its send's time (as the unit-time simulation, in seconds). */
+        double *clock = calloc((size_t)p, sizeof *clock), *sent = malloc(cells * sizeof *sent);
+        if (!clock || !sent) st = ts_error(TS_ERR_NOMEM, "plan: out of memory");
+        for (int s = 0; !st && s < p; s++)
+            busy[s] = 0;
+        for (int progress = 1, done = 0; !st && done < p;) {
+            if (!progress) {
+                st = ts_error(TS_ERR_INVALID, "plan: the simulation of the schedule deadlocks");
+                break;
+            }
+            progress = 0, done = 0;
+            for (int s = 0; s < p; s++) {
+                for (; pc[s] < sch[s].nactions; pc[s]++, progress = 1) {
+                    const ts_action *a = &sch[s].actions[pc[s]];
+                    int vs = ts_stage_virtual(order, p, s, a->chunk);
+                    size_t t = (size_t)-1;
+                    double d = -1;
+                    switch (a->kind) {
+                    case TS_ACT_FORWARD: d = f[s]; break;
+                    case TS_ACT_BACKWARD: d = b[s] + w[s]; break;
+                    case TS_ACT_BACKWARD_INPUT: d = b[s]; break;
+                    case TS_ACT_BACKWARD_WEIGHT: d = w[s]; break;
+                    case TS_ACT_SEND_ACT:
+                    case TS_ACT_RECV_GRAD:
+                        t = ((size_t)(a->kind == TS_ACT_RECV_GRAD) * p * chunks + (size_t)vs) * m +
+                            (size_t)a->mb;
+                        break;
+                    case TS_ACT_RECV_ACT:
+                    case TS_ACT_SEND_GRAD:
+                        t = ((size_t)(a->kind == TS_ACT_SEND_GRAD) * p * chunks + (size_t)vs - 1) *
+                                m +
+                            (size_t)a->mb;
+                        break;
+                    default: break;
+                    }
+                    if (d >= 0) {
+                        clock[s] += d;
+                        busy[s] += d;
+                    } else if (t >= cells) {
+                        continue;
+                    } else if (a->kind == TS_ACT_SEND_ACT || a->kind == TS_ACT_SEND_GRAD) {
+                        issued[t] = 1;
+                        sent[t] = clock[s];
+                    } else if (!issued[t]) {
+                        break; /* its send has not run yet */
+                    } else if (sent[t] > clock[s]) {
+                        clock[s] = sent[t];
+                    }
+                }
+                done += pc[s] == sch[s].nactions;
+            }
+        }
+        double end = 0;
+        for (int s = 0; clock && s < p; s++)
+            if (clock[s] > end) end = clock[s];
+        *makespan = end;
+        free(clock);
+        free(sent);
+        for (int s = 0; sch && s < p; s++)
+            ts_schedule_free(&sch[s]);
+        free(sch);
+        free(pc);
+        free(left);
+        free(issued);
+        return st;
+    }
     double now = 0, all_busy = cores > 0 ? fmin(1.0, cores / ranks) : 1.0;
     for (int s = 0; s < p; s++)
         busy[s] = 0;

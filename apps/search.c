@@ -502,6 +502,97 @@ static const char *status_name(int s) {
     }
 }
 
+/* Layout i confirmed: rank 0's whole dry run, then the last stage's with
+ * stage 0's clock (plan_predict simulates the pipeline with both). */
+static void confirm_one(const search *S, int i, result *out) {
+    const layout *L = &S->lay[i];
+    result first = S->res[i], last;
+    if (first.m_run < L->m || first.blocks_run) layout_eval(S, L, 0, 0, NULL, &first);
+    if (first.status == RES_REFUSED) {
+        *out = first;
+        return;
+    }
+    last = first;
+    if (L->pp > 1) layout_eval(S, L, 1, 0, &first.clock, &last);
+    if (last.status == RES_REFUSED) last = first;
+    *out = first;
+    if (last.peak > out->peak)
+        out->peak = last.peak, out->state = last.state, out->acts = last.acts;
+    out->t = last.t; /* from both ends' clocks */
+    out->status = out->peak <= S->cl.memory ? RES_FITS : RES_TOO_BIG;
+    out->confirmed = 1;
+}
+
+/* Layout i, found too big when confirmed, had made others dominated: its
+ * group's with more recomputation, and at zero 1 the same micro-batch's
+ * zero 2 and 3 from its recomputation on. They are screened now, each
+ * group up to the first that fits. */
+static void reopen_dominated(search *S, int i) {
+    const layout *L = &S->lay[i];
+    int base = i - i % REC_KINDS, rec = i % REC_KINDS;
+    int groups[3] = {base, -1, -1}, from[3] = {rec + 1, rec, rec};
+    for (int z = 2, n = 1; L->zero == 1 && z <= 3; z++) {
+        int g = base - (z - 1) * REC_KINDS; /* zero 3, 2, 1, 0 in a micro-batch */
+        if (g >= 0 && S->lay[g].zero == z && S->lay[g].mb == L->mb && S->lay[g].tp == L->tp &&
+            S->lay[g].pp == L->pp && S->lay[g].cp == L->cp && S->lay[g].v == L->v &&
+            S->lay[g].schedule == L->schedule)
+            groups[n++] = g;
+    }
+    for (int q = 0; q < 3; q++) {
+        if (groups[q] < 0) continue;
+        for (int k = from[q]; k < REC_KINDS; k++) {
+            result *r = &S->res[groups[q] + k];
+            if (r->status != RES_DOMINATED) continue;
+            layout_eval(S, &S->lay[groups[q] + k], 0, 1, NULL, r);
+            if (r->status == RES_FITS) break; /* the rest stay dominated */
+        }
+    }
+}
+
+/* confirm_one of idx[0..n), `jobs` at a time, each in a process of its own
+ * (whose dry runs fork their own). */
+static void confirm_all(search *S, const int *idx, int n, int jobs) {
+    if (jobs > 64) jobs = 64;
+    for (int b = 0; b < n; b += jobs) {
+        int m = n - b < jobs ? n - b : jobs, fds[64];
+        pid_t pids[64];
+        fflush(NULL);
+        for (int k = 0; k < m; k++) {
+            int fd[2] = {-1, -1};
+            pids[k] = pipe(fd) == 0 ? fork() : -1;
+            if (pids[k] == 0) {
+                close(fd[0]);
+                result r;
+                confirm_one(S, idx[b + k], &r);
+                ssize_t w = write(fd[1], &r, sizeof r);
+                _exit(w == (ssize_t)sizeof r ? 0 : 1);
+            }
+            if (fd[1] >= 0) close(fd[1]);
+            fds[k] = fd[0];
+        }
+        for (int k = 0; k < m; k++) {
+            result r;
+            size_t got = 0;
+            while (fds[k] >= 0 && got < sizeof r) {
+                ssize_t g = read(fds[k], (char *)&r + got, sizeof r - got);
+                if (g < 0 && errno == EINTR) continue;
+                if (g <= 0) break;
+                got += (size_t)g;
+            }
+            if (fds[k] >= 0) close(fds[k]);
+            if (pids[k] > 0) waitpid(pids[k], NULL, 0);
+            result *out = &S->res[idx[b + k]];
+            if (got == sizeof r) {
+                *out = r;
+            } else {
+                out->status = RES_REFUSED;
+                snprintf(out->why, sizeof out->why, "its confirmation %s",
+                         pids[k] < 0 ? "could not start" : "ended without a result");
+            }
+        }
+    }
+}
+
 /* --- the search ----------------------------------------------------------------- */
 
 /* The model's parameters, from its declaration. */
@@ -563,63 +654,104 @@ static void eval_one(const search *S, double numel, int i, result *r) {
     }
 }
 
-/* Worker `w` of `jobs`: its share of the families. In a family (micro-batch
- * ascending, zero stage descending, recomputation ascending) each group of
- * three recomputations is tried until one fits; when none does, every
- * layout of that group's zero stage or a lower one, at its micro-batch or
- * a larger one, is too big without a dry run (activations grow with the
- * micro-batch, and each zero stage holds at least what the next holds) and
- * is given the failed peak as a lower bound. Results go to `fd`. */
+/* One group (a micro-batch and zero stage; recomputation none, selective,
+ * full at g, g + 1, g + 2): rec in [from, to) tried in order until one fits,
+ * those below `from` too big with floor[k] as their peak's floor, those
+ * from `to` on dominated. Returns the recomputation that fits (REC_KINDS:
+ * none; -1: refused), the smallest peak seen and each one's (`peaks`, may
+ * be NULL; INFINITY where none was seen). */
+static int eval_group(const search *S, double numel, int g, int from, int to, const double *floor,
+                      int fd, double *smallest, double *peaks) {
+    int fit = REC_KINDS;
+    *smallest = INFINITY;
+    for (int k = 0; peaks && k < REC_KINDS; k++)
+        peaks[k] = INFINITY;
+    for (int k = 0; k < REC_KINDS; k++) {
+        result r;
+        memset(&r, 0, sizeof r);
+        if (k < from) {
+            r.status = RES_TOO_BIG;
+            r.bound = 1;
+            r.peak = floor[k];
+        } else if (k >= to || fit < REC_KINDS) {
+            r.status = RES_DOMINATED;
+        } else {
+            eval_one(S, numel, g + k, &r);
+            if (r.status == RES_REFUSED) {
+                /* the others of the group are refused likewise */
+                for (; k < REC_KINDS; k++)
+                    send_result(fd, g + k, &r);
+                return -1;
+            }
+            if (r.status == RES_FITS) fit = k;
+            if (r.peak < *smallest) *smallest = r.peak;
+            if (peaks) peaks[k] = r.peak;
+            if (r.status == RES_STATE_TOO_BIG) {
+                /* recomputation saves no state */
+                for (; k < REC_KINDS; k++) {
+                    if (peaks) peaks[k] = r.peak;
+                    send_result(fd, g + k, &r);
+                }
+                return REC_KINDS;
+            }
+        }
+        send_result(fd, g + k, &r);
+    }
+    return fit;
+}
+
+/* Worker `w` of `jobs`: its share of the families. A family holds, per
+ * micro-batch (ascending), a group per zero stage (3, 2, 1, 0, or 0
+ * alone), each of the three recomputations. Three cuts, none of which
+ * drops a layout that could win (docs/search.md):
+ *  - more recomputation than fits is dominated (more FLOPs, nothing else);
+ *  - a zero stage above 1 at a recomputation where zero 1 fits is
+ *    dominated: it holds less, but moves at least as much (gradients
+ *    reduce-scattered per reduction, zero 3's parameters gathered again)
+ *    for the same FLOPs; zero 1 is tried first;
+ *  - when a group fits with none of the recomputations, every group of its
+ *    zero stage or a lower one, at its micro-batch or a larger one, is too
+ *    big without a dry run (activations grow with the micro-batch, each
+ *    zero stage holds at least what the next holds), with the failed peak
+ *    as a floor.
+ * Results go to `fd`. */
 static void search_worker(const search *S, double numel, int w, int jobs, int fd) {
     for (int f = w; f < S->nfam; f += jobs) {
         int end = S->fam[f + 1];
-        int failed_zero = -1;   /* the last group that did not fit's  */
-        double failed_peak = 0; /* zero stage, and its smallest peak   */
-        for (int g = S->fam[f]; g < end; g += REC_KINDS) {
-            const layout *L = &S->lay[g];
-            if (L->zero <= failed_zero) {
-                result r;
-                memset(&r, 0, sizeof r);
-                r.status = RES_TOO_BIG;
-                r.bound = 1;
-                r.peak = failed_peak;
-                for (int k = 0; k < REC_KINDS; k++)
-                    send_result(fd, g + k, &r);
-                continue;
-            }
-            int fitted = 0;
-            double smallest = INFINITY;
-            for (int k = 0; k < REC_KINDS; k++) {
-                result r;
-                if (fitted) {
-                    memset(&r, 0, sizeof r);
-                    r.status = RES_DOMINATED;
-                    send_result(fd, g + k, &r);
-                    continue;
+        int failed_zero = -1;   /* the highest zero stage found too big */
+        double failed_peak = 0; /* its smallest peak                    */
+        for (int g0 = S->fam[f]; g0 < end;) {
+            /* the groups of this micro-batch: g0 .. g1 */
+            int mb = S->lay[g0].mb, g1 = g0, at[4] = {-1, -1, -1, -1};
+            for (; g1 < end && S->lay[g1].mb == mb; g1 += REC_KINDS)
+                at[S->lay[g1].zero] = g1;
+            double smallest, floor1[REC_KINDS] = {0, 0, 0};
+            int r1 = REC_KINDS; /* where zero 1 fits */
+            for (int z = 0; z < 4; z++)
+                if (at[z] >= 0 && z <= failed_zero) {
+                    double fl[REC_KINDS] = {failed_peak, failed_peak, failed_peak};
+                    eval_group(S, numel, at[z], REC_KINDS, REC_KINDS, fl, fd, &smallest, NULL);
+                    at[z] = -1;
                 }
-                eval_one(S, numel, g + k, &r);
-                send_result(fd, g + k, &r);
-                if (r.status == RES_REFUSED) {
-                    /* the others of the group are refused likewise */
-                    for (int k2 = k + 1; k2 < REC_KINDS; k2++)
-                        send_result(fd, g + k2, &r);
-                    fitted = -1;
-                    break;
-                }
-                fitted = r.status == RES_FITS;
-                if (r.peak < smallest) smallest = r.peak;
-                if (r.status == RES_STATE_TOO_BIG) {
-                    /* recomputation saves no state */
-                    for (int k2 = k + 1; k2 < REC_KINDS; k2++)
-                        send_result(fd, g + k2, &r);
-                    break;
-                }
+            if (at[1] >= 0) {
+                r1 = eval_group(S, numel, at[1], 0, REC_KINDS, NULL, fd, &smallest, floor1);
+                if (r1 == REC_KINDS && failed_zero < 1) failed_zero = 1, failed_peak = smallest;
             }
-            if (fitted == 0) {
-                /* implies every later group of this zero stage or a lower one */
-                failed_zero = L->zero;
-                failed_peak = smallest;
+            for (int z = 2; z <= 3; z++) {
+                if (at[z] < 0) continue;
+                int to = r1 < 0 ? REC_KINDS : r1;
+                int fit = eval_group(S, numel, at[z], 0, to, NULL, fd, &smallest, NULL);
+                if (fit == REC_KINDS && to == REC_KINDS && failed_zero < z)
+                    failed_zero = z, failed_peak = smallest;
             }
+            if (at[0] >= 0) {
+                /* below where zero 1 fits, zero 0 (which holds more) does not */
+                int from = at[1] >= 0 && r1 >= 0 ? r1 : 0;
+                int fit = eval_group(S, numel, at[0], from, REC_KINDS, floor1, fd, &smallest, NULL);
+                if (fit == REC_KINDS && from == 0 && failed_zero < 0)
+                    failed_zero = 0, failed_peak = smallest;
+            }
+            g0 = g1;
         }
     }
     _exit(0);
@@ -789,9 +921,6 @@ int cmd_plan_search(const ts_config *base, const plan_search_opts *o) {
                     if (!strcmp(ts_plugins_name(S.found, k), all[i]))
                         S.plugins[S.nplugins++] = all[i];
     }
-    /* Loaded once here, the plugins and the device's backend (its libraries)
-     * are already mapped in every dry run's process. */
-    if (strcmp(ts_config_str(base, "train", "device"), "cuda") == 0) (void)ts_backend_cuda();
     if (!has_plugin(&S, "dp")) {
         st = ts_error(TS_ERR_PLUGIN, "plan --search: the dp plugin is not installed");
         goto fail;
@@ -828,47 +957,32 @@ int cmd_plan_search(const ts_config *base, const plan_search_opts *o) {
     sort_search = &S;
     qsort(order, (size_t)S.n, sizeof *order, by_step_q);
     int top = o->top > 0 ? o->top : 10;
-    /* Confirm the best: rank 0 with every micro-batch, and the last stage. */
-    for (int rounds = 0; rounds < 8; rounds++) {
-        int changed = 0;
-        for (int k = 0; k < S.n && k < top; k++) {
-            result *r = &S.res[order[k]];
-            const layout *L = &S.lay[order[k]];
-            if (r->status != RES_FITS || r->confirmed) continue;
-            result first = *r, last;
-            if (r->m_run < L->m || r->blocks_run) layout_eval(&S, L, 0, 0, NULL, &first);
+    /* Confirm the best: rank 0 with every micro-batch, and the last stage;
+     * again for those the new order brings into the top. */
+    int *todo = malloc((size_t)(top < S.n ? top : S.n) * sizeof *todo);
+    for (int rounds = 0; todo && rounds < 8; rounds++) {
+        int n = 0;
+        for (int k = 0; k < S.n && k < top; k++)
+            if (S.res[order[k]].status == RES_FITS && !S.res[order[k]].confirmed)
+                todo[n++] = order[k];
+        if (n == 0) break;
+        confirm_all(&S, todo, n, jobs);
+        for (int k = 0; k < n; k++) {
+            const result *r = &S.res[todo[k]];
             if (getenv("TESSERA_SEARCH_TRACE")) {
                 char nm[128];
-                layout_name(L, nm, sizeof nm);
-                fprintf(stderr,
-                        "confirm %s: peak %.6g -> %.6g (%+.3g%%), step %.6g -> %.6g (%+.3g%%)\n",
-                        nm, r->peak, first.peak, 100 * (first.peak / r->peak - 1), r->t.step_s,
-                        first.t.step_s, 100 * (first.t.step_s / r->t.step_s - 1));
+                layout_name(&S.lay[todo[k]], nm, sizeof nm);
+                fprintf(stderr, "confirmed %s: peak %.6g, step %.6g, %s\n", nm, r->peak,
+                        r->t.step_s, status_name(r->status));
             }
-            if (first.status == RES_REFUSED) continue;
-            last = first;
-            if (L->pp > 1) layout_eval(&S, L, 1, 0, &first.clock, &last);
-            if (last.status == RES_REFUSED) last = first;
-            *r = first;
-            if (last.peak > r->peak)
-                r->peak = last.peak, r->state = last.state, r->acts = last.acts;
-            r->t = last.t; /* from both ends' clocks */
-            r->status = r->peak <= S.cl.memory ? RES_FITS : RES_TOO_BIG;
-            r->confirmed = 1;
-            changed = 1;
             /* Too big after all (the last stage holds more): the layouts of
              * its group with more recomputation were marked dominated on its
              * account; they are screened now, up to the first that fits. */
-            for (int j = order[k] + 1;
-                 r->status == RES_TOO_BIG && j % REC_KINDS != 0 && S.res[j].status == RES_DOMINATED;
-                 j++) {
-                layout_eval(&S, &S.lay[j], 0, 1, NULL, &S.res[j]);
-                if (S.res[j].status == RES_FITS) break; /* the rest stay dominated */
-            }
+            if (r->status == RES_TOO_BIG) reopen_dominated(&S, todo[k]);
         }
-        if (!changed) break;
         qsort(order, (size_t)S.n, sizeof *order, by_step_q);
     }
+    free(todo);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     int nfit = 0, nbig = 0, nref = 0, ndom = 0;
@@ -896,8 +1010,9 @@ int cmd_plan_search(const ts_config *base, const plan_search_opts *o) {
                S.shape.model.layers, S.shape.model.d_model, S.shape.model.heads,
                S.shape.global_batch, S.shape.T, ts_dtype_name(S.dtype), S.cl.nodes,
                S.cl.gpus_per_node, mem, S.cl.source);
-        printf("  %d layouts: %d fit, %d do not fit, %d refused by the plugins, %d need no more "
-               "recomputation than a fitting one (%.1f s, %d workers)\n",
+        printf("  %d layouts: %d fit, %d do not fit, %d refused by the plugins, %d dominated (more "
+               "recomputation than a fitting one, or zero 2/3 where zero 1 fits) (%.1f s, %d "
+               "workers)\n",
                S.n, nfit, nbig, nref, ndom, secs, jobs);
         if (nref && why) printf("  e.g. refused: %s\n", why);
         if (nfit == 0) {

@@ -260,6 +260,9 @@ typedef struct ts_backend {
 
 /* The CPU backend: always available, never fails. */
 const ts_backend *ts_backend_cpu(void);
+/* The CUDA backend's sizing rules only (attention state, GEMM scratch; no
+ * kernels), without loading it: the target of a dry run of device = cuda. */
+const ts_backend *ts_backend_cuda_sizes(void);
 /* The CUDA backend's table, without any initialisation (use
  * ts_backend_open), loading tessera-backend-cuda.so if it is not loaded yet;
  * NULL, with the loader's message as the last error, when it cannot be

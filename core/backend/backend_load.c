@@ -21,6 +21,7 @@
  * backend other than "cuda".
  */
 #define _GNU_SOURCE
+#include "cuda/cuda_sizes.h"
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -298,6 +299,26 @@ const char *ts_backend_cuda_path(void) {
 /* ---------------------------------------------------------------------------
  * backend.h
  * ------------------------------------------------------------------------- */
+
+/* The CUDA backend's sizing rules alone (cuda_sizes.h), for dry runs of
+ * device = cuda: the device and the CUDA libraries are not needed. */
+static size_t sizes_work(int N, int C, int OC) {
+    return ts_cuda_matmul_bf16_work_bytes(N, C, OC);
+}
+static size_t sizes_saved(int B, int NH, int T) {
+    return ts_cuda_attention_saved(B, NH, T);
+}
+static size_t sizes_scratch(int B, int NH, int T) {
+    return ts_cuda_attention_scratch(B, NH, T);
+}
+const ts_backend *ts_backend_cuda_sizes(void) {
+    static const ts_backend table = {.kind = TS_DEVICE_CUDA,
+                                     .name = "cuda",
+                                     .matmul_bf16_work_bytes = sizes_work,
+                                     .attention_saved_floats = sizes_saved,
+                                     .attention_scratch_floats = sizes_scratch};
+    return &table;
+}
 
 const ts_backend *ts_backend_cuda(void) {
     const ts_backend_descriptor *d;

@@ -873,13 +873,12 @@ static ts_status trainer_recompute(ts_trainer *t) {
 }
 
 /* The backend of a dry run on [train] device: the device's sizing rules
- * (attention state, GEMM scratch), nothing computed. A build without CUDA
- * plans device = cuda with the CPU's rules (its attention saves more: an
- * upper bound). */
+ * (attention state, GEMM scratch), nothing computed; for device = cuda
+ * without loading the CUDA backend (cuda_sizes.h). */
 static ts_status trainer_plan_backend(const ts_config *cfg, const ts_backend **out) {
-    const ts_backend *target = ts_backend_cpu();
-    if (strcmp(ts_config_str(cfg, "train", "device"), "cuda") == 0 && ts_backend_cuda())
-        target = ts_backend_cuda();
+    const ts_backend *target = strcmp(ts_config_str(cfg, "train", "device"), "cuda") == 0
+                                   ? ts_backend_cuda_sizes()
+                                   : ts_backend_cpu();
     return ts_backend_plan(target, out);
 }
 

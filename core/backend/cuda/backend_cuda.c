@@ -22,6 +22,7 @@
  * (core/backend/backend_load.c), or talk to the core other than through the
  * host table (backend_host.c).
  */
+#include "cuda_sizes.h"
 #include <stdlib.h>
 
 #include "backend.h"
@@ -55,33 +56,15 @@ static ts_status cuda_sumsq(double *out, const float *x, size_t n) {
     return ts_device_copy(out, g_sumsq, sizeof(double));
 }
 
-/* The bf16 GEMMs convert their f32 operands into `work` and multiply a
- * chunk of rows at a time, so that the scratch stays within
- * TESSERA_BF16_GEMM_SCRATCH_KB KiB (default 65536: 64 MiB) however many rows
- * there are — the LM head's backward would otherwise need N x Vp bf16 (1.6 GB
- * for GPT-2 at 16 x 1024 tokens). Rows go in multiples of 64, at least 64. */
-static size_t gemm_scratch_budget(void) {
-    static size_t budget;
-    if (!budget) {
-        const char *env = getenv("TESSERA_BF16_GEMM_SCRATCH_KB");
-        long long kb = env ? atoll(env) : 65536;
-        budget = (size_t)(kb > 0 ? kb : 65536) << 10;
-    }
-    return budget;
-}
+/* The bf16 GEMMs' chunks of rows and their scratch: cuda_sizes.h. */
 static int gemm_chunk_rows(int N, int C, int OC) {
-    size_t per_row = 2 * ((size_t)C + (size_t)OC), rows = gemm_scratch_budget() / per_row;
-    rows = rows < 64 ? 64 : rows / 64 * 64;
-    return rows >= (size_t)N ? N : (int)rows;
+    return ts_cuda_gemm_chunk_rows(N, C, OC);
 }
-/* work: rows x C then rows x OC bf16, each 256-byte aligned (cuBLAS picks
- * its tensor-core kernels by alignment). */
 static size_t bf16_bytes(size_t n) {
-    return (n * sizeof(uint16_t) + 255) / 256 * 256;
+    return ts_cuda_bf16_bytes(n);
 }
 static size_t cuda_matmul_bf16_work_bytes(int N, int C, int OC) {
-    size_t rows = (size_t)gemm_chunk_rows(N, C, OC);
-    return bf16_bytes(rows * C) + bf16_bytes(rows * OC);
+    return ts_cuda_matmul_bf16_work_bytes(N, C, OC);
 }
 static ts_status cuda_matmul_forward_bf16(float *out, void *work, const float *inp,
                                           const uint16_t *weight, const float *bias, int N, int C,
@@ -115,13 +98,13 @@ static ts_status cuda_bias_gelu_forward(float *out, float *pre, const float *bia
     return ts_cuda_bias_gelu_forward(out, pre, pre, bias, N, C, round_bf16);
 }
 
-/* Saved: lse (B, NH, T); the backward recomputes the probabilities. */
+/* Saved: lse (B, NH, T); the backward recomputes the probabilities
+ * (cuda_sizes.h). */
 static size_t cuda_attention_saved(int B, int NH, int T) {
-    return (size_t)B * NH * T;
+    return ts_cuda_attention_saved(B, NH, T);
 }
 static size_t cuda_attention_scratch(int B, int NH, int T) {
-    (void)B, (void)NH, (void)T;
-    return 0;
+    return ts_cuda_attention_scratch(B, NH, T);
 }
 static ts_status cuda_attention_backward(float *dqkv, float *scratch, const float *dout,
                                          const float *qkv, const float *out, const float *saved,
