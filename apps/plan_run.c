@@ -189,6 +189,31 @@ void plan_numbers_into(const plan_numbers *n, plan_result *r) {
     r->clock = n->clock;
 }
 
+/* Action a of stage s in the simulation: its seconds (a computation), or
+ * -1 and *t, the transfer it sends or receives (cells: a direction, a
+ * virtual stage, a micro-batch; (size_t)-1 for neither). */
+static double plan_action_cost(const ts_action *a, int p, int chunks, int m, int order, int s,
+                               const double *f, const double *b, const double *w, size_t *t) {
+    int vs = ts_stage_virtual(order, p, s, a->chunk);
+    *t = (size_t)-1;
+    switch (a->kind) {
+    case TS_ACT_FORWARD: return f[s];
+    case TS_ACT_BACKWARD: return b[s] + w[s];
+    case TS_ACT_BACKWARD_INPUT: return b[s];
+    case TS_ACT_BACKWARD_WEIGHT: return w[s];
+    case TS_ACT_SEND_ACT:
+    case TS_ACT_RECV_GRAD:
+        *t = ((size_t)(a->kind == TS_ACT_RECV_GRAD) * p * chunks + (size_t)vs) * m + (size_t)a->mb;
+        return -1;
+    case TS_ACT_RECV_ACT:
+    case TS_ACT_SEND_GRAD:
+        *t = ((size_t)(a->kind == TS_ACT_SEND_GRAD) * p * chunks + (size_t)vs - 1) * m +
+             (size_t)a->mb;
+        return -1;
+    default: return -1;
+    }
+}
+
 /* Stage s, idle, runs its actions up to a computation (started: left[s]
  * >= 0) or a receive whose send has not run. */
 static void plan_shared_advance(const ts_schedule *sch, int p, int chunks, int m, int order,
@@ -196,25 +221,8 @@ static void plan_shared_advance(const ts_schedule *sch, int p, int chunks, int m
                                 size_t cells, int s, int *pc, double *left) {
     while (left[s] < 0 && pc[s] < sch[s].nactions) {
         const ts_action *a = &sch[s].actions[pc[s]];
-        int vs = ts_stage_virtual(order, p, s, a->chunk);
-        size_t t = 0;
-        switch (a->kind) {
-        case TS_ACT_FORWARD: left[s] = f[s]; break;
-        case TS_ACT_BACKWARD: left[s] = b[s] + w[s]; break;
-        case TS_ACT_BACKWARD_INPUT: left[s] = b[s]; break;
-        case TS_ACT_BACKWARD_WEIGHT: left[s] = w[s]; break;
-        case TS_ACT_SEND_ACT:
-        case TS_ACT_RECV_GRAD:
-            t = ((size_t)(a->kind == TS_ACT_RECV_GRAD) * p * chunks + (size_t)vs) * m +
-                (size_t)a->mb;
-            break;
-        case TS_ACT_RECV_ACT:
-        case TS_ACT_SEND_GRAD:
-            t = ((size_t)(a->kind == TS_ACT_SEND_GRAD) * p * chunks + (size_t)vs - 1) * m +
-                (size_t)a->mb;
-            break;
-        default: break;
-        }
+        size_t t;
+        left[s] = plan_action_cost(a, p, chunks, m, order, s, f, b, w, &t);
         if (left[s] >= 0) return; /* started */
         if (a->kind == TS_ACT_SEND_ACT || a->kind == TS_ACT_SEND_GRAD) {
             if (t < cells) issued[t] = 1;
@@ -272,28 +280,10 @@ static ts_status plan_makespan(ts_plugins *reg, const ts_mesh *mesh, int chunks,
             progress = 0, done = 0;
             for (int s = 0; s < p; s++) {
                 for (; pc[s] < sch[s].nactions; pc[s]++, progress = 1) {
+                    size_t t;
+                    double d = plan_action_cost(&sch[s].actions[pc[s]], p, chunks, m, order, s, f,
+                                                b, w, &t);
                     const ts_action *a = &sch[s].actions[pc[s]];
-                    int vs = ts_stage_virtual(order, p, s, a->chunk);
-                    size_t t = (size_t)-1;
-                    double d = -1;
-                    switch (a->kind) {
-                    case TS_ACT_FORWARD: d = f[s]; break;
-                    case TS_ACT_BACKWARD: d = b[s] + w[s]; break;
-                    case TS_ACT_BACKWARD_INPUT: d = b[s]; break;
-                    case TS_ACT_BACKWARD_WEIGHT: d = w[s]; break;
-                    case TS_ACT_SEND_ACT:
-                    case TS_ACT_RECV_GRAD:
-                        t = ((size_t)(a->kind == TS_ACT_RECV_GRAD) * p * chunks + (size_t)vs) * m +
-                            (size_t)a->mb;
-                        break;
-                    case TS_ACT_RECV_ACT:
-                    case TS_ACT_SEND_GRAD:
-                        t = ((size_t)(a->kind == TS_ACT_SEND_GRAD) * p * chunks + (size_t)vs - 1) *
-                                m +
-                            (size_t)a->mb;
-                        break;
-                    default: break;
-                    }
                     if (d >= 0) {
                         clock[s] += d;
                         busy[s] += d;
