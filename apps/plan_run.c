@@ -307,13 +307,7 @@ static ts_status plan_makespan(ts_plugins *reg, const ts_mesh *mesh, int chunks,
         *makespan = end;
         free(clock);
         free(sent);
-        for (int s = 0; sch && s < p; s++)
-            ts_schedule_free(&sch[s]);
-        free(sch);
-        free(pc);
-        free(left);
-        free(issued);
-        return st;
+        goto out;
     }
     double now = 0, all_busy = cores > 0 ? fmin(1.0, cores / ranks) : 1.0;
     for (int s = 0; s < p; s++)
@@ -353,6 +347,7 @@ static ts_status plan_makespan(ts_plugins *reg, const ts_mesh *mesh, int chunks,
         }
     }
     *makespan = now;
+out:
     for (int s = 0; sch && s < p; s++)
         ts_schedule_free(&sch[s]);
     free(sch);

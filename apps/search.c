@@ -959,30 +959,30 @@ int cmd_plan_search(const ts_config *base, const plan_search_opts *o) {
     int top = o->top > 0 ? o->top : 10;
     /* Confirm the best: rank 0 with every micro-batch, and the last stage;
      * again for those the new order brings into the top. */
-    int *todo = malloc((size_t)(top < S.n ? top : S.n) * sizeof *todo);
-    for (int rounds = 0; todo && rounds < 8; rounds++) {
+    int *pending = malloc((size_t)(top < S.n ? top : S.n) * sizeof *pending);
+    for (int rounds = 0; pending && rounds < 8; rounds++) {
         int n = 0;
         for (int k = 0; k < S.n && k < top; k++)
             if (S.res[order[k]].status == RES_FITS && !S.res[order[k]].confirmed)
-                todo[n++] = order[k];
+                pending[n++] = order[k];
         if (n == 0) break;
-        confirm_all(&S, todo, n, jobs);
+        confirm_all(&S, pending, n, jobs);
         for (int k = 0; k < n; k++) {
-            const result *r = &S.res[todo[k]];
+            const result *r = &S.res[pending[k]];
             if (getenv("TESSERA_SEARCH_TRACE")) {
                 char nm[128];
-                layout_name(&S.lay[todo[k]], nm, sizeof nm);
+                layout_name(&S.lay[pending[k]], nm, sizeof nm);
                 fprintf(stderr, "confirmed %s: peak %.6g, step %.6g, %s\n", nm, r->peak,
                         r->t.step_s, status_name(r->status));
             }
             /* Too big after all (the last stage holds more): the layouts of
              * its group with more recomputation were marked dominated on its
              * account; they are screened now, up to the first that fits. */
-            if (r->status == RES_TOO_BIG) reopen_dominated(&S, todo[k]);
+            if (r->status == RES_TOO_BIG) reopen_dominated(&S, pending[k]);
         }
         qsort(order, (size_t)S.n, sizeof *order, by_step_q);
     }
-    free(todo);
+    free(pending);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     int nfit = 0, nbig = 0, nref = 0, ndom = 0;
