@@ -105,6 +105,16 @@ int plan_chunks(const ts_mesh *mesh, const ts_layout_plan *plan) {
     return top >= 0 ? (top + 1) / pp : 1;
 }
 
+ts_status plan_stage_schedule(ts_plugins *reg, int stages, int stage, int micro_batches, int chunks,
+                              ts_schedule *out) {
+    ts_plugin_schedule_args args = {.struct_size = sizeof args,
+                                    .stages = stages,
+                                    .stage = stage,
+                                    .micro_batches = micro_batches,
+                                    .chunks = chunks};
+    return ts_plugins_schedule(reg, ts_plugins_scheduler_name(reg, 0), &args, out);
+}
+
 ts_status plan_pipeline(ts_plugins *reg, const ts_mesh *mesh, int chunks, const ts_train_shape *sh,
                         int f, int b, int w, ts_schedule_sim *sim) {
     memset(sim, 0, sizeof *sim);
@@ -113,14 +123,8 @@ ts_status plan_pipeline(ts_plugins *reg, const ts_mesh *mesh, int chunks, const 
     ts_schedule *per_stage = calloc((size_t)pp, sizeof *per_stage);
     if (!per_stage) return ts_error(TS_ERR_NOMEM, "plan: out of memory");
     ts_status st = TS_OK;
-    for (int s = 0; s < pp && !st; s++) {
-        ts_plugin_schedule_args args = {.struct_size = sizeof args,
-                                        .stages = pp,
-                                        .stage = s,
-                                        .micro_batches = sh->micro_batches,
-                                        .chunks = chunks};
-        st = ts_plugins_schedule(reg, ts_plugins_scheduler_name(reg, 0), &args, &per_stage[s]);
-    }
+    for (int s = 0; s < pp && !st; s++)
+        st = plan_stage_schedule(reg, pp, s, sh->micro_batches, chunks, &per_stage[s]);
     ts_schedule_shape shape = {pp, sh->micro_batches, chunks, f, b, w, ts_plugins_stage_order(reg)};
     if (!st) st = ts_schedule_simulate_shape(&shape, per_stage, sim);
     for (int s = 0; s < pp; s++)
@@ -255,15 +259,10 @@ static ts_status plan_makespan(ts_plugins *reg, const ts_mesh *mesh, int chunks,
     char *issued = calloc(cells, 1);
     ts_status st = TS_OK;
     if (!sch || !pc || !left || !issued) st = ts_error(TS_ERR_NOMEM, "plan: out of memory");
-    for (int s = 0; s < p && !st; s++) {
-        ts_plugin_schedule_args args = {.struct_size = sizeof args,
-                                        .stages = p,
-                                        .stage = s,
-                                        .micro_batches = m,
-                                        .chunks = chunks};
-        st = ts_plugins_schedule(reg, ts_plugins_scheduler_name(reg, 0), &args, &sch[s]);
+    for (int s = 0; s < p && left; s++)
         left[s] = -1;
-    }
+    for (int s = 0; s < p && !st; s++)
+        st = plan_stage_schedule(reg, p, s, m, chunks, &sch[s]);
     int order = ts_plugins_stage_order(reg);
     if (!st && cores <= 0) {
         /* A device each: every stage keeps its own clock, a receive moves it

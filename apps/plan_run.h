@@ -48,6 +48,11 @@ ts_status plan_dry_run(const ts_config *cfg, ts_plugins *reg, const ts_mesh_size
  * without stages). */
 int plan_chunks(const ts_mesh *mesh, const ts_layout_plan *plan);
 
+/* The list of actions stage `stage` of `stages` runs under the registered
+ * scheduler, `chunks` model chunks a rank. */
+ts_status plan_stage_schedule(ts_plugins *reg, int stages, int stage, int micro_batches, int chunks,
+                              ts_schedule *out);
+
 /* The pipeline schedule every stage would run (`chunks` per rank),
  * simulated with one forward `f`, backward (its input part when split) `b`
  * and weight part `w` units: *sim is empty (stages 0) without a registered

@@ -213,11 +213,10 @@ static void layout_sets(const search *S, const layout *L, char *buf, size_t size
 
 static void layout_name(const layout *L, char *buf, size_t size) {
     char sched[32] = "";
-    if (L->pp > 1)
-        snprintf(sched, sizeof sched, " %s%s", L->schedule,
-                 L->v > 1 && !strcmp(L->schedule, "interleaved") ? "" : "");
     if (L->pp > 1 && !strcmp(L->schedule, "interleaved"))
         snprintf(sched, sizeof sched, " interleaved v%d", L->v);
+    else if (L->pp > 1)
+        snprintf(sched, sizeof sched, " %s", L->schedule);
     char ep[16] = "";
     if (L->ep > 1) snprintf(ep, sizeof ep, " ep %d", L->ep);
     snprintf(buf, size, "tp %d cp %d pp %d dp %d%s%s mb %d zero %d %s", L->tp, L->cp, L->pp, L->dp,
@@ -294,12 +293,10 @@ static ts_status layout_config(const search *S, const layout *L, ts_config **out
 /* Stage 0's schedule at `m` micro-batches: its most micro-batches in
  * flight and deferred weight parts (-1, -1 when it cannot be made). */
 static void stage0_peaks(ts_plugins *reg, int pp, int v, int m, int *in_flight, int *deferred) {
-    ts_plugin_schedule_args args = {
-        .struct_size = sizeof args, .stages = pp, .stage = 0, .micro_batches = m, .chunks = v};
     ts_schedule s;
     memset(&s, 0, sizeof s);
     *in_flight = *deferred = -1;
-    if (ts_plugins_schedule(reg, ts_plugins_scheduler_name(reg, 0), &args, &s) == TS_OK) {
+    if (plan_stage_schedule(reg, pp, 0, m, v, &s) == TS_OK) {
         *in_flight = ts_schedule_peak_in_flight(&s);
         *deferred = ts_schedule_peak_deferred(&s);
     }
@@ -615,7 +612,10 @@ static double model_numel(const ts_train_shape *sh) {
 
 /* A lower bound of the model state one rank holds: P / (tp pp) parameters
  * (the average of the stages; the largest holds at least that) at the
- * bytes per parameter the zero stage leaves whole, the rest over dp. */
+ * bytes per parameter the zero stage leaves whole, the rest over dp. With
+ * experts over ep, P / (tp pp ep cp): experts are cut ep ways and their
+ * optimizer state over edp = tp cp dp / (ep etp), so a rank holds at least
+ * that share of every kind of parameter. */
 static double state_floor(const search *S, const layout *L, double numel) {
     double wb = S->dtype == TS_BF16 ? 2.0 : 4.0;
     double opt = S->dtype == TS_BF16 ? 12.0 : 8.0; /* master? + m + v */
@@ -624,7 +624,8 @@ static double state_floor(const search *S, const layout *L, double numel) {
                  : L->zero == 1 ? wb + g + opt / dp
                  : L->zero == 2 ? wb + (g + opt) / dp
                                 : (wb + g + opt) / dp;
-    return numel / ((double)L->tp * L->pp * (L->ep > 1 ? 1 : 1)) * per;
+    double cut = (double)L->tp * L->pp * (L->ep > 1 ? (double)L->ep * L->cp : 1.0);
+    return numel / cut * per;
 }
 
 static void send_result(int fd, int i, const result *r) {

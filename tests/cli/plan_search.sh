@@ -19,8 +19,11 @@
 #     scales the communication a step waits for once, in the last
 #     micro-batch's backward, with the micro-batches: up to +4.7 % here;
 #     memory down to -2.6 % with zb_v and zero 2; docs/search.md);
+#   - a layout whose model state alone was judged over the device (dense and
+#     MoE with ep) holds at least that floor in its dry run;
 #   - `mpirun -np 2 tessera plan --calibrate --cluster FILE --search` writes
-#     a cluster file the search reads, atomically (no FILE.tmp left).
+#     a cluster file the search reads, atomically (no FILE.tmp left); without
+#     --cluster, or for device = cuda, it is refused and writes nothing.
 # Usage: plan_search.sh TESSERA SRC
 . "$2/tests/cli/multirank.sh"
 cat > small.ini <<'INI'
@@ -108,6 +111,39 @@ cluster enough.ini memory_gb=$(python3 -c "print($bytes / 1e9 * 1.0001)")
 cluster half.ini memory_gb=$(python3 -c "print($bytes / 2e9)")
 expect_rc half 1 'no layout fits' plan small.ini --search --cluster half.ini
 echo "ok smallest: $need GB said, $bytes bytes fit"
+# A layout not dry-run because its model state alone is over the device:
+# the floor it was given is at most what its dry run holds (dense, and MoE
+# with ep, whose experts and their optimizer state are cut further).
+sed 's/^heads = 4/heads = 4\nexperts = 4\nmoe_every = 2/' small.ini > moe.ini
+for cfg in small.ini moe.ini; do
+    "$TESSERA" plan $cfg --search --cluster tiny.ini --json > floor.json
+    python3 - <<'PY' > floor.txt || fail "no state_too_big layouts in $cfg"
+import json
+L = [l for l in json.load(open("floor.json"))["layouts"] if l["status"] == "state_too_big"]
+assert L
+pick = [l for l in L if l["ep"] > 1][:12] + [l for l in L if l["ep"] == 1][:4]
+for l in pick:
+    print("%.0f %s" % (l["state_bytes_at_least"], l["sets"]))
+PY
+    checked=0
+    while read -r floor sets; do
+        # a layout the plugins refuse (zero 2/3 of experts over ep) has no state
+        # shellcheck disable=SC2086
+        "$TESSERA" plan $cfg --world 8 --json $sets > one.json 2> one.err || {
+            grep -q "plugin '" one.err || { cat one.err; fail "$cfg: plan failed: $sets"; }
+            continue
+        }
+        python3 -c "
+import json
+m = json.load(open('one.json'))['memory']
+state = m['params'] + m['grads'] + m['optimizer']
+assert state >= $floor, (state, $floor)
+" || fail "$cfg: a state floor above the state: $sets"
+        checked=$((checked + 1))
+    done < floor.txt
+    [ $checked -ge 3 ] || fail "$cfg: $checked state floors checked"
+    echo "ok state floors ($cfg): $checked checked, each at most the dry run's state"
+done
 
 # --- the search --------------------------------------------------------------------
 cluster c.ini memory_gb=0.02
@@ -230,4 +266,7 @@ grep -qE 'on 1 nodes x 2 devices' cal.txt || { cat cal.txt; fail "the search did
 "$TESSERA" plan small.ini --world 2 --set parallel.plugins=dp --cluster cal.ini | grep -E 'predicted step of rank 0' ||
     fail "the calibrated file does not load"
 expect_rc cal_no_file 2 'plan --calibrate needs --cluster FILE' plan small.ini --calibrate
+expect_rc cal_cuda 2 'plan --calibrate measures this machine.s CPU kernels and MPI: \[train\] device = cpu' \
+    plan small.ini --calibrate --cluster x.ini --set train.device=cuda
+[ ! -e x.ini ] || fail "a refused calibration wrote x.ini"
 echo PASS
