@@ -62,18 +62,21 @@ static const char *usage_train =
     "  --set section.key=value   override one key (repeatable)\n";
 
 static const char *usage_export =
-    "usage: tessera export CONFIG --out PATH [--format llmc|safetensors] [--checkpoint CKPT]\n"
-    "                      [--set ...]\n"
+    "usage: tessera export CONFIG --out PATH [--format llmc|safetensors] [--dtype f32|bf16]\n"
+    "                      [--checkpoint CKPT] [--set ...]\n"
     "\n"
-    "Writes the model's weights as an llm.c GPT-2 checkpoint (version 3, f32);\n"
-    "a mixture-of-experts model, which llm.c cannot hold, as tessera's raw weights\n"
-    "(the same 1024-byte header, magic 20260601, then every parameter in f32).\n"
-    "The weights come from CKPT, else from the newest checkpoint in\n"
-    "[train] checkpoint_dir, else from the model's initialisation ([model] init).\n"
+    "Writes the model's weights, whole, as an llm.c GPT-2 checkpoint (version 3,\n"
+    "or 5 in bf16); a mixture-of-experts model, which llm.c cannot hold, as\n"
+    "tessera's raw weights (the same 1024-byte header, magic 20260601, then every\n"
+    "parameter in f32), or as safetensors. The weights come from CKPT (of any\n"
+    "topology), else from the newest checkpoint in [train] checkpoint_dir, else\n"
+    "from the model's initialisation ([model] init).\n"
     "\n"
     "  --out PATH         the file to write (atomically)\n"
     "  --format F         llmc (default), or safetensors: transformers' GPT-2 names and\n"
-    "                     shapes (its Conv1D weights as [in, out]), f32\n"
+    "                     shapes (its Conv1D weights as [in, out]), experts as\n"
+    "                     h.L.mlp.experts.K.*, the shape keys in its metadata\n"
+    "  --dtype D          f32 (default) or bf16 (rounded to nearest even)\n"
     "  --checkpoint CKPT  a tessera checkpoint (directory, or an earlier build's file)\n"
     "                     to take the weights from\n"
     "  --set section.key=value   override one key (repeatable)\n";
@@ -189,6 +192,7 @@ typedef struct cli_opts {
     const char *out;              /* export --out            */
     const char *checkpoint;       /* export --checkpoint     */
     const char *format;           /* export --format         */
+    const char *dtype;            /* export --dtype          */
     const char *prompt;           /* sample --prompt         */
     const char *prompt_ids;       /* sample --prompt-tokens  */
     const char *tokens;           /* sample --tokens         */
@@ -227,6 +231,8 @@ static ts_status load_config(int argc, char **argv, cli_opts *opts, ts_config **
             opts->checkpoint = argv[++i];
         } else if (opts && strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
             opts->format = argv[++i];
+        } else if (opts && strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
+            opts->dtype = argv[++i];
         } else if (opts && strcmp(argv[i], "--prompt") == 0 && i + 1 < argc) {
             opts->prompt = argv[++i];
         } else if (opts && strcmp(argv[i], "--prompt-tokens") == 0 && i + 1 < argc) {
@@ -390,6 +396,12 @@ static int cmd_export(int argc, char **argv) {
         fprintf(stderr, "tessera export: --format %s: expected llmc or safetensors\n", opts.format);
         return 2;
     }
+    if (opts.dtype && strcmp(opts.dtype, "f32") != 0 && strcmp(opts.dtype, "bf16") != 0) {
+        ts_plugins_destroy(reg);
+        ts_config_destroy(cfg);
+        fprintf(stderr, "tessera export: --dtype %s: expected f32 or bf16\n", opts.dtype);
+        return 2;
+    }
     /* Export what a checkpoint holds, not what resume would do. */
     char latest[4096];
     const char *checkpoint = NULL;
@@ -397,7 +409,9 @@ static int cmd_export(int argc, char **argv) {
     ts_trainer *t = NULL;
     if (!st) st = ts_trainer_create(cfg, NULL, NULL, &t);
     if (!st && checkpoint) st = ts_trainer_load(t, checkpoint);
-    if (!st) st = ts_trainer_export(t, opts.out, opts.format);
+    if (!st)
+        st = ts_trainer_export(t, opts.out, opts.format,
+                               opts.dtype && strcmp(opts.dtype, "bf16") == 0);
     if (!st)
         printf("exported %s (step %lld, from %s)\n", opts.out, (long long)ts_trainer_state(t)->step,
                checkpoint ? checkpoint : "initialisation");

@@ -22,6 +22,8 @@
 
 #define LLMC_MAGIC 20240326
 #define LLMC_HEADER_INTS 256
+/* tessera's raw weights (a mixture of experts, which llm.c cannot hold). */
+#define TS_RAW_MAGIC 20260601
 
 /* llm.c's parameter groups, and our per-layer name pattern for each. */
 static const char *llmc_groups[16] = {"wte",
@@ -95,12 +97,29 @@ static ts_status llmc_header(const char *path, int32_t *h, FILE **fout) {
         return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: shorter than its 1024-byte header",
                         path);
     }
-    if (h[0] != LLMC_MAGIC) {
+    if (h[0] != LLMC_MAGIC && h[0] != TS_RAW_MAGIC) {
         fclose(f);
-        return ts_error(TS_ERR_FORMAT, "llm.c checkpoint %s: wrong magic %d (expected %d)", path,
-                        h[0], LLMC_MAGIC);
+        return ts_error(TS_ERR_FORMAT,
+                        "llm.c checkpoint %s: wrong magic %d (expected %d, or %d for tessera's raw "
+                        "weights)",
+                        path, h[0], LLMC_MAGIC, TS_RAW_MAGIC);
     }
-    if (h[1] != 3 && h[1] != 5) {
+    if (h[0] == TS_RAW_MAGIC && h[1] != 1) {
+        fclose(f);
+        return ts_error(TS_ERR_FORMAT, "raw weights %s: version %d (readable: 1)", path, h[1]);
+    }
+    /* Raw weights' mixture of experts: experts, moe_every, expert_hidden,
+     * top_k (experts 0: none, the other three then unused). */
+    if (h[0] == TS_RAW_MAGIC && (h[8] < 0 || h[8] > 65536 ||
+                                 (h[8] > 0 && (h[9] < 1 || h[10] < 1 || h[11] < 1 ||
+                                               h[11] > h[8])))) {
+        fclose(f);
+        return ts_error(TS_ERR_FORMAT,
+                        "raw weights %s: header experts=%d moe_every=%d expert_hidden=%d top_k=%d "
+                        "is not a mixture of experts (a corrupt file?)",
+                        path, h[8], h[9], h[10], h[11]);
+    }
+    if (h[0] == LLMC_MAGIC && h[1] != 3 && h[1] != 5) {
         fclose(f);
         return ts_error(TS_ERR_FORMAT,
                         "llm.c checkpoint %s: version %d (readable: 3 = f32, 5 = bf16)", path,
@@ -143,6 +162,13 @@ ts_status ts_llmc_read_config(const char *path, ts_model_config *cfg) {
     cfg->heads = h[5];
     cfg->d_model = h[6];
     cfg->padded_vocab = h[7];
+    cfg->experts = 0;
+    if (h[0] == TS_RAW_MAGIC && h[8] > 0) {
+        cfg->experts = h[8];
+        cfg->moe_every = h[9];
+        cfg->expert_hidden = h[10];
+        cfg->top_k = h[11];
+    }
     return TS_OK;
 }
 
@@ -174,22 +200,20 @@ static ts_status llmc_read_param(const llmc_param *p, void *arg) {
 }
 
 ts_status ts_llmc_load(const char *path, const ts_model *m, float *full) {
-    if (m->cfg.experts > 0)
-        return ts_error(TS_ERR_CONFIG,
-                        "%s: llm.c's GPT-2 checkpoints have no mixture of experts, and [model] "
-                        "experts = %d",
-                        path, m->cfg.experts);
     int32_t h[LLMC_HEADER_INTS];
     FILE *f = NULL;
     TS_TRY(llmc_header(path, h, &f));
     const ts_model_config *c = &m->cfg;
+    int raw = h[0] == TS_RAW_MAGIC, experts = raw ? h[8] : 0;
     if (h[2] != c->context || h[3] != c->vocab || h[4] != c->layers || h[5] != c->heads ||
-        h[6] != c->d_model || h[7] != c->padded_vocab) {
+        h[6] != c->d_model || h[7] != c->padded_vocab || experts != c->experts ||
+        (experts > 0 && (h[9] != c->moe_every || h[10] != c->expert_hidden))) {
         fclose(f);
         return ts_error(TS_ERR_FORMAT,
-                        "llm.c checkpoint %s: shape maxT=%d V=%d L=%d NH=%d C=%d Vp=%d "
-                        "differs from the model",
-                        path, h[2], h[3], h[4], h[5], h[6], h[7]);
+                        "%s %s: shape maxT=%d V=%d L=%d NH=%d C=%d Vp=%d experts=%d differs from "
+                        "the model",
+                        raw ? "raw weights" : "llm.c checkpoint", path, h[2], h[3], h[4], h[5],
+                        h[6], h[7], experts);
     }
     size_t esz = h[1] == 5 ? 2 : 4;
     struct stat sb;
@@ -201,7 +225,9 @@ ts_status ts_llmc_load(const char *path, const ts_model *m, float *full) {
                         (long long)sb.st_size, want);
     }
     llmc_reader r = {f, path, h[1] == 5, full};
-    ts_status s = llmc_each(m, llmc_read_param, &r);
+    /* Raw weights are the flat layout itself, in the declared order. */
+    llmc_param all = {"the parameters", 0, m->global_numel};
+    ts_status s = raw ? llmc_read_param(&all, &r) : llmc_each(m, llmc_read_param, &r);
     fclose(f);
     return s;
 }
@@ -225,7 +251,6 @@ static ts_status llmc_write_param(const llmc_param *p, void *arg) {
  * TS_RAW_MAGIC, version 1, the shape, then experts, moe_every,
  * expert_hidden, top_k) and every parameter in f32, in the order the
  * architecture declares them. */
-#define TS_RAW_MAGIC 20260601
 static ts_status raw_save(const char *path, const ts_model *m, const float *full) {
     int32_t h[LLMC_HEADER_INTS];
     memset(h, 0, sizeof h);
@@ -239,12 +264,17 @@ static ts_status raw_save(const char *path, const ts_model *m, const float *full
     return ts_write_atomic(path, 2, bufs, sizes);
 }
 
-ts_status ts_llmc_save(const char *path, const ts_model *m, const float *full) {
+ts_status ts_llmc_save(const char *path, const ts_model *m, const float *full, int bf16) {
+    if (m->cfg.experts > 0 && bf16)
+        return ts_error(TS_ERR_CONFIG,
+                        "%s: raw weights of a mixture of experts are f32 only; bf16 is written "
+                        "as safetensors (--format safetensors)",
+                        path);
     if (m->cfg.experts > 0) return raw_save(path, m, full);
     int32_t h[LLMC_HEADER_INTS];
     memset(h, 0, sizeof h);
     h[0] = LLMC_MAGIC;
-    h[1] = 3;
+    h[1] = bf16 ? 5 : 3;
     h[2] = m->cfg.context;
     h[3] = m->cfg.vocab;
     h[4] = m->cfg.layers;
@@ -255,11 +285,15 @@ ts_status ts_llmc_save(const char *path, const ts_model *m, const float *full) {
     if (!out) return TS_ERR_NOMEM;
     llmc_writer w = {out, 0, full};
     ts_status s = llmc_each(m, llmc_write_param, &w);
+    uint16_t *half = bf16 && !s ? ts_mem_alloc(TS_MEM_OTHER, m->global_numel * 2) : NULL;
+    if (bf16 && !s && !half) s = TS_ERR_NOMEM;
+    if (half) ts_cpu_f32_to_bf16(half, out, m->global_numel);
     if (!s) {
-        const void *bufs[2] = {h, out};
-        size_t sizes[2] = {sizeof h, m->global_numel * sizeof(float)};
+        const void *bufs[2] = {h, half ? (const void *)half : out};
+        size_t sizes[2] = {sizeof h, m->global_numel * (bf16 ? 2 : sizeof(float))};
         s = ts_write_atomic(path, 2, bufs, sizes);
     }
+    ts_mem_free(half);
     ts_mem_free(out);
     return s;
 }

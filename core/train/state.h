@@ -162,22 +162,29 @@ void ts_ckpt_reader_close(ts_ckpt_reader *r);
 ts_status ts_checkpoint_load(const char *path, const ts_model *m, ts_ckpt_meta *meta, float *master,
                              float *mom1, float *mom2);
 
-/* Reads the model shape from an llm.c checkpoint's header. */
+/* Reads the model shape from an llm.c checkpoint's header, or from the
+ * header of tessera's raw weights (magic 20260601, a mixture of experts'
+ * keys too). */
 ts_status ts_llmc_read_config(const char *path, ts_model_config *cfg);
-/* Reads the weights of an llm.c checkpoint (whose shape must be the
- * model's) into `full`, the unsharded flat f32 layout. */
+/* Reads the weights of an llm.c checkpoint or of raw weights (whose shape
+ * must be the model's) into `full`, the unsharded flat f32 layout. */
 ts_status ts_llmc_load(const char *path, const ts_model *m, float *full);
-/* Writes `full` (unsharded flat f32) as an llm.c version-3 checkpoint,
- * atomically. */
-ts_status ts_llmc_save(const char *path, const ts_model *m, const float *full);
+/* Writes `full` (unsharded flat f32) as an llm.c checkpoint, version 3
+ * (f32) or 5 (bf16: rounded to nearest even), atomically; a mixture of
+ * experts, which llm.c has not, as raw weights (f32 only). */
+ts_status ts_llmc_save(const char *path, const ts_model *m, const float *full, int bf16);
 
-/* transformers' GPT-2 weights as a safetensors file (safetensors.c):
- * read_config takes layers, d_model, vocab and context from it (heads are
- * not in the weights); load reads it into `full` (unsharded flat f32, the
- * model's shape); save writes `full` in f32, atomically. */
+/* transformers' GPT-2 weights, dense or with DESIGN.md's mixture-of-experts
+ * names, as a safetensors file (safetensors.c): read_config takes layers,
+ * d_model, vocab and context from the tensors, heads, experts, moe_every,
+ * expert_hidden and top_k from the metadata (experts, moe_every and
+ * expert_hidden from the tensors when it has none) and leaves what the
+ * file does not say; load reads it into `full` (unsharded flat f32, the
+ * model's shape), refusing a block whose MLP differs from the model's;
+ * save writes `full` in f32 or (bf16) rounded to bf16, atomically. */
 ts_status ts_safetensors_read_config(const char *path, ts_model_config *cfg);
 ts_status ts_safetensors_load(const char *path, const ts_model *m, float *full);
-ts_status ts_safetensors_save(const char *path, const ts_model *m, const float *full);
+ts_status ts_safetensors_save(const char *path, const ts_model *m, const float *full, int bf16);
 
 /* CRC-32 (IEEE 802.3, reflected, as zlib computes it), chainable from 0. */
 uint32_t ts_crc32(uint32_t crc, const void *data, size_t n);

@@ -300,7 +300,7 @@ ts_status ts_trainer_load(ts_trainer *t, const char *path) {
     return st;
 }
 
-ts_status ts_trainer_export(ts_trainer *t, const char *path, const char *format) {
+ts_status ts_trainer_export(ts_trainer *t, const char *path, const char *format, int bf16) {
     ts_model *m = t->model;
     int local = trainer_needs_host(t);
     float *buf =
@@ -315,7 +315,8 @@ ts_status ts_trainer_export(ts_trainer *t, const char *path, const char *format)
     if (!st) st = trainer_full(t, whole, buf, &full);
     int safetensors = format && strcmp(format, "safetensors") == 0;
     if (!st && t->rank0)
-        st = safetensors ? ts_safetensors_save(path, m, full) : ts_llmc_save(path, m, full);
+        st = safetensors ? ts_safetensors_save(path, m, full, bf16)
+                         : ts_llmc_save(path, m, full, bf16);
     ts_mem_free(buf);
     ts_mem_free(host);
     return st;

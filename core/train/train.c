@@ -47,9 +47,62 @@ ts_status trainer_key_error(const ts_config *cfg, const char *section, const cha
     return ts_error(TS_ERR_CONFIG, "%s: %s", where, msg);
 }
 
-/* The model shape from [model], or from the llm.c checkpoint it starts from
- * (then any shape key given in the INI must agree with the checkpoint, and
- * a shape the file alone sets that does not fit is blamed on the file). */
+/* Block l of `c` routes to experts. */
+static int moe_block(const ts_model_config *c, int l) {
+    return c->experts > 0 && l % c->moe_every == 0;
+}
+
+/* The shape `file` (an llm.c checkpoint, raw weights or a safetensors file,
+ * what it says of the shape in *h) gives the model *mc: each key the INI
+ * sets must agree with it (an error naming the key), the others are taken
+ * from it. The blocks first: where the INI's experts or moe_every make a
+ * block an MLP of experts that the file has dense, or the reverse, the
+ * error names the first such block. */
+static ts_status trainer_shape_from_file(const ts_config *cfg, ts_model_config *mc,
+                                         const ts_model_config *h, const char *what,
+                                         const char *file) {
+    ts_model_config ini = *h;
+    int sets_experts = ts_config_has(cfg, "model", "experts");
+    if (sets_experts) ini.experts = mc->experts;
+    if (ts_config_has(cfg, "model", "moe_every")) ini.moe_every = mc->moe_every;
+    int layers = ts_config_has(cfg, "model", "layers") ? mc->layers : h->layers;
+    for (int l = 0; l < layers && l < h->layers; l++)
+        if (moe_block(&ini, l) != moe_block(h, l))
+            return trainer_key_error(
+                cfg, "model", sets_experts ? "experts" : "moe_every",
+                "block h.%d is %s here (experts = %d, moe_every = %d) and %s in %s %s "
+                "(experts = %d, moe_every = %d)",
+                l, moe_block(&ini, l) ? "a mixture of experts" : "a dense MLP", ini.experts,
+                ini.moe_every, moe_block(h, l) ? "a mixture of experts" : "a dense MLP", what,
+                file, h->experts, h->moe_every);
+    struct {
+        const char *key;
+        int *ini;
+        int file;
+    } keys[] = {{"layers", &mc->layers, h->layers},
+                {"d_model", &mc->d_model, h->d_model},
+                {"heads", &mc->heads, h->heads},
+                {"vocab", &mc->vocab, h->vocab},
+                {"padded_vocab", &mc->padded_vocab, h->padded_vocab},
+                {"context", &mc->context, h->context},
+                {"experts", &mc->experts, h->experts},
+                {"moe_every", &mc->moe_every, h->moe_every},
+                {"expert_hidden", &mc->expert_hidden, h->expert_hidden},
+                {"top_k", &mc->top_k, h->top_k}};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        /* A dense file says nothing of the experts' keys but their count. */
+        if (h->experts == 0 && i > 6) continue;
+        if (ts_config_has(cfg, "model", keys[i].key) && *keys[i].ini != keys[i].file)
+            return trainer_key_error(cfg, "model", keys[i].key, "%d conflicts with %d in %s %s",
+                                     *keys[i].ini, keys[i].file, what, file);
+        *keys[i].ini = keys[i].file;
+    }
+    return TS_OK;
+}
+
+/* The model shape from [model], or from the file of weights it starts from
+ * (then any shape key given in the INI must agree with the file, and a
+ * shape the file alone sets that does not fit is blamed on the file). */
 static ts_status trainer_model_config(const ts_config *cfg, ts_model_config *mc) {
     mc->layers = (int)ts_config_int(cfg, "model", "layers");
     mc->d_model = (int)ts_config_int(cfg, "model", "d_model");
@@ -65,43 +118,29 @@ static ts_status trainer_model_config(const ts_config *cfg, ts_model_config *mc)
     mc->z_loss_coeff = (float)ts_config_float(cfg, "model", "z_loss_coeff");
     mc->capacity_factor = (float)ts_config_float(cfg, "model", "capacity_factor");
     mc->drop_by_position = strcmp(ts_config_str(cfg, "model", "drop_policy"), "position") == 0;
+    const char *init = ts_config_str(cfg, "model", "init");
+    int safetensors = strncmp(init, "safetensors:", 12) == 0;
+    if (strncmp(init, "llmc:", 5) == 0 || safetensors) {
+        const char *file = strchr(init, ':') + 1;
+        ts_model_config h = *mc;
+        if ((safetensors ? ts_safetensors_read_config(file, &h)
+                         : ts_llmc_read_config(file, &h)) != TS_OK)
+            return trainer_key_error_last(cfg, "model", "init", TS_ERR_FORMAT);
+        if (safetensors)
+            h.padded_vocab = mc->padded_vocab ? mc->padded_vocab : (h.vocab + 127) / 128 * 128;
+        TS_TRY(trainer_shape_from_file(cfg, mc, &h,
+                                       safetensors ? "the safetensors file" : "the checkpoint",
+                                       file));
+    } else if (strcmp(init, "random") != 0) {
+        return trainer_key_error(cfg, "model", "init",
+                                 "'%s' is none of 'random', 'llmc:PATH', 'safetensors:PATH'", init);
+    }
     if (mc->experts > 0 && mc->expert_hidden == 0) mc->expert_hidden = 4 * mc->d_model;
     if (mc->experts > 0 && mc->top_k > mc->experts)
         return trainer_key_error(cfg, "model", "top_k",
                                  "top_k = %d is more than experts = %d: a token cannot choose more "
                                  "experts than there are",
                                  mc->top_k, mc->experts);
-    const char *init = ts_config_str(cfg, "model", "init");
-    int safetensors = strncmp(init, "safetensors:", 12) == 0;
-    if (strncmp(init, "llmc:", 5) == 0 || safetensors) {
-        ts_model_config h = *mc;
-        if ((safetensors ? ts_safetensors_read_config(init + 12, &h)
-                         : ts_llmc_read_config(init + 5, &h)) != TS_OK)
-            return trainer_key_error_last(cfg, "model", "init", TS_ERR_FORMAT);
-        if (safetensors)
-            h.padded_vocab = mc->padded_vocab ? mc->padded_vocab : (h.vocab + 127) / 128 * 128;
-        struct {
-            const char *key;
-            int *ini;
-            int file;
-        } keys[] = {{"layers", &mc->layers, h.layers},
-                    {"d_model", &mc->d_model, h.d_model},
-                    {"heads", &mc->heads, h.heads},
-                    {"vocab", &mc->vocab, h.vocab},
-                    {"padded_vocab", &mc->padded_vocab, h.padded_vocab},
-                    {"context", &mc->context, h.context}};
-        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-            if (ts_config_has(cfg, "model", keys[i].key) && *keys[i].ini != keys[i].file)
-                return trainer_key_error(
-                    cfg, "model", keys[i].key, "%d conflicts with %d in %s %s", *keys[i].ini,
-                    keys[i].file, safetensors ? "the safetensors file" : "the llm.c checkpoint",
-                    strchr(init, ':') + 1);
-            *keys[i].ini = keys[i].file;
-        }
-    } else if (strcmp(init, "random") != 0) {
-        return trainer_key_error(cfg, "model", "init",
-                                 "'%s' is none of 'random', 'llmc:PATH', 'safetensors:PATH'", init);
-    }
     if (mc->padded_vocab == 0) mc->padded_vocab = (mc->vocab + 127) / 128 * 128;
     if (mc->d_model % mc->heads != 0)
         return trainer_key_error(cfg, "model", "heads", "heads = %d does not divide d_model = %d",

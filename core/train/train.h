@@ -100,9 +100,10 @@ ts_status ts_trainer_load(ts_trainer *t, const char *path);
 /* Saves the current state as checkpoint directory `path` (written beside it
  * as PATH.tmp.dir, then renamed). Collective over the world. */
 ts_status ts_trainer_save_checkpoint(ts_trainer *t, const char *path);
-/* Writes the current weights, unsharded, for other programs. format: "llmc" (llm.c's GPT-2; raw
- * weights for a mixture of experts) or "safetensors" (transformers' GPT-2 names and shapes). */
-ts_status ts_trainer_export(ts_trainer *t, const char *path, const char *format);
+/* Writes the current weights, unsharded, for other programs, in f32 or (bf16) rounded to bf16.
+ * format: "llmc" (llm.c's GPT-2; raw f32 weights for a mixture of experts) or "safetensors"
+ * (transformers' GPT-2 names and shapes, DESIGN.md's for the experts). */
+ts_status ts_trainer_export(ts_trainer *t, const char *path, const char *format, int bf16);
 
 /* Sampling (sample.c). */
 typedef struct ts_sample_opts {

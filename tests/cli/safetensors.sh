@@ -6,7 +6,8 @@
 # wte without the padding rows). `[model] init = safetensors:PATH` then
 # trains exactly as `init = llmc:PATH` of the same weights (losses equal,
 # bit for bit), also from a BF16 file (within bf16 rounding); bad files and
-# a mixture of experts are refused with messages naming the file.
+# a mixture-of-experts configuration of the dense file are refused with
+# messages naming the file (the experts' files: safetensors_moe.sh).
 . "$(dirname "$0")/lib.sh"
 cat > model.ini <<'INI'
 [model]
@@ -34,7 +35,8 @@ n = struct.unpack("<Q", b[:8])[0]
 assert 8 + n <= len(b) and n % 8 == 0, n
 h = json.loads(b[8:8 + n].decode())
 meta = h.pop("__metadata__")
-assert meta == {"format": "pt"}, meta
+assert meta == {"format": "pt", "layers": "2", "d_model": "64", "heads": "4", "vocab": "200",
+                "context": "32"}, meta
 data = b[8 + n:]
 spans = sorted((v["data_offsets"][0], v["data_offsets"][1], k) for k, v in h.items())
 pos = 0
@@ -132,7 +134,8 @@ expect_fail huge 'huge.safetensors: header length [0-9]+ does not fit the file' 
     --set model.init=safetensors:huge.safetensors
 expect_fail conflict 'd_model.*32 conflicts with 64 in the safetensors file' train model.ini \
     --set model.d_model=32 --set model.init=safetensors:w.safetensors
-expect_fail moe 'no mixture of experts' export model.ini --set model.experts=4 --set train.checkpoint_dir= --set train.checkpoint_every=0 \
-    --format safetensors --out moe.safetensors
+expect_fail moe 'experts: block h.0 is a mixture of experts here .* and a dense MLP in the safetensors file w.safetensors' \
+    train model.ini --set model.experts=4 --set model.init=safetensors:w.safetensors
+expect_fail dtype 'dtype f16: expected f32 or bf16' export model.ini --dtype f16 --out x
 expect_fail format 'format onnx: expected llmc or safetensors' export model.ini --format onnx --out x
 echo PASS

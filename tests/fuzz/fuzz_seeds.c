@@ -117,7 +117,7 @@ static void seeds_llmc(void) {
     memcpy(full, ts_model_param_f32(m), n * sizeof *full);
     char path[1024];
     snprintf(path, sizeof path, "%s/gen-tiny-f32.llmc", out_dir);
-    if (ts_llmc_save(path, m, full) != TS_OK) die("ts_llmc_save");
+    if (ts_llmc_save(path, m, full, 0) != TS_OK) die("ts_llmc_save");
     /* The same as version 5 (bf16), which llm.c writes and tessera reads. */
     size_t bytes = 1024 + 2 * n;
     unsigned char *b = calloc(1, bytes);
