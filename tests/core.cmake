@@ -9,7 +9,8 @@ foreach(case grad accumulation init lr memory memory_cache grad_zero bf16 moe_gr
   set_tests_properties(model_${case} PROPERTIES LABELS core ENVIRONMENT "${TESSERA_TEST_ENV}")
 endforeach()
 
-foreach(script train_loss_falls bf16_close resume_sigkill llmc_roundtrip safetensors bad_input outputs
+foreach(script train_loss_falls bf16_close resume_sigkill llmc_roundtrip safetensors safetensors_moe
+    bad_input outputs
     checkpoint_dir checkpoint_legacy plan_summary bf16_memory threads_same_bits
     poison_uninit_same_bits)
   add_test(NAME cli_${script}

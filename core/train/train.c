@@ -62,19 +62,20 @@ static ts_status trainer_shape_from_file(const ts_config *cfg, ts_model_config *
                                          const ts_model_config *h, const char *what,
                                          const char *file) {
     ts_model_config ini = *h;
-    int sets_experts = ts_config_has(cfg, "model", "experts");
-    if (sets_experts) ini.experts = mc->experts;
+    if (ts_config_has(cfg, "model", "experts")) ini.experts = mc->experts;
     if (ts_config_has(cfg, "model", "moe_every")) ini.moe_every = mc->moe_every;
     int layers = ts_config_has(cfg, "model", "layers") ? mc->layers : h->layers;
+    char said[64] = "no experts";
+    if (h->experts > 0)
+        snprintf(said, sizeof said, "experts = %d, moe_every = %d", h->experts, h->moe_every);
     for (int l = 0; l < layers && l < h->layers; l++)
         if (moe_block(&ini, l) != moe_block(h, l))
             return trainer_key_error(
-                cfg, "model", sets_experts ? "experts" : "moe_every",
-                "block h.%d is %s here (experts = %d, moe_every = %d) and %s in %s %s "
-                "(experts = %d, moe_every = %d)",
-                l, moe_block(&ini, l) ? "a mixture of experts" : "a dense MLP", ini.experts,
+                cfg, "model", (ini.experts > 0) != (h->experts > 0) ? "experts" : "moe_every",
+                "block h.%d is %s here (experts = %d, moe_every = %d) and %s in %s %s (%s)", l,
+                moe_block(&ini, l) ? "a mixture of experts" : "a dense MLP", ini.experts,
                 ini.moe_every, moe_block(h, l) ? "a mixture of experts" : "a dense MLP", what,
-                file, h->experts, h->moe_every);
+                file, said);
     struct {
         const char *key;
         int *ini;
