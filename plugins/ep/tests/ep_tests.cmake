@@ -48,7 +48,10 @@ list(APPEND ep_cases
   "ep_aux_loss_is_one_ranks|${ep_tests}/aux.sh|"
   "ep_communication_matches_routing_and_plan|${ep_tests}/comm.sh|${flexdir}"
   "ep_plan_prints_megatron_groups|${ep_tests}/plan_folding.sh|"
-  "ep_bad_input_is_refused|${ep_tests}/bad_input.sh|")
+  "ep_bad_input_is_refused|${ep_tests}/bad_input.sh|"
+  # safetensors of experts trained with ep: round trip bit for bit, every
+  # topology's checkpoint exported alike in place and on one rank.
+  "ep_safetensors_round_trip|${ep_tests}/safetensors.sh|")
 tessera_script_tests(ep ${ep_cases})
 
 # On emulated GPUs (tests/cuda_emu): the experts, the all_to_all dispatcher
