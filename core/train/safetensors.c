@@ -559,47 +559,70 @@ ts_status ts_safetensors_read_config(const char *path, ts_model_config *cfg) {
     int experts = 0, l, k, n;
     c.layers = 0;
     for (int i = 0; !st && i < h.n; i++) {
-        if (sscanf(h.e[i].name, "h.%d.", &l) == 1 && l + 1 > c.layers) c.layers = l + 1;
-        if (sscanf(h.e[i].name, "h.%d.mlp.experts.%d.%n", &l, &k, &n) == 2 && n > 0 &&
-            k + 1 > experts)
-            experts = k + 1;
+        const char *x = h.e[i].name;
+        if (sscanf(x, "h.%d.", &l) == 1 && (l < 0 || l >= TS_MODEL_MAX_MODULES - 2))
+            st = ts_error(TS_ERR_FORMAT, "safetensors %s: %s: block %d is not in 0-%d", path, x, l,
+                          TS_MODEL_MAX_MODULES - 3);
+        else if (sscanf(x, "h.%d.", &l) == 1 && l + 1 > c.layers)
+            c.layers = l + 1;
+        n = 0;
+        if (!st && sscanf(x, "h.%d.mlp.experts.%d.%n", &l, &k, &n) == 2 && n > 0) {
+            if (k < 0 || k >= 65536)
+                st = ts_error(TS_ERR_FORMAT, "safetensors %s: %s: expert %d is not in 0-65535",
+                              path, x, k);
+            else if (k + 1 > experts)
+                experts = k + 1;
+        }
     }
     if (!st) {
         c.vocab = (int)wte->shape[0];
         c.d_model = (int)wte->shape[1];
         c.context = (int)wpe->shape[0];
     }
+    if (!st && (c.layers < 1 || wte->shape[0] < 1 || wte->shape[1] < 1 || wpe->shape[0] < 1 ||
+                wte->shape[0] > INT32_MAX || wte->shape[1] > INT32_MAX ||
+                wpe->shape[0] > INT32_MAX || wpe->shape[1] != wte->shape[1]))
+        st = ts_error(TS_ERR_FORMAT,
+                      "safetensors %s: wte.weight [%lld, %lld], wpe.weight [%lld, %lld] and %d "
+                      "blocks h.L are not a GPT-2",
+                      path, (long long)wte->shape[0], (long long)wte->shape[1],
+                      (long long)wpe->shape[0], (long long)wpe->shape[1], c.layers);
     for (int key = ST_KEY_LAYERS; !st && key <= ST_KEY_CONTEXT; key++)
         if (key != ST_KEY_HEADS && h.key[key] >= 0 && h.key[key] != *st_key_field(&c, key))
             st = ts_error(TS_ERR_FORMAT,
                           "safetensors %s: __metadata__ %s = %d, but the tensors make it %d", path,
                           st_keys[key], h.key[key], *st_key_field(&c, key));
-    /* Experts: the metadata's keys, else what the tensors show (top_k only
-     * the metadata knows; heads neither, in a file without it). */
-    if (!st && h.key[ST_KEY_EXPERTS] < 0) {
-        c.experts = experts;
+    /* The experts as the tensors show them (block 0 has them if any block
+     * has: l % moe_every == 0), then the metadata's keys over them; top_k
+     * only the metadata knows, heads too. */
+    const char *any = NULL;
+    c.experts = experts;
+    if (!st && experts > 0) {
         int second = 0;
-        const char *any = NULL;
         for (l = 1; l < c.layers && !second; l++)
             if (st_block_kind(&h, l, &any) == 1) second = l;
-        if (experts > 0) {
-            c.moe_every = second ? second : c.layers;
-            for (l = 0; l < c.layers && !st; l++)
-                if ((st_block_kind(&h, l, &any) == 1) != st_moe_block(&c, l))
-                    st = ts_error(TS_ERR_FORMAT,
-                                  "safetensors %s: block h.%d %s experts, which no moe_every "
-                                  "gives (the first two with experts: h.0, h.%d), and the "
-                                  "metadata does not say",
-                                  path, l, st_moe_block(&c, l) ? "has no" : "has", c.moe_every);
-            char fc[64];
-            snprintf(fc, sizeof fc, "h.0.mlp.experts.0.c_fc.weight");
-            const st_entry *w = st_find(&h, fc);
-            if (!st && w && w->ndim == 2) c.expert_hidden = (int)w->shape[1];
-        }
+        c.moe_every = second ? second : c.layers;
+        for (l = 0; l < c.layers && !st && h.key[ST_KEY_MOE_EVERY] < 0; l++)
+            if ((st_block_kind(&h, l, &any) == 1) != st_moe_block(&c, l))
+                st = ts_error(TS_ERR_FORMAT,
+                              "safetensors %s: block h.%d %s experts, which no moe_every gives "
+                              "(the first two with experts: h.0, h.%d), and the metadata does "
+                              "not say",
+                              path, l, st_moe_block(&c, l) ? "has no" : "has", c.moe_every);
     }
     for (int key = ST_KEY_HEADS; !st && key < ST_NKEYS; key++)
         if (key != ST_KEY_VOCAB && key != ST_KEY_CONTEXT && h.key[key] >= 0)
             *st_key_field(&c, key) = h.key[key];
+    if (!st && c.experts > 0 && h.key[ST_KEY_EXPERT_HIDDEN] < 0) {
+        const st_entry *w = st_find(&h, "h.0.mlp.experts.0.c_fc.weight");
+        if (!w || w->ndim != 2 || w->shape[1] < 1 || w->shape[1] > INT32_MAX)
+            st = ts_error(TS_ERR_FORMAT,
+                          "safetensors %s: no 2-D tensor h.0.mlp.experts.0.c_fc.weight to give "
+                          "expert_hidden, and the metadata does not say (experts = %d)",
+                          path, c.experts);
+        else
+            c.expert_hidden = (int)w->shape[1];
+    }
     if (!st) *cfg = c;
     st_header_close(&h);
     return st;

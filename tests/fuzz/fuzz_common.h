@@ -33,6 +33,19 @@
 static const ts_model_config fuzz_tiny_model = {
     .layers = 1, .d_model = 8, .heads = 2, .vocab = 16, .padded_vocab = 16, .context = 4};
 
+/* The mixture of experts of the llmc and safetensors seeds: block 0 routes
+ * to 2 experts of hidden 8, block 1 is dense. */
+static const ts_model_config fuzz_tiny_moe = {.layers = 2,
+                                              .d_model = 8,
+                                              .heads = 2,
+                                              .vocab = 16,
+                                              .padded_vocab = 16,
+                                              .context = 4,
+                                              .experts = 2,
+                                              .moe_every = 2,
+                                              .expert_hidden = 8,
+                                              .top_k = 1};
+
 /* The checkpoint directory of fuzz_ckpt_meta and its seeds: FUZZ_META_FILES
  * shard files rank-RRRRR.bin of FUZZ_META_BYTES zero bytes each (f32 zeros:
  * finite), beside the metadata under test. */

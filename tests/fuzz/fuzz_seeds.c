@@ -4,7 +4,8 @@
  * prints libFuzzer dictionaries built from the core's tables.
  *
  * usage: fuzz_seeds TARGET DIR     writes DIR/gen-* for TARGET (config,
- *                                  tokens, llmc, checkpoint, plugin)
+ *                                  tokens, llmc, checkpoint, ckpt_meta,
+ *                                  plugin, safetensors)
  *        fuzz_seeds dict TARGET    prints TARGET's dictionary (config: every
  *                                  section, key and enum word; other targets:
  *                                  nothing)
@@ -103,10 +104,14 @@ static void seeds_tokens(void) {
 }
 
 /* --- checkpoints of the tiny model ------------------------------------------ */
-static ts_model *tiny_model(void) {
+static ts_model *tiny_model_of(const ts_model_config *cfg) {
     ts_model *m;
-    if (ts_model_create(&fuzz_tiny_model, TS_F32, 42, NULL, NULL, &m) != TS_OK) die("model");
+    if (ts_model_create(cfg, TS_F32, 42, NULL, NULL, &m) != TS_OK) die("model");
     return m;
+}
+
+static ts_model *tiny_model(void) {
+    return tiny_model_of(&fuzz_tiny_model);
 }
 
 static void seeds_llmc(void) {
@@ -132,6 +137,30 @@ static void seeds_llmc(void) {
     free(b);
     free(full);
     ts_model_destroy(m);
+    /* tessera's raw weights of a mixture of experts (magic 20260601). */
+    m = tiny_model_of(&fuzz_tiny_moe);
+    snprintf(path, sizeof path, "%s/gen-tiny-moe.raw", out_dir);
+    if (ts_llmc_save(path, m, ts_model_param_f32(m), 0) != TS_OK) die("ts_llmc_save (raw)");
+    ts_model_destroy(m);
+}
+
+/* --- safetensors: the tiny dense model and the tiny mixture of experts ---- */
+static void seeds_safetensors(void) {
+    static const struct {
+        const ts_model_config *cfg;
+        int bf16;
+        const char *name;
+    } seeds[] = {{&fuzz_tiny_model, 0, "gen-tiny-f32.safetensors"},
+                 {&fuzz_tiny_moe, 0, "gen-tiny-moe-f32.safetensors"},
+                 {&fuzz_tiny_moe, 1, "gen-tiny-moe-bf16.safetensors"}};
+    for (size_t i = 0; i < sizeof seeds / sizeof *seeds; i++) {
+        ts_model *m = tiny_model_of(seeds[i].cfg);
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", out_dir, seeds[i].name);
+        if (ts_safetensors_save(path, m, ts_model_param_f32(m), seeds[i].bf16) != TS_OK)
+            die("ts_safetensors_save");
+        ts_model_destroy(m);
+    }
 }
 
 static void seeds_checkpoint(void) {
@@ -281,6 +310,12 @@ static void dict_config(void) {
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "dict") == 0) {
         if (strcmp(argv[2], "config") == 0) dict_config();
+        if (strcmp(argv[2], "safetensors") == 0)
+            printf("\"__metadata__\"\n\"data_offsets\"\n\"dtype\"\n\"shape\"\n\"F32\"\n"
+                   "\"BF16\"\n\"F16\"\n\"I32\"\n\"experts\"\n\"moe_every\"\n"
+                   "\"expert_hidden\"\n\"top_k\"\n\"heads\"\n\"h.1.mlp.router.weight\"\n"
+                   "\"h.0.mlp.experts.2.c_fc.weight\"\n\"h.0.mlp.experts.1.c_proj.bias\"\n"
+                   "\"h.1.mlp.c_fc.weight\"\n\"mlp.experts.\"\n\"18446744073709551615\"\n");
         if (strcmp(argv[2], "ckpt_meta") == 0)
             printf("\"tessera-checkpoint 2\"\n\"shard \"\n\"tensor \"\n\"file \"\n\"master\"\n"
                    "\"rank-00000.bin\"\n\"end \"\n\"9223372036854775807\"\n\"-1\"\n");
@@ -300,7 +335,8 @@ int main(int argc, char **argv) {
         void (*fn)(void);
     } targets[] = {{"config", seeds_config},       {"tokens", seeds_tokens},
                    {"llmc", seeds_llmc},           {"checkpoint", seeds_checkpoint},
-                   {"ckpt_meta", seeds_ckpt_meta}, {"plugin", seeds_plugin}};
+                   {"ckpt_meta", seeds_ckpt_meta}, {"plugin", seeds_plugin},
+                   {"safetensors", seeds_safetensors}};
     for (size_t i = 0; i < sizeof targets / sizeof *targets; i++)
         if (strcmp(argv[1], targets[i].name) == 0) {
             targets[i].fn();
