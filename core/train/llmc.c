@@ -110,9 +110,9 @@ static ts_status llmc_header(const char *path, int32_t *h, FILE **fout) {
     }
     /* Raw weights' mixture of experts: experts, moe_every, expert_hidden,
      * top_k (experts 0: none, the other three then unused). */
-    if (h[0] == TS_RAW_MAGIC && (h[8] < 0 || h[8] > 65536 ||
-                                 (h[8] > 0 && (h[9] < 1 || h[10] < 1 || h[11] < 1 ||
-                                               h[11] > h[8])))) {
+    if (h[0] == TS_RAW_MAGIC &&
+        (h[8] < 0 || h[8] > 65536 ||
+         (h[8] > 0 && (h[9] < 1 || h[10] < 1 || h[11] < 1 || h[11] > h[8])))) {
         fclose(f);
         return ts_error(TS_ERR_FORMAT,
                         "raw weights %s: header experts=%d moe_every=%d expert_hidden=%d top_k=%d "

@@ -64,8 +64,18 @@ static const st_map st_names[] = {
 #define ST_FIRST_BLOCK_NAME 4 /* st_names[4..]: a block's, after "h.L." */
 
 /* The shape keys the metadata holds, as [model] names them. */
-enum { ST_KEY_LAYERS, ST_KEY_D_MODEL, ST_KEY_HEADS, ST_KEY_VOCAB, ST_KEY_CONTEXT,
-       ST_KEY_EXPERTS, ST_KEY_MOE_EVERY, ST_KEY_EXPERT_HIDDEN, ST_KEY_TOP_K, ST_NKEYS };
+enum {
+    ST_KEY_LAYERS,
+    ST_KEY_D_MODEL,
+    ST_KEY_HEADS,
+    ST_KEY_VOCAB,
+    ST_KEY_CONTEXT,
+    ST_KEY_EXPERTS,
+    ST_KEY_MOE_EVERY,
+    ST_KEY_EXPERT_HIDDEN,
+    ST_KEY_TOP_K,
+    ST_NKEYS
+};
 static const char *const st_keys[ST_NKEYS] = {"layers",    "d_model",       "heads",
                                               "vocab",     "context",       "experts",
                                               "moe_every", "expert_hidden", "top_k"};
@@ -369,9 +379,9 @@ static size_t st_dtype_bytes(const char *d) {
     static const struct {
         const char *name;
         size_t bytes;
-    } types[] = {{"F64", 8}, {"F32", 4},  {"F16", 2},     {"BF16", 2},    {"I64", 8},
-                 {"I32", 4}, {"I16", 2},  {"I8", 1},      {"U64", 8},     {"U32", 4},
-                 {"U16", 2}, {"U8", 1},   {"BOOL", 1},    {"F8_E5M2", 1}, {"F8_E4M3", 1}};
+    } types[] = {{"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2},    {"I64", 8},
+                 {"I32", 4}, {"I16", 2}, {"I8", 1},   {"U64", 8},     {"U32", 4},
+                 {"U16", 2}, {"U8", 1},  {"BOOL", 1}, {"F8_E5M2", 1}, {"F8_E4M3", 1}};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (strcmp(types[i].name, d) == 0) return types[i].bytes;
     return 0;
@@ -399,8 +409,10 @@ static ts_status st_check_entries(st_header *h) {
                         ? UINT64_MAX
                         : numel * (uint64_t)e->shape[d];
         if (!es)
-            return ts_error(TS_ERR_FORMAT, "safetensors %s: %s has dtype \"%s\", not one of the "
-                            "format's", h->path, e->name, e->dtype);
+            return ts_error(TS_ERR_FORMAT,
+                            "safetensors %s: %s has dtype \"%s\", not one of the "
+                            "format's",
+                            h->path, e->name, e->dtype);
         if (e->end > h->data_size)
             return ts_error(TS_ERR_FORMAT,
                             "safetensors %s: %s's data_offsets [%llu, %llu) run past the end of "
@@ -408,13 +420,12 @@ static ts_status st_check_entries(st_header *h) {
                             h->path, e->name, (unsigned long long)e->begin,
                             (unsigned long long)e->end, (unsigned long long)h->data_size);
         if (numel > UINT64_MAX / es || e->end - e->begin != numel * es)
-            return ts_error(TS_ERR_FORMAT,
-                            "safetensors %s: %s's data_offsets [%llu, %llu) are not the %llu "
-                            "bytes of its %s shape",
-                            h->path, e->name, (unsigned long long)e->begin,
-                            (unsigned long long)e->end,
-                            numel > UINT64_MAX / es ? 0ULL : (unsigned long long)(numel * es),
-                            e->dtype);
+            return ts_error(
+                TS_ERR_FORMAT,
+                "safetensors %s: %s's data_offsets [%llu, %llu) are not the %llu "
+                "bytes of its %s shape",
+                h->path, e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                numel > UINT64_MAX / es ? 0ULL : (unsigned long long)(numel * es), e->dtype);
     }
     qsort(h->e, (size_t)h->n, sizeof *h->e, st_by_name);
     for (int i = 1; i < h->n; i++)
@@ -436,8 +447,8 @@ static ts_status st_check_entries(st_header *h) {
                           "safetensors %s: %s's data_offsets [%llu, %llu) overlap %s's [%llu, "
                           "%llu)",
                           h->path, e->name, (unsigned long long)e->begin,
-                          (unsigned long long)e->end, last->name,
-                          (unsigned long long)last->begin, (unsigned long long)last->end);
+                          (unsigned long long)e->end, last->name, (unsigned long long)last->begin,
+                          (unsigned long long)last->end);
         if (!last || e->end > last->end) last = e;
     }
     free(order);
@@ -697,9 +708,8 @@ ts_status ts_safetensors_load(const char *path, const ts_model *m, float *full) 
                           path, x->hf, y->dtype);
         } else if (y->ndim != nd || y->shape[0] != shape[0] ||
                    (nd == 2 && y->shape[1] != shape[1])) {
-            st = ts_error(TS_ERR_FORMAT,
-                          "safetensors %s: %s has shape [%s]%s, the model's is [%s]", path,
-                          x->hf, y->ndim ? got : "", y->ndim > 2 ? " (and more)" : "", want);
+            st = ts_error(TS_ERR_FORMAT, "safetensors %s: %s has shape [%s]%s, the model's is [%s]",
+                          path, x->hf, y->ndim ? got : "", y->ndim > 2 ? " (and more)" : "", want);
         }
         if (st) break;
         unsigned char *raw = malloc(count * es);

@@ -74,8 +74,8 @@ static ts_status trainer_shape_from_file(const ts_config *cfg, ts_model_config *
                 cfg, "model", (ini.experts > 0) != (h->experts > 0) ? "experts" : "moe_every",
                 "block h.%d is %s here (experts = %d, moe_every = %d) and %s in %s %s (%s)", l,
                 moe_block(&ini, l) ? "a mixture of experts" : "a dense MLP", ini.experts,
-                ini.moe_every, moe_block(h, l) ? "a mixture of experts" : "a dense MLP", what,
-                file, said);
+                ini.moe_every, moe_block(h, l) ? "a mixture of experts" : "a dense MLP", what, file,
+                said);
     struct {
         const char *key;
         int *ini;
@@ -124,14 +124,13 @@ static ts_status trainer_model_config(const ts_config *cfg, ts_model_config *mc)
     if (strncmp(init, "llmc:", 5) == 0 || safetensors) {
         const char *file = strchr(init, ':') + 1;
         ts_model_config h = *mc;
-        if ((safetensors ? ts_safetensors_read_config(file, &h)
-                         : ts_llmc_read_config(file, &h)) != TS_OK)
+        if ((safetensors ? ts_safetensors_read_config(file, &h) : ts_llmc_read_config(file, &h)) !=
+            TS_OK)
             return trainer_key_error_last(cfg, "model", "init", TS_ERR_FORMAT);
         if (safetensors)
             h.padded_vocab = mc->padded_vocab ? mc->padded_vocab : (h.vocab + 127) / 128 * 128;
-        TS_TRY(trainer_shape_from_file(cfg, mc, &h,
-                                       safetensors ? "the safetensors file" : "the checkpoint",
-                                       file));
+        TS_TRY(trainer_shape_from_file(
+            cfg, mc, &h, safetensors ? "the safetensors file" : "the checkpoint", file));
     } else if (strcmp(init, "random") != 0) {
         return trainer_key_error(cfg, "model", "init",
                                  "'%s' is none of 'random', 'llmc:PATH', 'safetensors:PATH'", init);

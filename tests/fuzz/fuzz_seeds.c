@@ -333,10 +333,10 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         void (*fn)(void);
-    } targets[] = {{"config", seeds_config},       {"tokens", seeds_tokens},
-                   {"llmc", seeds_llmc},           {"checkpoint", seeds_checkpoint},
-                   {"ckpt_meta", seeds_ckpt_meta}, {"plugin", seeds_plugin},
-                   {"safetensors", seeds_safetensors}};
+    } targets[] = {
+        {"config", seeds_config},          {"tokens", seeds_tokens},       {"llmc", seeds_llmc},
+        {"checkpoint", seeds_checkpoint},  {"ckpt_meta", seeds_ckpt_meta}, {"plugin", seeds_plugin},
+        {"safetensors", seeds_safetensors}};
     for (size_t i = 0; i < sizeof targets / sizeof *targets; i++)
         if (strcmp(argv[1], targets[i].name) == 0) {
             targets[i].fn();
