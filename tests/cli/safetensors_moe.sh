@@ -12,13 +12,7 @@
 # key, non-zero exit.
 . "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-python3 - <<'PY' || fail "token file"
-import random, struct
-random.seed(3)
-toks = [random.randrange(64) for _ in range(4 * 16 + 1)]  # one batch: every step reads it
-open("data.bin", "wb").write(struct.pack("<256i", 20240520, 1, len(toks), *[0] * 253) +
-                             struct.pack("<%dH" % len(toks), *toks))
-PY
+python3 "$SRC/tests/cli/tokens_file.py" data.bin 65 64 3 || fail "token file" # one batch of 4 x 16
 cat > model.ini <<'INI'
 [model]
 layers = 3

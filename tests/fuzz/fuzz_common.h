@@ -99,6 +99,26 @@ static inline const char *fuzz_file_write(const uint8_t *data, size_t size) {
     return fuzz_path;
 }
 
+/* The CPU model of shape `c` with its unsharded flat weights (*full), kept
+ * between inputs: built anew (the last one destroyed) when `same` says the
+ * shape changed. 0 when the core refuses to build it. */
+static inline int fuzz_model_keep(const ts_model_config *c,
+                                  int (*same)(const ts_model_config *, const ts_model_config *),
+                                  ts_model **m, float **full) {
+    if (*m && same(&(*m)->cfg, c)) return 1;
+    ts_model_destroy(*m);
+    free(*full);
+    *m = NULL;
+    *full = NULL;
+    if (ts_model_create(c, TS_F32, 1, NULL, NULL, m) != TS_OK) {
+        *m = NULL;
+        return 0;
+    }
+    *full = calloc((*m)->global_numel, sizeof(float));
+    if (!*full) abort();
+    return 1;
+}
+
 /* --- a plugin descriptor as bytes --------------------------------------------
  * byte 0      not 0x7f (an input starting with 0x7f is an ELF file)
  * byte 1      flags: 1 abi_version raw (else the current ABI with the minor

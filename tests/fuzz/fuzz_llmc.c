@@ -53,18 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         abort();
     }
     if (!fuzz_small(&c) || ts_model_config_check(&c) != TS_OK) return 0;
-    if (!fuzz_model || !fuzz_same_shape(&fuzz_model->cfg, &c)) {
-        ts_model_destroy(fuzz_model);
-        free(fuzz_full);
-        fuzz_model = NULL;
-        fuzz_full = NULL;
-        if (ts_model_create(&c, TS_F32, 1, NULL, NULL, &fuzz_model) != TS_OK) {
-            fuzz_model = NULL;
-            return 0;
-        }
-        fuzz_full = calloc(fuzz_model->global_numel, sizeof(float));
-        if (!fuzz_full) abort();
-    }
+    if (!fuzz_model_keep(&c, fuzz_same_shape, &fuzz_model, &fuzz_full)) return 0;
     (void)ts_llmc_load(path, fuzz_model, fuzz_full);
     return 0;
 }

@@ -38,6 +38,10 @@ static int fuzz_small(const ts_model_config *c) {
            c->expert_hidden <= FUZZ_MAX_HIDDEN && c->moe_every <= FUZZ_MAX_LAYERS + 1;
 }
 
+static int fuzz_same_config(const ts_model_config *a, const ts_model_config *b) {
+    return memcmp(a, b, sizeof *a) == 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *path = fuzz_file_write(data, size);
     ts_model_config c = {.heads = 1, .moe_every = 1, .top_k = 1};
@@ -49,18 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     c.padded_vocab = c.vocab;
     if (!fuzz_small(&c) || ts_model_config_check(&c) != TS_OK) return 0;
-    if (!fuzz_model || memcmp(&fuzz_model->cfg, &c, sizeof c) != 0) {
-        ts_model_destroy(fuzz_model);
-        free(fuzz_full);
-        fuzz_model = NULL;
-        fuzz_full = NULL;
-        if (ts_model_create(&c, TS_F32, 1, NULL, NULL, &fuzz_model) != TS_OK) {
-            fuzz_model = NULL;
-            return 0;
-        }
-        fuzz_full = calloc(fuzz_model->global_numel, sizeof(float));
-        if (!fuzz_full) abort();
-    }
+    if (!fuzz_model_keep(&c, fuzz_same_config, &fuzz_model, &fuzz_full)) return 0;
     if (ts_safetensors_load(path, fuzz_model, fuzz_full) != TS_OK &&
         !strstr(ts_last_error(), path)) {
         fprintf(stderr, "fuzz_safetensors: an error without the file's name: %s\n",

@@ -15,13 +15,7 @@
 # within 1e-4 of one rank trained the same steps (an expert written in
 # another's place would be off by the weights' size, 2e-2).
 . "$2/tests/cli/multirank.sh"
-python3 - <<'PY' || fail "token file"
-import random, struct
-random.seed(5)
-toks = [random.randrange(64) for _ in range(8 * 16 + 1)]  # one batch of 8 x 16
-open("data.bin", "wb").write(struct.pack("<256i", 20240520, 1, len(toks), *[0] * 253) +
-                             struct.pack("<%dH" % len(toks), *toks))
-PY
+python3 "$SRC/tests/cli/tokens_file.py" data.bin 129 64 5 || fail "token file" # one batch of 8 x 16
 cat > model.ini <<'INI'
 [model]
 layers = 4
