@@ -152,11 +152,6 @@ static int block_is_moe(const ts_module *mod) {
     return mod->nparams == MOE_BLOCK_PARAMS;
 }
 
-/* Whether block l of the configuration is an MoE block. */
-static int layer_is_moe(const ts_model_config *c, int l) {
-    return c->experts > 0 && l % c->moe_every == 0;
-}
-
 /* The block's placements and local sizes for a micro-batch of B x T. */
 typedef struct block_shape {
     ts_place x;                    /* the hidden state                      */
@@ -728,7 +723,7 @@ static int gpt2_params(const ts_model_config *c, ts_param_decl *d) {
         LAYER("attn.proj.bias", 1, C, 1, 1, 0, TS_INIT_ZEROS, 0);
         LAYER("ln2.weight", 1, C, 1, 1, 0, TS_INIT_ONES, 0);
         LAYER("ln2.bias", 1, C, 1, 1, 0, TS_INIT_ZEROS, 0);
-        if (layer_is_moe(c, l)) {
+        if (ts_model_config_moe_block(c, l)) {
             int E = c->experts, F = c->expert_hidden;
             LAYER("moe.router.weight", 2, E, C, 1, 1, TS_INIT_NORMAL, std);
             LAYER("moe.experts.fc.weight", 3, E, F, C, 1, TS_INIT_NORMAL, std);
@@ -761,7 +756,7 @@ static int gpt2_modules(const ts_model_config *c, ts_module_decl *d) {
     }
     n++;
     for (int l = 0; l < L; l++, n++) {
-        int np = layer_is_moe(c, l) ? MOE_BLOCK_PARAMS : 12;
+        int np = ts_model_config_moe_block(c, l) ? MOE_BLOCK_PARAMS : 12;
         if (d) {
             d[n] = (ts_module_decl){.ops = &block_ops, .nparams = np};
             snprintf(d[n].name, TS_NAME_MAX, "h.%d", l);
@@ -823,7 +818,7 @@ static double gpt2_flops(const ts_model_config *c, int B, int T) {
     /* An MoE block: each token through top_k experts of 2 C F, and the
      * router's C E, in place of the dense MLP's 8 C^2. */
     for (int l = 0; l < c->layers; l++)
-        if (layer_is_moe(c, l))
+        if (ts_model_config_moe_block(c, l))
             gemm += N * (c->top_k * 2.0 * C * c->expert_hidden + C * c->experts - 8.0 * C * C);
     double attn = L * (double)B * 2.0 * T * T * C;
     return 3.0 * 2.0 * (gemm + attn);

@@ -70,6 +70,12 @@ typedef struct ts_model_config {
     int drop_by_position; /* drop_policy = position (else probs)       */
 } ts_model_config;
 
+/* Whether block l of `c` routes to experts (the rule above, the one place
+ * it is written: the architecture, the weight files and their checks use it). */
+static inline int ts_model_config_moe_block(const ts_model_config *c, int l) {
+    return c->experts > 0 && c->moe_every > 0 && l % c->moe_every == 0;
+}
+
 typedef enum ts_init_kind {
     TS_INIT_NORMAL = 0, /* N(0, std) from (seed, name, global index)      */
     TS_INIT_ZEROS = 1,

@@ -550,11 +550,6 @@ static int st_block_kind(const st_header *h, int l, const char **name) {
     return kind;
 }
 
-/* Block l of `c` routes to experts. */
-static int st_moe_block(const ts_model_config *c, int l) {
-    return c->experts > 0 && c->moe_every > 0 && l % c->moe_every == 0;
-}
-
 ts_status ts_safetensors_read_config(const char *path, ts_model_config *cfg) {
     st_header h;
     TS_TRY(st_header_read(path, &h));
@@ -614,12 +609,13 @@ ts_status ts_safetensors_read_config(const char *path, ts_model_config *cfg) {
             if (st_block_kind(&h, l, &any) == 1) second = l;
         c.moe_every = second ? second : c.layers;
         for (l = 0; l < c.layers && !st && h.key[ST_KEY_MOE_EVERY] < 0; l++)
-            if ((st_block_kind(&h, l, &any) == 1) != st_moe_block(&c, l))
+            if ((st_block_kind(&h, l, &any) == 1) != ts_model_config_moe_block(&c, l))
                 st = ts_error(TS_ERR_FORMAT,
                               "safetensors %s: block h.%d %s experts, which no moe_every gives "
                               "(the first two with experts: h.0, h.%d), and the metadata does "
                               "not say",
-                              path, l, st_moe_block(&c, l) ? "has no" : "has", c.moe_every);
+                              path, l, ts_model_config_moe_block(&c, l) ? "has no" : "has",
+                              c.moe_every);
     }
     for (int key = ST_KEY_HEADS; !st && key < ST_NKEYS; key++)
         if (key != ST_KEY_VOCAB && key != ST_KEY_CONTEXT && h.key[key] >= 0)
@@ -663,7 +659,7 @@ static ts_status st_check_blocks(const st_header *h, const ts_model_config *c) {
                             h->path, x, c->layers, c->layers - 1);
         int expert = sscanf(x + n, "experts.%d.%n", &k, &p) == 1 && p > 0;
         int moe_tensor = expert || strncmp(x + n, "router.", 7) == 0;
-        if (moe_tensor && !st_moe_block(c, l))
+        if (moe_tensor && !ts_model_config_moe_block(c, l))
             return ts_error(TS_ERR_FORMAT,
                             "safetensors %s: %s: block h.%d of the model is a dense MLP, the file "
                             "routes it to experts",
@@ -672,7 +668,7 @@ static ts_status st_check_blocks(const st_header *h, const ts_model_config *c) {
             return ts_error(TS_ERR_FORMAT,
                             "safetensors %s: %s: expert %d is past the model's %d (experts 0-%d)",
                             h->path, x, k, c->experts, c->experts - 1);
-        if (!moe_tensor && strncmp(x + n, "c_", 2) == 0 && st_moe_block(c, l))
+        if (!moe_tensor && strncmp(x + n, "c_", 2) == 0 && ts_model_config_moe_block(c, l))
             return ts_error(TS_ERR_FORMAT,
                             "safetensors %s: %s: block h.%d of the model is a mixture of %d "
                             "experts, the file has a dense MLP there",

@@ -47,11 +47,6 @@ ts_status trainer_key_error(const ts_config *cfg, const char *section, const cha
     return ts_error(TS_ERR_CONFIG, "%s: %s", where, msg);
 }
 
-/* Block l of `c` routes to experts. */
-static int moe_block(const ts_model_config *c, int l) {
-    return c->experts > 0 && l % c->moe_every == 0;
-}
-
 /* The shape `file` (an llm.c checkpoint, raw weights or a safetensors file,
  * what it says of the shape in *h) gives the model *mc: each key the INI
  * sets must agree with it (an error naming the key), the others are taken
@@ -69,13 +64,14 @@ static ts_status trainer_shape_from_file(const ts_config *cfg, ts_model_config *
     if (h->experts > 0)
         snprintf(said, sizeof said, "experts = %d, moe_every = %d", h->experts, h->moe_every);
     for (int l = 0; l < layers && l < h->layers; l++)
-        if (moe_block(&ini, l) != moe_block(h, l))
+        if (ts_model_config_moe_block(&ini, l) != ts_model_config_moe_block(h, l))
             return trainer_key_error(
                 cfg, "model", (ini.experts > 0) != (h->experts > 0) ? "experts" : "moe_every",
                 "block h.%d is %s here (experts = %d, moe_every = %d) and %s in %s %s (%s)", l,
-                moe_block(&ini, l) ? "a mixture of experts" : "a dense MLP", ini.experts,
-                ini.moe_every, moe_block(h, l) ? "a mixture of experts" : "a dense MLP", what, file,
-                said);
+                ts_model_config_moe_block(&ini, l) ? "a mixture of experts" : "a dense MLP",
+                ini.experts, ini.moe_every,
+                ts_model_config_moe_block(h, l) ? "a mixture of experts" : "a dense MLP", what,
+                file, said);
     struct {
         const char *key;
         int *ini;
