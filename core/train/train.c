@@ -72,23 +72,23 @@ static ts_status trainer_shape_from_file(const ts_config *cfg, ts_model_config *
                 ini.experts, ini.moe_every,
                 ts_model_config_moe_block(h, l) ? "a mixture of experts" : "a dense MLP", what,
                 file, said);
+    /* experts_only: a key a dense file says nothing of. */
     struct {
         const char *key;
         int *ini;
-        int file;
-    } keys[] = {{"layers", &mc->layers, h->layers},
-                {"d_model", &mc->d_model, h->d_model},
-                {"heads", &mc->heads, h->heads},
-                {"vocab", &mc->vocab, h->vocab},
-                {"padded_vocab", &mc->padded_vocab, h->padded_vocab},
-                {"context", &mc->context, h->context},
-                {"experts", &mc->experts, h->experts},
-                {"moe_every", &mc->moe_every, h->moe_every},
-                {"expert_hidden", &mc->expert_hidden, h->expert_hidden},
-                {"top_k", &mc->top_k, h->top_k}};
+        int file, experts_only;
+    } keys[] = {{"layers", &mc->layers, h->layers, 0},
+                {"d_model", &mc->d_model, h->d_model, 0},
+                {"heads", &mc->heads, h->heads, 0},
+                {"vocab", &mc->vocab, h->vocab, 0},
+                {"padded_vocab", &mc->padded_vocab, h->padded_vocab, 0},
+                {"context", &mc->context, h->context, 0},
+                {"experts", &mc->experts, h->experts, 0},
+                {"moe_every", &mc->moe_every, h->moe_every, 1},
+                {"expert_hidden", &mc->expert_hidden, h->expert_hidden, 1},
+                {"top_k", &mc->top_k, h->top_k, 1}};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        /* A dense file says nothing of the experts' keys but their count. */
-        if (h->experts == 0 && i > 6) continue;
+        if (h->experts == 0 && keys[i].experts_only) continue;
         if (ts_config_has(cfg, "model", keys[i].key) && *keys[i].ini != keys[i].file)
             return trainer_key_error(cfg, "model", keys[i].key, "%d conflicts with %d in %s %s",
                                      *keys[i].ini, keys[i].file, what, file);
@@ -125,8 +125,11 @@ static ts_status trainer_model_config(const ts_config *cfg, ts_model_config *mc)
             return trainer_key_error_last(cfg, "model", "init", TS_ERR_FORMAT);
         if (safetensors)
             h.padded_vocab = mc->padded_vocab ? mc->padded_vocab : (h.vocab + 127) / 128 * 128;
-        TS_TRY(trainer_shape_from_file(
-            cfg, mc, &h, safetensors ? "the safetensors file" : "the checkpoint", file));
+        /* (Raw weights are written for a mixture of experts alone.) */
+        const char *what = safetensors     ? "the safetensors file"
+                           : h.experts > 0 ? "the raw weights"
+                                           : "the llm.c checkpoint";
+        TS_TRY(trainer_shape_from_file(cfg, mc, &h, what, file));
     } else if (strcmp(init, "random") != 0) {
         return trainer_key_error(cfg, "model", "init",
                                  "'%s' is none of 'random', 'llmc:PATH', 'safetensors:PATH'", init);

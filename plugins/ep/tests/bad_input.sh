@@ -22,6 +22,6 @@ both tp_no_sp 'routed over ep, and the tp ranks hold the same rows' 4 \
 expect pp_groups 'the pipeline of rank 0 has rank 1 at stage 1 in the dense mesh.*but rank 2 in the expert mesh' 1 plan model.ini --world 8 --set parallel.plugins=dp,pp,ep \
     --set pp.size=2 --set ep.size=2 --set model.experts=4 --set parallel.order=tp-cp-ep-pp-dp
 "$TESSERA" export model.ini --out dense.bin > /dev/null || fail "export of the dense model"
-expect llmc "\[model\] experts: block h.0 is a mixture of experts here .* and a dense MLP in the checkpoint dense.bin \(no experts\)" \
+expect llmc "\[model\] experts: block h.0 is a mixture of experts here .* and a dense MLP in the llm.c checkpoint dense.bin \(no experts\)" \
     1 train model.ini --set model.experts=4 --set model.init=llmc:dense.bin
 echo PASS
