@@ -8,8 +8,8 @@
 # auxiliary losses per micro-batch). The bf16 export is the f32 one rounded
 # to nearest even, and trains within bf16 rounding. Raw weights (the format
 # MoE exports had before) convert to a byte-identical file. Bad files and
-# mismatched configurations: one line naming the file and the tensor or
-# key, non-zero exit.
+# mismatched configurations (and a raw file's damaged header): one line
+# naming the file and the tensor or key, non-zero exit.
 . "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 python3 "$SRC/tests/cli/tokens_file.py" data.bin 65 64 3 || fail "token file" # one batch of 4 x 16
@@ -193,6 +193,13 @@ expect_fail moe_every 'moe_every: block h.1 is a mixture of experts here .* and 
     fail "dense export"
 expect_fail dense_into_moe 'experts: block h.0 is a mixture of experts here .* and a dense MLP in the safetensors file dense.safetensors' \
     train model.ini --set model.init=safetensors:dense.safetensors
+python3 -c "
+import struct
+b = bytearray(open('raw.bin', 'rb').read())
+b[44:48] = struct.pack('<i', 9)  # top_k 9 of 4 experts
+open('rawbad.bin', 'wb').write(b)" || fail "making a bad raw file"
+expect_fail raw_header 'raw weights rawbad.bin: header experts=4 moe_every=2 expert_hidden=48 top_k=9 is not a mixture of experts' \
+    train model.ini --set model.init=llmc:rawbad.bin
 expect_fail raw_bf16 'raw weights of a mixture of experts are f32 only' \
     export model.ini --dtype bf16 --out raw16.bin
 echo PASS
