@@ -7,6 +7,16 @@
 #ifndef TESSERA_APPS_COMMANDS_H
 #define TESSERA_APPS_COMMANDS_H
 
+/* How every command builds its configuration (tessera.c): create makes
+ * one with the core's keys registered; finish, when st (how setting it went
+ * so far) is TS_OK, loads the plugins it names and hands both to the
+ * caller; on any failure both are destroyed and the error returned. */
+#include "config.h"
+#include "plugin.h"
+ts_status cli_config_create(ts_config **out);
+ts_status cli_config_finish(ts_status st, ts_config *cfg, ts_config **out_cfg,
+                            ts_plugins **out_reg);
+
 /* tessera verify CONFIG --world N ... (verify.c) */
 int cmd_verify(int argc, char **argv);
 /* tessera report METRICS.jsonl [--out FILE] (report.c) */

@@ -239,11 +239,8 @@ static int core_section(const char *s) {
 static ts_status layout_config(const search *S, const layout *L, ts_config **out_cfg,
                                ts_plugins **out_reg) {
     ts_config *cfg = NULL;
-    ts_plugins *reg = NULL;
-    TS_TRY(ts_config_create(&cfg));
-    int n = 0;
-    const ts_key_spec *core = ts_config_core_keys(&n);
-    ts_status st = ts_config_register(cfg, core, n);
+    TS_TRY(cli_config_create(&cfg));
+    ts_status st = TS_OK;
     char sets[1024];
     layout_sets(S, L, sets, sizeof sets);
     char plugins[128];
@@ -278,16 +275,7 @@ static ts_status layout_config(const search *S, const layout *L, ts_config **out
         st = ts_config_set(cfg, a);
         p += k;
     }
-    if (!st) st = ts_plugins_create(&reg);
-    if (!st) st = ts_plugins_load(reg, cfg);
-    if (st) {
-        ts_plugins_destroy(reg);
-        ts_config_destroy(cfg);
-        return st;
-    }
-    *out_cfg = cfg;
-    *out_reg = reg;
-    return TS_OK;
+    return cli_config_finish(st, cfg, out_cfg, out_reg);
 }
 
 /* Stage 0's schedule at `m` micro-batches: its most micro-batches in

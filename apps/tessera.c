@@ -211,15 +211,40 @@ typedef struct cli_opts {
 
 /* Loads CONFIG (argv[0]), applies --set overrides, loads the plugins it
  * names and validates every key (core and plugins'). */
-static ts_status load_config(int argc, char **argv, cli_opts *opts, ts_config **out_cfg,
-                             ts_plugins **out_reg) {
+ts_status cli_config_create(ts_config **out) {
     ts_config *cfg = NULL;
-    ts_plugins *reg = NULL;
     TS_TRY(ts_config_create(&cfg));
     int n = 0;
     const ts_key_spec *core = ts_config_core_keys(&n);
     ts_status st = ts_config_register(cfg, core, n);
-    if (!st) st = ts_config_load(cfg, argv[0]);
+    if (st) {
+        ts_config_destroy(cfg);
+        return st;
+    }
+    *out = cfg;
+    return TS_OK;
+}
+
+ts_status cli_config_finish(ts_status st, ts_config *cfg, ts_config **out_cfg,
+                            ts_plugins **out_reg) {
+    ts_plugins *reg = NULL;
+    if (!st) st = ts_plugins_create(&reg);
+    if (!st) st = ts_plugins_load(reg, cfg);
+    if (st) {
+        ts_plugins_destroy(reg);
+        ts_config_destroy(cfg);
+        return st;
+    }
+    *out_cfg = cfg;
+    *out_reg = reg;
+    return TS_OK;
+}
+
+static ts_status load_config(int argc, char **argv, cli_opts *opts, ts_config **out_cfg,
+                             ts_plugins **out_reg) {
+    ts_config *cfg = NULL;
+    TS_TRY(cli_config_create(&cfg));
+    ts_status st = ts_config_load(cfg, argv[0]);
     for (int i = 1; i < argc && !st; i++) {
         if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
             st = ts_config_set(cfg, argv[++i]);
@@ -285,16 +310,7 @@ static ts_status load_config(int argc, char **argv, cli_opts *opts, ts_config **
             st = ts_error(TS_ERR_CONFIG, "unexpected argument '%s' (see --help)", argv[i]);
         }
     }
-    if (!st) st = ts_plugins_create(&reg);
-    if (!st) st = ts_plugins_load(reg, cfg);
-    if (st) {
-        ts_plugins_destroy(reg);
-        ts_config_destroy(cfg);
-        return st;
-    }
-    *out_cfg = cfg;
-    *out_reg = reg;
-    return TS_OK;
+    return cli_config_finish(st, cfg, out_cfg, out_reg);
 }
 
 /* The mesh sizes the plugins' axes give for `world` ranks, then the mesh

@@ -701,10 +701,7 @@ int cmd_verify(int argc, char **argv) {
     /* The configuration must load as `tessera train` would read it (its
      * dtype decides the tolerance). */
     ts_config *cfg = NULL;
-    int n = 0;
-    const ts_key_spec *core = ts_config_core_keys(&n);
-    ts_status st = ts_config_create(&cfg);
-    if (!st) st = ts_config_register(cfg, core, n);
+    ts_status st = cli_config_create(&cfg);
     if (!st) st = ts_config_load(cfg, o.config);
     for (int i = 0; i < o.nsets && !st; i++) {
         const char *dot = strchr(o.sets[i], '.');
