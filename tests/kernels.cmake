@@ -31,3 +31,26 @@ foreach(entry ${TESSERA_KERNEL_TESTS})
   set_tests_properties(${test_name} PROPERTIES
     LABELS core ENVIRONMENT "${TESSERA_TEST_ENV}")
 endforeach()
+
+# The same bits on 1, 2 and 3 threads under the kernels of every core
+# OpenBLAS may pick (OPENBLAS_CORETYPE), where this CPU can run them: the
+# products' tiles must fall where each core's micro-kernel sums alike
+# (kernels/cpu/matmul.c). Skipped, saying why, for a core this CPU lacks.
+foreach(core SkylakeX Cooperlake Haswell Zen Sandybridge Nehalem Core2)
+  add_test(NAME kernels_same_bits_on_1_2_3_threads_${core}
+    COMMAND bash ${PROJECT_SOURCE_DIR}/tests/blas_core.sh ${core} $<TARGET_FILE:test_kernels>
+      $<TARGET_FILE:test_kernels> threads)
+  set_tests_properties(kernels_same_bits_on_1_2_3_threads_${core} PROPERTIES
+    LABELS core SKIP_RETURN_CODE 77 ENVIRONMENT "${TESSERA_TEST_ENV}")
+endforeach()
+
+# And a whole training run's losses and gradient norms on 1, 2 and 3 threads
+# (tests/cli/threads_same_bits.sh) under each of those cores' kernels.
+foreach(core SkylakeX Cooperlake Haswell Zen Sandybridge Nehalem Core2)
+  add_test(NAME cli_threads_same_bits_${core}
+    COMMAND bash ${PROJECT_SOURCE_DIR}/tests/blas_core.sh ${core} $<TARGET_FILE:test_kernels>
+      bash ${PROJECT_SOURCE_DIR}/tests/cli/threads_same_bits.sh $<TARGET_FILE:tessera_cli>
+      ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cli_threads_same_bits_${core} PROPERTIES
+    LABELS core SKIP_RETURN_CODE 77 TIMEOUT 300 ENVIRONMENT "${TESSERA_TEST_ENV}")
+endforeach()

@@ -468,8 +468,8 @@ static void test_attention_recompute(void) {
             for (size_t k = sf; k < sf + 16; k++)
                 guard &= isnan(rs[k]);
             char what[160];
-            snprintf(what, sizeof what, "B %d T %d C %d NH %d, %d thread%s: out, dqkv (+=) equal", RB,
-                     RT, RC, RH, threads, threads > 1 ? "s" : "");
+            snprintf(what, sizeof what, "B %d T %d C %d NH %d, %d thread%s: out, dqkv (+=) equal",
+                     RB, RT, RC, RH, threads, threads > 1 ? "s" : "");
             expect(!memcmp(out, out2, n * RC * sizeof *out) &&
                        !memcmp(dq, dq2, n * 3 * RC * sizeof *dq) && guard,
                    what, 0, 0);
@@ -1267,6 +1267,28 @@ static void test_tasks(void) {
     ts_cpu_set_threads(saved);
 }
 
+/* Whether b[0..n) has a's bits; if not, prints the first element that
+ * differs (index, both values and their bits) under `what`, and gives the
+ * largest |a - b| through *diff. */
+static int same_bits(const char *what, const char *ta, const float *a, const char *tb,
+                     const float *b, size_t n, double *diff) {
+    size_t first = n;
+    double d = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (!memcmp(&a[i], &b[i], sizeof *a)) continue;
+        if (first == n) first = i;
+        double e = fabs((double)a[i] - (double)b[i]);
+        d = e > d ? e : d;
+    }
+    if (d > *diff) *diff = d;
+    if (first == n) return 1;
+    uint32_t ua, ub;
+    memcpy(&ua, &a[first], 4), memcpy(&ub, &b[first], 4);
+    printf("    %s: element %zu of %zu differs: %s %.9g (0x%08x), %s %.9g (0x%08x)\n", what, first,
+           n, ta, (double)a[first], ua, tb, (double)b[first], ub);
+    return 0;
+}
+
 /* Every kernel whose loop is cut into tasks gives the same bits on 1, 2 and 3
  * threads (3: shares of unequal length, tiles left to steal). The products
  * are cut by rows (more rows than columns) and by columns (a head's shape);
@@ -1290,6 +1312,7 @@ static int matmul_bits(int threads, const mm_shape *m, float *out, float *dinp, 
 
 static void test_threads(void) {
     int saved = ts_cpu_get_threads();
+    printf("  (OpenBLAS core: %s)\n", ts_cpu_blas_core());
     /* One block call over 150 columns (more than TS_CPU_BIAS_BLOCK) sums
      * each column as ts_cpu_bias_grad's blocks of 64 do, bit for bit. */
     {
@@ -1315,12 +1338,16 @@ static void test_threads(void) {
             matmul_bits(t + 1, &m, r[t][0], r[t][1], r[t][2], r[t][3]);
         }
         int same = 1;
+        double diff = 0.0;
+        const char *part[4] = {"out", "dinp", "dweight", "dbias"};
+        const size_t part_n[4] = {no, ni, nw, (size_t)m.oc};
         for (int t = 1; t < 3; t++)
-            same &= !memcmp(r[0][0], r[t][0], no * 4) && !memcmp(r[0][1], r[t][1], ni * 4) &&
-                    !memcmp(r[0][2], r[t][2], nw * 4) && !memcmp(r[0][3], r[t][3], m.oc * 4);
+            for (int k = 0; k < 4; k++)
+                same &= same_bits(part[k], "1 thread", r[0][k], t == 1 ? "2 threads" : "3 threads",
+                                  r[t][k], part_n[k], &diff);
         char what[96];
         snprintf(what, sizeof what, "matmul %dx%dx%d fwd+bwd: 1 = 2 = 3 threads", m.n, m.c, m.oc);
-        expect(same, what, 0, 0);
+        expect(same, what, diff, 0);
         for (int t = 0; t < 3; t++)
             free(r[t][0]), free(r[t][1]), free(r[t][2]), free(r[t][3]);
         free(m.inp), free(m.w), free(m.bias), free(m.dout);
@@ -1381,11 +1408,13 @@ static void test_threads(void) {
                              "adamw params"};
     for (int i = 0; i < 12; i++) {
         int same = 1;
+        double diff = 0.0;
         for (int t = 1; t < 3; t++)
-            same &= !memcmp(res[0][i], res[t][i], len[i] * sizeof(float));
+            same &= same_bits(names[i], "1 thread", res[0][i], t == 1 ? "2 threads" : "3 threads",
+                              res[t][i], len[i], &diff);
         char what[96];
         snprintf(what, sizeof what, "%s: 1 = 2 = 3 threads", names[i]);
-        expect(same, what, 0, 0);
+        expect(same, what, diff, 0);
     }
     /* the sum of squares over 5 M floats: 77 chunks, shared unevenly */
     size_t big = 5000003;
@@ -1420,6 +1449,12 @@ static void test_threads(void) {
 }
 
 /* --- timing (by hand, not a ctest) -------------------------------------------- */
+
+/* Prints the core whose kernels OpenBLAS runs (tests/blas_core.sh checks
+ * that a forced OPENBLAS_CORETYPE took). */
+static void test_blas_core(void) {
+    printf("  OpenBLAS core: %s\n", ts_cpu_blas_core());
+}
 
 static void test_time(void) {
     int n = 256, V = 50257, Vp = 50304, lc = 768, reps = 20;
@@ -1492,6 +1527,7 @@ static const struct {
     {"tasks", test_tasks},
     {"threads", test_threads},
     {"time", test_time},
+    {"blas_core", test_blas_core},
 };
 
 int main(int argc, char **argv) {

@@ -5,7 +5,9 @@
  * next, dimensions last (B batch, T time, C channels, NH heads, V vocabulary,
  * Vp padded vocabulary, N = B*T rows). Shapes are given in the comments.
  * Kernels know nothing of ranks, modules or the allocator; they never
- * allocate except for small per-thread scratch on the stack.
+ * allocate except for small per-thread scratch on the stack and the GEMM's
+ * per-thread transposition buffer (1 MiB, kept for the thread's life:
+ * matmul.c says why).
  *
  * One rule for every backward kernel: it ACCUMULATES (+=) into every gradient
  * it writes, parameters and activations alike, so callers zero gradient
@@ -34,6 +36,9 @@ extern "C" {
 /* Sets the threads used by OpenMP loops and by the BLAS (0 leaves them). */
 void ts_cpu_set_threads(int n);
 int ts_cpu_get_threads(void);
+/* The CPU core whose kernels OpenBLAS runs ("Zen", "Haswell", "SkylakeX"...:
+ * its choice, or OPENBLAS_CORETYPE's): the GEMM's bits depend on it. */
+const char *ts_cpu_blas_core(void);
 
 /* --- GEMM (CBLAS) ----------------------------------------------------------
  * out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be NULL. */

@@ -9,6 +9,7 @@
  */
 #include <cblas.h>
 #include <omp.h>
+#include <stdlib.h>
 
 #include "cpu_kernels.h"
 #include "tasks.h"
@@ -17,8 +18,7 @@
  * columns) of a tile, and the fewest multiply-adds. OpenBLAS multiplies small
  * products (M N K up to 100^3 on some CPUs) with another kernel, which sums in
  * another order: a tile kept above 2^21 multiply-adds takes the same path as
- * the whole product, so cutting it changes no bit. Tile edges fall on
- * multiples of MATMUL_TILE_ALIGN. */
+ * the whole product, so cutting it changes no bit. */
 #define MATMUL_TILES_PER_THREAD 2
 /* dweight's tiles per thread in the backward's pool: they make up the far
  * end of each share, the part another thread may take, so the smaller they
@@ -26,16 +26,38 @@
 #define MATMUL_DWEIGHT_TILES_PER_THREAD 4
 #define MATMUL_TILE_MIN 64
 #define MATMUL_TILE_MIN_MNK (1L << 21)
-#define MATMUL_TILE_ALIGN 16
+
+/* Where a product may be cut without changing a bit. OpenBLAS sees our
+ * row-major C (M, N) as the column-major C^T: its "M" is our columns, its
+ * "N" our rows. Its micro-kernel takes the "N" side in blocks of its unroll
+ * (4 on SkylakeX and Cooperlake, 12 on Haswell and Zen, 4 or 8 on older
+ * cores), and an element's sum over K is the same in a tile whose first row
+ * is a multiple of the unroll as in the whole product: tiles of rows start
+ * at multiples of 48, the unrolls' least common multiple. Its "M" side has
+ * no such multiple on every core: on Haswell and Zen an element of a column
+ * tile is summed in another order than in the whole product, whatever the
+ * tile's edges. So a product is only ever cut along the library's "N": by
+ * our rows when C is taller than wide (or tall enough for every team), and
+ * when it is short and wide by computing C^T's rows (our columns) into a
+ * per-thread buffer, MATMUL_T_FLOATS at a time, added into C transposed.
+ * The choice depends on the shape alone, and every tile and chunk starts at
+ * a multiple of MATMUL_TILE_ALIGN, so the bits are the same on any thread
+ * count on every core OpenBLAS selects (kernels_same_bits_on_1_2_3_threads,
+ * run under each OPENBLAS_CORETYPE this CPU executes). */
+#define MATMUL_TILE_ALIGN 48
+/* Products with at most this many rows and more columns go through C^T. */
+#define MATMUL_T_MAX_ROWS 1024
+/* The transposition buffer: a chunk of C^T's rows, at most 1 MiB a thread
+ * (a chunk of 256 columns at 1024 rows: packing op(A) again per chunk costs
+ * about 1/256 of the chunk's multiply-adds). */
+#define MATMUL_T_FLOATS (256 * 1024)
 
 /* One product C (M, N) = op(A) op(B) + beta C (+ bias on every row), row-major,
- * cut into tiles of whole rows of C (whole columns when C is wider than tall)
- * of equal size (up to the alignment). Each tile is a single-threaded SGEMM,
- * run inside the team's parallel region, where the library does not split
- * it: every element of C is one dot product over all of K in the library's
- * one-thread order, so the result is the same bits on any number of threads
- * (kernels_same_bits_on_1_2_3_threads). The library's own split synchronised
- * its threads many times per product, and summed over K in other blocks. */
+ * cut into tiles of whole rows of C, or (short and wide) of whole columns
+ * computed as rows of C^T, of equal size (up to the alignment). Each tile is
+ * single-threaded SGEMM, run inside the team's parallel region, where the
+ * library does not split it. The library's own split synchronised its
+ * threads many times per product, and summed over K in other blocks. */
 typedef struct {
     CBLAS_TRANSPOSE ta, tb;
     int M, N, K, lda, ldb, ldc;
@@ -49,7 +71,9 @@ typedef struct {
 static gemm_tiles gemm_plan(int per_thread, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N,
                             int K, const float *A, int lda, const float *B, int ldb, float beta,
                             float *C, int ldc, const float *bias) {
-    gemm_tiles g = {ta, tb, M, N, K, lda, ldb, ldc, A, B, bias, beta, C, M >= N, M >= N ? M : N, 0};
+    int by_rows = M >= N || M > MATMUL_T_MAX_ROWS;
+    gemm_tiles g = {ta, tb, M, N, K, lda, ldb, ldc, A, B, bias, beta, C, by_rows, by_rows ? M : N,
+                    0};
     long other_k = (long)(g.by_rows ? N : M) * K;
     long least = other_k > 0 ? (MATMUL_TILE_MIN_MNK + other_k - 1) / other_k : 0;
     if (least < MATMUL_TILE_MIN) least = MATMUL_TILE_MIN;
@@ -66,15 +90,58 @@ static int gemm_edge(const gemm_tiles *g, int i) {
     return (int)((long)g->dim * i / g->ntiles) / MATMUL_TILE_ALIGN * MATMUL_TILE_ALIGN;
 }
 
+/* The calling thread's transposition buffer of MATMUL_T_FLOATS, kept for the
+ * thread's life (freed with the process); NULL if it cannot be had. */
+static float *gemm_t_buffer(void) {
+    static _Thread_local float *buf;
+    if (!buf) buf = malloc(MATMUL_T_FLOATS * sizeof *buf);
+    return buf;
+}
+
+static CBLAS_TRANSPOSE flip(CBLAS_TRANSPOSE t) {
+    return t == CblasNoTrans ? CblasTrans : CblasNoTrans;
+}
+
+/* Columns [x0, x0 + w) of C as rows of C^T = op(B)^T op(A)^T, a chunk of
+ * rows at a time into the buffer, then C = T^T + beta C + bias. */
+static void gemm_columns(const gemm_tiles *g, int x0, int w, float *t) {
+    int M = g->M, chunk = MATMUL_T_FLOATS / (M > 0 ? M : 1) / MATMUL_TILE_ALIGN * MATMUL_TILE_ALIGN;
+    for (int c0 = x0; c0 < x0 + w; c0 += chunk) {
+        int wc = x0 + w - c0 < chunk ? x0 + w - c0 : chunk;
+        const float *b = g->B + (g->tb == CblasNoTrans ? (size_t)c0 : (size_t)c0 * g->ldb);
+        cblas_sgemm(CblasRowMajor, flip(g->tb), flip(g->ta), wc, M, g->K, 1.0f, b, g->ldb, g->A,
+                    g->lda, 0.0f, t, M);
+        for (int m0 = 0; m0 < M; m0 += 16) { /* 16 rows of C against 16-float runs of T */
+            int m1 = m0 + 16 < M ? m0 + 16 : M;
+            for (int j = 0; j < wc; j++) {
+                const float *tj = t + (size_t)j * M;
+                float bj = g->bias ? g->bias[c0 + j] : 0.0f;
+                float *cj = g->C + c0 + j;
+                for (int m = m0; m < m1; m++) {
+                    float v = tj[m];
+                    if (g->beta != 0.0f) v = cj[(size_t)m * g->ldc] + v;
+                    cj[(size_t)m * g->ldc] = g->bias ? v + bj : v;
+                }
+            }
+        }
+    }
+}
+
 static void gemm_tile(const gemm_tiles *g, int i) {
     int x0 = gemm_edge(g, i), w = gemm_edge(g, i + 1) - x0;
+    float *t = g->by_rows ? NULL : gemm_t_buffer();
+    if (!g->by_rows && t) {
+        gemm_columns(g, x0, w, t);
+        return;
+    }
     int rows = g->by_rows ? w : g->M, cols = g->by_rows ? g->N : w;
     const float *a = g->A, *b = g->B, *bias = g->bias;
     float *c = g->C;
     if (g->by_rows) { /* rows x0.. of C: rows of op(A) */
         a += g->ta == CblasNoTrans ? (size_t)x0 * g->lda : (size_t)x0;
         c += (size_t)x0 * g->ldc;
-    } else { /* columns x0.. of C: columns of op(B) */
+    } else { /* no buffer: columns x0.. of C directly (the bits may then
+              * depend on the cut, never the result's correctness) */
         b += g->tb == CblasNoTrans ? (size_t)x0 : (size_t)x0 * g->ldb;
         c += x0;
         bias = bias ? bias + x0 : NULL;

@@ -9,8 +9,10 @@
 #include "cpu_kernels.h"
 #include "tasks.h"
 
-/* OpenBLAS's own setter; declared here because not every cblas.h has it. */
+/* OpenBLAS's own setter and the name of the core whose kernels it runs;
+ * declared here because not every cblas.h has them. */
 void openblas_set_num_threads(int num_threads);
+char *openblas_get_corename(void);
 
 void ts_cpu_set_threads(int n) {
     if (n <= 0) return;
@@ -20,6 +22,10 @@ void ts_cpu_set_threads(int n) {
 
 int ts_cpu_get_threads(void) {
     return omp_get_max_threads();
+}
+
+const char *ts_cpu_blas_core(void) {
+    return openblas_get_corename();
 }
 
 void ts_cpu_tasks_init(ts_cpu_tasks *q, size_t n, size_t grain) {
