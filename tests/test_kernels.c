@@ -200,6 +200,43 @@ static void mm_backward(void *p) {
     ts_cpu_matmul_backward(c->dinp, c->dw, c->dbias, c->r, c->inp, c->w, N, C, MM_OC);
 }
 
+/* A short, wide product (70 rows, 1001 columns: computed as rows of C^T,
+ * in several tiles on 3 threads) and its backward's dinp (70 x 96, also
+ * through C^T, accumulating), against double references. */
+static void test_matmul_wide(void) {
+    enum { WN = 70, WC = 96, WOC = 1001 };
+    float *inp = falloc(WN * WC), *w = falloc((size_t)WOC * WC), *bias = falloc(WOC);
+    float *out = falloc((size_t)WN * WOC), *dout = falloc((size_t)WN * WOC),
+          *dinp = falloc(WN * WC);
+    double *ref = malloc(sizeof(double) * WN * WOC), *dref = malloc(sizeof(double) * WN * WC);
+    fill(inp, WN * WC, 1), fill(w, (size_t)WOC * WC, 1), fill(bias, WOC, 1);
+    fill(dout, (size_t)WN * WOC, 1), fill(dinp, WN * WC, 1);
+    for (int n = 0; n < WN; n++)
+        for (int o = 0; o < WOC; o++) {
+            double acc = bias[o];
+            for (int i = 0; i < WC; i++)
+                acc += (double)inp[n * WC + i] * w[(size_t)o * WC + i];
+            ref[(size_t)n * WOC + o] = acc;
+        }
+    for (int n = 0; n < WN; n++)
+        for (int i = 0; i < WC; i++) {
+            double acc = dinp[n * WC + i]; /* the backward adds to what is there */
+            for (int o = 0; o < WOC; o++)
+                acc += (double)dout[(size_t)n * WOC + o] * w[(size_t)o * WC + i];
+            dref[n * WC + i] = acc;
+        }
+    int saved = ts_cpu_get_threads();
+    ts_cpu_set_threads(3);
+    ts_cpu_matmul_forward(out, inp, w, bias, WN, WC, WOC);
+    ts_cpu_matmul_backward(dinp, NULL, NULL, dout, inp, w, WN, WC, WOC);
+    ts_cpu_set_threads(saved);
+    double e = max_err(out, ref, (size_t)WN * WOC);
+    expect(e <= 1e-6, "70 x 1001 (through C^T) vs double reference", e, 1e-6);
+    e = max_err(dinp, dref, WN * WC);
+    expect(e <= 1e-6, "its dinp, accumulated (+=), vs double reference", e, 1e-6);
+    free(inp), free(w), free(bias), free(out), free(dout), free(dinp), free(ref), free(dref);
+}
+
 static void test_matmul(void) {
     static mm_ctx c;
     fill(c.inp, N * C, 1), fill(c.w, MM_OC * C, 1), fill(c.bias, MM_OC, 1);
@@ -235,6 +272,7 @@ static void test_matmul(void) {
     mm_backward(&c);
     expect(memcmp(dw2, c.dw, sizeof dw2) == 0 ? 1 : 0,
            "dweight alone equals dweight with dinp, dbias", 0, 0);
+    test_matmul_wide();
 }
 
 /* --- embedding ----------------------------------------------------------- */
@@ -1291,7 +1329,8 @@ static int same_bits(const char *what, const char *ta, const float *a, const cha
 
 /* Every kernel whose loop is cut into tasks gives the same bits on 1, 2 and 3
  * threads (3: shares of unequal length, tiles left to steal). The products
- * are cut by rows (more rows than columns) and by columns (a head's shape);
+ * are cut by rows (more rows than columns) and by columns (a head's shape,
+ * computed as rows of C^T);
  * 700 x 40 x 50's weight gradient is one tile, which the library, left to
  * split it over its threads, summed differently. */
 typedef struct {
