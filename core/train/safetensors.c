@@ -282,27 +282,114 @@ static int st_eat(st_json *j, char c) {
     return 0;
 }
 
-static ts_status st_string(st_json *j, char *out, size_t cap) {
-    if (!st_eat(j, '"')) return st_bad(j, "a string expected");
-    size_t n = 0;
-    while (j->p < j->end && *j->p != '"') {
-        char c = *j->p++;
-        if (c == '\\' && j->p < j->end) c = *j->p++;
-        if (n + 1 < cap) out[n++] = c;
+/* The 4 hex digits of a \u escape (j->p at the first). */
+static ts_status st_hex4(st_json *j, uint32_t *cp) {
+    *cp = 0;
+    for (int i = 0; i < 4; i++, j->p++) {
+        char c = j->p < j->end ? *j->p : '\0';
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
+        if (d < 0) return st_bad(j, "a \\u escape without 4 hex digits");
+        *cp = *cp << 4 | (uint32_t)d;
     }
-    if (j->p >= j->end) return st_bad(j, "an unterminated string");
-    j->p++;
-    out[n] = '\0';
     return TS_OK;
 }
 
+/* A JSON string, its escapes decoded (\uXXXX as UTF-8, a surrogate pair
+ * joined), into out (cap bytes with the NUL), or only checked when out is
+ * NULL; its length in *len when len is not NULL. Refused: a NUL (raw or
+ * \u0000: C strings would end there), another control character, an
+ * unknown escape, and with out a string of cap bytes or more. */
+static ts_status st_string_len(st_json *j, char *out, size_t cap, size_t *len) {
+    if (!st_eat(j, '"')) return st_bad(j, "a string expected");
+    size_t n = 0;
+    for (;;) {
+        if (j->p >= j->end) return st_bad(j, "an unterminated string");
+        const char *at = j->p;
+        unsigned char c = (unsigned char)*j->p;
+        if (c == '"') break;
+        if (c == '\0') return st_bad(j, "a NUL byte inside a string");
+        if (c < 0x20) return st_bad(j, "a control character inside a string (escape it)");
+        char u[4] = {(char)c};
+        size_t k = 1;
+        j->p++;
+        if (c == '\\') {
+            static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+            char e = j->p < j->end ? *j->p++ : '\0';
+            const char *x = e ? strchr(from, e) : NULL;
+            uint32_t cp = 0, lo = 0;
+            if (x) {
+                u[0] = to[x - from];
+            } else if (e != 'u') {
+                j->p = at;
+                return st_bad(j, "an escape that is not JSON's");
+            } else {
+                TS_TRY(st_hex4(j, &cp));
+                if (cp >= 0xd800 && cp < 0xdc00 && j->end - j->p >= 2 && j->p[0] == '\\' &&
+                    j->p[1] == 'u') {
+                    j->p += 2;
+                    TS_TRY(st_hex4(j, &lo));
+                }
+                if (cp >= 0xd800 && cp < 0xdc00 && lo >= 0xdc00 && lo < 0xe000)
+                    cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+                j->p = cp >= 0xd800 && cp < 0xe000 ? at : j->p;
+                if (cp >= 0xd800 && cp < 0xe000) return st_bad(j, "a \\u surrogate not in a pair");
+                if (cp == 0) {
+                    j->p = at;
+                    return st_bad(j, "a NUL (\\u0000) inside a string");
+                }
+                k = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+                static const unsigned char lead[5] = {0, 0, 0xc0, 0xe0, 0xf0};
+                for (size_t b = k - 1; b > 0; b--, cp >>= 6)
+                    u[b] = (char)(0x80 | (cp & 0x3f));
+                u[0] = (char)(lead[k] | cp);
+            }
+        }
+        if (out && n + k >= cap) {
+            char what[64];
+            snprintf(what, sizeof what, "a string longer than the %zu bytes read here", cap - 1);
+            return st_bad(j, what);
+        }
+        if (out) memcpy(out + n, u, k);
+        n += k;
+    }
+    j->p++;
+    if (out) out[n] = '\0';
+    if (len) *len = n;
+    return TS_OK;
+}
+
+static ts_status st_string(st_json *j, char *out, size_t cap) {
+    return st_string_len(j, out, cap, NULL);
+}
+
+/* A non-negative JSON integer (no sign, fraction, exponent or leading
+ * zero) of at most 2^63 - 1. */
 static ts_status st_int(st_json *j, int64_t *v) {
     st_ws(j);
-    char *e = NULL;
-    long long x = strtoll(j->p, &e, 10);
-    if (e == j->p || e > j->end || x < 0) return st_bad(j, "a non-negative integer expected");
-    j->p = e;
-    *v = x;
+    const char *s = j->p;
+    uint64_t x = 0;
+    while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
+        unsigned d = (unsigned)(*j->p++ - '0');
+        if (x > ((uint64_t)INT64_MAX - d) / 10) {
+            while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
+                j->p++;
+            char what[96];
+            snprintf(what, sizeof what, "%.*s%s is more than 2^63 - 1",
+                     (int)(j->p - s > 40 ? 40 : j->p - s), s, j->p - s > 40 ? "..." : "");
+            j->p = s;
+            return st_bad(j, what);
+        }
+        x = x * 10 + d;
+    }
+    int frac = j->p < j->end && (*j->p == '.' || *j->p == 'e' || *j->p == 'E');
+    if (j->p == s || frac || (j->p - s > 1 && *s == '0')) {
+        j->p = s;
+        return st_bad(j, "a non-negative integer expected");
+    }
+    *v = (int64_t)x;
     return TS_OK;
 }
 
@@ -319,30 +406,104 @@ static ts_status st_ints(st_json *j, int64_t *v, int cap, int *n) {
     return st_eat(j, ']') ? TS_OK : st_bad(j, "',' or ']' expected");
 }
 
-/* __metadata__: an object of string values; the shape keys among them
- * (decimal integers) into h->key. */
+/* A key of __metadata__ as read (decoded) and where it starts. */
+typedef struct st_key_at {
+    char *key;
+    const char *at;
+} st_key_at;
+
+static int st_key_cmp(const void *a, const void *b) {
+    const st_key_at *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : x->at < y->at ? -1 : x->at > y->at;
+}
+
+/* No key of __metadata__ twice (JSON leaves it to the reader which one
+ * wins): the keys sorted, the second of a pair named. */
+static ts_status st_metadata_unique(st_json *j, st_key_at *keys, size_t n) {
+    qsort(keys, n, sizeof *keys, st_key_cmp);
+    for (size_t i = 1; i < n; i++) {
+        if (strcmp(keys[i - 1].key, keys[i].key) != 0) continue;
+        char what[96];
+        snprintf(what, sizeof what, "__metadata__ key %.48s%s appears twice", keys[i].key,
+                 strlen(keys[i].key) > 48 ? "..." : "");
+        j->p = keys[i].at;
+        return st_bad(j, what);
+    }
+    return TS_OK;
+}
+
+/* __metadata__: an object of string values, no key twice; the shape keys
+ * among them (decimal integers) into h->key. */
 static ts_status st_metadata(st_json *j, st_header *h) {
     if (!st_eat(j, '{')) return st_bad(j, "an object expected");
     if (st_eat(j, '}')) return TS_OK;
+    size_t n = 0, cap = 0;
+    st_key_at *keys = NULL;
+    ts_status st = TS_OK;
     do {
-        char key[256], value[256];
-        TS_TRY(st_string(j, key, sizeof key));
-        if (!st_eat(j, ':')) return st_bad(j, "':' expected");
-        TS_TRY(st_string(j, value, sizeof value));
-        for (int k = 0; k < ST_NKEYS; k++) {
-            if (strcmp(key, st_keys[k]) != 0) continue;
-            char *end = NULL;
-            long v = strtol(value, &end, 10);
-            long least = k == ST_KEY_EXPERTS ? 0 : 1;
-            if (end == value || *end || v < least || v > 1 << 30)
-                return ts_error(TS_ERR_FORMAT,
-                                "safetensors %s: __metadata__ %s = \"%s\" is not a count of at "
-                                "least %ld",
-                                h->path, key, value, least);
-            h->key[k] = (int)v;
+        st_ws(j);
+        const char *at = j->p;
+        size_t len = 0;
+        if ((st = st_string_len(j, NULL, 0, &len))) break;
+        if (n == cap) {
+            st_key_at *g = realloc(keys, (cap = cap ? 2 * cap : 16) * sizeof *g);
+            if (!g) {
+                st = ts_error(TS_ERR_NOMEM, "safetensors: out of memory");
+                break;
+            }
+            keys = g;
         }
+        keys[n].at = at;
+        if (!(keys[n].key = malloc(len + 1))) {
+            st = ts_error(TS_ERR_NOMEM, "safetensors: out of memory");
+            break;
+        }
+        j->p = at;
+        n++;
+        if ((st = st_string(j, keys[n - 1].key, len + 1))) break;
+        const char *key = keys[n - 1].key;
+        if (!st_eat(j, ':')) {
+            st = st_bad(j, "':' expected");
+            break;
+        }
+        int k = 0;
+        while (k < ST_NKEYS && strcmp(key, st_keys[k]) != 0)
+            k++;
+        if (k == ST_NKEYS) { /* another key: any string */
+            if ((st = st_string(j, NULL, 0))) break;
+            continue;
+        }
+        char value[32] = "";
+        st_ws(j);
+        const char *vat = j->p;
+        size_t vlen = 0;
+        if ((st = st_string_len(j, NULL, 0, &vlen))) break;
+        j->p = vat;
+        if (vlen < sizeof value)
+            st = st_string(j, value, sizeof value);
+        else
+            snprintf(value, sizeof value, "(%zu bytes)", vlen), st = st_string(j, NULL, 0);
+        if (st) break;
+        long v = 0, least = k == ST_KEY_EXPERTS ? 0 : 1;
+        size_t d = 0;
+        while (value[d] >= '0' && value[d] <= '9' && v <= 1 << 30)
+            v = v * 10 + (value[d++] - '0');
+        if (d == 0 || value[d] || (d > 1 && value[0] == '0') || v < least || v > 1 << 30) {
+            st = ts_error(TS_ERR_FORMAT,
+                          "safetensors %s: __metadata__ %s = \"%s\" is not a count of at least %ld "
+                          "(and at most 2^30)",
+                          h->path, key, value, least);
+            break;
+        }
+        h->key[k] = (int)v;
     } while (st_eat(j, ','));
-    return st_eat(j, '}') ? TS_OK : st_bad(j, "',' or '}' expected");
+    if (!st && !st_eat(j, '}')) st = st_bad(j, "',' or '}' expected");
+    if (!st) st = st_metadata_unique(j, keys, n);
+    for (size_t i = 0; i < n; i++)
+        free(keys[i].key);
+    free(keys);
+    return st;
 }
 
 static ts_status st_entry_read(st_json *j, st_entry *e) {
@@ -352,6 +513,12 @@ static ts_status st_entry_read(st_json *j, st_entry *e) {
         char key[32];
         TS_TRY(st_string(j, key, sizeof key));
         if (!st_eat(j, ':')) return st_bad(j, "':' expected");
+        int bit = strcmp(key, "dtype") == 0 ? 1 : strcmp(key, "shape") == 0 ? 2 : 4;
+        if (seen & bit && (bit < 4 || strcmp(key, "data_offsets") == 0)) {
+            char what[TS_NAME_MAX + 48];
+            snprintf(what, sizeof what, "%s has %s twice", e->name, key);
+            return st_bad(j, what);
+        }
         if (strcmp(key, "dtype") == 0) {
             TS_TRY(st_string(j, e->dtype, sizeof e->dtype));
             seen |= 1;
@@ -398,7 +565,8 @@ static int st_by_begin(const void *a, const void *b) {
 
 /* Every tensor of the header, whatever the model reads of it: a dtype of
  * the format, data_offsets that hold its shape's elements within the data,
- * no two sharing a byte, no name twice. */
+ * no two sharing a byte and no byte of the data in none (the format's
+ * reference reader refuses both), no name twice. */
 static ts_status st_check_entries(st_header *h) {
     for (int i = 0; i < h->n; i++) {
         const st_entry *e = &h->e[i];
@@ -449,8 +617,20 @@ static ts_status st_check_entries(st_header *h) {
                           h->path, e->name, (unsigned long long)e->begin,
                           (unsigned long long)e->end, last->name, (unsigned long long)last->begin,
                           (unsigned long long)last->end);
+        else if (e->begin > (last ? last->end : 0))
+            st = ts_error(TS_ERR_FORMAT,
+                          "safetensors %s: data bytes [%llu, %llu) before %s are no tensor's (the "
+                          "tensors tile the data)",
+                          h->path, (unsigned long long)(last ? last->end : 0),
+                          (unsigned long long)e->begin, e->name);
         if (!last || e->end > last->end) last = e;
     }
+    if (!st && (last ? last->end : 0) < h->data_size)
+        st = ts_error(TS_ERR_FORMAT,
+                      "safetensors %s: data bytes [%llu, %llu) after the last tensor are no "
+                      "tensor's (the tensors tile the data)",
+                      h->path, (unsigned long long)(last ? last->end : 0),
+                      (unsigned long long)h->data_size);
     free(order);
     return st;
 }
@@ -490,9 +670,11 @@ static ts_status st_header_read(const char *path, st_header *h) {
     ts_status st = hdr && h->e ? TS_OK : ts_error(TS_ERR_NOMEM, "safetensors: out of memory");
     if (!st && fread(hdr, 1, len, h->f) != len)
         st = ts_error(TS_ERR_FORMAT, "safetensors %s: truncated header", path);
-    if (hdr) hdr[len] = '\0'; /* numbers are parsed with strtoll */
+    if (hdr) hdr[len] = '\0';
     st_json j = {hdr, hdr, hdr + len, path};
-    if (!st && !st_eat(&j, '{')) st = st_bad(&j, "the header is not an object");
+    int metadata = 0;
+    if (!st && (len == 0 || hdr[0] != '{')) st = st_bad(&j, "the header does not begin with '{'");
+    if (!st) j.p++;
     for (int first = 1; !st && !st_eat(&j, '}'); first = 0) {
         if (!first && !st_eat(&j, ',')) {
             st = st_bad(&j, "',' expected");
@@ -503,7 +685,7 @@ static ts_status st_header_read(const char *path, st_header *h) {
         if (!st && !st_eat(&j, ':')) st = st_bad(&j, "':' expected");
         if (st) break;
         if (strcmp(name, "__metadata__") == 0) {
-            st = st_metadata(&j, h);
+            st = metadata++ ? st_bad(&j, "a second __metadata__") : st_metadata(&j, h);
             continue;
         }
         if (h->n == cap) {
@@ -518,6 +700,17 @@ static ts_status st_header_read(const char *path, st_header *h) {
         snprintf(h->e[h->n].name, sizeof h->e[h->n].name, "%s", name);
         st = st_entry_read(&j, &h->e[h->n]);
         if (!st) h->n++;
+    }
+    /* After the closing brace only the padding (JSON's whitespace). */
+    if (!st) st_ws(&j);
+    if (!st && j.p < j.end) {
+        char what[64];
+        unsigned char c = (unsigned char)*j.p;
+        snprintf(what, sizeof what,
+                 c > 0x20 && c < 0x7f ? "'%c' after the header's closing brace"
+                                      : "byte 0x%02x after the header's closing brace",
+                 c);
+        st = st_bad(&j, what);
     }
     free(hdr);
     h->data_start = 8 + len;

@@ -153,8 +153,17 @@ def past(h):
 edit("past.safetensors", past)
 edit("shape.safetensors", lambda h: h["h.2.mlp.experts.2.c_proj.weight"].update(shape=[32, 48]))
 edit("dtype.safetensors", lambda h: h["h.0.mlp.experts.1.c_fc.bias"].update(dtype="I32"))
-edit("missing.safetensors",
-     lambda h: [h.pop(k) for k in list(h) if k.startswith("h.2.mlp.experts.3.")])
+def drop(name, prefix):  # the tensors and their bytes (the rest still tile the data)
+    h, d, pos = {"__metadata__": head["__metadata__"]}, bytearray(), 0
+    for k, v in sorted(((k, v) for k, v in head.items() if k != "__metadata__"),
+                       key=lambda kv: kv[1]["data_offsets"][0]):
+        if k.startswith(prefix): continue
+        lo, hi = v["data_offsets"]
+        d += data[lo:hi]
+        h[k] = dict(v, data_offsets=[pos, pos + hi - lo])
+        pos += hi - lo
+    write(name, h, d)
+drop("missing.safetensors", "h.2.mlp.experts.3.")
 edit("index.safetensors",
      lambda h: h.update({"h.0.mlp.experts.4.c_proj.bias": h.pop("h.0.mlp.experts.3.c_proj.bias")}))
 def dense_router(h):  # a router in block 1, which moe_every = 2 makes dense
