@@ -27,9 +27,19 @@
  * Each figure is the mean over the ranks (a collective's time: the slowest
  * rank's). The file says one node of `world` devices: every group is then
  * intra-node, and inter-node keys repeat the intra ones.
+ *
+ * The file is written by rank 0 through the core's atomic writer
+ * (ts_write_atomic: a unique temporary name beside it, fsync, rename), and
+ * its path is checked before anything is measured: only a regular file (or
+ * the regular file a symbolic link leads to) or a new path is replaced,
+ * never a FIFO, a device or a directory. The sizes come from CONFIG as the
+ * trainer resolves them (seq_len 0: the context), each product checked in
+ * 64 bits, and the buffers must fit in the rank's share of the memory.
  */
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +48,10 @@
 
 #include "backend.h"
 #include "commands.h"
+#include "file.h"  /* ts_file_probe_output */
+#include "state.h" /* ts_write_atomic */
 #include "tessera/comm.h"
+#include "train.h" /* ts_train_shape_resolve */
 
 static double now_s(void) {
     struct timespec ts;
@@ -198,6 +211,87 @@ static void *cal_alloc(const ts_backend *be, size_t bytes) {
     return be->alloc(TS_MEM_ACTS, bytes ? bytes : 64);
 }
 
+/* The sizes of the kernels: CONFIG's micro-batch, sequence (seq_len 0: the
+ * context) and width as the trainer resolves them, each product in 64 bits;
+ * the buffers must fit in the rank's share of the memory (`mem_bytes`).
+ * *bytes: what the buffers take. */
+static ts_status cal_sizes(const ts_config *cfg, const ts_backend *be, int ranks, double mem_bytes,
+                           size_t big_count, cal_bufs *b, double *bytes) {
+    ts_train_shape sh;
+    TS_TRY(ts_train_shape_resolve(cfg, 1, &sh));
+    int64_t N = (int64_t)sh.B * sh.T, C = sh.model.d_model;
+    if (N > INT32_MAX / 4 || 4 * C > INT32_MAX || N * C > INT32_MAX)
+        return ts_error(TS_ERR_CONFIG,
+                        "plan --calibrate %s: [train] micro_batch x seq_len = %lld rows of [model] "
+                        "d_model %lld is too large for one kernel call (rows x width at most "
+                        "2^31 - 1): calibrate at a smaller micro_batch",
+                        ts_config_path(cfg), (long long)N, (long long)C);
+    b->B = sh.B;
+    b->T = sh.T;
+    b->C = sh.model.d_model;
+    b->NH = sh.model.heads;
+    b->N = (int)N;
+    double NC = (double)N * C, CC = (double)C * C;
+    *bytes = 4.0 * (3 * NC + 2 * 4 * CC + 3 * 4 * NC + 2 * (double)N + 2 * 3 * NC) + 2.0 * 4 * CC +
+             4.0 * ((double)be->attention_saved_floats(b->B, b->NH, b->T) +
+                    (double)be->attention_scratch_floats(b->B, b->NH, b->T) + (double)N * b->NH +
+                    fmax(4 * CC, 3 * NC)) +
+             (double)be->matmul_bf16_work_bytes(b->N, b->C, 4 * b->C) +
+             2.0 * 4 * (double)big_count * ranks;
+    if (*bytes > mem_bytes)
+        return ts_error(TS_ERR_CONFIG,
+                        "plan --calibrate %s: the kernels at micro_batch %d x seq_len %d rows of "
+                        "d_model %d need %.3g GB a rank, more than this machine's %.3g GB a rank "
+                        "(%d ranks): calibrate at a smaller micro_batch",
+                        ts_config_path(cfg), b->B, b->T, b->C, *bytes / 1e9, mem_bytes / 1e9,
+                        ranks);
+    return TS_OK;
+}
+
+/* Every rank learns whether any failed; the first failing rank's message is
+ * printed once (rank 0's when it failed). Returns 1 when any failed. */
+static int cal_agree(ts_comm *w, ts_status st) {
+    int32_t mine = st != TS_OK, any = 0, first = mine ? ts_comm_rank(w) : INT32_MAX, who = 0;
+    if (ts_comm_all_reduce(w, &mine, &any, 1, TS_I32, TS_REDUCE_MAX) != TS_OK ||
+        ts_comm_all_reduce(w, &first, &who, 1, TS_I32, TS_REDUCE_MIN) != TS_OK) {
+        fprintf(stderr, "tessera: rank %d: %s\n", ts_comm_rank(w), ts_last_error());
+        return 1;
+    }
+    if (mine && who == ts_comm_rank(w)) {
+        if (ts_comm_size(w) > 1)
+            fprintf(stderr, "tessera: rank %d: %s\n", ts_comm_rank(w), ts_last_error());
+        else
+            fprintf(stderr, "tessera: %s\n", ts_last_error());
+    }
+    return any != 0;
+}
+
+/* A measured figure the file gives: positive and finite, or 0 (zero_ok). */
+typedef struct cal_figure {
+    const char *what;
+    double v;
+    int zero_ok;
+} cal_figure;
+
+/* A text buffer appended to; `full` once a piece did not fit. */
+typedef struct cal_text {
+    char buf[16384];
+    size_t len;
+    int full;
+} cal_text;
+
+static void cal_printf(cal_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void cal_printf(cal_text *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(t->buf + t->len, sizeof t->buf - t->len, fmt, ap);
+    va_end(ap);
+    if (k < 0 || (size_t)k >= sizeof t->buf - t->len)
+        t->full = 1;
+    else
+        t->len += (size_t)k;
+}
+
 int cmd_plan_calibrate(const ts_config *cfg, int *argc, char ***argv, const char *out_path,
                        FILE *say, int *world_size, int *world_rank) {
     ts_comm *w = NULL;
@@ -210,12 +304,21 @@ int cmd_plan_calibrate(const ts_config *cfg, int *argc, char ***argv, const char
     *world_size = n;
     *world_rank = rank;
     cal_bufs b = {.be = ts_backend_cpu()};
-    b.B = (int)ts_config_int(cfg, "train", "micro_batch");
-    b.T = (int)ts_config_int(cfg, "train", "seq_len");
-    b.C = (int)ts_config_int(cfg, "model", "d_model");
-    b.NH = (int)ts_config_int(cfg, "model", "heads");
-    b.N = b.B * b.T;
     const ts_backend *be = b.be;
+    size_t big_count = (size_t)1 << 20; /* floats a rank: 4 MiB */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int mem_known = pages > 0 && page > 0;
+    double mem_gb = mem_known ? (double)pages * (double)page / n / 1e9 : 1.0;
+    /* Before anything is measured: the sizes, and the path rank 0 will
+     * replace (a regular file, or a new one, in a directory it can write). */
+    double need = 0;
+    st = cal_sizes(cfg, be, n, mem_known ? mem_gb * 1e9 : INFINITY, big_count, &b, &need);
+    if (!st && rank == 0) st = ts_file_probe_output(out_path, "plan --calibrate --cluster");
+    if (cal_agree(w, st)) {
+        ts_comm_world_finalize(w);
+        return st == TS_ERR_CONFIG ? 2 : 1;
+    }
     size_t NC = (size_t)b.N * b.C, CC = (size_t)b.C * b.C;
     b.x = cal_alloc(be, NC * 4);
     b.y = cal_alloc(be, NC * 4);
@@ -234,12 +337,13 @@ int cmd_plan_calibrate(const ts_config *cfg, int *argc, char ***argv, const char
     b.scratch = cal_alloc(be, be->attention_scratch_floats(b.B, b.NH, b.T) * 4);
     b.work = cal_alloc(be, be->matmul_bf16_work_bytes(b.N, b.C, 4 * b.C));
     b.lse = cal_alloc(be, (size_t)b.N * b.NH * 4);
-    size_t big_count = (size_t)1 << 20; /* floats a rank: 4 MiB */
     float *send = calloc(big_count * n, sizeof *send), *recv = calloc(big_count * n, sizeof *recv);
     if (!b.x || !b.y || !b.dx || !b.w || !b.dw || !b.w16 || !b.big || !b.dbig || !b.pre ||
         !b.mean || !b.rstd || !b.qkv || !b.dqkv || !b.att || !b.scratch || !b.work || !b.lse ||
         !send || !recv)
-        st = ts_error(TS_ERR_NOMEM, "plan --calibrate: out of memory for the kernels' buffers");
+        st = ts_error(TS_ERR_NOMEM,
+                      "plan --calibrate: out of memory for the kernels' buffers (%.3g GB)",
+                      need / 1e9);
     /* Values that keep the kernels finite: a LayerNorm weight of ones, small
      * activations. */
     if (!st) {
@@ -294,47 +398,63 @@ int cmd_plan_calibrate(const ts_config *cfg, int *argc, char ***argv, const char
         double blk_flops = 12.0 * 4 * B * Tc * Tc * C * (1.0 + (Tc + 1) / (2 * Tc));
         double blk = t_blk > 0 ? blk_flops / t_blk : att;
         double membw = memory_mix_bytes(&b) / t_mem;
-        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        double mem_gb = pages > 0 && page > 0 ? (double)pages * (double)page / n / 1e9 : 1.0;
-        char tmp[4096];
-        snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
-        FILE *f = fopen(tmp, "w");
-        if (!f) {
-            fprintf(stderr, "tessera: plan --calibrate: cannot write %s: %s\n", tmp,
-                    strerror(errno));
+        /* Every figure the file gives must read back: positive and finite
+         * (a latency or a kernel's cost may be 0). */
+        cal_figure fig[6 + 2 * CAL_OPS] = {{"the f32 GEMM rate", f32, 0},
+                                           {"the bf16 GEMM rate", bf16, 0},
+                                           {"the attention rate", att, 0},
+                                           {"ring attention's blocks' rate", blk, 0},
+                                           {"the memory-bound kernels' bandwidth", membw, 0},
+                                           {"a kernel's fixed cost", t_tiny, 1}};
+        for (int k = 0; k < CAL_OPS; k++) {
+            fig[6 + 2 * k] = (cal_figure){cal_op_keys[k], bw[k], 0};
+            fig[7 + 2 * k] = (cal_figure){cal_op_keys[k], lat[k], 1};
+        }
+        for (size_t k = 0; k < sizeof fig / sizeof fig[0] && !rc; k++)
+            if (!isfinite(fig[k].v) || fig[k].v < 0 || (fig[k].v == 0 && !fig[k].zero_ok)) {
+                fprintf(stderr,
+                        "tessera: plan --calibrate: %s%s measured %g, not a positive finite "
+                        "number (a disturbed measurement?); %s not written\n",
+                        fig[k].what, k < 6 ? "" : (k % 2 ? "'s latency" : "'s bandwidth"), fig[k].v,
+                        out_path);
+                rc = 1;
+            }
+        cal_text *t = rc ? NULL : calloc(1, sizeof *t);
+        if (!rc && !t) {
+            fprintf(stderr, "tessera: plan --calibrate: out of memory\n");
             rc = 1;
-        } else {
-            fprintf(f,
-                    "; written by tessera plan --calibrate: %d ranks side by side on this "
-                    "machine, the kernels at %d x %d rows of width %d, %d heads\n"
-                    "; (what each rank measured while all ran; efficiencies 1: the peaks "
-                    "are the measured rates)\n[cluster]\ngpus_per_node = %d\nnodes = 1\n"
-                    "memory_gb = %.3f\nmemory_reserve_gb = 0\nflops_fp32 = %.6g\n"
-                    "flops_bf16 = %.6g\nmatmul_efficiency = 1\nattention_efficiency = %.6g\n"
-                    "attention_block_efficiency = %.6g\n"
-                    "memory_bandwidth_gbs = %.6g\nkernel_us = %.6g\n"
-                    "; MPI progresses a transfer only inside a call: nothing hides it\n"
-                    "comm_overlap = false\n"
-                    "; the CPU cores the ranks share (0: no fewer than the ranks)\n"
-                    "cores_per_node = %ld\n",
-                    n, b.B, b.T, b.C, b.NH, n, mem_gb, f32, bf16, att / bf16, blk / bf16,
-                    membw / 1e9, t_tiny * 1e6, cpus > 0 && cpus < n ? cpus : 0L);
+        }
+        if (t) {
+            cal_printf(t,
+                       "; written by tessera plan --calibrate: %d ranks side by side on this "
+                       "machine, the kernels at %d x %d rows of width %d, %d heads\n"
+                       "; (what each rank measured while all ran; efficiencies 1: the peaks "
+                       "are the measured rates)\n[cluster]\ngpus_per_node = %d\nnodes = 1\n"
+                       "memory_gb = %.3f\nmemory_reserve_gb = 0\nflops_fp32 = %.6g\n"
+                       "flops_bf16 = %.6g\nmatmul_efficiency = 1\nattention_efficiency = %.6g\n"
+                       "attention_block_efficiency = %.6g\n"
+                       "memory_bandwidth_gbs = %.6g\nkernel_us = %.6g\n"
+                       "; MPI progresses a transfer only inside a call: nothing hides it\n"
+                       "comm_overlap = false\n"
+                       "; the CPU cores the ranks share (0: no fewer than the ranks)\n"
+                       "cores_per_node = %ld\n",
+                       n, b.B, b.T, b.C, b.NH, n, mem_gb, f32, bf16, att / bf16, blk / bf16,
+                       membw / 1e9, t_tiny * 1e6, cpus > 0 && cpus < n ? cpus : 0L);
             for (int side = 0; side < 2; side++) {
                 const char *link = side ? "inter" : "intra";
-                fprintf(f, "%s_bandwidth_gbs = %.6g\n%s_latency_us = %.6g\n", link, bw[0] / 1e9,
-                        link, lat[0] * 1e6);
+                cal_printf(t, "%s_bandwidth_gbs = %.6g\n%s_latency_us = %.6g\n", link, bw[0] / 1e9,
+                           link, lat[0] * 1e6);
                 for (int k = 0; k < CAL_OPS; k++)
-                    fprintf(f, "%s_%s_bandwidth_gbs = %.6g\n%s_%s_latency_us = %.6g\n", link,
-                            cal_op_keys[k], bw[k] > 0 ? bw[k] / 1e9 : bw[0] / 1e9, link,
-                            cal_op_keys[k], lat[k] * 1e6);
+                    cal_printf(t, "%s_%s_bandwidth_gbs = %.6g\n%s_%s_latency_us = %.6g\n", link,
+                               cal_op_keys[k], bw[k] / 1e9, link, cal_op_keys[k], lat[k] * 1e6);
             }
-            int bad = ferror(f);
-            bad |= fclose(f) != 0;
-            if (bad || rename(tmp, out_path) != 0) {
-                fprintf(stderr, "tessera: plan --calibrate: cannot write %s: %s\n", out_path,
-                        strerror(errno));
-                remove(tmp);
+            const void *bufs[1] = {t->buf};
+            size_t sizes[1] = {t->len};
+            if (t->full) {
+                fprintf(stderr, "tessera: plan --calibrate: the cluster file's text is too long\n");
+                rc = 1;
+            } else if (ts_write_atomic(out_path, 1, bufs, sizes) != TS_OK) {
+                fprintf(stderr, "tessera: plan --calibrate --cluster: %s\n", ts_last_error());
                 rc = 1;
             } else {
                 fprintf(say,
@@ -345,6 +465,7 @@ int cmd_plan_calibrate(const ts_config *cfg, int *argc, char ***argv, const char
                         n, f32 / 1e9, bf16 / 1e9, att / 1e9, blk / 1e9, membw / 1e9, t_tiny * 1e6,
                         lat[0] * 1e6, bw[0] / 1e9, out_path);
             }
+            free(t);
         }
     }
     /* every rank learns whether rank 0 wrote the file */

@@ -3,6 +3,7 @@
  */
 #include "cluster.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -80,8 +81,21 @@ ts_status cluster_from_config(const ts_config *cfg, cluster *out) {
         return ts_error(TS_ERR_CONFIG, "%s: [cluster] %s is required by plan --search (%s)",
                         out->source, cluster_required[i], sp ? sp->help : "see docs/search.md");
     }
-    out->gpus_per_node = (int)ts_config_int(cfg, "cluster", "gpus_per_node");
-    out->nodes = (int)ts_config_int(cfg, "cluster", "nodes");
+    /* each in [1, 2^20] (the schema); their product in 64 bits */
+    int64_t gpn = ts_config_int(cfg, "cluster", "gpus_per_node");
+    int64_t nodes = ts_config_int(cfg, "cluster", "nodes"), devices = gpn * nodes;
+    if (devices > CLUSTER_MAX_DEVICES) {
+        char at[256];
+        ts_config_where(cfg, "cluster", "nodes", at, sizeof at);
+        return ts_error(TS_ERR_CONFIG,
+                        "%s = %lld x gpus_per_node = %lld is %lld devices, more than the %d "
+                        "ranks a run may have",
+                        at, (long long)nodes, (long long)gpn, (long long)devices,
+                        CLUSTER_MAX_DEVICES);
+    }
+    out->gpus_per_node = (int)gpn;
+    out->nodes = (int)nodes;
+    out->devices = (int)devices;
     out->cores = (double)ts_config_int(cfg, "cluster", "cores_per_node");
     out->memory_given = cl_float(cfg, "memory_gb") * 1e9;
     double reserve = cl_float(cfg, "memory_reserve_gb") * 1e9;

@@ -9,8 +9,13 @@
 #include "config.h"
 #include "plan_clock.h"
 
+/* The most devices a cluster may have: the most ranks a run may have
+ * (`--world` at most 2^20). */
+#define CLUSTER_MAX_DEVICES (1 << 20)
+
 typedef struct cluster {
     int gpus_per_node, nodes;
+    int devices;                /* nodes x gpus_per_node (<= CLUSTER_MAX_DEVICES)     */
     double cores;               /* CPU cores a node's ranks share (0: a device each)     */
     double memory;              /* bytes a run may use on one device (memory - reserve) */
     double memory_given;        /* memory_gb, in bytes                                  */
@@ -23,9 +28,12 @@ typedef struct cluster {
 /* 1 when `cfg` gives any [cluster] key. */
 int cluster_given(const ts_config *cfg);
 
-/* Reads the [cluster] section of `cfg` (its keys are in the core's schema).
- * A key the prediction needs and the file does not give is an error naming
- * the file and the key. */
+/* Reads the [cluster] section of `cfg` (its keys are in the core's schema,
+ * each rate, size and time within a range a real machine lies in, so that
+ * every prediction is finite). A key the prediction needs and the file does
+ * not give is an error naming the file and the key; nodes x gpus_per_node
+ * (in 64 bits) above CLUSTER_MAX_DEVICES, and a memory_reserve_gb that
+ * leaves nothing, are errors naming the file, line and key. */
 ts_status cluster_from_config(const ts_config *cfg, cluster *out);
 
 /* Loads `path`, an INI file of a [cluster] section only, and reads it. */

@@ -418,5 +418,21 @@ ts_status plan_predict(const ts_plan_time *first, const ts_plan_time *last, ts_d
         out->tokens_per_s = (double)sh->global_batch * sh->T / out->step_s;
         out->mfu = out->model_flops / (out->step_s * world * peak);
     }
+    /* A prediction is finite, or it is none: never a step of inf or NaN
+     * seconds ranked as a layout (the [cluster] ranges keep every rate
+     * where this holds; this is the last word). */
+    const double parts[] = {out->step_s,      out->compute_s,    out->comm_s, out->bubble_s,
+                            out->f_s,         out->b_s,          out->w_s,    out->outside_s,
+                            out->model_flops, out->tokens_per_s, out->mfu};
+    int finite = out->step_s > 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        finite &= isfinite(parts[i]);
+    if (!finite)
+        return ts_error(
+            TS_ERR_INVALID,
+            "plan: the predicted step on %s is not a finite positive time (step %g s: "
+            "compute %g s, communication %g s, pipeline idle %g s); the cluster's rates "
+            "cannot time this model",
+            cl->source, out->step_s, out->compute_s, out->comm_s, out->bubble_s);
     return TS_OK;
 }

@@ -38,6 +38,7 @@
 #include <unistd.h>   /* unlink, close */
 
 #include "commands.h"
+#include "file.h" /* ts_file_output_path */
 
 static const char *usage_report =
     "usage: tessera report METRICS.jsonl [--out FILE]\n"
@@ -1284,8 +1285,13 @@ static int write_report(FILE *o, const run *r, const char *name) {
 
 /* --- the command ---------------------------------------------------------- */
 
-/* Writes the page to OUT through OUT.tmp.XXXXXX and rename(2). */
-static int write_atomically(const char *out, const run *r, const char *name) {
+/* Writes the page to OUT through OUT.tmp.XXXXXX, fsync and rename(2). OUT
+ * must be a regular file or a new path (through a symbolic link: the file
+ * it leads to), never a FIFO, a device or a directory (file.h). */
+static int write_atomically(const char *path, const run *r, const char *name) {
+    char out[4096];
+    if (ts_file_output_path(path, "--out", out, sizeof out) != TS_OK)
+        return fail("%s", ts_last_error_bare());
     size_t len = strlen(out);
     char *tmp = malloc(len + 12);
     if (!tmp) return fail("out of memory");
@@ -1307,6 +1313,7 @@ static int write_atomically(const char *out, const run *r, const char *name) {
     } else {
         rc = write_report(o, r, name);
         int werr = ferror(o) ? errno : 0;
+        if (!werr && (fflush(o) != 0 || fsync(fileno(o)) != 0)) werr = errno ? errno : EIO;
         if (fclose(o) != 0 && !werr) werr = errno ? errno : EIO;
         if (rc == 0 && werr) rc = fail("%s: write failed: %s", tmp, strerror(werr));
     }

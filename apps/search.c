@@ -55,10 +55,10 @@ typedef struct layout {
 } layout;
 
 /* What one layout's dry run gave (plain data: it crosses a pipe). */
-enum { RES_FITS, RES_TOO_BIG, RES_REFUSED, RES_DOMINATED, RES_STATE_TOO_BIG };
+enum { RES_FITS, RES_TOO_BIG, RES_REFUSED, RES_DOMINATED, RES_STATE_TOO_BIG, RES_UNPREDICTABLE };
 typedef struct result {
     int status;
-    char why[240]; /* RES_REFUSED: the message                  */
+    char why[240]; /* RES_REFUSED, RES_UNPREDICTABLE: the message */
     double peak;   /* bytes at the peak of the step (max of the ranks dry-run) */
     double state;  /* params + grads + optimizer                */
     double acts;   /* activations at their peak                 */
@@ -354,6 +354,7 @@ static ts_status layout_run(const search *S, const layout *L, int last_stage, co
         st = ts_config_set(cfg, a);
     }
     if (!st) st = plan_dry_run(cfg, reg, &sizes, rank, &S->cl, mesh, &world, &par, &r);
+    int predicted = 0;
     if (!st) {
         plan_numbers_of(&r, &out->numbers);
         if (cut->prev) {
@@ -365,12 +366,19 @@ static ts_status layout_run(const search *S, const layout *L, int last_stage, co
         }
         plan_scale_clock(&r.clock, (double)shape.micro_batches / m_run);
         out->clock = r.clock;
-        st = cut->first
-                 ? plan_predict(cut->first, &r.clock, r.dtype, reg, mesh, L->v, &shape, &S->cl,
-                                &out->t)
-                 : plan_predict(&r.clock, NULL, r.dtype, reg, mesh, L->v, &shape, &S->cl, &out->t);
+        /* a prediction that is not finite is no layout's: the search stops
+         * on it (cmd_plan_search) */
+        ts_status pst = cut->first ? plan_predict(cut->first, &r.clock, r.dtype, reg, mesh, L->v,
+                                                  &shape, &S->cl, &out->t)
+                                   : plan_predict(&r.clock, NULL, r.dtype, reg, mesh, L->v, &shape,
+                                                  &S->cl, &out->t);
+        predicted = pst == TS_OK;
+        if (pst) {
+            out->status = RES_UNPREDICTABLE;
+            snprintf(out->why, sizeof out->why, "%s", ts_last_error_bare());
+        }
     }
-    if (!st) {
+    if (!st && predicted) {
         out->peak = (double)r.total_peak;
         out->state = (double)(r.params + r.grads + r.optim);
         out->acts = (double)r.acts;
@@ -458,7 +466,7 @@ static void layout_eval(const search *S, const layout *L, int last_stage, int sc
     run_cut one = {.screen = 1, .blocks = period, .first = first};
     result cut1;
     layout_child(S, L, last_stage, &one, &cut1);
-    if (cut1.status == RES_REFUSED) {
+    if (cut1.status == RES_REFUSED || cut1.status == RES_UNPREDICTABLE) {
         *out = cut1;
         return;
     }
@@ -483,6 +491,7 @@ static const char *status_name(int s) {
     case RES_TOO_BIG: return "too_big";
     case RES_STATE_TOO_BIG: return "state_too_big";
     case RES_DOMINATED: return "dominated";
+    case RES_UNPREDICTABLE: return "unpredictable";
     default: return "refused";
     }
 }
@@ -493,12 +502,16 @@ static void confirm_one(const search *S, int i, result *out) {
     const layout *L = &S->lay[i];
     result first = S->res[i], last;
     if (first.m_run < L->m || first.blocks_run) layout_eval(S, L, 0, 0, NULL, &first);
-    if (first.status == RES_REFUSED) {
+    if (first.status == RES_REFUSED || first.status == RES_UNPREDICTABLE) {
         *out = first;
         return;
     }
     last = first;
     if (L->pp > 1) layout_eval(S, L, 1, 0, &first.clock, &last);
+    if (last.status == RES_UNPREDICTABLE) {
+        *out = last;
+        return;
+    }
     if (last.status == RES_REFUSED) last = first;
     *out = first;
     if (last.peak > out->peak)
@@ -881,13 +894,12 @@ int cmd_plan_search(const ts_config *base, const plan_search_opts *o) {
     else
         st = o->cluster ? cluster_load(o->cluster, &S.cl) : cluster_from_config(base, &S.cl);
     if (st) goto fail;
-    S.world = o->world > 0 ? o->world : S.cl.gpus_per_node * S.cl.nodes;
-    if (S.world != S.cl.gpus_per_node * S.cl.nodes) {
+    S.world = o->world > 0 ? o->world : S.cl.devices;
+    if (S.world != S.cl.devices) {
         st = ts_error(TS_ERR_CONFIG,
                       "plan --search: --world %d, but %s describes %d nodes x %d = %d "
                       "devices",
-                      S.world, S.cl.source, S.cl.nodes, S.cl.gpus_per_node,
-                      S.cl.gpus_per_node * S.cl.nodes);
+                      S.world, S.cl.source, S.cl.nodes, S.cl.gpus_per_node, S.cl.devices);
         goto fail;
     }
     st = ts_train_shape_resolve(base, 1, &S.shape);
@@ -972,6 +984,14 @@ int cmd_plan_search(const ts_config *base, const plan_search_opts *o) {
         qsort(order, (size_t)S.n, sizeof *order, by_step_q);
     }
     free(pending);
+    for (int i = 0; i < S.n; i++)
+        if (S.res[i].status == RES_UNPREDICTABLE) {
+            char nm[128];
+            layout_name(&S.lay[i], nm, sizeof nm);
+            st = ts_error(TS_ERR_INVALID, "plan --search: layout %s: %s", nm, S.res[i].why);
+            free(order);
+            goto fail;
+        }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     int nfit = 0, nbig = 0, nref = 0, ndom = 0;
@@ -1007,11 +1027,17 @@ int cmd_plan_search(const ts_config *base, const plan_search_opts *o) {
         if (nfit == 0) {
             char need[32];
             gb(smallest, need, sizeof need);
-            fprintf(stderr,
-                    "tessera: plan --search: no layout fits in %s (%s: memory_gb %g, "
-                    "memory_reserve_gb %g); the smallest needs %s\n",
-                    mem, S.cl.source, S.cl.memory_given / 1e9,
-                    (S.cl.memory_given - S.cl.memory) / 1e9, need);
+            if (nbig == 0)
+                fprintf(stderr,
+                        "tessera: plan --search: no layout could be dry-run: the plugins refused "
+                        "all %d (e.g. %s)\n",
+                        S.n, why ? why : "no message");
+            else
+                fprintf(stderr,
+                        "tessera: plan --search: no layout fits in %s (%s: memory_gb %g, "
+                        "memory_reserve_gb %g); the smallest needs %s\n",
+                        mem, S.cl.source, S.cl.memory_given / 1e9,
+                        (S.cl.memory_given - S.cl.memory) / 1e9, need);
             free(order);
             free(S.res);
             free(S.lay);

@@ -396,7 +396,11 @@ static const ts_key_spec cfg_core_keys[] = {
      "seconds a collective may wait before the job fails"},
 
     /* The machine `tessera plan --search` predicts for (docs/search.md);
-     * training ignores it. The keys marked required are required there. */
+     * training ignores it. The keys marked required are required there.
+     * Each rate, size and time has a range a real machine lies in, so that
+     * every prediction made of them is finite (1 MFLOP/s .. 10 EFLOP/s a
+     * device, 1 kB/s .. 1 PB/s a link, latencies up to 100 s); the devices,
+     * nodes x gpus_per_node, are checked by the search (apps/cluster.c). */
     {"cluster", "gpus_per_node", TS_KEY_INT, "1", 1, 1 << 20, NULL,
      "devices (GPUs, or ranks) per node; required"},
     {"cluster", "nodes", TS_KEY_INT, "1", 1, 1 << 20, NULL, "nodes; required"},
@@ -404,47 +408,47 @@ static const ts_key_spec cfg_core_keys[] = {
      "CPU cores a node's ranks share (CPU ranks; calibrate sets it when ranks outnumber "
      "cores): a rank idling in the pipeline lends its share to the busy ones; 0: a device "
      "each"},
-    {"cluster", "memory_gb", TS_KEY_FLOAT, "1", CFG_POSITIVE, CFG_ANY_MAX, NULL,
+    {"cluster", "memory_gb", TS_KEY_FLOAT, "1", 1e-6, 1e6, NULL,
      "memory of one device, GB (1e9 bytes); required"},
-    {"cluster", "memory_reserve_gb", TS_KEY_FLOAT, "0", 0, CFG_ANY_MAX, NULL,
+    {"cluster", "memory_reserve_gb", TS_KEY_FLOAT, "0", 0, 1e6, NULL,
      "memory of each device a run cannot use (the runtime's own, fragmentation), GB"},
-    {"cluster", "flops_fp32", TS_KEY_FLOAT, "1", CFG_POSITIVE, CFG_ANY_MAX, NULL,
+    {"cluster", "flops_fp32", TS_KEY_FLOAT, "1e12", 1e6, 1e19, NULL,
      "peak FLOP/s of one device's f32 GEMMs; required"},
-    {"cluster", "flops_bf16", TS_KEY_FLOAT, "1", CFG_POSITIVE, CFG_ANY_MAX, NULL,
+    {"cluster", "flops_bf16", TS_KEY_FLOAT, "1e12", 1e6, 1e19, NULL,
      "peak FLOP/s of one device's bf16 GEMMs (dense); required"},
-    {"cluster", "matmul_efficiency", TS_KEY_FLOAT, "1", CFG_POSITIVE, 1, NULL,
+    {"cluster", "matmul_efficiency", TS_KEY_FLOAT, "1", 1e-3, 1, NULL,
      "fraction of the peak a large GEMM reaches"},
-    {"cluster", "attention_efficiency", TS_KEY_FLOAT, "1", CFG_POSITIVE, 16, NULL,
+    {"cluster", "attention_efficiency", TS_KEY_FLOAT, "1", 1e-3, 16, NULL,
      "the attention products' rate over flops_bf16 (default: matmul_efficiency; above 1 where "
      "attention outruns the bf16 GEMM, as calibrated CPU kernels may)"},
-    {"cluster", "attention_block_efficiency", TS_KEY_FLOAT, "1", CFG_POSITIVE, 16, NULL,
+    {"cluster", "attention_block_efficiency", TS_KEY_FLOAT, "1", 1e-3, 16, NULL,
      "ring attention's blocks' rate (cp) over flops_bf16 (default: attention_efficiency)"},
-    {"cluster", "memory_bandwidth_gbs", TS_KEY_FLOAT, "1", CFG_POSITIVE, CFG_ANY_MAX, NULL,
+    {"cluster", "memory_bandwidth_gbs", TS_KEY_FLOAT, "1", 1e-3, 1e6, NULL,
      "GB/s a memory-bound kernel streams on one device; required"},
     {"cluster", "comm_overlap", TS_KEY_BOOL, "true", 1, 0, NULL,
      "communication progresses beside the kernels (NCCL's own kernels); false: only "
      "while a rank waits for it (MPI on CPUs), so none is hidden"},
-    {"cluster", "kernel_us", TS_KEY_FLOAT, "0", 0, CFG_ANY_MAX, NULL,
+    {"cluster", "kernel_us", TS_KEY_FLOAT, "0", 0, 1e6, NULL,
      "fixed microseconds each kernel costs (its launch)"},
-    {"cluster", "intra_bandwidth_gbs", TS_KEY_FLOAT, "1", CFG_POSITIVE, CFG_ANY_MAX, NULL,
+    {"cluster", "intra_bandwidth_gbs", TS_KEY_FLOAT, "1", 1e-6, 1e6, NULL,
      "bus bandwidth of a collective inside a node, GB/s per device; required"},
-    {"cluster", "intra_latency_us", TS_KEY_FLOAT, "0", 0, CFG_ANY_MAX, NULL,
+    {"cluster", "intra_latency_us", TS_KEY_FLOAT, "0", 0, 1e8, NULL,
      "latency of a collective inside a node, microseconds; required"},
-    {"cluster", "inter_bandwidth_gbs", TS_KEY_FLOAT, "1", CFG_POSITIVE, CFG_ANY_MAX, NULL,
+    {"cluster", "inter_bandwidth_gbs", TS_KEY_FLOAT, "1", 1e-6, 1e6, NULL,
      "bus bandwidth of a collective across nodes, GB/s per device; required"},
-    {"cluster", "inter_latency_us", TS_KEY_FLOAT, "0", 0, CFG_ANY_MAX, NULL,
+    {"cluster", "inter_latency_us", TS_KEY_FLOAT, "0", 0, 1e8, NULL,
      "latency of a collective across nodes, microseconds; required"},
 #define CFG_CLUSTER_OP(link, op)                                                                   \
     {"cluster",                                                                                    \
      link "_" op "_bandwidth_gbs",                                                                 \
      TS_KEY_FLOAT,                                                                                 \
      "1",                                                                                          \
-     CFG_POSITIVE,                                                                                 \
-     CFG_ANY_MAX,                                                                                  \
+     1e-6,                                                                                         \
+     1e6,                                                                                          \
      NULL,                                                                                         \
      "this collective's bus bandwidth " link "-node, GB/s (default: " link "_bandwidth_gbs)"},     \
     {                                                                                              \
-        "cluster", link "_" op "_latency_us", TS_KEY_FLOAT, "0", 0, CFG_ANY_MAX, NULL,             \
+        "cluster", link "_" op "_latency_us", TS_KEY_FLOAT, "0", 0, 1e8, NULL,                     \
             "this collective's latency " link "-node, us (default: " link "_latency_us)"           \
     }
     CFG_CLUSTER_OP("intra", "all_reduce"),
