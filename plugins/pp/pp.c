@@ -44,7 +44,7 @@ static const ts_plugin_key pp_keys[] = {
 typedef struct pp_state {
     const ts_host *host;
     pp_schedule_kind kind;
-    int from_file;          /* schedule = file: `file` decides            */
+    int from_file; /* schedule = file: `file` decides            */
     pp_schedule_file file;
     int virtual_stages;
     const char *layers_per_stage; /* owned by the core until fini */
@@ -261,20 +261,21 @@ static ts_status pp_init(const ts_host *host, ts_plugin_ctx *ctx) {
         if (!file || !file[0])
             return host->error(ctx, TS_ERR_CONFIG, "%s = file needs [pp] schedule_file (%s)", at,
                                file_at);
-        if (pp_schedule_file_load(file, &pp.file, why, sizeof why))
+        /* A known pp size bounds the file's rank lines as they are read. */
+        if (pp_schedule_file_load(file, size >= 1 ? (int)size : 0, &pp.file, why, sizeof why))
             return host->error(ctx, TS_ERR_CONFIG, "%s: %s", file_at, why);
         if (pp.file.chunks != v) {
             int chunks = pp.file.chunks;
             pp_schedule_file_free(&pp.file);
-            return host->error(ctx, TS_ERR_CONFIG,
-                               "%s names %d chunks per rank, but %s = %d", file_at, chunks, v_at,
-                               (int)v);
+            return host->error(ctx, TS_ERR_CONFIG, "%s names %d chunks per rank, but %s = %d",
+                               file_at, chunks, v_at, (int)v);
         }
         pp.kind = v > 1 ? PP_SCHEDULE_INTERLEAVED : PP_SCHEDULE_1F1B; /* for the checks below */
         if (pp.file.order != TS_STAGES_INTERLEAVED) {
             if (!TS_HOST_HAS(host, set_stage_order))
-                return host->error(ctx, TS_ERR_PLUGIN, "a V schedule needs a core that places "
-                                                       "stages in V order");
+                return host->error(ctx, TS_ERR_PLUGIN,
+                                   "a V schedule needs a core that places "
+                                   "stages in V order");
             TS_TRY(host->set_stage_order(ctx, pp.file.order));
         }
     } else if (file && file[0]) {

@@ -63,9 +63,59 @@ bad twice "twice.sched:1: 'F1' \(rank 0, action 2\): the forward of micro-batch 
     "rank 0: F0 F1 F1 B0 W0" "rank 1: F0 B0 W0"
 bad token "token.sched:2: 'Q1' \(rank 1, action 2\) is not F, B, W or BW followed by a micro-batch" \
     "rank 0: F0 F1 B0 W0 B1 W1" "rank 1: F0 B0 Q1 B1 W0 W1"
-bad shape "lists 3 ranks, 4 micro-batches and 1 chunks per rank; the run has pp = 2, 4 micro-batches" \
-    "rank 0: F0 F1 F2 F3 B0 B1 B2 B3 W0 W1 W2 W3" "rank 1: F0 F1 F2 F3 B0 B1 B2 B3 W0 W1 W2 W3" \
-    "rank 2: F0 F1 F2 F3 B0 B1 B2 B3 W0 W1 W2 W3"
+bad shape "lists 2 ranks, 2 micro-batches and 1 chunks per rank; the run has pp = 2, 4 micro-batches" \
+    "rank 0: F0 F1 B0 B1 W0 W1" "rank 1: F0 F1 B0 B1 W0 W1"
+bad ranks "ranks.sched:3: rank 2's line, but the run has pp = 2 \(ranks 0..1\)" \
+    "rank 0: F0 BW0" "rank 1: F0 BW0" "rank 2: F0 BW0"
+bad too_few "too_few.sched:1: the file ends after rank 0's line; the run has pp = 2" "rank 0: F0 BW0"
+bad overflow "overflow.sched:1: 'F700000.1023' \(rank 0, action 0\) makes 700001 micro-batches x 1024 chunks = 716801024 \(micro-batch, chunk\) pairs, each run forward and backward by every rank, but the longest rank's line \(overflow.sched:1, rank 0\) has 1 actions" \
+    "rank 0: F700000.1023" "rank 1: F0"
+bad big_rank "big_rank.sched:2: rank 4294967297's line, where rank 1's is next" \
+    "rank 0: F0 F1 F2 F3 BW0 BW1 BW2 BW3" "rank 4294967297: F0 BW0 F1 BW1 F2 BW2 F3 BW3"
+printf 'rank 0: F0 F1 F2 F3 BW0 BW1 BW2 BW3\nrank 1: F0 BW0\0 F1 BW1 F2 BW2 F3 BW3\n' > nul.sched
+both nul "nul.sched:2: a NUL byte at column 15" 2 "${pp[@]}" --set pp.schedule=file --set pp.schedule_file=nul.sched
+# Not regular files: refused without reading or waiting (plan and train
+# each under a timeout: a hang is a failure, not a stuck suite).
+refused_at_once() { # NAME REGEX FILE
+    local name=$1 regex=$2 file=$3 rc
+    timeout 20 "$TESSERA" plan model.ini --world 2 "${pp[@]}" --set pp.schedule=file \
+        --set pp.schedule_file="$file" > ${name}_plan.txt 2>&1
+    rc=$?
+    [ $rc -ne 124 ] || fail "$name: plan still running after 20 s"
+    [ $rc -ne 0 ] && [ $rc -lt 128 ] || { cat ${name}_plan.txt; fail "$name: plan exit status $rc"; }
+    grep -qE "$regex" ${name}_plan.txt || { cat ${name}_plan.txt; fail "$name: plan says otherwise"; }
+    timeout 60 mpirun --oversubscribe --bind-to none -np 2 "$TESSERA" train model.ini "${pp[@]}" \
+        --set pp.schedule=file --set pp.schedule_file="$file" > ${name}_run.txt 2>&1
+    rc=$?
+    [ $rc -ne 124 ] || fail "$name: train still running after 60 s"
+    [ $rc -ne 0 ] && [ $rc -lt 128 ] || { cat ${name}_run.txt; fail "$name: train exit status $rc"; }
+    grep -qE "$regex" ${name}_run.txt || { cat ${name}_run.txt; fail "$name: train says otherwise"; }
+    echo "ok $name: $(grep -m1 -E "$regex" ${name}_plan.txt)"
+}
+refused_at_once dev_zero "/dev/zero: is a character device; a schedule file must be a regular file" /dev/zero
+ln -s /dev/zero zero_link
+refused_at_once zero_link "zero_link: is a character device; a schedule file must be a regular file" zero_link
+mkfifo sched.fifo
+refused_at_once fifo "sched.fifo: is a FIFO; a schedule file must be a regular file" sched.fifo
+# 150,000 rank lines for pp = 2: refused at the third, in under a second.
+python3 -c "
+with open('many.sched', 'w') as f:
+    f.writelines('rank %d: F0 BW0\n' % r for r in range(150000))"
+start=$(date +%s.%N)
+expect many "many.sched:3: rank 2's line, but the run has pp = 2" 1 plan model.ini --world 2 "${pp[@]}" \
+    --set pp.schedule=file --set pp.schedule_file=many.sched
+python3 -c "import sys; t = float(sys.argv[2]) - float(sys.argv[1]); print('150,000 lines refused in %.3f s' % t); sys.exit(t >= 1)" \
+    "$start" "$(date +%s.%N)" || fail "150,000 lines: refused, but not within a second"
+# With pp = auto the size is not known when the file is read: at most 65,536
+# ranks ([pp] size's limit), all checked together in linear time.
+head -n 65536 many.sched > auto.sched
+start=$(date +%s.%N)
+expect auto "lists 65536 ranks, 1 micro-batches and 1 chunks per rank; the run has pp = 2" 1 plan model.ini \
+    --world 2 "${pp[@]}" --set pp.size=auto --set pp.schedule=file --set pp.schedule_file=auto.sched
+python3 -c "import sys; t = float(sys.argv[2]) - float(sys.argv[1]); print('65,536 ranks checked in %.3f s' % t); sys.exit(t >= 5)" \
+    "$start" "$(date +%s.%N)" || fail "65,536 ranks: checked, but not within 5 s"
+expect auto_limit "many.sched:65537: rank 65536's line: at most 65536 ranks" 1 plan model.ini \
+    --world 2 "${pp[@]}" --set pp.size=auto --set pp.schedule=file --set pp.schedule_file=many.sched
 both no_file "\[pp\] schedule = file needs \[pp\] schedule_file" 2 "${pp[@]}" --set pp.schedule=file
 both file_unused "\[pp\] schedule_file is read only with \[pp\] schedule = file, not 1f1b" 2 "${pp[@]}" \
     --set pp.schedule_file=zb.txt
