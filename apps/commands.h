@@ -17,6 +17,18 @@ ts_status cli_config_create(ts_config **out);
 ts_status cli_config_finish(ts_status st, ts_config *cfg, ts_config **out_cfg,
                             ts_plugins **out_reg);
 
+/* Every number on a command line (tessera.c): `text`, the value of option
+ * `flag`, read whole and checked before it is cast. cli_parse_int: decimal
+ * digits only (a '-' first only when lo < 0; no space, '+', fraction or
+ * exponent) within [lo, hi]; cli_parse_number: a finite decimal number
+ * (digits, '.', an exponent; no inf, nan or hex) within [lo, hi]. Anything
+ * else, the empty string included, is a TS_ERR_CONFIG error naming the
+ * flag and the text ("--top-k '1.5': a whole number from 0 to 1048576 is
+ * required"); *out is written only on success. */
+#include <stdint.h>
+ts_status cli_parse_int(const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out);
+ts_status cli_parse_number(const char *flag, const char *text, double lo, double hi, double *out);
+
 /* tessera verify CONFIG --world N ... (verify.c) */
 int cmd_verify(int argc, char **argv);
 /* tessera report METRICS.jsonl [--out FILE] (report.c) */

@@ -16,6 +16,7 @@
  * plugin, 1 for a failure while running.
  */
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,12 +89,15 @@ static const char *usage_sample =
     "Writes text the model continues a prompt with, on one rank: the weights come\n"
     "from CKPT (a checkpoint of any topology), else from the newest checkpoint in\n"
     "[train] checkpoint_dir, else from the initialisation. The prompt's bytes are\n"
-    "its tokens (a byte vocabulary); --prompt-tokens \"464 2068\" gives ids. A\n"
-    "vocabulary of at most 256 tokens prints bytes; a larger one prints ids, or\n"
-    "text through [data] tokenizer (an llm.c tokenizer file).\n"
+    "its tokens (a byte vocabulary); --prompt-tokens \"464 2068\" gives ids. The\n"
+    "model's vocabulary (as built: [model] vocab, or the weights file's through\n"
+    "[model] init) decides the output: at most 256 tokens prints bytes; a larger\n"
+    "one prints ids, or text through [data] tokenizer (an llm.c tokenizer file).\n"
+    "N, K, S and the ids are whole numbers, T a number: anything else, or out of\n"
+    "range, is refused naming the flag.\n"
     "\n"
-    "  --tokens N         new tokens (default 64)\n"
-    "  --temperature T    0 picks the most likely token each time (default 1)\n"
+    "  --tokens N         new tokens, 1 to 1000000 (default 64)\n"
+    "  --temperature T    0 to 100; 0 picks the most likely token each time (default 1)\n"
     "  --top-k K          draw among the K most likely (default 0: all)\n"
     "  --seed S           the draws (default [train] seed); the same seed, the same text\n";
 
@@ -209,6 +213,39 @@ typedef struct cli_opts {
     int calibrate;                /* plan --calibrate        */
 } cli_opts;
 
+ts_status cli_parse_int(const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out) {
+    const char *p = text + (lo < 0 && text[0] == '-');
+    int ok = *p != 0 && strspn(p, "0123456789") == strlen(p);
+    long long v = 0;
+    if (ok) {
+        char *end = NULL;
+        errno = 0;
+        v = strtoll(text, &end, 10);
+        ok = errno == 0 && *end == 0 && v >= lo && v <= hi;
+    }
+    if (!ok)
+        return ts_error(TS_ERR_CONFIG, "%s '%s': a whole number from %lld to %lld is required",
+                        flag, text, (long long)lo, (long long)hi);
+    *out = v;
+    return TS_OK;
+}
+
+ts_status cli_parse_number(const char *flag, const char *text, double lo, double hi, double *out) {
+    int ok = text[0] != 0 && strspn(text, "0123456789.eE+-") == strlen(text);
+    double v = 0;
+    if (ok) {
+        char *end = NULL;
+        errno = 0;
+        v = strtod(text, &end);
+        ok = errno == 0 && *end == 0 && isfinite(v) && v >= lo && v <= hi;
+    }
+    if (!ok)
+        return ts_error(TS_ERR_CONFIG, "%s '%s': a number in [%g, %g] is required", flag, text, lo,
+                        hi);
+    *out = v;
+    return TS_OK;
+}
+
 /* Loads CONFIG (argv[0]), applies --set overrides, loads the plugins it
  * names and validates every key (core and plugins'). */
 ts_status cli_config_create(ts_config **out) {
@@ -271,17 +308,12 @@ static ts_status load_config(int argc, char **argv, cli_opts *opts, ts_config **
         } else if (opts && strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
             opts->seed = argv[++i];
         } else if (opts && strcmp(argv[i], "--world") == 0 && i + 1 < argc) {
-            char *end = NULL;
-            long w = strtol(argv[++i], &end, 10);
-            if (!end || *end || w < 1 || w > 1 << 20)
-                st =
-                    ts_error(TS_ERR_CONFIG, "--world '%s': a number of ranks is required", argv[i]);
+            int64_t w = 0;
+            st = cli_parse_int("--world", argv[++i], 1, 1 << 20, &w);
             opts->world = (int)w;
         } else if (opts && strcmp(argv[i], "--rank") == 0 && i + 1 < argc) {
-            char *end = NULL;
-            long r = strtol(argv[++i], &end, 10);
-            if (!end || *end || r < 0 || r >= 1 << 20)
-                st = ts_error(TS_ERR_CONFIG, "--rank '%s': a rank number is required", argv[i]);
+            int64_t r = 0;
+            st = cli_parse_int("--rank", argv[++i], 0, (1 << 20) - 1, &r);
             opts->rank = (int)r;
         } else if (opts && strcmp(argv[i], "--json") == 0) {
             opts->json = 1;
@@ -300,11 +332,8 @@ static ts_status load_config(int argc, char **argv, cli_opts *opts, ts_config **
         } else if (opts && (strcmp(argv[i], "--top") == 0 || strcmp(argv[i], "--jobs") == 0) &&
                    i + 1 < argc) {
             const char *opt = argv[i];
-            char *end = NULL;
-            long v = strtol(argv[++i], &end, 10);
-            if (!end || *end || v < 1 || v > 1 << 20)
-                st =
-                    ts_error(TS_ERR_CONFIG, "%s '%s': a positive number is required", opt, argv[i]);
+            int64_t v = 0;
+            st = cli_parse_int(opt, argv[++i], 1, 1 << 20, &v);
             *(strcmp(opt, "--top") == 0 ? &opts->top : &opts->jobs) = (int)v;
         } else {
             st = ts_error(TS_ERR_CONFIG, "unexpected argument '%s' (see --help)", argv[i]);
@@ -438,17 +467,33 @@ static int cmd_export(int argc, char **argv) {
     return rc;
 }
 
-/* A number option of `sample` in [lo, hi]; def when absent. */
-static ts_status sample_number(const char *opt, const char *text, double lo, double hi, double def,
-                               double *out) {
-    *out = def;
-    if (!text) return TS_OK;
-    char *end = NULL;
-    double v = strtod(text, &end);
-    if (!end || *end || !(v >= lo && v <= hi))
-        return ts_error(TS_ERR_CONFIG, "%s '%s': a number in [%g, %g] is required", opt, text, lo,
-                        hi);
-    *out = v;
+/* The prompt of `sample` as token ids: the bytes of --prompt, the ids of
+ * --prompt-tokens (each a whole number below 2^31, checked before it is
+ * cast), else none (*n = 0: the caller gives the model's own first token).
+ * `ids` holds strlen of the text given. */
+static ts_status sample_prompt(const cli_opts *o, int32_t *ids, int *n) {
+    *n = 0;
+    if (o->prompt) {
+        for (const char *c = o->prompt; *c; c++)
+            ids[(*n)++] = (unsigned char)*c;
+        return TS_OK;
+    }
+    for (const char *p = o->prompt_ids ? o->prompt_ids : ""; *(p += strspn(p, " ,"));) {
+        char word[32];
+        size_t len = strcspn(p, " ,");
+        snprintf(word, sizeof word, "%.*s", (int)(len < sizeof word - 1 ? len : sizeof word - 1),
+                 p);
+        int64_t v = 0;
+        if (len >= sizeof word - 1 || cli_parse_int("--prompt-tokens", word, 0, INT32_MAX, &v))
+            return ts_error(TS_ERR_CONFIG,
+                            "--prompt-tokens '%s': token ids (whole numbers from 0 to %d) "
+                            "separated by spaces; '%.*s' at position %d is not one",
+                            o->prompt_ids, INT32_MAX, (int)len, p, *n);
+        ids[(*n)++] = (int32_t)v;
+        p += len;
+    }
+    if (o->prompt_ids && *n == 0)
+        return ts_error(TS_ERR_CONFIG, "--prompt-tokens '%s': no token id given", o->prompt_ids);
     return TS_OK;
 }
 
@@ -460,37 +505,20 @@ static int cmd_sample(int argc, char **argv) {
     ts_plugins *reg = NULL;
     ts_status st = load_config(argc, argv, &opts, &cfg, &reg);
     if (st) return fail(st);
-    double ntok, temp, topk, seed;
-    st = sample_number("--tokens", opts.tokens, 1, 1e6, 64, &ntok);
-    if (!st) st = sample_number("--temperature", opts.temp, 0, 100, 1, &temp);
-    if (!st) st = sample_number("--top-k", opts.top_k, 0, 1 << 20, 0, &topk);
-    if (!st)
-        st = sample_number("--seed", opts.seed, 0, 9e15,
-                           (double)ts_config_int(cfg, "train", "seed"), &seed);
+    /* Every number checked before anything is built. */
+    int64_t ntok = 64, topk = 0, seed = ts_config_int(cfg, "train", "seed");
+    double temp = 1;
+    if (opts.tokens) st = cli_parse_int("--tokens", opts.tokens, 1, 1000000, &ntok);
+    if (!st && opts.temp) st = cli_parse_number("--temperature", opts.temp, 0, 100, &temp);
+    if (!st && opts.top_k) st = cli_parse_int("--top-k", opts.top_k, 0, 1 << 20, &topk);
+    if (!st && opts.seed) st = cli_parse_int("--seed", opts.seed, 0, INT64_MAX, &seed);
     if (!st && opts.prompt && opts.prompt_ids)
         st = ts_error(TS_ERR_CONFIG, "--prompt and --prompt-tokens: give one of them");
-    /* The prompt as tokens. */
-    size_t plen = opts.prompt ? strlen(opts.prompt) : opts.prompt_ids ? strlen(opts.prompt_ids) : 1;
+    size_t plen = opts.prompt ? strlen(opts.prompt) : opts.prompt_ids ? strlen(opts.prompt_ids) : 0;
     int32_t *prompt = calloc(plen + 1, sizeof *prompt);
     int nprompt = 0;
     if (!st && !prompt) st = ts_error(TS_ERR_NOMEM, "sample: out of memory");
-    if (!st && opts.prompt) {
-        for (size_t i = 0; i < plen; i++)
-            prompt[nprompt++] = (unsigned char)opts.prompt[i];
-    } else if (!st && opts.prompt_ids) {
-        for (char *p = (char *)opts.prompt_ids, *end; !st && *p;) {
-            long v = strtol(p, &end, 10);
-            if (end == p) {
-                st = ts_error(TS_ERR_CONFIG, "--prompt-tokens '%s': token ids separated by spaces",
-                              opts.prompt_ids);
-                break;
-            }
-            prompt[nprompt++] = (int32_t)v;
-            p = end + strspn(end, " ,");
-        }
-    } else if (!st) {
-        prompt[nprompt++] = ts_config_int(cfg, "model", "vocab") >= 256 ? '\n' : 0;
-    }
+    if (!st) st = sample_prompt(&opts, prompt, &nprompt);
     char latest[4096];
     const char *checkpoint = NULL;
     if (!st) st = cli_checkpoint_quiet(cfg, opts.checkpoint, 1, latest, sizeof latest, &checkpoint);
@@ -499,22 +527,35 @@ static int cmd_sample(int argc, char **argv) {
     const char *tok_path = st ? "" : ts_config_str(cfg, "data", "tokenizer");
     if (!st && tok_path[0]) st = ts_tokenizer_open(tok_path, &tk);
     ts_trainer *t = NULL;
-    int32_t *out = st ? NULL : calloc((size_t)nprompt + (size_t)ntok, sizeof *out);
-    if (!st && !out) st = ts_error(TS_ERR_NOMEM, "sample: out of memory");
     if (!st) st = ts_trainer_create(cfg, NULL, NULL, &t);
     if (!st && checkpoint) st = ts_trainer_load(t, checkpoint);
+    /* The vocabulary is the model's, as built: the INI's [model] vocab, or
+     * the weights file's ([model] init) when the INI does not set it. */
+    int vocab = st ? 0 : ts_trainer_state(t)->model->cfg.vocab;
+    if (!st && nprompt == 0) prompt[nprompt++] = vocab >= 256 ? '\n' : 0;
+    for (int i = 0; !st && i < nprompt; i++)
+        if (prompt[i] >= vocab)
+            st = ts_error(TS_ERR_CONFIG,
+                          "%s '%s': prompt token %d (position %d) is outside the vocabulary "
+                          "[0, %d) of the model",
+                          opts.prompt ? "--prompt" : "--prompt-tokens",
+                          opts.prompt ? opts.prompt : opts.prompt_ids, prompt[i], i, vocab);
+    int32_t *out = st ? NULL : calloc((size_t)nprompt + (size_t)ntok, sizeof *out);
+    if (!st && !out) st = ts_error(TS_ERR_NOMEM, "sample: out of memory");
     ts_sample_opts so = {(int)ntok, temp, (int)topk, (uint64_t)seed};
     if (!st) st = ts_trainer_sample(t, prompt, nprompt, &so, out);
     if (!st) {
-        int vocab = (int)ts_config_int(cfg, "model", "vocab");
         ts_tokens_print(stdout, out, nprompt + (int)ntok, vocab, tk);
         printf("\n");
         fprintf(stderr,
-                "sampled %d tokens after a prompt of %d (step %lld, from %s; temperature "
-                "%g, top-k %d, seed %llu)\n",
+                "sampled %d tokens after a prompt of %d (step %lld, from %s; vocabulary %d, "
+                "printed as %s; temperature %g, top-k %d, seed %llu)\n",
                 (int)ntok, nprompt, (long long)ts_trainer_state(t)->step,
-                checkpoint ? checkpoint : "initialisation", temp, (int)topk,
-                (unsigned long long)seed);
+                checkpoint ? checkpoint : "initialisation", vocab,
+                tk             ? "text"
+                : vocab <= 256 ? "bytes"
+                               : "ids",
+                temp, (int)topk, (unsigned long long)seed);
     }
     rc = st ? fail(st) : 0;
     ts_trainer_destroy(t);

@@ -135,6 +135,9 @@ void ts_tokenizer_close(ts_tokenizer *tk) {
     free(tk);
 }
 
+/* `vocab` is the model's as built (m->cfg.vocab: the weights file's when
+ * [model] init gave it), never the INI's key alone: a 50,257-token model
+ * read by an INI that leaves vocab at its default of 256 prints ids. */
 void ts_tokens_print(FILE *f, const int32_t *tokens, int n, int vocab, const ts_tokenizer *tk) {
     for (int i = 0; i < n; i++) {
         if (tk && tokens[i] >= 0 && tokens[i] < tk->n)
