@@ -356,7 +356,7 @@ static const ts_key_spec cfg_core_keys[] = {
      "rounds them"},
     {"train", "device", TS_KEY_ENUM, "cpu", 1, 0, "cpu|cuda", "where the kernels run"},
     {"train", "threads", TS_KEY_INT, "0", 0, 4096, NULL,
-     "CPU threads per rank; 0 = cores / ranks on the node"},
+     "CPU threads per rank; 0 = OMP_NUM_THREADS when set, else cores / ranks on the node"},
     {"train", "metrics", TS_KEY_STRING, "", 1, 0, NULL, "JSON-lines metrics file; empty = none"},
     {"train", "trace", TS_KEY_STRING, "", 1, 0, NULL, "trace file; empty = none"},
     {"train", "summary", TS_KEY_STRING, "", 1, 0, NULL,

@@ -251,14 +251,31 @@ ts_status ts_train_shape_resolve(const ts_config *cfg, int dp, ts_train_shape *o
     return trainer_check_sizes(cfg, out);
 }
 
-static int trainer_default_threads(void) {
+/* [train] threads = 0: OMP_NUM_THREADS when it is set (a whole number from
+ * 1 to 4096, threads of each rank; anything else is refused naming it),
+ * else the cores divided among the node's ranks (at least 1). */
+static ts_status trainer_default_threads(int *out) {
+    const char *omp = getenv("OMP_NUM_THREADS");
+    if (omp) {
+        char *end = NULL;
+        long n = omp[0] >= '0' && omp[0] <= '9' ? strtol(omp, &end, 10) : 0;
+        if (!end || *end || n < 1 || n > 4096)
+            return ts_error(TS_ERR_CONFIG,
+                            "OMP_NUM_THREADS = '%s' (environment): a whole number of threads "
+                            "from 1 to 4096 is required, or unset it ([train] threads = N "
+                            "overrides it)",
+                            omp);
+        *out = (int)n;
+        return TS_OK;
+    }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     long ranks = local ? atol(local) : 1;
     if (cores < 1) cores = 1;
     if (ranks < 1) ranks = 1;
     long n = cores / ranks;
-    return n < 1 ? 1 : (int)n;
+    *out = n < 1 ? 1 : (int)n;
+    return TS_OK;
 }
 
 /* Reads from the plan how the batch is cut: the axes on which data.tokens
@@ -972,7 +989,8 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
     t->micro_batches = shape.micro_batches;
 
     int threads = (int)ts_config_int(cfg, "train", "threads");
-    if (!plan) ts_cpu_set_threads(threads > 0 ? threads : trainer_default_threads());
+    if (!plan && threads == 0) CHECK(trainer_default_threads(&threads));
+    if (!plan) ts_cpu_set_threads(threads);
 
     const char *device = ts_config_str(cfg, "train", "device");
     if (plan) {
