@@ -30,6 +30,11 @@
  *           N ranks equals the uninterrupted one, the run resumed on one
  *           rank equals the one-rank run (within the tolerance).
  *
+ * The default launcher is mpirun, given --oversubscribe when it is Open
+ * MPI's (which otherwise refuses more ranks than the machine's cores); a
+ * --launcher is taken as given. A run that fails is reported by tessera's
+ * own message in its log, else by the launcher's first lines.
+ *
  * What it does not do: judge what a run should cost (a slow configuration
  * passes when it is consistent), or run on several nodes by itself (pass
  * the launcher that does: --launcher "srun" or "mpirun --hostfile H").
@@ -68,8 +73,12 @@ static const char *usage_verify =
     "            one from the last checkpoint, both equal the uninterrupted runs\n"
     "\n"
     "  --steps K          steps of each run (default 10, at least 4)\n"
-    "  --launcher CMD     how to start N ranks (default \"mpirun\"; words split at\n"
-    "                     spaces; \"-np N\" is appended)\n"
+    "  --launcher CMD     how to start N ranks, taken as given (words split at\n"
+    "                     spaces; \"-np N\" is appended); default \"mpirun\", with\n"
+    "                     --oversubscribe for Open MPI's, so N may exceed the cores\n"
+    "                     (each rank then takes OMP_NUM_THREADS threads, else\n"
+    "                     cores / N); a failed launch prints the launcher's own\n"
+    "                     first lines of error\n"
     "  --timeout S        seconds any one run may take (default 600)\n"
     "  --keep DIR         keep the runs' files in DIR (default: a temporary one)\n"
     "  --set section.key=value   override one key in every run (repeatable)\n";
@@ -217,24 +226,45 @@ static int train(const verify_opts *o, int np, const char *name, const char *ckd
     return run_logged(o, argv, log, env);
 }
 
-/* The line of a log that says what went wrong: the last naming tessera or
- * an error, else the first with words (a launcher's message). */
-static void log_tail(const verify_opts *o, const char *name, char *out, size_t size) {
-    char path[1200], line[1024];
+/* What a run's log says went wrong. Returns 1 with tessera's own message
+ * (the last line beginning "tessera") in `out`; else 0 with the first lines
+ * that have words (at most 6, the launcher's own error, e.g. Open MPI's "not
+ * enough slots") joined by `sep`, or "" when the log holds nothing. */
+static int log_tail(const verify_opts *o, const char *name, const char *sep, char *out,
+                    size_t size) {
+    char path[1200], line[1024], first[2048] = "";
     snprintf(path, sizeof path, "%s/%s.log", o->dir, name);
     out[0] = 0;
     FILE *f = fopen(path, "r");
-    char first[1024] = "";
+    int nfirst = 0;
     while (f && fgets(line, sizeof line, f)) {
-        if (strstr(line, "tessera") || strstr(line, "error") || strstr(line, "FAIL"))
+        line[strcspn(line, "\n")] = 0;
+        if (strncmp(line, "tessera", 7) == 0)
             snprintf(out, size, "%s", line);
-        else if (!first[0] && line[strspn(line, "- \t\n")])
-            snprintf(first, sizeof first, "%s", line);
+        else if (nfirst < 6 && line[strspn(line, "- \t")]) {
+            size_t n = strlen(first);
+            snprintf(first + n, sizeof first - n, "%s%s", nfirst++ ? sep : "",
+                     line + strspn(line, " \t"));
+        }
     }
     if (f) fclose(f);
-    if (!out[0]) snprintf(out, size, "%s", first);
-    size_t n = strlen(out);
-    if (n && out[n - 1] == '\n') out[n - 1] = 0;
+    if (out[0]) return 1;
+    snprintf(out, size, "%s", first);
+    return 0;
+}
+
+/* The launcher when --launcher is not given: mpirun, which Open MPI's
+ * refuses to start more ranks than the machine has cores unless told
+ * --oversubscribe (as every mpirun line of the README and the tests is);
+ * other MPIs' mpirun (MPICH, Intel) allow it and refuse the flag. */
+static const char *default_launcher(void) {
+    FILE *p = popen("mpirun --version 2>&1", "r");
+    char line[256];
+    int openmpi = 0;
+    while (p && fgets(line, sizeof line, p))
+        openmpi |= strstr(line, "Open MPI") != NULL || strstr(line, "OpenRTE") != NULL;
+    if (p) pclose(p);
+    return openmpi ? "mpirun --oversubscribe" : "mpirun";
 }
 
 /* --- reading what the runs wrote ----------------------------------------- */
@@ -613,8 +643,8 @@ static void ledger_recovery(const verify_opts *o, ledger *l) {
         o->steps - h, dn);
     say(l, "; on 1 rank: %s (max rel %.1e)", ok_1 ? "within tolerance" : "DIFFERS", d1);
     if (st_n != 0 || st_one != 0) {
-        log_tail(o, st_n != 0 ? "resumeN" : "resume1", tail, sizeof tail);
-        say(l, "; a resumed run failed: %s", tail);
+        log_tail(o, st_n != 0 ? "resumeN" : "resume1", " / ", tail, sizeof tail);
+        say(l, "; a resumed run failed: %s", tail[0] ? tail : "(its log is empty)");
     }
     jsay(l,
          "\"killed_rank\":%d,\"killed_after_step\":%d,\"resumed_from\":%d,\"same_topology_exact\":%"
@@ -657,22 +687,26 @@ int cmd_verify(int argc, char **argv) {
         fputs(usage_verify, stdout);
         return 0;
     }
-    verify_opts o = {.launcher = "mpirun", .steps = 10, .timeout_s = 600, .slow_rank = 1.5};
-    for (int i = 0; i < argc; i++) {
+    verify_opts o = {.steps = 10, .timeout_s = 600, .slow_rank = 1.5};
+    ts_status st = TS_OK;
+    for (int i = 0; i < argc && !st; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
-        if (!strcmp(a, "--world") && more)
-            o.world = atoi(argv[++i]);
-        else if (!strcmp(a, "--steps") && more)
-            o.steps = atoi(argv[++i]);
-        else if (!strcmp(a, "--json"))
+        int64_t v = 0;
+        if (!strcmp(a, "--world") && more) {
+            st = cli_parse_int(a, argv[++i], 1, 1 << 20, &v);
+            o.world = (int)v;
+        } else if (!strcmp(a, "--steps") && more) {
+            st = cli_parse_int(a, argv[++i], 4, 1000, &v);
+            o.steps = (int)v;
+        } else if (!strcmp(a, "--json"))
             o.json = 1;
         else if (!strcmp(a, "--launcher") && more)
             o.launcher = argv[++i];
         else if (!strcmp(a, "--timeout") && more)
-            o.timeout_s = atof(argv[++i]);
+            st = cli_parse_number(a, argv[++i], 1e-3, 1e7, &o.timeout_s);
         else if (!strcmp(a, "--slow-rank") && more)
-            o.slow_rank = atof(argv[++i]);
+            st = cli_parse_number(a, argv[++i], 1, 1e9, &o.slow_rank);
         else if (!strcmp(a, "--keep") && more)
             o.keep = argv[++i];
         else if (!strcmp(a, "--set") && more && o.nsets < MAX_SETS)
@@ -684,8 +718,11 @@ int cmd_verify(int argc, char **argv) {
             return 2;
         }
     }
-    if (!o.config || o.world < 1 || o.steps < 4 || o.steps > 1000 || o.timeout_s <= 0 ||
-        !(o.slow_rank >= 1)) {
+    if (st) {
+        fprintf(stderr, "tessera verify: %s\n", ts_last_error());
+        return 2;
+    }
+    if (!o.config || o.world < 1) {
         fprintf(stderr,
                 "tessera verify: CONFIG and --world N (N >= 1) are required; --steps "
                 "between 4 and 1000, --timeout > 0, --slow-rank >= 1\n\n%s",
@@ -700,8 +737,9 @@ int cmd_verify(int argc, char **argv) {
     o.self[len] = 0;
     /* The configuration must load as `tessera train` would read it (its
      * dtype decides the tolerance). */
+    if (!o.launcher) o.launcher = o.world > 1 ? default_launcher() : "mpirun";
     ts_config *cfg = NULL;
-    ts_status st = cli_config_create(&cfg);
+    st = cli_config_create(&cfg);
     if (!st) st = ts_config_load(cfg, o.config);
     for (int i = 0; i < o.nsets && !st; i++) {
         const char *dot = strchr(o.sets[i], '.');
@@ -737,8 +775,8 @@ int cmd_verify(int argc, char **argv) {
         return 1;
     }
     if (!o.json) {
-        printf("verify %s on %d ranks against 1, %d steps, runs in %s\n", o.config, o.world,
-               o.steps, o.dir);
+        printf("verify %s on %d ranks (launcher: %s) against 1, %d steps, runs in %s\n", o.config,
+               o.world, o.launcher, o.steps, o.dir);
         fflush(stdout);
     }
     ledger num = {0}, mem = {0}, spd = {0}, rec = {0};
@@ -746,11 +784,19 @@ int cmd_verify(int argc, char **argv) {
     int sp = sb == 0 ? train(&o, o.world, "par", "par_ck", "par.jsonl", NULL, NULL) : -1;
     int rc = 0;
     if (sb != 0 || sp != 0) {
-        char tail[1024];
-        log_tail(&o, sb != 0 ? "base" : "par", tail, sizeof tail);
-        fprintf(stderr, "tessera verify: the %s run failed (status %d; %s/%s.log): %s\n",
-                sb != 0 ? "one-rank" : "N-rank", sb != 0 ? sb : sp, o.dir, sb != 0 ? "base" : "par",
-                tail);
+        /* tessera's own message, else the launcher's first lines. */
+        char tail[2048];
+        const char *name = sb != 0 ? "base" : "par";
+        int own = log_tail(&o, name, "\n  ", tail, sizeof tail);
+        fprintf(stderr, "tessera verify: the %s run failed (status %d; %s/%s.log)",
+                sb != 0 ? "one-rank" : "N-rank", sb != 0 ? sb : sp, o.dir, name);
+        if (own)
+            fprintf(stderr, ": %s\n", tail);
+        else if (sb == 0)
+            fprintf(stderr, "; the launcher '%s -np %d' %s%s\n", o.launcher, o.world,
+                    tail[0] ? "said:\n  " : "printed nothing", tail);
+        else
+            fprintf(stderr, "%s%s\n", tail[0] ? ":\n  " : "; it printed nothing", tail);
         rc = 1;
     } else {
         double bubble = 0;

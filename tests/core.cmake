@@ -12,7 +12,7 @@ endforeach()
 foreach(script train_loss_falls bf16_close resume_sigkill llmc_roundtrip safetensors safetensors_moe
     bad_input outputs
     checkpoint_dir checkpoint_legacy plan_summary bf16_memory threads_same_bits
-    poison_uninit_same_bits)
+    poison_uninit_same_bits omp_threads number_flags)
   add_test(NAME cli_${script}
     COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/${script}.sh $<TARGET_FILE:tessera_cli> ${PROJECT_SOURCE_DIR})
   set_tests_properties(cli_${script} PROPERTIES LABELS core TIMEOUT 300
@@ -117,4 +117,10 @@ add_test(NAME cli_verify
     ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/tests/plugins)
 set_tests_properties(cli_verify PROPERTIES LABELS core TIMEOUT 900
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+
+# tessera verify with its default launcher on more ranks than cores (tiny.ini
+# on dp 4), a --launcher taken as given, and failed launches reported in the
+# launcher's own words.
+tessera_script_tests(core
+  "cli_verify_launcher|${cli}/verify_launcher.sh|")
 

@@ -1,0 +1,56 @@
+# tessera verify's launcher. With no --launcher, configs/tiny.ini on 4 ranks
+# (dp) passes all four ledgers on a machine of fewer cores: Open MPI's
+# mpirun is given --oversubscribe (the suite's own oversubscription variable
+# is unset here, so the default path is what runs). A --launcher is taken as
+# given (plain mpirun is refused 4 slots on fewer cores, and verify prints
+# mpirun's own first lines of error), and a launcher that fails says why in
+# its own words: a script's two lines of error, a command that does not
+# exist, one that prints nothing.
+# Usage: verify_launcher.sh TESSERA SRC
+. "$(dirname "$0")/multirank.sh"
+unset OMPI_MCA_rmaps_base_oversubscribe
+export TMPDIR=$WORK # the failed runs' files, which verify keeps
+TINY=$SRC/configs/tiny.ini
+# Speed is reported, not judged (4 ranks on 2 shared cores), as in verify.sh.
+DP=(--steps 4 --slow-rank 1000 --set parallel.plugins=dp --set train.micro_batch=4)
+timeout 600 "$TESSERA" verify "$TINY" --world 4 "${DP[@]}" > default.txt 2>&1 ||
+    { cat default.txt; fail "verify configs/tiny.ini --world 4 with the default launcher failed"; }
+cat default.txt
+for ledger in numerics memory speed recovery; do
+    grep -qE "^$ledger +PASS " default.txt || fail "default launcher: $ledger did not pass"
+done
+if mpirun --version 2>&1 | grep -q "Open MPI"; then
+    grep -q "(launcher: mpirun --oversubscribe)" default.txt || fail "Open MPI's mpirun not given --oversubscribe"
+fi
+
+launch_fails() { # NAME LAUNCHER REGEX...: verify exits 1 and its stderr matches every REGEX
+    local name=$1 launcher=$2
+    shift 2
+    timeout 300 "$TESSERA" verify "$TINY" --world 4 "${DP[@]}" --launcher "$launcher" \
+        > $name.out 2> $name.err
+    local rc=$?
+    [ $rc = 1 ] || { cat $name.out $name.err; fail "$name: exit status $rc, expected 1"; }
+    local re
+    for re in "$@"; do
+        grep -qE -e "$re" $name.err || { cat $name.err; fail "$name: stderr does not match /$re/"; }
+    done
+    echo "ok $name: $(tr '\n' ' ' < $name.err | head -c 300)"
+}
+if [ "$(nproc)" -lt 4 ] && mpirun --version 2>&1 | grep -q "Open MPI"; then
+    launch_fails plain_mpirun mpirun "the launcher 'mpirun -np 4' said:" \
+        "^  There are not enough slots available in the system to satisfy the 4$" \
+        "^  slots that were requested by the application:$"
+fi
+cat > launcher.sh <<'SH'
+#!/bin/sh
+echo "launcher.sh: cannot reach node17 (connection refused)" >&2
+echo "launcher.sh: giving up after 3 tries" >&2
+exit 3
+SH
+chmod +x launcher.sh
+launch_fails script_error "$PWD/launcher.sh --hosts node17" "status 3" \
+    "^  launcher.sh: cannot reach node17 \(connection refused\)$" "^  launcher.sh: giving up after 3 tries$"
+launch_fails no_such_command "no-such-launcher -v" "cannot run no-such-launcher: No such file or directory"
+launch_fails silent false "the launcher 'false -np 4' printed nothing"
+
+echo PASS
