@@ -48,8 +48,8 @@
 /* Products with at most this many rows and more columns go through C^T. */
 #define MATMUL_T_MAX_ROWS 1024
 /* The transposition buffer: a chunk of C^T's rows, at most 1 MiB a thread
- * (a chunk of 256 columns at 1024 rows: packing op(A) again per chunk costs
- * about 1/256 of the chunk's multiply-adds). */
+ * (240 columns at 1,024 rows, 1,008 at 256: packing op(A) again per chunk
+ * costs about 1/240 of the chunk's multiply-adds or less). */
 #define MATMUL_T_FLOATS (256 * 1024)
 
 /* One product C (M, N) = op(A) op(B) + beta C (+ bias on every row), row-major,
