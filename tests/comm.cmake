@@ -22,9 +22,11 @@ target_include_directories(test_comm PRIVATE
   ${PROJECT_SOURCE_DIR}/include ${TESSERA_CORE_INCLUDE_DIRS})
 target_link_libraries(test_comm PRIVATE MPI::MPI_C m)
 
+# Without a launcher the world is the self communicator (no MPI):
+# TESSERA_COMM_WORLD=mpi keeps the MPI singleton under test here.
 add_test(NAME comm_np1 COMMAND $<TARGET_FILE:test_comm>)
 set_tests_properties(comm_np1 PROPERTIES
-  LABELS core ENVIRONMENT "${TESSERA_TEST_ENV}" TIMEOUT 120)
+  LABELS core ENVIRONMENT "${TESSERA_TEST_ENV};TESSERA_COMM_WORLD=mpi" TIMEOUT 120)
 foreach(n 2 3 4 8)
   add_test(NAME comm_np${n}
     COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${n} $<TARGET_FILE:test_comm>)

@@ -1,6 +1,7 @@
 # core.cmake — tests of the whole single-rank model and of the `tessera`
 # program: gradients, accumulation, initialisation, the LR schedule, memory
-# accounting, bf16, learning, resume after SIGKILL, llm.c interop and bad input.
+# accounting, bf16, learning, resume after SIGKILL, llm.c interop, bad input
+# and a single-rank run without a launcher, which starts no MPI.
 add_executable(test_model tests/test_model.c)
 target_link_libraries(test_model PRIVATE tessera)
 foreach(case grad accumulation init lr memory memory_cache grad_zero bf16 moe_grad
@@ -10,7 +11,7 @@ foreach(case grad accumulation init lr memory memory_cache grad_zero bf16 moe_gr
 endforeach()
 
 foreach(script train_loss_falls bf16_close resume_sigkill llmc_roundtrip safetensors safetensors_moe
-    bad_input outputs
+    bad_input outputs alone_without_mpi
     checkpoint_dir checkpoint_legacy plan_summary bf16_memory threads_same_bits
     poison_uninit_same_bits omp_threads number_flags)
   add_test(NAME cli_${script}

@@ -9,13 +9,17 @@
  * type: it travels as a 2-byte contiguous type, and its reductions are
  * user-defined MPI_Ops that combine in f32 and round to bf16.
  *
+ * A process that no launcher started (none of mpi_launcher_vars in its
+ * environment) gets the self communicator as its world and MPI is never
+ * initialised; TESSERA_COMM_WORLD=mpi starts an MPI singleton instead.
+ *
  * What it does not do: counters, timeouts, argument checks and the split's
  * color exchange are the core's (comm.c).
  */
 #include <limits.h> /* INT_MAX: MPI counts are int */
 #include <stdio.h>  /* snprintf */
-#include <stdlib.h> /* calloc, malloc, free */
-#include <string.h> /* memmove */
+#include <stdlib.h> /* calloc, malloc, free, getenv */
+#include <string.h> /* memmove, strcmp */
 
 #include <mpi.h> /* Open MPI 4.1 (MPI 3.1: non-blocking collectives) */
 
@@ -460,9 +464,58 @@ static const ts_comm_ops mpi_ops = {
  * World
  * ------------------------------------------------------------------------- */
 
+/* The variables a launcher sets in every rank's environment: Open MPI's
+ * mpirun and prterun, PMIx servers (Slurm's srun --mpi=pmix, jsrun), PMI-1/2
+ * launchers (MPICH's and Intel MPI's hydra, srun --mpi=pmi2), MVAPICH's, and
+ * any Slurm step. With none of them set the process was started on its own. */
+static const char *const mpi_launcher_vars[] = {"OMPI_COMM_WORLD_SIZE",
+                                                "OMPI_COMM_WORLD_RANK",
+                                                "PMIX_RANK",
+                                                "PMIX_NAMESPACE",
+                                                "PMI_RANK",
+                                                "PMI_SIZE",
+                                                "PMI_FD",
+                                                "PMI_PORT",
+                                                "MPI_LOCALNRANKS",
+                                                "MV2_COMM_WORLD_RANK",
+                                                "SLURM_PROCID",
+                                                "SLURM_STEP_ID"};
+
+/* 1 when the world is to be MPI's: a launcher started this process, or
+ * TESSERA_COMM_WORLD=mpi asks for an MPI singleton. 0: the process runs
+ * alone and MPI is not started. -1 (an error set) for another value. */
+static int mpi_world_wanted(void) {
+    const char *force = getenv("TESSERA_COMM_WORLD");
+    if (force && force[0]) {
+        if (strcmp(force, "mpi") == 0) return 1;
+        if (strcmp(force, "auto") != 0) {
+            ts_error(TS_ERR_CONFIG,
+                     "TESSERA_COMM_WORLD=%s: expected mpi (always start MPI) or auto (start MPI "
+                     "only under a launcher)",
+                     force);
+            return -1;
+        }
+    }
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (inited) return 1;
+    for (size_t i = 0; i < sizeof mpi_launcher_vars / sizeof mpi_launcher_vars[0]; i++)
+        if (getenv(mpi_launcher_vars[i])) return 1;
+    return 0;
+}
+
 ts_status ts_comm_world_init(int *argc, char ***argv, double timeout_s, ts_comm **world) {
     if (!world) return ts_error(TS_ERR_INVALID, "ts_comm_world_init: world is NULL");
     *world = NULL;
+    /* A process started on its own is a world of one: the self communicator
+     * serves it, and MPI's singleton start-up (a daemon it forks, a segment
+     * file it sizes) is not needed. */
+    int wanted = mpi_world_wanted();
+    if (wanted < 0) return TS_ERR_CONFIG;
+    if (!wanted) {
+        ts_error_set_rank(0, 1);
+        return ts_comm_self_create("world", timeout_s, world);
+    }
     int inited = 0, provided = MPI_THREAD_SINGLE, rc;
     MPI_Initialized(&inited);
     if (!inited) {
@@ -491,7 +544,9 @@ ts_status ts_comm_world_init(int *argc, char ***argv, double timeout_s, ts_comm 
 
 ts_status ts_comm_world_finalize(ts_comm *world) {
     ts_comm_free(world);
-    int finalized = 0;
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    if (!inited) return TS_OK; /* a world of one without MPI */
     MPI_Finalized(&finalized);
     if (finalized) return TS_OK;
     mpi_types_free();

@@ -125,16 +125,24 @@ const char *ts_reduce_op_name(ts_reduce_op op);
 
 /* Initialises MPI (MPI_Init_thread, MPI_THREAD_FUNNELED or better) unless it
  * is already initialised, and returns the world communicator, named "world",
- * over a private duplicate of MPI_COMM_WORLD. Works under mpirun and as an MPI
- * singleton (a plain `./program`, size 1). Also calls ts_error_set_rank so
+ * over a private duplicate of MPI_COMM_WORLD. Also calls ts_error_set_rank so
  * that every later error message names this rank.
+ *
+ * A process no launcher started (a plain `./program`: none of the variables
+ * mpirun, PMIx, PMI or Slurm set in a rank's environment, such as
+ * OMPI_COMM_WORLD_SIZE or PMIX_RANK) is a world of one: *world is then the
+ * self communicator (backend "self", see ts_comm_self_create) and MPI is not
+ * initialised, so such a run does not depend on MPI's singleton start-up.
+ * TESSERA_COMM_WORLD=mpi in the environment starts an MPI singleton instead
+ * (backend "mpi", size 1); TESSERA_COMM_WORLD=auto is the default.
  *
  * Inputs:  argc, argv — main's, passed to MPI (may be NULL);
  *          timeout_s  — the world's timeout, inherited by ts_comm_split
  *                       (0 or less: none).
  * Outputs: *world — owned by the caller; release with ts_comm_world_finalize.
  * Failure: TS_ERR_COMM if MPI cannot be initialised or offers less than
- *          MPI_THREAD_FUNNELED; *world is then NULL. Call once per process. */
+ *          MPI_THREAD_FUNNELED; TS_ERR_CONFIG for another TESSERA_COMM_WORLD;
+ *          *world is then NULL. Call once per process. */
 ts_status ts_comm_world_init(int *argc, char ***argv, double timeout_s, ts_comm **world);
 
 /* Frees the world communicator and finalises MPI if ts_comm_world_init
