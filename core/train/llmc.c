@@ -10,6 +10,7 @@
  * shapes as llm.c's slices, so the mapping is by name only.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,6 +200,35 @@ static ts_status llmc_read_param(const llmc_param *p, void *arg) {
     return TS_OK;
 }
 
+/* Every weight read is finite (a run from a NaN or an infinity would skip
+ * every step): the first that is not named by its parameter and index. */
+static ts_status llmc_check_finite(const char *what, const char *path, const ts_model *m,
+                                   const float *full) {
+    size_t i = 0;
+    while (i < m->global_numel && isfinite(full[i]))
+        i++;
+    if (i == m->global_numel) return TS_OK;
+    int n = ts_model_param_table_of(m, NULL, NULL, NULL);
+    char(*names)[TS_NAME_MAX] = malloc((size_t)n * sizeof *names);
+    int64_t(*shapes)[3] = malloc((size_t)n * sizeof *shapes);
+    size_t off = 0, numel = 0;
+    int k = n;
+    if (names && shapes && ts_model_param_table_of(m, names, shapes, NULL) == n)
+        for (k = 0; k < n; k++, off += numel)
+            if (i < off + (numel = (size_t)(shapes[k][0] * shapes[k][1] * shapes[k][2]))) break;
+    ts_status st = ts_error(TS_ERR_FORMAT,
+                            "%s %s: %s holds a value that is not finite (%s at element %zu of its "
+                            "%zu): tessera starts only from finite weights",
+                            what, path, k < n ? names[k] : "the parameters",
+                            isnan(full[i]) ? "nan"
+                            : full[i] > 0  ? "inf"
+                                           : "-inf",
+                            k < n ? i - off : i, k < n ? numel : m->global_numel);
+    free(names);
+    free(shapes);
+    return st;
+}
+
 ts_status ts_llmc_load(const char *path, const ts_model *m, float *full) {
     int32_t h[LLMC_HEADER_INTS];
     FILE *f = NULL;
@@ -229,7 +259,7 @@ ts_status ts_llmc_load(const char *path, const ts_model *m, float *full) {
     llmc_param all = {"the parameters", 0, m->global_numel};
     ts_status s = raw ? llmc_read_param(&all, &r) : llmc_each(m, llmc_read_param, &r);
     fclose(f);
-    return s;
+    return s ? s : llmc_check_finite(raw ? "raw weights" : "llm.c checkpoint", path, m, full);
 }
 
 typedef struct llmc_writer {
