@@ -51,6 +51,15 @@ add_test(NAME cli_plan_search
 set_tests_properties(cli_plan_search PROPERTIES LABELS core TIMEOUT 300
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
 
+# plan --calibrate's cluster file and report --out written safely (a link
+# planted at PATH.tmp, a FIFO or a link to one at PATH); [cluster] device
+# counts past 2^31 and rates outside their ranges refused naming the key.
+add_test(NAME cli_plan_cluster_bad_input
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/plan_cluster_bad_input.sh $<TARGET_FILE:tessera_cli>
+    ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_plan_cluster_bad_input PROPERTIES LABELS core TIMEOUT 120
+  ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+
 # Recovery onto another topology (4 ranks, then 2).
 add_test(NAME cli_resume_on_another_topology
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/resume_topology.sh $<TARGET_FILE:tessera_cli>

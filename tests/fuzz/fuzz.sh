@@ -8,7 +8,8 @@
 #          runtime is missing; 1 when the build itself fails.
 #        fuzz.sh run SOURCE_DIR BUILD_DIR TARGET [SECONDS]
 #          runs fuzz_TARGET for SECONDS (default 20) on a copy of its seed
-#          corpus tests/fuzz/corpus/TARGET plus fresh seeds from fuzz_seeds,
+#          corpus tests/fuzz/corpus/TARGET (for cluster: configs/clusters/*.ini)
+#          plus fresh seeds from fuzz_seeds,
 #          in BUILD_DIR/work/TARGET (the corpus grows there, crash files land
 #          there). Prints the executions and coverage; exit 1 on any crash,
 #          leak, sanitizer report, timeout (> 10 s for one input) or
@@ -71,6 +72,8 @@ run)
   rm -rf "$work"
   mkdir -p "$work/corpus"
   cp "$src/tests/fuzz/corpus/$target"/* "$work/corpus/" 2>/dev/null
+  # cluster files: the checked-in ones are seeds too
+  [ "$target" = cluster ] && cp "$src/configs/clusters"/*.ini "$work/corpus/"
   # Inputs that once crashed this target: replayed first, so a bug that
   # comes back fails at once.
   cp "$src/tests/fuzz/regressions/$target"/* "$work/corpus/" 2>/dev/null

@@ -5,10 +5,11 @@
  *
  * usage: fuzz_seeds TARGET DIR     writes DIR/gen-* for TARGET (config,
  *                                  tokens, llmc, checkpoint, ckpt_meta,
- *                                  plugin, safetensors)
+ *                                  plugin, safetensors, cluster)
  *        fuzz_seeds dict TARGET    prints TARGET's dictionary (config: every
- *                                  section, key and enum word; other targets:
- *                                  nothing)
+ *                                  section, key and enum word; cluster: its
+ *                                  keys and edge numbers; safetensors,
+ *                                  ckpt_meta: their words; others: nothing)
  * tests/fuzz/fuzz.sh runs it into each target's working corpus before a run;
  * the checked-in seeds of tests/fuzz/corpus were written by it too
  * (`fuzz_seeds TARGET tests/fuzz/corpus/TARGET`).
@@ -79,6 +80,41 @@ static void seeds_config(void) {
                                "[model]\nlayers = 2\nd_model = 64\nheads = 4\n"
                                "[train]\nsteps = 2\nlr = 1e-3\n";
     write_file("gen-sets.ini", sets, sizeof sets - 1);
+}
+
+/* --- cluster files: every [cluster] key at its default, and at each end of
+ * its range (the slowest machine and the fastest the ranges allow) ------- */
+static void seeds_cluster(void) {
+    int n;
+    const ts_key_spec *k = ts_config_core_keys(&n);
+    static const char *names[3] = {"gen-cluster-defaults.ini", "gen-cluster-lowest.ini",
+                                   "gen-cluster-highest.ini"};
+    for (int edge = 0; edge < 3; edge++) {
+        static char text[1 << 14];
+        size_t j = (size_t)snprintf(text, sizeof text, "[cluster]\n");
+        for (int i = 0; i < n; i++) {
+            if (strcmp(k[i].section, "cluster") != 0) continue;
+            char value[64];
+            if (edge && (k[i].type == TS_KEY_INT || k[i].type == TS_KEY_FLOAT))
+                snprintf(value, sizeof value, "%.17g", edge == 1 ? k[i].min : k[i].max);
+            else
+                snprintf(value, sizeof value, "%s", k[i].def);
+            /* a reserve that leaves nothing is refused: keep it 0 */
+            if (!strcmp(k[i].name, "memory_reserve_gb")) snprintf(value, sizeof value, "0");
+            /* at most 2^20 devices in all */
+            if (!strcmp(k[i].name, "nodes") && edge == 2) snprintf(value, sizeof value, "1");
+            j += (size_t)snprintf(text + j, sizeof text - j, "%s = %s\n", k[i].name, value);
+        }
+        write_file(names[edge], text, j);
+    }
+    static const char two_nodes[] =
+        "; two nodes of 4 devices, A100-like figures\n[cluster]\ngpus_per_node = 4\nnodes = 2\n"
+        "memory_gb = 1\nflops_bf16 = 312e12\nflops_fp32 = 19.5e12\nmatmul_efficiency = 0.75\n"
+        "attention_efficiency = 0.5\nmemory_bandwidth_gbs = 2039\nkernel_us = 4\n"
+        "intra_bandwidth_gbs = 300\nintra_latency_us = 10\ninter_bandwidth_gbs = 25\n"
+        "inter_latency_us = 20\ninter_all_reduce_bandwidth_gbs = 20\n"
+        "intra_send_recv_latency_us = 2\ncomm_overlap = false\ncores_per_node = 2\n";
+    write_file("gen-cluster-two-nodes.ini", two_nodes, sizeof two_nodes - 1);
 }
 
 /* --- llm.c token files ---------------------------------------------------- */
@@ -316,6 +352,14 @@ int main(int argc, char **argv) {
                    "\"expert_hidden\"\n\"top_k\"\n\"heads\"\n\"h.1.mlp.router.weight\"\n"
                    "\"h.0.mlp.experts.2.c_fc.weight\"\n\"h.0.mlp.experts.1.c_proj.bias\"\n"
                    "\"h.1.mlp.c_fc.weight\"\n\"mlp.experts.\"\n\"18446744073709551615\"\n");
+        if (strcmp(argv[2], "cluster") == 0) {
+            int n;
+            const ts_key_spec *k = ts_config_core_keys(&n);
+            for (int i = 0; i < n; i++)
+                if (strcmp(k[i].section, "cluster") == 0) printf("\"%s\"\n", k[i].name);
+            printf("\"[cluster]\"\n\" = \"\n\"1e-300\"\n\"1e300\"\n\"1048576\"\n\"4096\"\n"
+                   "\"2147483647\"\n\"inf\"\n\"nan\"\n\"-0\"\n\"0x1p-1074\"\n\"true\"\n");
+        }
         if (strcmp(argv[2], "ckpt_meta") == 0)
             printf("\"tessera-checkpoint 2\"\n\"shard \"\n\"tensor \"\n\"file \"\n\"master\"\n"
                    "\"rank-00000.bin\"\n\"end \"\n\"9223372036854775807\"\n\"-1\"\n");
@@ -333,10 +377,14 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         void (*fn)(void);
-    } targets[] = {
-        {"config", seeds_config},          {"tokens", seeds_tokens},       {"llmc", seeds_llmc},
-        {"checkpoint", seeds_checkpoint},  {"ckpt_meta", seeds_ckpt_meta}, {"plugin", seeds_plugin},
-        {"safetensors", seeds_safetensors}};
+    } targets[] = {{"config", seeds_config},
+                   {"tokens", seeds_tokens},
+                   {"llmc", seeds_llmc},
+                   {"checkpoint", seeds_checkpoint},
+                   {"ckpt_meta", seeds_ckpt_meta},
+                   {"plugin", seeds_plugin},
+                   {"safetensors", seeds_safetensors},
+                   {"cluster", seeds_cluster}};
     for (size_t i = 0; i < sizeof targets / sizeof *targets; i++)
         if (strcmp(argv[1], targets[i].name) == 0) {
             targets[i].fn();
