@@ -106,7 +106,7 @@ bad temperature_negative "--temperature '-1': a number in" 1 sample model.ini --
 bad two_prompts '--prompt and --prompt-tokens' 1 sample model.ini --prompt a --prompt-tokens 1
 bad prompt_ids_words "--prompt-tokens 'a b'" 1 sample model.ini --prompt-tokens "a b"
 # Every number whole and in range before it is cast (was: 4294967361 read as
-# token 65, 1.5 and 2.7 truncated, -1 taken modulo 2^64).
+# token 65, 1.5 and 2.7 truncated, an empty --temperature read as 0).
 bad prompt_ids_past_int "--prompt-tokens '4294967361': token ids .*'4294967361' at position 0" 1 \
     sample model.ini --prompt-tokens 4294967361
 bad prompt_ids_negative "--prompt-tokens '5 -1':.*'-1' at position 1" 1 sample model.ini --prompt-tokens "5 -1"
