@@ -58,7 +58,8 @@ static const char *usage_train =
     "writes one JSON object per step; [train] checkpoint_dir and checkpoint_every\n"
     "write checkpoints, and resume = auto continues from the newest one.\n"
     "[parallel] plugins = dp, ... loads strategy plugins; launch N ranks with\n"
-    "mpirun -np N.\n"
+    "mpirun -np N. Each rank runs [train] threads CPU threads, else\n"
+    "OMP_NUM_THREADS, else the node's cores divided among its ranks.\n"
     "\n"
     "  --set section.key=value   override one key (repeatable)\n";
 
