@@ -18,10 +18,12 @@
  * metadata holds the shape keys as [model] names them (strings, as the
  * format asks). Written in f32 or bf16; read from F32, BF16 or F16.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 
 #include "cpu_kernels.h"
@@ -109,50 +111,89 @@ static const st_map *st_lookup(const char *name, int *layer) {
     return NULL;
 }
 
-/* Every tensor of the model in file order, the model's declared order with
- * each experts' tensor as E (count in *n; NULL and the error on failure). */
-static st_tensor *st_tensors(const ts_model *m, int *n) {
-    int np = ts_model_param_table(&m->cfg, NULL, NULL, NULL);
+/* Calls fn for every tensor of a model of shape c in file order, the
+ * model's declared order with each experts' tensor as E, until fn fails:
+ * nothing is allocated per tensor, so a shape read from a file is checked
+ * against its tensors in time bounded by theirs. The element counts are
+ * checked in 64 bits (the error names `path`). */
+static ts_status st_each(const ts_model_config *c, const char *path,
+                         ts_status (*fn)(const st_tensor *t, void *arg), void *arg) {
+    int np = ts_model_param_table(c, NULL, NULL, NULL);
     char(*names)[TS_NAME_MAX] = malloc((size_t)np * sizeof *names);
     int64_t(*shapes)[3] = malloc((size_t)np * sizeof *shapes);
-    size_t cap = (size_t)np * (size_t)(m->cfg.experts > 1 ? m->cfg.experts : 1);
-    st_tensor *t = malloc(cap * sizeof *t);
-    if (!names || !shapes || !t || ts_model_param_table(&m->cfg, names, shapes, NULL) != np) {
-        free(names), free(shapes), free(t);
-        ts_error(TS_ERR_NOMEM, "safetensors: out of memory");
-        return NULL;
+    if (!names || !shapes || ts_model_param_table(c, names, shapes, NULL) != np) {
+        free(names), free(shapes);
+        return ts_error(TS_ERR_NOMEM, "safetensors: out of memory");
     }
-    int k = 0;
-    size_t off = 0;
-    for (int i = 0; i < np; i++) {
+    ts_status st = TS_OK;
+    int64_t off = 0, numel = 0;
+    for (int i = 0; !st && i < np; i++, off += numel) {
         int layer;
         const st_map *s = st_lookup(names[i], &layer);
         TS_ASSERT(s != NULL); /* every parameter of the architectures has a name here */
-        int64_t numel = shapes[i][0] * shapes[i][1] * shapes[i][2];
-        int64_t copies = s->experts ? shapes[i][0] : 1, each = numel / copies;
+        if (__builtin_mul_overflow(shapes[i][0], shapes[i][1], &numel) ||
+            __builtin_mul_overflow(numel, shapes[i][2], &numel) ||
+            __builtin_add_overflow(off, numel, &(int64_t){0})) {
+            st = ts_error(TS_ERR_FORMAT,
+                          "safetensors %s: the model's %s (%lld x %lld x %lld) and the parameters "
+                          "before it do not fit 64 bits",
+                          path, names[i], (long long)shapes[i][0], (long long)shapes[i][1],
+                          (long long)shapes[i][2]);
+            break;
+        }
+        int64_t copies = s->experts ? shapes[i][0] : 1, each = copies ? numel / copies : 0;
         /* Matrices (wte, wpe and the products' weights) by their last
          * dimension: (3, C, C) is (3C, C), an expert's (F, C) is (F, C);
          * everything else a vector: (3, C) is 3C. */
         int matrix = s->transpose || strcmp(s->ours, "wte") == 0 || strcmp(s->ours, "wpe") == 0;
         int64_t last = shapes[i][2] > 1 ? shapes[i][2] : shapes[i][1];
-        for (int64_t e = 0; e < copies; e++, k++) {
+        for (int64_t e = 0; !st && e < copies; e++) {
+            st_tensor t;
             char hf[40]; /* the longest: mlp.experts.65535.c_proj.weight */
             snprintf(hf, sizeof hf, s->hf, (int)e);
             if (layer >= 0)
-                snprintf(t[k].hf, sizeof t[k].hf, "h.%d.%s", layer, hf);
+                snprintf(t.hf, sizeof t.hf, "h.%d.%s", layer, hf);
             else
-                snprintf(t[k].hf, sizeof t[k].hf, "%s", hf);
-            t[k].offset = off + (size_t)(e * each);
-            t[k].cols = matrix ? last : 1;
-            t[k].rows = each / t[k].cols;
-            t[k].file_rows = layer < 0 && strcmp(s->ours, "wte") == 0 ? m->cfg.vocab : t[k].rows;
-            t[k].transpose = s->transpose;
+                snprintf(t.hf, sizeof t.hf, "%s", hf);
+            t.offset = (size_t)(off + e * each);
+            t.cols = matrix && last > 0 ? last : 1;
+            t.rows = each / t.cols;
+            t.file_rows = layer < 0 && strcmp(s->ours, "wte") == 0 ? c->vocab : t.rows;
+            t.transpose = s->transpose;
+            st = fn(&t, arg);
         }
-        off += (size_t)numel;
     }
     free(names), free(shapes);
-    *n = k;
-    return t;
+    return st;
+}
+
+typedef struct st_list {
+    st_tensor *t;
+    size_t n, cap;
+} st_list;
+
+static ts_status st_collect(const st_tensor *t, void *arg) {
+    st_list *l = arg;
+    TS_ASSERT(l->n < l->cap); /* only the experts' tensors are more than one, E each */
+    l->t[l->n++] = *t;
+    return TS_OK;
+}
+
+/* Every tensor of the model in file order (st_each; count in *n; NULL and
+ * the error on failure). */
+static st_tensor *st_tensors(const ts_model *m, int *n) {
+    int np = ts_model_param_table(&m->cfg, NULL, NULL, NULL);
+    st_list l = {NULL, 0, (size_t)np * (size_t)(m->cfg.experts > 1 ? m->cfg.experts : 1)};
+    if (!(l.t = malloc(l.cap * sizeof *l.t))) {
+        ts_error(TS_ERR_NOMEM, "safetensors: out of memory");
+        return NULL;
+    }
+    if (st_each(&m->cfg, "(the model)", st_collect, &l)) {
+        free(l.t);
+        return NULL;
+    }
+    *n = (int)l.n;
+    return l.t;
 }
 
 /* The file's shape of a tensor: [rows, cols] or, stored transposed,
@@ -246,6 +287,7 @@ typedef struct st_entry {
     int ndim;
     int64_t shape[4];
     uint64_t begin, end;
+    int prefixed; /* the file spells it "transformer." + name (st_files_open) */
 } st_entry;
 
 /* The header: its tensors sorted by name, the shape keys the metadata
@@ -726,53 +768,955 @@ static const st_entry *st_find(const st_header *h, const char *name) {
     return bsearch(&key, h->e, (size_t)h->n, sizeof *h->e, st_by_name);
 }
 
-/* What the file holds of block l's MLP: 1 experts (a router or an expert's
- * tensor), 0 a dense MLP, -1 neither; *name one of its tensors. */
-static int st_block_kind(const st_header *h, int l, const char **name) {
-    char pre[64];
-    int n = snprintf(pre, sizeof pre, "h.%d.mlp.", l), kind = -1;
-    for (int i = 0; i < h->n && kind < 1; i++) {
-        const char *x = h->e[i].name;
-        if (strncmp(x, pre, (size_t)n) != 0) continue;
-        if (strncmp(x + n, "router.", 7) == 0 || strncmp(x + n, "experts.", 8) == 0) {
-            kind = 1, *name = x;
-        } else if (kind < 0 && strncmp(x + n, "c_", 2) == 0) {
-            kind = 0, *name = x;
+/* ---------------------------------------------------------------------------
+ * Where the weights are: PATH a safetensors file, a directory holding a
+ * sharded checkpoint (model.safetensors.index.json), model.safetensors or
+ * exactly one *.safetensors, or such an index itself (a name ending in
+ * .json); the names with or without transformers' "transformer." prefix
+ * (what GPT2LMHeadModel's save_pretrained writes); config.json beside them
+ * when there is one. The JSON of the index and of config.json is read by a
+ * reader of its own (any JSON value; the header's grammar is narrower).
+ * ------------------------------------------------------------------------- */
+
+#define ST_PREFIX "transformer."
+#define ST_MAX_JSON (64u << 20)
+#define ST_JSON_DEPTH 64
+
+typedef struct st_files {
+    char *dir;         /* where config.json and the shards are               */
+    char *index;       /* the index read, NULL for one file                  */
+    char *config;      /* config.json's path, NULL when there is none        */
+    int n;             /* files: 1, or the index's shards                     */
+    char **paths;      /* each file's path                                    */
+    st_header *h;      /* each file's header, names without the prefix       */
+    int prefixed;      /* whether any file spells its names with the prefix  */
+    int key[ST_NKEYS]; /* the metadata's shape keys over all files (-1) */
+} st_files;
+
+typedef struct st_doc {
+    const char *base, *p, *end, *path;
+} st_doc;
+
+static ts_status st_doc_bad(const st_doc *j, const char *what) {
+    return ts_error(TS_ERR_FORMAT, "safetensors %s: at byte %lld: %s", j->path,
+                    (long long)(j->p - j->base), what);
+}
+
+static void st_doc_ws(st_doc *j) {
+    while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\t' || *j->p == '\r'))
+        j->p++;
+}
+
+static int st_doc_eat(st_doc *j, char c) {
+    st_doc_ws(j);
+    if (j->p < j->end && *j->p == c) {
+        j->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* A JSON string into out (NULL: skipped; cut to cap - 1 bytes); escapes
+ * decoded, \u of a code point past ASCII as '?'. */
+static ts_status st_doc_string(st_doc *j, char *out, size_t cap) {
+    if (!st_doc_eat(j, '"')) return st_doc_bad(j, "a string expected");
+    size_t n = 0;
+    while (j->p < j->end && *j->p != '"') {
+        char c = *j->p++;
+        if ((unsigned char)c < 0x20) return st_doc_bad(j, "a control character in a string");
+        if (c == '\\') {
+            if (j->p >= j->end) break;
+            c = *j->p++;
+            const char *esc = strchr("\"\\/bfnrtu", c);
+            if (!c || !esc) return st_doc_bad(j, "an unknown escape in a string");
+            if (c == 'u') {
+                unsigned v = 0;
+                for (int d = 0; d < 4; d++, j->p++) {
+                    char h = j->p < j->end ? *j->p : 0;
+                    if (!strchr("0123456789abcdefABCDEF", h) || !h)
+                        return st_doc_bad(j, "\\u without four hex digits");
+                    v = v * 16 + (unsigned)(h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
+                }
+                if (v == 0) return st_doc_bad(j, "a NUL in a string");
+                c = v < 0x80 ? (char)v : '?';
+            } else {
+                c = c == 'b'   ? '\b'
+                    : c == 'f' ? '\f'
+                    : c == 'n' ? '\n'
+                    : c == 'r' ? '\r'
+                    : c == 't' ? '\t'
+                               : c;
+            }
+        }
+        if (out && n + 1 < cap) out[n++] = c; /* longer: cut (then none of ours) */
+    }
+    if (j->p >= j->end) return st_doc_bad(j, "an unterminated string");
+    j->p++;
+    if (out) out[n] = '\0';
+    return TS_OK;
+}
+
+/* A JSON number (its grammar checked; the text is NUL-terminated). */
+static ts_status st_doc_number(st_doc *j, double *v) {
+    st_doc_ws(j);
+    const char *p = j->p;
+    if (p < j->end && *p == '-') p++;
+    if (p >= j->end || *p < '0' || *p > '9') return st_doc_bad(j, "a value expected");
+    if (*p == '0' && p + 1 < j->end && p[1] >= '0' && p[1] <= '9')
+        return st_doc_bad(j, "a number with a leading zero");
+    char *e = NULL;
+    *v = strtod(j->p, &e);
+    if (e > j->end) return st_doc_bad(j, "a number past the end");
+    j->p = e;
+    return TS_OK;
+}
+
+/* true, false or null: 1, 0 or -1 in *v; 2 when the value is none of them
+ * (nothing consumed). */
+static void st_doc_literal(st_doc *j, int *v) {
+    st_doc_ws(j);
+    static const char *const word[3] = {"null", "false", "true"};
+    *v = 2;
+    for (int k = 0; k < 3; k++) {
+        size_t n = strlen(word[k]);
+        if ((size_t)(j->end - j->p) >= n && memcmp(j->p, word[k], n) == 0) {
+            j->p += n;
+            *v = k - 1;
+            return;
         }
     }
+}
+
+/* Any JSON value, skipped. */
+static ts_status st_doc_skip(st_doc *j, int depth) {
+    if (depth > ST_JSON_DEPTH) return st_doc_bad(j, "values nested too deep");
+    st_doc_ws(j);
+    char c = j->p < j->end ? *j->p : 0;
+    int lit;
+    double x;
+    if (c == '"') return st_doc_string(j, NULL, 0);
+    if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        j->p++;
+        if (st_doc_eat(j, close)) return TS_OK;
+        do {
+            if (c == '{') {
+                TS_TRY(st_doc_string(j, NULL, 0));
+                if (!st_doc_eat(j, ':')) return st_doc_bad(j, "':' expected");
+            }
+            TS_TRY(st_doc_skip(j, depth + 1));
+        } while (st_doc_eat(j, ','));
+        return st_doc_eat(j, close) ? TS_OK : st_doc_bad(j, "',' or a closing bracket expected");
+    }
+    st_doc_literal(j, &lit);
+    return lit != 2 ? TS_OK : st_doc_number(j, &x);
+}
+
+/* The whole of a JSON file (at most ST_MAX_JSON bytes), NUL-terminated. */
+static ts_status st_doc_load(const char *path, const char *what, char **text, size_t *len) {
+    FILE *f;
+    *text = NULL;
+    TS_TRY(ts_file_open_read(path, what, &f));
+    struct stat sb;
+    ts_status st = TS_OK;
+    if (fstat(fileno(f), &sb) != 0 || sb.st_size > (off_t)ST_MAX_JSON)
+        st = ts_error(TS_ERR_FORMAT, "%s %s: larger than %u bytes", what, path, ST_MAX_JSON);
+    char *b = st ? NULL : malloc((size_t)sb.st_size + 1);
+    if (!st && !b) st = ts_error(TS_ERR_NOMEM, "safetensors: out of memory");
+    if (!st && fread(b, 1, (size_t)sb.st_size, f) != (size_t)sb.st_size)
+        st = ts_error(TS_ERR_IO, "%s %s: cannot read", what, path);
+    fclose(f);
+    if (st) {
+        free(b);
+        return st;
+    }
+    b[sb.st_size] = '\0';
+    *text = b;
+    *len = (size_t)sb.st_size;
+    return TS_OK;
+}
+
+/* ---- config.json: the keys of transformers' GPT2Config tessera reads ---- */
+
+typedef struct st_hf_config {
+    /* -1: absent (n_inner also when null) */
+    int n_head, n_embd, n_layer, n_positions, vocab_size, n_inner;
+    double eps;                   /* layer_norm_epsilon, < 0: absent */
+    char act[64], model_type[64]; /* "": absent */
+    /* tie_word_embeddings, scale_attn_weights, scale_attn_by_inverse_layer_idx,
+     * add_cross_attention: -1 absent, else 0 or 1 */
+    int tie, scale_attn, scale_by_layer, cross;
+} st_hf_config;
+
+static ts_status st_hf_config_read(const char *path, st_hf_config *g) {
+    static const char *const ints[] = {"n_head",      "n_embd",     "n_layer",
+                                       "n_positions", "vocab_size", "n_inner"};
+    static const char *const bools[] = {"tie_word_embeddings", "scale_attn_weights",
+                                        "scale_attn_by_inverse_layer_idx", "add_cross_attention"};
+    int *intf[] = {&g->n_head,      &g->n_embd,     &g->n_layer,
+                   &g->n_positions, &g->vocab_size, &g->n_inner};
+    int *boolf[] = {&g->tie, &g->scale_attn, &g->scale_by_layer, &g->cross};
+    memset(g, 0, sizeof *g);
+    for (int k = 0; k < 6; k++)
+        *intf[k] = -1;
+    for (int k = 0; k < 4; k++)
+        *boolf[k] = -1;
+    g->eps = -1;
+    char *text;
+    size_t len;
+    TS_TRY(st_doc_load(path, "safetensors config.json", &text, &len));
+    st_doc j = {text, text, text + len, path};
+    ts_status st = st_doc_eat(&j, '{') ? TS_OK : st_doc_bad(&j, "the file is not a JSON object");
+    unsigned seen = 0;
+    for (int first = 1; !st && !st_doc_eat(&j, '}'); first = 0) {
+        char key[128], msg[256];
+        if (!first && !st_doc_eat(&j, ',')) {
+            st = st_doc_bad(&j, "',' or '}' expected");
+            break;
+        }
+        key[0] = '\0';
+        st = st_doc_string(&j, key, sizeof key);
+        if (!st && !st_doc_eat(&j, ':')) st = st_doc_bad(&j, "':' expected");
+        if (st) break;
+        int which = -1, lit;
+        double v;
+        for (int k = 0; k < 6 && which < 0; k++)
+            if (strcmp(key, ints[k]) == 0) which = k;
+        for (int k = 0; k < 4 && which < 0; k++)
+            if (strcmp(key, bools[k]) == 0) which = 6 + k;
+        if (which < 0 && strcmp(key, "layer_norm_epsilon") == 0) which = 10;
+        if (which < 0 && strcmp(key, "activation_function") == 0) which = 11;
+        if (which < 0 && strcmp(key, "model_type") == 0) which = 12;
+        if (which < 0) {
+            st = st_doc_skip(&j, 0);
+            continue;
+        }
+        if (seen & 1u << which) {
+            snprintf(msg, sizeof msg, "%s appears twice", key);
+            st = st_doc_bad(&j, msg);
+            break;
+        }
+        seen |= 1u << which;
+        if (which < 6) {
+            st_doc_literal(&j, &lit);
+            if (lit == -1 && which == 5) continue; /* n_inner: null, 4 x n_embd */
+            if (lit == 2) st = st_doc_number(&j, &v);
+            if (!st && (lit != 2 || v != (double)(int64_t)v || v < 1 || v > (double)(1 << 30))) {
+                snprintf(msg, sizeof msg, "%s is not a count (an integer from 1 to 2^30)", key);
+                st = st_doc_bad(&j, msg);
+            }
+            if (!st) *intf[which] = (int)v;
+        } else if (which < 10) {
+            st_doc_literal(&j, &lit);
+            if (lit != 0 && lit != 1) {
+                snprintf(msg, sizeof msg, "%s is not true or false", key);
+                st = st_doc_bad(&j, msg);
+            }
+            *boolf[which - 6] = lit;
+        } else if (which == 10) {
+            st = st_doc_number(&j, &g->eps);
+            if (!st && !(g->eps > 0)) st = st_doc_bad(&j, "layer_norm_epsilon is not positive");
+        } else {
+            char *out = which == 11 ? g->act : g->model_type;
+            st = st_doc_string(&j, out, 64);
+            if (!st && !out[0]) {
+                snprintf(msg, sizeof msg, "%s is empty", key);
+                st = st_doc_bad(&j, msg);
+            }
+        }
+    }
+    st_doc_ws(&j);
+    if (!st && j.p != j.end) st = st_doc_bad(&j, "text after the closing '}'");
+    free(text);
+    return st;
+}
+
+/* ---- the files ---- */
+
+static char *st_join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    char *s = malloc(a + b + 2);
+    if (!s) return NULL;
+    if (a) {
+        memcpy(s, dir, a);
+        if (dir[a - 1] != '/') s[a++] = '/';
+    }
+    memcpy(s + a, name, b + 1);
+    return s;
+}
+
+static int st_ends_with(const char *s, const char *tail) {
+    size_t a = strlen(s), b = strlen(tail);
+    return a >= b && strcmp(s + a - b, tail) == 0;
+}
+
+static void st_files_close(st_files *f) {
+    for (int i = 0; i < f->n; i++) {
+        if (f->h) st_header_close(&f->h[i]);
+        if (f->paths) free(f->paths[i]);
+    }
+    free(f->h), free(f->paths), free(f->dir), free(f->index), free(f->config);
+    memset(f, 0, sizeof *f);
+}
+
+/* Room for n files (their paths and headers zeroed). */
+static ts_status st_files_alloc(st_files *f, int n) {
+    f->paths = calloc((size_t)n, sizeof *f->paths);
+    f->h = calloc((size_t)n, sizeof *f->h);
+    if (!f->paths || !f->h) return ts_error(TS_ERR_NOMEM, "safetensors: out of memory");
+    return TS_OK;
+}
+
+/* A directory's one file of weights: model.safetensors, else its only
+ * *.safetensors (none or several: an error naming the directory). */
+static ts_status st_dir_pick(const char *dir, char **out) {
+    struct stat sb;
+    *out = st_join(dir, "model.safetensors");
+    if (!*out) return ts_error(TS_ERR_NOMEM, "safetensors: out of memory");
+    if (stat(*out, &sb) == 0) return TS_OK;
+    free(*out);
+    *out = NULL;
+    DIR *d = opendir(dir);
+    if (!d) return ts_error(TS_ERR_IO, "safetensors %s: cannot list the directory", dir);
+    char names[3][64] = {"", "", ""};
+    int count = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (!st_ends_with(e->d_name, ".safetensors")) continue;
+        if (count == 0) *out = st_join(dir, e->d_name);
+        if (count < 3) snprintf(names[count], sizeof names[count], "%s", e->d_name);
+        count++;
+    }
+    closedir(d);
+    if (count == 1) return *out ? TS_OK : ts_error(TS_ERR_NOMEM, "safetensors: out of memory");
+    free(*out);
+    *out = NULL;
+    if (count == 0)
+        return ts_error(TS_ERR_FORMAT,
+                        "safetensors %s: the directory holds no model.safetensors.index.json, "
+                        "model.safetensors or other *.safetensors file",
+                        dir);
+    return ts_error(TS_ERR_FORMAT,
+                    "safetensors %s: the directory holds %d *.safetensors files (%s, %s%s%s) and "
+                    "no model.safetensors.index.json or model.safetensors: name one "
+                    "(init = safetensors:%s/FILE)",
+                    dir, count, names[0], names[1], count > 2 ? ", " : "",
+                    count > 2 ? names[2] : "", dir);
+}
+
+/* Strips the "transformer." prefix from h's names (marking them), sorted
+ * again; a tensor then named twice is an error naming both spellings. */
+static ts_status st_strip_prefix(st_header *h, int *any) {
+    size_t n = strlen(ST_PREFIX);
+    int stripped = 0;
+    for (int i = 0; i < h->n; i++)
+        if (strncmp(h->e[i].name, ST_PREFIX, n) == 0) {
+            memmove(h->e[i].name, h->e[i].name + n, strlen(h->e[i].name + n) + 1);
+            h->e[i].prefixed = stripped = *any = 1;
+        }
+    if (!stripped) return TS_OK;
+    qsort(h->e, (size_t)h->n, sizeof *h->e, st_by_name);
+    for (int i = 1; i < h->n; i++)
+        if (strcmp(h->e[i - 1].name, h->e[i].name) == 0)
+            return ts_error(TS_ERR_FORMAT,
+                            "safetensors %s: %s and " ST_PREFIX "%s are one tensor named twice",
+                            h->path, h->e[i].name, h->e[i].name);
+    return TS_OK;
+}
+
+/* A name as the file spells it: e's, or (e NULL: a tensor the file lacks)
+ * as the file spells the others (lm_head.weight never has the prefix). */
+static const char *st_spell(const st_files *f, const st_entry *e, const char *name, char *buf,
+                            size_t cap) {
+    int pre = e ? e->prefixed : f->prefixed && strcmp(name, "lm_head.weight") != 0;
+    snprintf(buf, cap, "%s%s", pre ? ST_PREFIX : "", name);
+    return buf;
+}
+
+static const st_entry *st_files_find(const st_files *f, const char *name, int *shard) {
+    for (int s = 0; s < f->n; s++) {
+        const st_entry *e = st_find(&f->h[s], name);
+        if (e) {
+            *shard = s;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+/* One entry of an index's weight_map: a tensor (without the prefix) and
+ * the shard holding it. */
+typedef struct st_mapped {
+    char name[TS_NAME_MAX];
+    int shard, prefixed;
+} st_mapped;
+
+static int st_mapped_by_name(const void *a, const void *b) {
+    return strcmp(((const st_mapped *)a)->name, ((const st_mapped *)b)->name);
+}
+
+/* The index's weight_map (sorted by name, *n entries) and its shards'
+ * file names (f->paths, joined to f->dir; f->n of them). */
+static ts_status st_index_parse(st_files *f, st_mapped **map, int *n) {
+    char *text;
+    size_t len;
+    *map = NULL;
+    *n = 0;
+    TS_TRY(st_doc_load(f->index, "safetensors index", &text, &len));
+    st_doc j = {text, text, text + len, f->index};
+    int cap = 0, maps = 0, shards = 0;
+    char **names = NULL;
+    ts_status st = st_doc_eat(&j, '{') ? TS_OK : st_doc_bad(&j, "the index is not a JSON object");
+    for (int first = 1; !st && !st_doc_eat(&j, '}'); first = 0) {
+        char key[64];
+        if (!first && !st_doc_eat(&j, ',')) st = st_doc_bad(&j, "',' or '}' expected");
+        if (!st) st = st_doc_string(&j, key, sizeof key);
+        if (!st && !st_doc_eat(&j, ':')) st = st_doc_bad(&j, "':' expected");
+        if (st) break;
+        if (strcmp(key, "weight_map") != 0) {
+            st = st_doc_skip(&j, 0);
+            continue;
+        }
+        if (maps++) {
+            st = st_doc_bad(&j, "weight_map appears twice");
+            break;
+        }
+        if (!st_doc_eat(&j, '{')) {
+            st = st_doc_bad(&j, "weight_map is not an object");
+            break;
+        }
+        for (int one = 1; !st && !st_doc_eat(&j, '}'); one = 0) {
+            char file[1024];
+            if (!one && !st_doc_eat(&j, ',')) st = st_doc_bad(&j, "',' or '}' expected");
+            if (*n == cap) {
+                st_mapped *g = realloc(*map, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *g);
+                char **h = realloc(names, (size_t)cap * sizeof *h);
+                if (g) *map = g;
+                if (h) names = h;
+                if (!g || !h) st = ts_error(TS_ERR_NOMEM, "safetensors: out of memory");
+            }
+            if (st) break;
+            st_mapped *m = &(*map)[*n];
+            memset(m, 0, sizeof *m);
+            st = st_doc_string(&j, m->name, sizeof m->name);
+            if (!st && !st_doc_eat(&j, ':')) st = st_doc_bad(&j, "':' expected");
+            if (!st) st = st_doc_string(&j, file, sizeof file);
+            if (st) break;
+            /* A shard beside the index: no absolute path, no "..". */
+            if (!file[0] || file[0] == '/' || strcmp(file, "..") == 0 ||
+                strncmp(file, "../", 3) == 0 || strstr(file, "/../") || st_ends_with(file, "/..")) {
+                st = ts_error(TS_ERR_FORMAT,
+                              "safetensors %s: weight_map puts %s in \"%s\", not a file beside "
+                              "the index",
+                              f->index, m->name, file);
+                break;
+            }
+            size_t pn = strlen(ST_PREFIX);
+            if (strncmp(m->name, ST_PREFIX, pn) == 0) {
+                memmove(m->name, m->name + pn, strlen(m->name + pn) + 1);
+                m->prefixed = 1;
+            }
+            m->shard = -1;
+            for (int s = 0; s < shards && m->shard < 0; s++)
+                if (strcmp(names[s], file) == 0) m->shard = s;
+            if (m->shard < 0) {
+                names[shards] = malloc(strlen(file) + 1);
+                if (!names[shards]) {
+                    st = ts_error(TS_ERR_NOMEM, "safetensors: out of memory");
+                    break;
+                }
+                strcpy(names[shards], file);
+                m->shard = shards++;
+            }
+            (*n)++;
+        }
+    }
+    st_doc_ws(&j);
+    if (!st && j.p != j.end) st = st_doc_bad(&j, "text after the closing '}'");
+    if (!st && !maps) st = ts_error(TS_ERR_FORMAT, "safetensors %s: no weight_map", f->index);
+    if (!st && *n == 0)
+        st = ts_error(TS_ERR_FORMAT, "safetensors %s: the weight_map is empty", f->index);
+    free(text);
+    if (!st) st = st_files_alloc(f, shards);
+    if (!st) f->n = shards;
+    for (int s = 0; s < shards; s++) {
+        if (!st && !(f->paths[s] = st_join(f->dir, names[s])))
+            st = ts_error(TS_ERR_NOMEM, "safetensors: out of memory");
+        free(names[s]);
+    }
+    free(names);
+    if (!st) qsort(*map, (size_t)*n, sizeof **map, st_mapped_by_name);
+    for (int i = 1; !st && i < *n; i++)
+        if (strcmp((*map)[i - 1].name, (*map)[i].name) == 0)
+            st = ts_error(TS_ERR_FORMAT, "safetensors %s: weight_map names %s twice", f->index,
+                          (*map)[i].name);
+    return st;
+}
+
+/* The index's weight_map against its shards: each tensor it maps is in
+ * that shard, each tensor of a shard is mapped there. */
+static ts_status st_index_check(const st_files *f, const st_mapped *map, int n) {
+    char a[TS_NAME_MAX + 16];
+    for (int i = 0; i < n; i++)
+        if (!st_find(&f->h[map[i].shard], map[i].name))
+            return ts_error(TS_ERR_FORMAT,
+                            "safetensors %s: weight_map puts %s%s in %s, which has no such tensor",
+                            f->index, map[i].prefixed ? ST_PREFIX : "", map[i].name,
+                            f->paths[map[i].shard]);
+    for (int s = 0; s < f->n; s++)
+        for (int i = 0; i < f->h[s].n; i++) {
+            const st_entry *e = &f->h[s].e[i];
+            st_mapped key;
+            snprintf(key.name, sizeof key.name, "%s", e->name);
+            const st_mapped *m = bsearch(&key, map, (size_t)n, sizeof *map, st_mapped_by_name);
+            if (!m || m->shard != s)
+                return ts_error(TS_ERR_FORMAT, "safetensors %s: %s is %s %s's weight_map%s%s",
+                                f->paths[s], st_spell(f, e, e->name, a, sizeof a),
+                                m ? "in another shard in" : "not in", f->index, m ? ": " : "",
+                                m ? f->paths[m->shard] : "");
+        }
+    return TS_OK;
+}
+
+/* Opens the weights at `path` (any of the forms above): every file's
+ * header read and checked, the names without the prefix, the metadata's
+ * shape keys merged (two files that disagree: an error). */
+static ts_status st_files_open(const char *path, st_files *f) {
+    memset(f, 0, sizeof *f);
+    for (int k = 0; k < ST_NKEYS; k++)
+        f->key[k] = -1;
+    struct stat sb;
+    char *file = NULL;
+    ts_status st = TS_OK;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        f->dir = st_join(path, "");
+        f->index = st_join(path, "model.safetensors.index.json");
+        if (!f->dir || !f->index) st = ts_error(TS_ERR_NOMEM, "safetensors: out of memory");
+        if (!st && stat(f->index, &sb) != 0) {
+            free(f->index);
+            f->index = NULL;
+            st = st_dir_pick(path, &file);
+        }
+    } else {
+        const char *slash = strrchr(path, '/');
+        f->dir = malloc(slash ? (size_t)(slash - path) + 2 : 1);
+        if (f->dir) snprintf(f->dir, slash ? (size_t)(slash - path) + 2 : 1, "%s", path);
+        if (st_ends_with(path, ".json"))
+            f->index = st_join("", path);
+        else
+            file = st_join("", path);
+        if (!f->dir || (!f->index && !file))
+            st = ts_error(TS_ERR_NOMEM, "safetensors: out of memory");
+    }
+    if (!st) {
+        f->config = st_join(f->dir, "config.json");
+        if (!f->config) st = ts_error(TS_ERR_NOMEM, "safetensors: out of memory");
+        if (f->config && stat(f->config, &sb) != 0) {
+            free(f->config);
+            f->config = NULL;
+        }
+    }
+    st_mapped *map = NULL;
+    int nmap = 0, from[ST_NKEYS] = {0};
+    if (!st && f->index) {
+        st = st_index_parse(f, &map, &nmap);
+    } else if (!st) {
+        st = st_files_alloc(f, 1);
+        if (!st) f->paths[0] = file, f->n = 1, file = NULL;
+    }
+    free(file);
+    for (int s = 0; !st && s < f->n; s++) {
+        st = st_header_read(f->paths[s], &f->h[s]);
+        if (st && f->index) {
+            char msg[2048];
+            snprintf(msg, sizeof msg, "%s", ts_last_error_bare());
+            st = ts_error(st, "%s (a shard of %s)", msg, f->index);
+        }
+        if (!st) st = st_strip_prefix(&f->h[s], &f->prefixed);
+        for (int k = 0; !st && k < ST_NKEYS; k++) {
+            int v = f->h[s].key[k];
+            if (v >= 0 && f->key[k] >= 0 && v != f->key[k])
+                st = ts_error(TS_ERR_FORMAT,
+                              "safetensors %s: __metadata__ %s = %d, but %s's says %d", f->paths[s],
+                              st_keys[k], v, f->paths[from[k]], f->key[k]);
+            else if (v >= 0 && f->key[k] < 0)
+                f->key[k] = v, from[k] = s;
+        }
+    }
+    if (!st && f->index) st = st_index_check(f, map, nmap);
+    free(map);
+    if (st) st_files_close(f);
+    return st;
+}
+
+/* What a name (without the prefix) is: 1 a tensor of transformers' GPT-2,
+ * dense or with DESIGN.md's experts (its block in *layer, -1 for none), 2
+ * a buffer transformers does not load either (h.L.attn.bias, the causal
+ * mask; h.L.attn.masked_bias), 0 neither. Numbers are decimal, no sign or
+ * leading zero. */
+static int st_name_kind(const char *name, int *layer) {
+    *layer = -1;
+    if (strcmp(name, "lm_head.weight") == 0) return 1;
+    for (size_t g = 0; g < ST_FIRST_BLOCK_NAME; g++)
+        if (strcmp(name, st_names[g].hf) == 0) return 1;
+    int l, k, n = 0, p = 0;
+    char canon[40];
+    if (sscanf(name, "h.%d.%n", &l, &n) != 1 || n == 0 || l < 0) return 0;
+    if (snprintf(canon, sizeof canon, "h.%d.", l) != n || strncmp(name, canon, (size_t)n) != 0)
+        return 0;
+    *layer = l;
+    const char *rest = name + n;
+    if (strcmp(rest, "attn.bias") == 0 || strcmp(rest, "attn.masked_bias") == 0) return 2;
+    int expert = sscanf(rest, "mlp.experts.%d.%n", &k, &p) == 1 && p > 0 && k >= 0;
+    if (expert && (snprintf(canon, sizeof canon, "mlp.experts.%d.", k) != p ||
+                   strncmp(rest, canon, (size_t)p) != 0))
+        return 0;
+    for (size_t g = ST_FIRST_BLOCK_NAME; g < ST_NMAP; g++) {
+        const char *hf = st_names[g].hf;
+        if (st_names[g].experts ? expert && strcmp(rest + p, strstr(hf, "%d.") + 3) == 0
+                                : !expert && strcmp(rest, hf) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Every name of the files is one of st_name_kind's; the blocks with
+ * tensors are h.0 .. h.{L-1} (L in *layers), a tensor of a block past a
+ * missing one named; the experts' count from their numbers (*experts). */
+static ts_status st_files_names(const st_files *f, int *layers, int *experts) {
+    unsigned char present[TS_MODEL_MAX_MODULES] = {0};
+    char a[TS_NAME_MAX + 16];
+    *experts = 0;
+    for (int s = 0; s < f->n; s++)
+        for (int i = 0; i < f->h[s].n; i++) {
+            const st_entry *e = &f->h[s].e[i];
+            int l, k, n = 0, kind = st_name_kind(e->name, &l);
+            if (kind == 0)
+                return ts_error(TS_ERR_FORMAT,
+                                "safetensors %s: %s is no tensor of transformers' GPT-2 (nor of "
+                                "its experts' names, docs/formats.md)",
+                                f->h[s].path, st_spell(f, e, e->name, a, sizeof a));
+            if (l >= TS_MODEL_MAX_MODULES - 2)
+                return ts_error(TS_ERR_FORMAT, "safetensors %s: %s: block %d is not in 0-%d",
+                                f->h[s].path, st_spell(f, e, e->name, a, sizeof a), l,
+                                TS_MODEL_MAX_MODULES - 3);
+            if (l >= 0 && kind == 1) present[l] = 1;
+            if (sscanf(e->name, "h.%d.mlp.experts.%d.%n", &l, &k, &n) == 2 && n > 0) {
+                if (k >= 65536)
+                    return ts_error(TS_ERR_FORMAT,
+                                    "safetensors %s: %s: expert %d is not in 0-65535", f->h[s].path,
+                                    st_spell(f, e, e->name, a, sizeof a), k);
+                if (k + 1 > *experts) *experts = k + 1;
+            }
+        }
+    int L = 0;
+    while (L < TS_MODEL_MAX_MODULES - 2 && present[L])
+        L++;
+    *layers = L;
+    /* The lowest block past h.{L-1}, and its first name. */
+    const st_entry *stray = NULL;
+    int stray_l = 0, stray_s = 0;
+    for (int s = 0; s < f->n; s++)
+        for (int i = 0; i < f->h[s].n; i++) {
+            const st_entry *e = &f->h[s].e[i];
+            int l;
+            st_name_kind(e->name, &l);
+            if (l >= L &&
+                (!stray || l < stray_l || (l == stray_l && strcmp(e->name, stray->name) < 0)))
+                stray = e, stray_l = l, stray_s = s;
+        }
+    if (stray && L == 0)
+        return ts_error(TS_ERR_FORMAT,
+                        "safetensors %s: %s: block h.%d, but the file has no block h.0",
+                        f->h[stray_s].path, st_spell(f, stray, stray->name, a, sizeof a), stray_l);
+    if (stray)
+        return ts_error(TS_ERR_FORMAT,
+                        "safetensors %s: %s: a tensor of block h.%d, past the file's blocks "
+                        "h.0-h.%d (no tensor of h.%d)",
+                        f->h[stray_s].path, st_spell(f, stray, stray->name, a, sizeof a), stray_l,
+                        L - 1, L);
+    return TS_OK;
+}
+
+/* What the file holds of block l's MLP: 1 experts (a router or an expert's
+ * tensor), 0 a dense MLP, -1 neither; *name one of its tensors. */
+static int st_block_kind(const st_files *f, int l, const char **name) {
+    char pre[64];
+    int n = snprintf(pre, sizeof pre, "h.%d.mlp.", l), kind = -1;
+    for (int s = 0; s < f->n; s++)
+        for (int i = 0; i < f->h[s].n && kind < 1; i++) {
+            const char *x = f->h[s].e[i].name;
+            if (strncmp(x, pre, (size_t)n) != 0) continue;
+            if (strncmp(x + n, "router.", 7) == 0 || strncmp(x + n, "experts.", 8) == 0) {
+                kind = 1, *name = x;
+            } else if (kind < 0 && strncmp(x + n, "c_", 2) == 0) {
+                kind = 0, *name = x;
+            }
+        }
     return kind;
 }
 
-ts_status ts_safetensors_read_config(const char *path, ts_model_config *cfg) {
-    st_header h;
-    TS_TRY(st_header_read(path, &h));
-    const st_entry *wte = st_find(&h, "wte.weight"), *wpe = st_find(&h, "wpe.weight");
+/* config.json beside the weights, against the shape the file gives (*c,
+ * from its tensors and metadata): n_layer, n_embd, n_positions and
+ * vocab_size must agree with the tensors, n_head with the metadata's heads
+ * (else it gives heads); what tessera's GPT-2 does not compute is refused
+ * naming the key (it has no knob for any of them). */
+static ts_status st_hf_apply(const st_files *f, const int *meta, ts_model_config *c) {
+    if (!f->config) return TS_OK;
+    st_hf_config g;
+    TS_TRY(st_hf_config_read(f->config, &g));
+    const char *cj = f->config;
+    char a[TS_NAME_MAX + 16];
+    if (g.model_type[0] && strcmp(g.model_type, "gpt2") != 0)
+        return ts_error(TS_ERR_FORMAT,
+                        "%s: model_type = \"%s\": the weights are read as transformers' GPT-2 "
+                        "(\"gpt2\", [model] arch = gpt2)",
+                        cj, g.model_type);
+    if (g.n_layer >= 0 && g.n_layer < c->layers) {
+        /* The first tensor of block h.{n_layer}: past config.json's blocks. */
+        char pre[24];
+        int n = snprintf(pre, sizeof pre, "h.%d.", g.n_layer);
+        for (int s = 0; s < f->n; s++)
+            for (int i = 0; i < f->h[s].n; i++)
+                if (strncmp(f->h[s].e[i].name, pre, (size_t)n) == 0)
+                    return ts_error(TS_ERR_FORMAT,
+                                    "safetensors %s: %s: a tensor of block h.%d, past %s's "
+                                    "n_layer = %d (blocks h.0-h.%d)",
+                                    f->h[s].path,
+                                    st_spell(f, &f->h[s].e[i], f->h[s].e[i].name, a, sizeof a),
+                                    g.n_layer, cj, g.n_layer, g.n_layer - 1);
+    }
+    struct {
+        const char *key, *ours;
+        int cj, file;
+    } agree[] = {{"n_layer", "blocks h.L", g.n_layer, c->layers},
+                 {"n_embd", "wte.weight's columns", g.n_embd, c->d_model},
+                 {"n_positions", "wpe.weight's rows", g.n_positions, c->context},
+                 {"vocab_size", "wte.weight's rows", g.vocab_size, c->vocab}};
+    for (size_t k = 0; k < sizeof agree / sizeof agree[0]; k++)
+        if (agree[k].cj >= 0 && agree[k].cj != agree[k].file)
+            return ts_error(TS_ERR_FORMAT, "%s: %s = %d, but the tensors make it %d (%s)", cj,
+                            agree[k].key, agree[k].cj, agree[k].file, agree[k].ours);
+    if (g.n_head >= 0 && meta[ST_KEY_HEADS] >= 0 && g.n_head != meta[ST_KEY_HEADS])
+        return ts_error(TS_ERR_FORMAT,
+                        "%s: n_head = %d, but the safetensors file's __metadata__ says heads = %d",
+                        cj, g.n_head, meta[ST_KEY_HEADS]);
+    if (g.n_inner >= 0 && (int64_t)g.n_inner != 4 * (int64_t)c->d_model)
+        return ts_error(TS_ERR_FORMAT,
+                        "%s: n_inner = %d: tessera's GPT-2 MLP is 4 x n_embd = %lld wide", cj,
+                        g.n_inner, 4 * (long long)c->d_model);
+    if (g.eps >= 0 && (float)g.eps != TS_LAYERNORM_EPS)
+        return ts_error(TS_ERR_FORMAT,
+                        "%s: layer_norm_epsilon = %g: tessera's LayerNorm adds %g, and [model] "
+                        "has no key to change it",
+                        cj, g.eps, (double)TS_LAYERNORM_EPS);
+    if (g.act[0] && strcmp(g.act, "gelu_new") != 0 && strcmp(g.act, "gelu_pytorch_tanh") != 0 &&
+        strcmp(g.act, "gelu_fast") != 0)
+        return ts_error(TS_ERR_FORMAT,
+                        "%s: activation_function = \"%s\": tessera's GPT-2 MLP computes the tanh "
+                        "GELU (gelu_new, gelu_pytorch_tanh, gelu_fast)%s",
+                        cj, g.act,
+                        strcmp(g.act, "gelu") == 0 ? ", not the erf GELU \"gelu\" names" : "");
+    if (g.tie == 0)
+        return ts_error(TS_ERR_FORMAT,
+                        "%s: tie_word_embeddings = false: tessera's GPT-2 ties its output head to "
+                        "wte.weight ([model] arch = gpt2 has no tie_embeddings key)",
+                        cj);
+    if (g.scale_attn == 0)
+        return ts_error(TS_ERR_FORMAT,
+                        "%s: scale_attn_weights = false: tessera scales the attention scores by "
+                        "1/sqrt(head size)",
+                        cj);
+    if (g.scale_by_layer == 1)
+        return ts_error(TS_ERR_FORMAT,
+                        "%s: scale_attn_by_inverse_layer_idx = true: tessera does not scale "
+                        "block L's attention scores by 1/(L + 1)",
+                        cj);
+    if (g.cross == 1)
+        return ts_error(TS_ERR_FORMAT,
+                        "%s: add_cross_attention = true: tessera's GPT-2 has no cross-attention",
+                        cj);
+    if (g.n_head >= 0) c->heads = g.n_head;
+    return TS_OK;
+}
+
+/* lm_head.weight, when the file has one, must be wte.weight bit for bit
+ * (a tied head written out): tessera's GPT-2 has no head of its own. */
+static ts_status st_lm_head_check(const st_files *f, const st_entry *wte, int ws) {
+    int hs;
+    const st_entry *lm = st_files_find(f, "lm_head.weight", &hs);
+    if (!lm) return TS_OK;
+    const char *why = "an output head apart from wte.weight, which tessera's GPT-2 does not have "
+                      "(it ties them: [model] arch = gpt2 has no tie_embeddings key)";
+    if (lm->ndim != 2 || lm->shape[0] != wte->shape[0] || lm->shape[1] != wte->shape[1] ||
+        strcmp(lm->dtype, wte->dtype) != 0)
+        return ts_error(TS_ERR_FORMAT,
+                        "safetensors %s: lm_head.weight is %s [%lld, %lld], wte.weight %s [%lld, "
+                        "%lld]: %s",
+                        f->h[hs].path, lm->dtype, (long long)lm->shape[0],
+                        (long long)(lm->ndim > 1 ? lm->shape[1] : 0), wte->dtype,
+                        (long long)wte->shape[0], (long long)wte->shape[1], why);
+    enum { CHUNK = 1 << 16 };
+    unsigned char *x = malloc(2 * CHUNK), *y = x ? x + CHUNK : NULL;
+    if (!x) return ts_error(TS_ERR_NOMEM, "safetensors: out of memory");
+    uint64_t size = wte->end - wte->begin;
     ts_status st = TS_OK;
-    if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2)
-        st = ts_error(TS_ERR_FORMAT,
-                      "safetensors %s: no 2-D wte.weight and wpe.weight (transformers' GPT2Model "
-                      "names, without a 'transformer.' prefix)",
-                      path);
-    /* The shape from the tensors; the metadata's shape keys must agree. */
-    ts_model_config c = *cfg;
-    int experts = 0, l, k, n;
-    c.layers = 0;
-    for (int i = 0; !st && i < h.n; i++) {
-        const char *x = h.e[i].name;
-        if (sscanf(x, "h.%d.", &l) == 1 && (l < 0 || l >= TS_MODEL_MAX_MODULES - 2))
-            st = ts_error(TS_ERR_FORMAT, "safetensors %s: %s: block %d is not in 0-%d", path, x, l,
-                          TS_MODEL_MAX_MODULES - 3);
-        else if (sscanf(x, "h.%d.", &l) == 1 && l + 1 > c.layers)
-            c.layers = l + 1;
-        n = 0;
-        if (!st && sscanf(x, "h.%d.mlp.experts.%d.%n", &l, &k, &n) == 2 && n > 0) {
-            if (k < 0 || k >= 65536)
-                st = ts_error(TS_ERR_FORMAT, "safetensors %s: %s: expert %d is not in 0-65535",
-                              path, x, k);
-            else if (k + 1 > experts)
-                experts = k + 1;
+    for (uint64_t at = 0; !st && at < size; at += CHUNK) {
+        size_t n = size - at < CHUNK ? (size_t)(size - at) : CHUNK;
+        FILE *a = f->h[ws].f, *b = f->h[hs].f;
+        if (fseek(a, (long)(f->h[ws].data_start + wte->begin + at), SEEK_SET) != 0 ||
+            fread(x, 1, n, a) != n)
+            st = ts_error(TS_ERR_FORMAT, "safetensors %s: truncated in wte.weight", f->h[ws].path);
+        else if (fseek(b, (long)(f->h[hs].data_start + lm->begin + at), SEEK_SET) != 0 ||
+                 fread(y, 1, n, b) != n)
+            st = ts_error(TS_ERR_FORMAT, "safetensors %s: truncated in lm_head.weight",
+                          f->h[hs].path);
+        else if (memcmp(x, y, n) != 0) {
+            size_t d = 0;
+            while (x[d] == y[d])
+                d++;
+            uint64_t k = (at + d) / st_dtype_bytes(wte->dtype);
+            st = ts_error(TS_ERR_FORMAT,
+                          "safetensors %s: lm_head.weight differs from wte.weight (first at row "
+                          "%llu, column %llu): %s",
+                          f->h[hs].path, (unsigned long long)(k / (uint64_t)wte->shape[1]),
+                          (unsigned long long)(k % (uint64_t)wte->shape[1]), why);
         }
     }
+    free(x);
+    return st;
+}
+
+static ts_status st_missing(const st_files *f, const char *path, const char *name);
+static ts_status st_check_blocks(const st_header *h, const ts_model_config *c);
+
+/* The metadata's counts against the tensors, before anything is sized by
+ * them (*c: the shape with the metadata's keys over the tensors'; experts
+ * the count the tensors' numbers give): experts equal, moe_every routing
+ * exactly the blocks that hold experts, expert_hidden the width of
+ * h.0.mlp.experts.0.c_fc.weight, top_k at most experts, heads dividing
+ * d_model. The error names the file and the key. */
+static ts_status st_check_counts(const st_files *f, const char *path, int experts,
+                                 const ts_model_config *c) {
+    const int *key = f->key;
+    for (int s = 0; key[ST_KEY_EXPERTS] >= 0 && key[ST_KEY_EXPERTS] < experts && s < f->n; s++)
+        for (int i = 0; i < f->h[s].n; i++) {
+            const char *x = f->h[s].e[i].name;
+            int l, k, n = 0;
+            if (sscanf(x, "h.%d.mlp.experts.%d.%n", &l, &k, &n) == 2 && n > 0 &&
+                k >= key[ST_KEY_EXPERTS])
+                return ts_error(TS_ERR_FORMAT,
+                                "safetensors %s: %s: expert %d is past the model's %d "
+                                "(__metadata__ experts = %d)",
+                                f->h[s].path, x, k, key[ST_KEY_EXPERTS], key[ST_KEY_EXPERTS]);
+        }
+    if (key[ST_KEY_EXPERTS] >= 0 && key[ST_KEY_EXPERTS] != experts)
+        return ts_error(TS_ERR_FORMAT,
+                        "safetensors %s: __metadata__ experts = %d, but the tensors make it %d "
+                        "(%s)",
+                        path, key[ST_KEY_EXPERTS], experts,
+                        experts ? "the numbers K of h.L.mlp.experts.K" : "no h.L.mlp.experts.K");
+    if (c->experts > 0 && key[ST_KEY_MOE_EVERY] >= 0)
+        for (int l = 0; l < c->layers; l++) {
+            const char *any = NULL;
+            int kind = st_block_kind(f, l, &any), moe = ts_model_config_moe_block(c, l);
+            if ((kind == 1) == moe) continue;
+            if (moe)
+                return ts_error(TS_ERR_FORMAT,
+                                "safetensors %s: %s%sblock h.%d of the model is a mixture of %d "
+                                "experts (__metadata__ moe_every = %d), the file has %s there",
+                                path, any ? any : "", any ? ": " : "", l, c->experts, c->moe_every,
+                                kind == 0 ? "a dense MLP" : "no MLP");
+            return ts_error(TS_ERR_FORMAT,
+                            "safetensors %s: %s: block h.%d of the model is a dense MLP "
+                            "(__metadata__ moe_every = %d), the file routes it to experts",
+                            path, any, l, c->moe_every);
+        }
+    int s = 0;
+    const st_entry *w =
+        c->experts > 0 ? st_files_find(f, "h.0.mlp.experts.0.c_fc.weight", &s) : NULL;
+    if (w && w->ndim == 2 && key[ST_KEY_EXPERT_HIDDEN] >= 0 &&
+        w->shape[1] != key[ST_KEY_EXPERT_HIDDEN])
+        return ts_error(TS_ERR_FORMAT,
+                        "safetensors %s: __metadata__ expert_hidden = %d, but the tensors make it "
+                        "%lld (h.0.mlp.experts.0.c_fc.weight [%lld, %lld])",
+                        path, key[ST_KEY_EXPERT_HIDDEN], (long long)w->shape[1],
+                        (long long)w->shape[0], (long long)w->shape[1]);
+    if (c->experts > 0 && key[ST_KEY_TOP_K] > c->experts)
+        return ts_error(TS_ERR_FORMAT,
+                        "safetensors %s: __metadata__ top_k = %d is more than the %d experts (a "
+                        "token cannot choose more experts than there are)",
+                        path, key[ST_KEY_TOP_K], c->experts);
+    if (key[ST_KEY_HEADS] > 0 && c->d_model % key[ST_KEY_HEADS] != 0)
+        return ts_error(TS_ERR_FORMAT,
+                        "safetensors %s: __metadata__ heads = %d does not divide d_model = %d",
+                        path, key[ST_KEY_HEADS], c->d_model);
+    return TS_OK;
+}
+
+/* The file's tensor for x: there, a dtype tessera reads (F32, BF16, F16),
+ * x's shape (*y its entry, *shard its file). */
+static ts_status st_tensor_check(const st_files *f, const char *path, const st_tensor *x,
+                                 const st_entry **y, int *shard) {
+    const st_entry *e = st_files_find(f, x->hf, shard);
+    if (!e) return st_missing(f, path, x->hf);
+    char name[TS_NAME_MAX + 16], want[64], got[64];
+    int64_t shape[2] = {0, 0};
+    int nd = st_shape(x, shape);
+    st_spell(f, e, x->hf, name, sizeof name);
+    st_shape_text(shape, nd, want, sizeof want);
+    st_shape_text(e->shape, e->ndim == 2 ? 2 : 1, got, sizeof got);
+    if (strcmp(e->dtype, "F32") != 0 && strcmp(e->dtype, "BF16") != 0 &&
+        strcmp(e->dtype, "F16") != 0)
+        return ts_error(TS_ERR_FORMAT, "safetensors %s: %s is %s (F32, BF16 or F16 expected)",
+                        f->h[*shard].path, name, e->dtype);
+    if (e->ndim != nd || e->shape[0] != shape[0] || (nd == 2 && e->shape[1] != shape[1]))
+        return ts_error(TS_ERR_FORMAT, "safetensors %s: %s has shape [%s]%s, the model's is [%s]",
+                        f->h[*shard].path, name, e->ndim ? got : "",
+                        e->ndim > 2 ? " (and more)" : "", want);
+    *y = e;
+    return TS_OK;
+}
+
+typedef struct st_check_arg {
+    const st_files *f;
+    const char *path;
+} st_check_arg;
+
+static ts_status st_check_one(const st_tensor *x, void *arg) {
+    const st_check_arg *a = arg;
+    const st_entry *y;
+    int s;
+    return st_tensor_check(a->f, a->path, x, &y, &s);
+}
+
+/* Every tensor a model of shape *c reads is in the files, of its shape:
+ * checked before the model is built, so that what it allocates is bounded
+ * by what the files hold (the first tensor missing is found after at most
+ * as many as the files have). */
+static ts_status st_check_model(const st_files *f, const char *path, const ts_model_config *c) {
+    ts_model_config m = *c;
+    m.padded_vocab = m.vocab; /* the rows the file holds; the padding is read nowhere */
+    for (int s = 0; s < f->n; s++)
+        TS_TRY(st_check_blocks(&f->h[s], &m));
+    st_check_arg a = {f, path};
+    return st_each(&m, path, st_check_one, &a);
+}
+
+ts_status ts_safetensors_read_config(const char *path, ts_model_config *cfg) {
+    st_files f;
+    TS_TRY(st_files_open(path, &f));
+    int ws = 0, ps = 0;
+    const st_entry *wte = st_files_find(&f, "wte.weight", &ws),
+                   *wpe = st_files_find(&f, "wpe.weight", &ps);
+    /* The shape from the tensors; the metadata's shape keys must agree. */
+    ts_model_config c = *cfg;
+    int experts = 0, l;
+    ts_status st = st_files_names(&f, &c.layers, &experts);
+    if (!st && (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2))
+        st = ts_error(TS_ERR_FORMAT,
+                      "safetensors %s: no 2-D wte.weight and wpe.weight (transformers' GPT-2 "
+                      "names, with or without the 'transformer.' prefix)",
+                      path);
     if (!st) {
         c.vocab = (int)wte->shape[0];
         c.d_model = (int)wte->shape[1];
@@ -787,22 +1731,22 @@ ts_status ts_safetensors_read_config(const char *path, ts_model_config *cfg) {
                       path, (long long)wte->shape[0], (long long)wte->shape[1],
                       (long long)wpe->shape[0], (long long)wpe->shape[1], c.layers);
     for (int key = ST_KEY_LAYERS; !st && key <= ST_KEY_CONTEXT; key++)
-        if (key != ST_KEY_HEADS && h.key[key] >= 0 && h.key[key] != *st_key_field(&c, key))
+        if (key != ST_KEY_HEADS && f.key[key] >= 0 && f.key[key] != *st_key_field(&c, key))
             st = ts_error(TS_ERR_FORMAT,
                           "safetensors %s: __metadata__ %s = %d, but the tensors make it %d", path,
-                          st_keys[key], h.key[key], *st_key_field(&c, key));
+                          st_keys[key], f.key[key], *st_key_field(&c, key));
     /* The experts as the tensors show them (block 0 has them if any block
      * has: l % moe_every == 0), then the metadata's keys over them; top_k
-     * only the metadata knows, heads too. */
+     * only the metadata knows, heads the metadata or config.json. */
     const char *any = NULL;
     c.experts = experts;
     if (!st && experts > 0) {
         int second = 0;
         for (l = 1; l < c.layers && !second; l++)
-            if (st_block_kind(&h, l, &any) == 1) second = l;
+            if (st_block_kind(&f, l, &any) == 1) second = l;
         c.moe_every = second ? second : c.layers;
-        for (l = 0; l < c.layers && !st && h.key[ST_KEY_MOE_EVERY] < 0; l++)
-            if ((st_block_kind(&h, l, &any) == 1) != ts_model_config_moe_block(&c, l))
+        for (l = 0; l < c.layers && !st && f.key[ST_KEY_MOE_EVERY] < 0; l++)
+            if ((st_block_kind(&f, l, &any) == 1) != ts_model_config_moe_block(&c, l))
                 st = ts_error(TS_ERR_FORMAT,
                               "safetensors %s: block h.%d %s experts, which no moe_every gives "
                               "(the first two with experts: h.0, h.%d), and the metadata does "
@@ -811,10 +1755,11 @@ ts_status ts_safetensors_read_config(const char *path, ts_model_config *cfg) {
                               c.moe_every);
     }
     for (int key = ST_KEY_HEADS; !st && key < ST_NKEYS; key++)
-        if (key != ST_KEY_VOCAB && key != ST_KEY_CONTEXT && h.key[key] >= 0)
-            *st_key_field(&c, key) = h.key[key];
-    if (!st && c.experts > 0 && h.key[ST_KEY_EXPERT_HIDDEN] < 0) {
-        const st_entry *w = st_find(&h, "h.0.mlp.experts.0.c_fc.weight");
+        if (key != ST_KEY_VOCAB && key != ST_KEY_CONTEXT && f.key[key] >= 0)
+            *st_key_field(&c, key) = f.key[key];
+    if (!st && c.experts > 0 && f.key[ST_KEY_EXPERT_HIDDEN] < 0) {
+        int s;
+        const st_entry *w = st_files_find(&f, "h.0.mlp.experts.0.c_fc.weight", &s);
         if (!w || w->ndim != 2 || w->shape[1] < 1 || w->shape[1] > INT32_MAX)
             st = ts_error(TS_ERR_FORMAT,
                           "safetensors %s: no 2-D tensor h.0.mlp.experts.0.c_fc.weight to give "
@@ -823,8 +1768,12 @@ ts_status ts_safetensors_read_config(const char *path, ts_model_config *cfg) {
         else
             c.expert_hidden = (int)w->shape[1];
     }
+    if (!st) st = st_check_counts(&f, path, experts, &c);
+    if (!st) st = st_hf_apply(&f, f.key, &c);
+    if (!st) st = st_lm_head_check(&f, wte, ws);
+    if (!st) st = st_check_model(&f, path, &c);
     if (!st) *cfg = c;
-    st_header_close(&h);
+    st_files_close(&f);
     return st;
 }
 
@@ -870,35 +1819,67 @@ static ts_status st_check_blocks(const st_header *h, const ts_model_config *c) {
     return TS_OK;
 }
 
+/* The error for tensor `name` of the model that the files lack; a block
+ * of the file that holds some of its tensors is named with one of them (a
+ * block cut short, or a stray tensor past the last whole block). */
+static ts_status st_missing(const st_files *f, const char *path, const char *name) {
+    char a[TS_NAME_MAX + 16], b[TS_NAME_MAX + 16], pre[24];
+    int l, n = 0, count = 0, s0 = 0;
+    const st_entry *one = NULL;
+    if (sscanf(name, "h.%d.%n", &l, &n) == 1 && n > 0) {
+        snprintf(pre, sizeof pre, "h.%d.", l);
+        for (int s = 0; s < f->n; s++)
+            for (int i = 0; i < f->h[s].n; i++)
+                if (strncmp(f->h[s].e[i].name, pre, strlen(pre)) == 0 && count++ == 0)
+                    one = &f->h[s].e[i], s0 = s;
+    }
+    if (!one)
+        return ts_error(TS_ERR_FORMAT, "safetensors %s: no tensor %s", path,
+                        st_spell(f, NULL, name, a, sizeof a));
+    return ts_error(TS_ERR_FORMAT,
+                    "safetensors %s: no tensor %s, while block h.%d holds %d other%s (%s in %s): "
+                    "a block cut short, or a stray tensor",
+                    path, st_spell(f, NULL, name, a, sizeof a), l, count, count == 1 ? "" : "s",
+                    st_spell(f, one, one->name, b, sizeof b), f->h[s0].path);
+}
+
 ts_status ts_safetensors_load(const char *path, const ts_model *m, float *full) {
-    st_header h;
-    int n = 0;
-    TS_TRY(st_header_read(path, &h));
-    ts_status st = st_check_blocks(&h, &m->cfg);
+    st_files f;
+    int n = 0, read = 0;
+    TS_TRY(st_files_open(path, &f));
+    ts_status st = TS_OK;
+    for (int s = 0; !st && s < f.n; s++)
+        st = st_check_blocks(&f.h[s], &m->cfg);
     st_tensor *t = st ? NULL : st_tensors(m, &n);
     if (!st && !t) st = TS_ERR_NOMEM;
     memset(full, 0, m->global_numel * sizeof *full);
     for (int i = 0; !st && i < n; i++) {
         const st_tensor *x = &t[i];
-        const st_entry *y = st_find(&h, x->hf);
+        int s = 0;
+        const st_entry *y = st_files_find(&f, x->hf, &s);
+        const st_header *hp = &f.h[s];
+        char name[TS_NAME_MAX + 16];
         int64_t shape[2] = {0, 0};
         int nd = st_shape(x, shape);
         size_t es = y ? st_dtype_bytes(y->dtype) : 0, count = (size_t)(x->file_rows * x->cols);
         char want[64], got[64];
         if (!y) {
-            st = ts_error(TS_ERR_FORMAT, "safetensors %s: no tensor %s", path, x->hf);
+            st = st_missing(&f, path, x->hf);
             break;
         }
+        read++;
+        st_spell(&f, y, x->hf, name, sizeof name);
         st_shape_text(shape, nd, want, sizeof want);
         st_shape_text(y->shape, y->ndim == 2 ? 2 : 1, got, sizeof got);
         if (strcmp(y->dtype, "F32") != 0 && strcmp(y->dtype, "BF16") != 0 &&
             strcmp(y->dtype, "F16") != 0) {
             st = ts_error(TS_ERR_FORMAT, "safetensors %s: %s is %s (F32, BF16 or F16 expected)",
-                          path, x->hf, y->dtype);
+                          hp->path, name, y->dtype);
         } else if (y->ndim != nd || y->shape[0] != shape[0] ||
                    (nd == 2 && y->shape[1] != shape[1])) {
             st = ts_error(TS_ERR_FORMAT, "safetensors %s: %s has shape [%s]%s, the model's is [%s]",
-                          path, x->hf, y->ndim ? got : "", y->ndim > 2 ? " (and more)" : "", want);
+                          hp->path, name, y->ndim ? got : "", y->ndim > 2 ? " (and more)" : "",
+                          want);
         }
         if (st) break;
         unsigned char *raw = malloc(count * es);
@@ -906,9 +1887,9 @@ ts_status ts_safetensors_load(const char *path, const ts_model *m, float *full) 
             st = ts_error(TS_ERR_NOMEM, "safetensors: out of memory");
             break;
         }
-        if (fseek(h.f, (long)(h.data_start + y->begin), SEEK_SET) != 0 ||
-            fread(raw, es, count, h.f) != count)
-            st = ts_error(TS_ERR_FORMAT, "safetensors %s: truncated in %s", path, x->hf);
+        if (fseek(hp->f, (long)(hp->data_start + y->begin), SEEK_SET) != 0 ||
+            fread(raw, es, count, hp->f) != count)
+            st = ts_error(TS_ERR_FORMAT, "safetensors %s: truncated in %s", hp->path, name);
         float *dst = full + x->offset;
         for (size_t k = 0; !st && k < count; k++) {
             float v;
@@ -924,6 +1905,19 @@ ts_status ts_safetensors_load(const char *path, const ts_model *m, float *full) 
                     v = st_f16(b);
                 }
             }
+            if (!isfinite(v)) { /* a run from it would skip every step */
+                char dims[64];
+                st_shape_text(y->shape, y->ndim == 2 ? 2 : 1, dims, sizeof dims);
+                st = ts_error(TS_ERR_FORMAT,
+                              "safetensors %s: %s holds a value that is not finite (%s at element "
+                              "%zu of its [%s]): tessera starts only from finite weights",
+                              hp->path, name,
+                              isnan(v) ? "nan"
+                              : v > 0  ? "inf"
+                                       : "-inf",
+                              k, dims);
+                break;
+            }
             /* File element k is row r, column c of the file's layout. */
             size_t r = x->transpose ? k % (size_t)x->file_rows : k / (size_t)x->cols;
             size_t c = x->transpose ? k / (size_t)x->file_rows : k % (size_t)x->cols;
@@ -931,7 +1925,29 @@ ts_status ts_safetensors_load(const char *path, const ts_model *m, float *full) 
         }
         free(raw);
     }
+    /* Every tensor of the files read, but the buffers and a tied
+     * lm_head.weight (ts_safetensors_read_config's checks): when more are
+     * there, the first that is no tensor of the model named. */
+    int weights = 0, l;
+    for (int s = 0; s < f.n; s++)
+        for (int i = 0; i < f.h[s].n; i++)
+            weights += st_name_kind(f.h[s].e[i].name, &l) == 1 &&
+                       strcmp(f.h[s].e[i].name, "lm_head.weight") != 0;
+    for (int s = 0; !st && weights != read && s < f.n; s++)
+        for (int i = 0; !st && i < f.h[s].n; i++) {
+            const st_entry *e = &f.h[s].e[i];
+            int used = st_name_kind(e->name, &l) != 1 || strcmp(e->name, "lm_head.weight") == 0;
+            for (int k = 0; k < n && !used; k++)
+                used = strcmp(t[k].hf, e->name) == 0;
+            char a[TS_NAME_MAX + 16];
+            if (!used)
+                st = ts_error(TS_ERR_FORMAT,
+                              "safetensors %s: %s is no tensor of the model (layers = %d, "
+                              "experts = %d)",
+                              f.h[s].path, st_spell(&f, e, e->name, a, sizeof a), m->cfg.layers,
+                              m->cfg.experts);
+        }
     free(t);
-    st_header_close(&h);
+    st_files_close(&f);
     return st;
 }

@@ -120,9 +120,25 @@ static ts_status trainer_model_config(const ts_config *cfg, ts_model_config *mc)
     if (strncmp(init, "llmc:", 5) == 0 || safetensors) {
         const char *file = strchr(init, ':') + 1;
         ts_model_config h = *mc;
+        /* heads and top_k, which a safetensors file may not say (its
+         * metadata, config.json beside it): 0 unless the INI sets them, and
+         * then none is taken by default. */
+        if (safetensors && !ts_config_has(cfg, "model", "heads")) h.heads = 0;
+        if (safetensors && !ts_config_has(cfg, "model", "top_k")) h.top_k = 0;
         if ((safetensors ? ts_safetensors_read_config(file, &h) : ts_llmc_read_config(file, &h)) !=
             TS_OK)
             return trainer_key_error_last(cfg, "model", "init", TS_ERR_FORMAT);
+        if (h.heads == 0)
+            return trainer_key_error(cfg, "model", "heads",
+                                     "the safetensors file %s does not say it (no __metadata__ "
+                                     "heads, no n_head in a config.json beside it): set it",
+                                     file);
+        if (h.experts > 0 && h.top_k == 0)
+            return trainer_key_error(cfg, "model", "top_k",
+                                     "the safetensors file %s of %d experts does not say it (no "
+                                     "__metadata__ top_k): set it",
+                                     file, h.experts);
+        if (h.experts == 0) h.top_k = mc->top_k;
         if (safetensors)
             h.padded_vocab = mc->padded_vocab ? mc->padded_vocab : (h.vocab + 127) / 128 * 128;
         /* (Raw weights are written for a mixture of experts alone.) */
