@@ -61,6 +61,14 @@ add_test(NAME cli_plan_cluster_bad_input
 set_tests_properties(cli_plan_cluster_bad_input PROPERTIES LABELS core TIMEOUT 120
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
 
+# reshard --out DIR: a symbolic link planted at DIR.tmp.dir is refused, the
+# files it leads to left alone.
+add_test(NAME cli_reshard_planted_link
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/reshard_planted_link.sh $<TARGET_FILE:tessera_cli>
+    ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_reshard_planted_link PROPERTIES LABELS core TIMEOUT 120
+  ENVIRONMENT "${TESSERA_TEST_ENV}")
+
 # Recovery onto another topology (4 ranks, then 2).
 add_test(NAME cli_resume_on_another_topology
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/resume_topology.sh $<TARGET_FILE:tessera_cli>

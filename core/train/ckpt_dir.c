@@ -45,16 +45,30 @@ void ts_ckpt_rank_file(const char *ckpt, int rank, char *path, size_t size) {
 }
 
 /* Removes directory `path` and the plain files in it (a checkpoint
- * directory has no subdirectories). Missing is fine. */
+ * directory has no subdirectories). Missing is fine. A symbolic link (or a
+ * file) at `path` is refused, never followed: a link planted at a
+ * temporary name (DIR.tmp.dir) would have had the files of the directory
+ * it leads to removed. */
 ts_status ts_ckpt_remove_dir(const char *path) {
-    DIR *d = opendir(path);
-    if (!d) return errno == ENOENT ? TS_OK : ts_error(TS_ERR_IO, "%s: %s", path, strerror(errno));
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) return TS_OK;
+    if (fd < 0 && (errno == ELOOP || errno == ENOTDIR))
+        return ts_error(TS_ERR_IO,
+                        "%s: is a symbolic link or not a directory: refusing to remove it or "
+                        "what it leads to (remove it by hand)",
+                        path);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        return ts_error(TS_ERR_IO, "%s: %s", path, strerror(e));
+    }
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
         char p[8192];
         snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-        if (unlink(p) != 0 && errno != ENOENT) {
+        if (unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT) {
             closedir(d);
             return ts_error(TS_ERR_IO, "%s: cannot remove: %s", p, strerror(errno));
         }
