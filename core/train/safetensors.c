@@ -17,6 +17,13 @@
  * [C]: our (E, F, C) tensor is E of them, each a contiguous slab. The
  * metadata holds the shape keys as [model] names them (strings, as the
  * format asks). Written in f32 or bf16; read from F32, BF16 or F16.
+ *
+ * Read also as transformers' save_pretrained writes a GPT-2: names with
+ * the "transformer." prefix, a directory or a sharded checkpoint's index,
+ * config.json beside the weights (its shape keys must agree; what the model
+ * does not compute is refused naming the key), lm_head.weight only as wte's
+ * copy. No shape is guessed: what the files do not say they leave to the
+ * caller (the trainer refuses a head count nobody gives).
  */
 #include <math.h>
 #include <stdint.h>

@@ -175,12 +175,18 @@ ts_status ts_llmc_load(const char *path, const ts_model *m, float *full);
 ts_status ts_llmc_save(const char *path, const ts_model *m, const float *full, int bf16);
 
 /* transformers' GPT-2 weights, dense or with DESIGN.md's mixture-of-experts
- * names, as a safetensors file (safetensors.c): read_config takes layers,
- * d_model, vocab and context from the tensors, heads, experts, moe_every,
- * expert_hidden and top_k from the metadata (experts, moe_every and
- * expert_hidden from the tensors when it has none) and leaves what the
- * file does not say; load reads it into `full` (unsharded flat f32, the
- * model's shape), refusing a block whose MLP differs from the model's;
+ * names, as a safetensors file (safetensors.c). `path` of read_config and
+ * load: a file, a directory (a sharded checkpoint's index, model.safetensors
+ * or its only *.safetensors) or a sharded checkpoint's index; names with or
+ * without the "transformer." prefix; config.json beside it read when there.
+ * read_config takes layers, d_model, vocab and context from the tensors,
+ * heads, experts, moe_every, expert_hidden and top_k from the metadata
+ * (experts, moe_every and expert_hidden from the tensors when it has none;
+ * heads from config.json's n_head), refuses what the model does not compute
+ * (config.json's other epsilon or GELU, an untied lm_head.weight, a name
+ * that is no GPT-2 tensor) and leaves what the files do not say; load reads
+ * them into `full` (unsharded flat f32, the model's shape), refusing a
+ * block whose MLP differs from the model's and a tensor it does not read;
  * save writes `full` in f32 or (bf16) rounded to bf16, atomically. */
 ts_status ts_safetensors_read_config(const char *path, ts_model_config *cfg);
 ts_status ts_safetensors_load(const char *path, const ts_model *m, float *full);
