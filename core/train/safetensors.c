@@ -863,18 +863,31 @@ static ts_status st_doc_string(st_doc *j, char *out, size_t cap) {
     return TS_OK;
 }
 
-/* A JSON number (its grammar checked; the text is NUL-terminated). */
+/* A JSON number, its grammar checked (strtod alone takes hex, inf, "1."). */
 static ts_status st_doc_number(st_doc *j, double *v) {
     st_doc_ws(j);
-    const char *p = j->p;
-    if (p < j->end && *p == '-') p++;
-    if (p >= j->end || *p < '0' || *p > '9') return st_doc_bad(j, "a value expected");
-    if (*p == '0' && p + 1 < j->end && p[1] >= '0' && p[1] <= '9')
-        return st_doc_bad(j, "a number with a leading zero");
-    char *e = NULL;
-    *v = strtod(j->p, &e);
-    if (e > j->end) return st_doc_bad(j, "a number past the end");
-    j->p = e;
+    const char *p = j->p, *end = j->end;
+#define ST_DIGITS(q) ((q) < end && *(q) >= '0' && *(q) <= '9')
+    if (p < end && *p == '-') p++;
+    if (!ST_DIGITS(p)) return st_doc_bad(j, "a value expected");
+    if (*p == '0' && ST_DIGITS(p + 1)) return st_doc_bad(j, "a number with a leading zero");
+    while (ST_DIGITS(p))
+        p++;
+    if (p < end && *p == '.') {
+        if (!ST_DIGITS(p + 1)) return st_doc_bad(j, "a number with no digit after its '.'");
+        for (p++; ST_DIGITS(p); p++)
+            ;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (!ST_DIGITS(p)) return st_doc_bad(j, "a number with no digit in its exponent");
+        while (ST_DIGITS(p))
+            p++;
+    }
+#undef ST_DIGITS
+    *v = strtod(j->p, NULL); /* the text is NUL-terminated past the number */
+    j->p = p;
     return TS_OK;
 }
 

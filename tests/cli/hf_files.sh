@@ -145,6 +145,8 @@ sharded("unmapped", missing)
 sharded("outside", {**wm, "transformer.wpe.weight": "../w.safetensors"})
 sharded("badindex")
 open("badindex/model.safetensors.index.json", "w").write('{"weight_map": {"wte.weight": ')
+save("badconfig", hf(), cfg=None)
+open("badconfig/config.json", "w").write('{"model_type": "gpt2", "n_head": 0x6}')
 print("transformers layouts written")
 PY
 
@@ -208,4 +210,5 @@ refuse wrongshard 'weight_map puts transformer.h.0.ln_1.weight in wrongshard/mod
 refuse unmapped 'transformer.ln_f.bias is not in unmapped/model.safetensors.index.json.s weight_map' unmapped
 refuse outside 'weight_map puts transformer.wpe.weight in "../w.safetensors", not a file beside the index' outside
 refuse badindex 'badindex/model.safetensors.index.json: at byte [0-9]+: a string expected' badindex
+refuse badconfig 'badconfig/config.json: at byte 34: .,. or .\}. expected' badconfig
 echo PASS
