@@ -233,10 +233,22 @@ static void lock_holder(int fd, char *buf, size_t size) {
  * the file was replaced under us (the caller tries again). */
 static ts_status lock_try(ts_dir_lock *lock, const char *dir, const char *what, int *out) {
     *out = -1;
-    int fd = open(lock->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    /* The lock is truncated and written: a symbolic link planted at its
+     * name is refused, not followed (its target would be overwritten), and
+     * so is anything but a regular file (non-blocking: a FIFO fails). */
+    int fd = open(lock->path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
     if (fd < 0)
         return ts_error(TS_ERR_IO, "%s %s: cannot create the lock %s: %s", what, dir, lock->path,
-                        strerror(errno));
+                        errno == ELOOP ? "it is a symbolic link (refusing to follow it; remove it)"
+                                       : strerror(errno));
+    struct stat ls;
+    if (fstat(fd, &ls) != 0 || !S_ISREG(ls.st_mode)) {
+        close(fd);
+        return ts_error(TS_ERR_IO, "%s %s: the lock %s is not a regular file (remove it)", what,
+                        dir, lock->path);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     char holder[512];
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;

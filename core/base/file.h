@@ -78,7 +78,9 @@ ts_status ts_file_make_dir(const char *dir, const char *what);
  * holder's host and pid, and an advisory lock (flock) on it lives as long as
  * the holding process. A second run on DIR is refused with a message naming
  * the holder; a lock file left by a dead process (its flock is gone with it)
- * is taken over with a message on stderr. */
+ * is taken over with a message on stderr. A symbolic link or anything but a
+ * regular file at DIR/tessera.lock is refused, never followed (the lock is
+ * truncated and written). */
 typedef struct ts_dir_lock {
     int fd; /* -1 when not held */
     char path[1100];
