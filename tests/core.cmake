@@ -61,12 +61,12 @@ add_test(NAME cli_plan_cluster_bad_input
 set_tests_properties(cli_plan_cluster_bad_input PROPERTIES LABELS core TIMEOUT 120
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
 
-# Links planted at checkpoint_dir/tessera.lock or at reshard's DIR.tmp.dir
-# are refused naming them; what they lead to is left alone.
-add_test(NAME cli_checkpoint_planted_links
-  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/checkpoint_planted_links.sh $<TARGET_FILE:tessera_cli>
+# reshard --out DIR: a symbolic link planted at DIR.tmp.dir is refused, the
+# files it leads to left alone.
+add_test(NAME cli_reshard_planted_link
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/reshard_planted_link.sh $<TARGET_FILE:tessera_cli>
     ${PROJECT_SOURCE_DIR})
-set_tests_properties(cli_checkpoint_planted_links PROPERTIES LABELS core TIMEOUT 120
+set_tests_properties(cli_reshard_planted_link PROPERTIES LABELS core TIMEOUT 120
   ENVIRONMENT "${TESSERA_TEST_ENV}")
 
 # Recovery onto another topology (4 ranks, then 2).
@@ -109,8 +109,11 @@ add_test(NAME cli_plan_matches_run
 set_tests_properties(cli_plan_matches_run PROPERTIES LABELS core TIMEOUT 600
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
 
-# Load-time resharding (save on one topology, resume on another) and a rank
-# killed during a save (synchronous and background saves).
+# Load-time resharding (save on one topology, resume on another), a rank
+# killed during a save, and a save slowed past [comm] timeout_s on one rank
+# (within [train] checkpoint_timeout_s: the run goes on; past it: the job
+# stops naming the rank, the previous checkpoint resumes), synchronous and
+# background saves.
 set(cli ${PROJECT_SOURCE_DIR}/tests/cli)
 tessera_script_tests("core;checkpoint"
   "checkpoint_reshard_tp4_to_1|${cli}/reshard.sh|tp4_to_1"
@@ -119,7 +122,8 @@ tessera_script_tests("core;checkpoint"
   "checkpoint_reshard_ep4_to_ep2_other_dispatcher|${cli}/reshard.sh|ep4_to_ep2_other_dispatcher"
   "checkpoint_reshard_cp2_dp2_to_dp4|${cli}/reshard.sh|cp2_dp2_to_dp4"
   "checkpoint_reshard_pp2_interleaved_to_pp4|${cli}/reshard.sh|pp2_interleaved_to_pp4"
-  "checkpoint_kill_during_save|${cli}/ckpt_kill.sh|")
+  "checkpoint_kill_during_save|${cli}/ckpt_kill.sh|"
+  "checkpoint_slow_write_not_a_comm_timeout|${cli}/ckpt_slow_write.sh|")
 
 # tessera report (the HTML of a pipeline run and of one rank); the held-out
 # loss on dp, tp + SP, pp and dp x pp against one rank; tessera sample and

@@ -15,11 +15,21 @@
  * still pending when the next falls due, or at the end of the run, is
  * waited for.
  *
+ * Waiting for a slow file system: every agreement that follows work on the
+ * file system (creating the directory, opening the files, writing the
+ * shards, publishing) is a roll call (ckpt_agree): each rank reports to rank
+ * 0 when it is done, rank 0 answers when all have. The wait is bounded by
+ * [train] checkpoint_timeout_s, not by [comm] timeout_s (a large save on a
+ * shared file system may take longer than any sane communication timeout);
+ * past it the job ends naming the ranks still at work, and the previous
+ * checkpoints stay as they were.
+ *
  * What it does not do: the format (ckpt_dir.c), loading (state_io.c), or
  * decide when to save (report.c).
  */
 #include "trainer_impl.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -44,8 +54,12 @@ typedef struct trainer_ckpt_job {
     float *snapshot; /* async: the file's bytes in host memory (the
                         trainer's ckpt_snapshot, borrowed)           */
     ts_ckpt_file file;
-    int delay_ms; /* TESSERA_CKPT_WRITE_DELAY_MS: a pause after each
-                     shard, so tests can kill a rank mid-save      */
+    int delay_ms;   /* TESSERA_CKPT_WRITE_DELAY_MS: a pause after each
+                       shard, so tests can kill a rank mid-save      */
+    double slow_s;  /* TESSERA_FAULT slow_checkpoint: a pause before
+                       the file is closed (a slow disk)           */
+    double write_s; /* seconds from the save's start to this rank's
+                       file written and closed                    */
     pthread_t thread;
     int thread_started;
     atomic_int done;
@@ -285,6 +299,13 @@ static const float *job_array(const ts_trainer *t, int64_t k) {
     return k == 0 ? t->optim->master : k == 1 ? t->optim->m : t->optim->v;
 }
 
+/* Sleeps `sec` seconds (the test aids' pauses). */
+static void ckpt_sleep(double sec) {
+    struct timespec d = {(time_t)sec, (long)((sec - (double)(time_t)sec) * 1e9)};
+    while (nanosleep(&d, &d) != 0 && errno == EINTR)
+        ;
+}
+
 /* Writes the shards into the open file, from the snapshot when there is
  * one, else from the arrays (through `stage` when they are off the host),
  * setting each shard's CRC. */
@@ -309,12 +330,12 @@ static ts_status job_write(const ts_trainer *t, trainer_ckpt_job *j, float *stag
             }
         }
         sh->crc = j->file.crc;
-        if (j->delay_ms > 0) {
-            struct timespec d = {j->delay_ms / 1000, (long)(j->delay_ms % 1000) * 1000000L};
-            nanosleep(&d, NULL);
-        }
+        if (j->delay_ms > 0) ckpt_sleep(j->delay_ms / 1e3);
     }
-    return ts_ckpt_file_close(&j->file);
+    if (j->slow_s > 0) ckpt_sleep(j->slow_s);
+    ts_status st = ts_ckpt_file_close(&j->file);
+    j->write_s = now_seconds() - j->t0;
+    return st;
 }
 
 /* The background writer: the snapshot to the file. */
@@ -354,13 +375,244 @@ static ts_status job_snapshot(ts_trainer *t, trainer_ckpt_job *j) {
     return TS_OK;
 }
 
+/* ---------------------------------------------------------------------------
+ * The roll call: an agreement that waits for slow file systems
+ * ------------------------------------------------------------------------- */
+
+/* Tags of the roll call's messages on the world communicator (the trace's
+ * gather uses TS_TRACE_TAG there, nothing else sends on it). */
+enum { CKPT_TAG_REPORT = 32110, CKPT_TAG_NOTICE, CKPT_TAG_VERDICT };
+/* Seconds a rank waits for rank 0's verdict beyond checkpoint_timeout_s
+ * (rank 0 ends the job at that bound; this only covers its going away). */
+#define CKPT_VERDICT_GRACE_S 60.0
+/* Seconds between rank 0's notes while it waits. */
+#define CKPT_NOTE_EVERY_S 60.0
+
+/* What the ranks do before a roll call: `one` and `many` name the work a
+ * late rank (late ranks) are still at, `what` the step of the save in
+ * failure messages. */
+typedef struct ckpt_phase {
+    const char *one, *many, *what;
+} ckpt_phase;
+
+static const ckpt_phase ckpt_creating = {"creating the checkpoint's directory",
+                                         "creating the checkpoint's directory",
+                                         "creating the checkpoint"};
+static const ckpt_phase ckpt_starting = {
+    "opening its shard file (or copying its shards to host memory, with checkpoint_async)",
+    "opening their shard files (or copying their shards to host memory, with "
+    "checkpoint_async)",
+    "starting the checkpoint"};
+static const ckpt_phase ckpt_writing = {"writing its shards", "writing their shards",
+                                        "writing the checkpoint's shards"};
+static const ckpt_phase ckpt_publishing = {
+    "publishing the checkpoint (metadata, COMPLETE marker, rename)",
+    "publishing the checkpoint (metadata, COMPLETE marker, rename)", "publishing the checkpoint"};
+
+/* Ends the job after a roll call ran past its bound (the message set is
+ * this rank's; the requests still posted are left to the abort). */
+static void ckpt_agree_abort(ts_trainer *t) {
+    fprintf(stderr, "tessera: %s\n", ts_last_error());
+    ts_comm_abort(t->par->world, (int)TS_ERR_IO);
+}
+
+/* "rank 3 is" or "ranks 3, 5, 9 and 12 more are": the ranks r with late[r];
+ * returns how many. */
+static int ckpt_late_names(const unsigned char *late, int n, char *buf, size_t size) {
+    int count = 0, shown = 0;
+    for (int r = 0; r < n; r++)
+        count += late[r] != 0;
+    size_t len = (size_t)snprintf(buf, size, "rank%s", count > 1 ? "s" : "");
+    for (int r = 0; r < n && len < size; r++) {
+        if (!late[r]) continue;
+        if (shown == 8) {
+            len += (size_t)snprintf(buf + len, size - len, " and %d more", count - shown);
+            break;
+        }
+        len += (size_t)snprintf(buf + len, size - len, "%s %d", shown ? "," : "", r);
+        shown++;
+    }
+    if (len < size) snprintf(buf + len, size - len, " %s", count > 1 ? "are" : "is");
+    return count;
+}
+
+/* Polls reqs[lo..hi) until all are done or `deadline` passes; a completed
+ * one is set NULL, late[r] cleared and *last = r. On rank 0, a note every
+ * CKPT_NOTE_EVERY_S names the ranks still late. Returns 1 when all are
+ * done, 0 at the deadline, -1 on a failure (its message set). */
+static int ckpt_poll_all(ts_trainer *t, ts_comm_request **reqs, unsigned char *late, int lo, int hi,
+                         double begin, double deadline, const ckpt_phase *ph, int64_t step,
+                         int *last) {
+    double note = begin + CKPT_NOTE_EVERY_S;
+    for (unsigned spins = 0;; spins++) {
+        int pending = 0;
+        for (int r = lo; r < hi; r++) {
+            if (!reqs[r]) continue;
+            int done = 0;
+            if (ts_comm_test(reqs[r], &done)) {
+                reqs[r] = NULL; /* released by the failed test */
+                return -1;
+            }
+            if (done) {
+                reqs[r] = NULL;
+                late[r] = 0;
+                *last = r;
+            } else {
+                pending++;
+            }
+        }
+        if (!pending) return 1;
+        double now = now_seconds();
+        if (now > deadline) return 0;
+        if (t->rank0 && now > note) {
+            char who[160];
+            int k = ckpt_late_names(late, ts_comm_size(t->par->world), who, sizeof who);
+            printf("checkpoint: step %lld: waited %.0f s so far: %s still %s ([train] "
+                   "checkpoint_timeout_s = %g)\n",
+                   (long long)step, now - begin, who, k > 1 ? ph->many : ph->one, deadline - begin);
+            fflush(stdout);
+            note = now + CKPT_NOTE_EVERY_S;
+        }
+        struct timespec d = {0, spins < 64 ? 50000L : spins < 1024 ? 1000000L : 10000000L};
+        nanosleep(&d, NULL);
+    }
+}
+
+/* The outcome of a roll call. */
+typedef struct ckpt_roll {
+    int slowest;     /* rank 0: the rank whose report came last           */
+    double waited_s; /* rank 0: how long it waited for the others' reports */
+} ckpt_roll;
+
+/* Agrees `st` over the world, as trainer_agree does, after work on the file
+ * system (phase `ph` of the save of `step` into `tmp`): every rank reports
+ * to rank 0 when done; rank 0 tells every rank when it is done itself and,
+ * once all have reported, how many failed. Each wait is bounded by [train]
+ * checkpoint_timeout_s from when the rank began waiting ([comm] timeout_s
+ * is lifted from the world meanwhile): past it rank 0 names the ranks that
+ * have not reported, another rank names rank 0 if it has not said it is
+ * done, and the job ends. `roll` (may be NULL) gets rank 0's view. */
+static ts_status ckpt_agree(ts_trainer *t, ts_status st, int64_t step, const char *tmp,
+                            const ckpt_phase *ph, ckpt_roll *roll) {
+    if (roll) *roll = (ckpt_roll){0, 0.0};
+    if (!t->par || t->par->size == 1) return st;
+    ts_comm *w = t->par->world;
+    int n = ts_comm_size(w), me = ts_comm_rank(w);
+    double bound = ts_config_float(t->cfg, "train", "checkpoint_timeout_s");
+    char where[256];
+    ts_config_where(t->cfg, "train", "checkpoint_timeout_s", where, sizeof where);
+    /* msg: the reports [0, n), the notice [n], the verdict [n+1]. On the heap
+     * and not freed when the job ends with them still posted. */
+    int32_t *msg = calloc((size_t)n + 2, sizeof *msg);
+    ts_comm_request **reqs = calloc((size_t)2 * n, sizeof *reqs);
+    unsigned char *late = calloc((size_t)n, 1);
+    if (!msg || !reqs || !late) {
+        free(msg);
+        free(reqs);
+        free(late);
+        return ts_error(TS_ERR_NOMEM, "checkpoint: out of memory");
+    }
+    int32_t *notice = msg + n, *verdict = msg + n + 1;
+    msg[me] = st != TS_OK;
+    double comm_timeout = ts_comm_timeout(w);
+    ts_comm_set_timeout(w, 0.0); /* the waits below have their own bound */
+    double begin = now_seconds();
+    int last = 0, got = 1;
+    ts_status cs = TS_OK;
+    if (me == 0) {
+        /* reqs[r]: rank r's report, then the verdict to it; reqs[n + r]: the
+         * notice to it. */
+        for (int r = 1; r < n && !cs; r++)
+            cs = ts_comm_send_start(w, notice, 1, TS_I32, r, CKPT_TAG_NOTICE, &reqs[n + r]);
+        for (int r = 1; r < n && !cs; r++) {
+            late[r] = 1;
+            cs = ts_comm_recv_start(w, &msg[r], 1, TS_I32, r, CKPT_TAG_REPORT, &reqs[r]);
+        }
+        if (!cs) got = ckpt_poll_all(t, reqs, late, 1, n, begin, begin + bound, ph, step, &last);
+        if (got == 0) {
+            char who[200];
+            int k = ckpt_late_names(late, n, who, sizeof who);
+            ts_error(TS_ERR_IO,
+                     "checkpoint of step %lld: %s still %s %.1f s after rank 0 was done (%s = "
+                     "%g); the job ends: this checkpoint is not published (resume = auto "
+                     "removes %s), the previous ones are kept",
+                     (long long)step, who, k > 1 ? ph->many : ph->one, now_seconds() - begin, where,
+                     bound, tmp);
+            ckpt_agree_abort(t);
+        }
+        if (got < 0) cs = TS_ERR_COMM;
+        if (roll) {
+            roll->waited_s = now_seconds() - begin;
+            roll->slowest = last;
+        }
+        *verdict = 0;
+        for (int r = 0; r < n; r++)
+            *verdict += msg[r] != 0;
+        for (int r = 1; r < n && !cs; r++)
+            cs = ts_comm_send_start(w, verdict, 1, TS_I32, r, CKPT_TAG_VERDICT, &reqs[r]);
+    } else {
+        /* reqs[0]: the notice, reqs[1]: the verdict, reqs[n]: the report. */
+        cs = ts_comm_recv_start(w, notice, 1, TS_I32, 0, CKPT_TAG_NOTICE, &reqs[0]);
+        if (!cs) cs = ts_comm_recv_start(w, verdict, 1, TS_I32, 0, CKPT_TAG_VERDICT, &reqs[1]);
+        if (!cs) cs = ts_comm_send_start(w, &msg[me], 1, TS_I32, 0, CKPT_TAG_REPORT, &reqs[n]);
+        late[0] = 1;
+        if (!cs) got = ckpt_poll_all(t, reqs, late, 0, 1, begin, begin + bound, ph, step, &last);
+        if (got == 0) {
+            ts_error(TS_ERR_IO,
+                     "checkpoint of step %lld: rank 0 is still %s %.1f s after rank %d was done "
+                     "(%s = %g); the job ends: this checkpoint is not published (resume = auto "
+                     "removes %s), the previous ones are kept",
+                     (long long)step, ph->one, now_seconds() - begin, me, where, bound, tmp);
+            ckpt_agree_abort(t);
+        }
+        double told = now_seconds();
+        if (!cs && got > 0)
+            got = ckpt_poll_all(t, reqs, late, 1, 2, told, told + bound + CKPT_VERDICT_GRACE_S, ph,
+                                step, &last);
+        if (got == 0) {
+            ts_error(TS_ERR_IO,
+                     "checkpoint of step %lld: rank 0 was done %s but has not answered the "
+                     "others' reports %.1f s later (%s = %g, and %g s more)",
+                     (long long)step, ph->one, now_seconds() - told, where, bound,
+                     CKPT_VERDICT_GRACE_S);
+            ckpt_agree_abort(t);
+        }
+        if (got < 0) cs = TS_ERR_COMM;
+    }
+    /* The sends complete at once: every peer posted its receives before it
+     * reported. */
+    ts_comm_set_timeout(w, comm_timeout);
+    for (int i = 0; i < 2 * n; i++)
+        if (reqs[i]) {
+            ts_status ws = ts_comm_wait(reqs[i]);
+            if (ws && !cs) cs = ws;
+        }
+    int others = *verdict - (st != TS_OK);
+    free(msg);
+    free(reqs);
+    free(late);
+    if (cs) return cs;
+    if (st || others <= 0) return st;
+    return ts_error(TS_ERR_IO, "%s failed on %d other rank%s (see their messages)", ph->what,
+                    others, others > 1 ? "s" : "");
+}
+
 /* Publishes a written job (collective): every rank's shard table to rank
  * 0, which checks it covers every tensor and commits. A failure anywhere
  * removes the temporary directory. */
 static ts_status job_publish(ts_trainer *t, trainer_ckpt_job *j, ts_status st) {
     ts_model *m = t->model;
     int world = t->par ? t->par->size : 1;
-    st = trainer_agree(t, st, "writing the checkpoint's shards");
+    ckpt_roll roll;
+    st = ckpt_agree(t, st, j->meta.step, j->tmp, &ckpt_writing, &roll);
+    if (!st && t->rank0 && roll.waited_s > ts_comm_timeout(t->par->world)) {
+        printf("checkpoint: step %lld: waited %.1f s for rank %d to finish writing its shards, "
+               "longer than [comm] timeout_s = %g (a save waits up to [train] "
+               "checkpoint_timeout_s = %g)\n",
+               (long long)j->meta.step, roll.waited_s, roll.slowest, ts_comm_timeout(t->par->world),
+               ts_config_float(t->cfg, "train", "checkpoint_timeout_s"));
+        fflush(stdout);
+    }
     enum { W = sizeof(ts_ckpt_shard) / sizeof(int32_t) };
     size_t *counts = calloc((size_t)world, sizeof *counts);
     int64_t *bytes = calloc((size_t)world, sizeof *bytes);
@@ -418,7 +670,7 @@ static ts_status job_publish(ts_trainer *t, trainer_ckpt_job *j, ts_status st) {
         free(tensors);
         free(fb);
     }
-    st = trainer_agree(t, st, "publishing the checkpoint");
+    st = ckpt_agree(t, st, j->meta.step, j->tmp, &ckpt_publishing, NULL);
     /* A failed save leaves nothing behind (the previous checkpoints stay). */
     if (st && t->rank0) ts_ckpt_remove_dir(j->tmp);
     int32_t grew = 0;
@@ -452,7 +704,8 @@ static ts_status job_start(ts_trainer *t, const char *final, const char *tmp,
                            trainer_ckpt_job **out) {
     *out = NULL;
     TS_TRY(trainer_state_finite(t));
-    TS_TRY(trainer_agree(t, t->rank0 ? ts_ckpt_begin(tmp) : TS_OK, "creating the checkpoint"));
+    TS_TRY(ckpt_agree(t, t->rank0 ? ts_ckpt_begin(tmp) : TS_OK, t->state.step, tmp, &ckpt_creating,
+                      NULL));
     ts_model *m = t->model;
     trainer_ckpt_job *j = calloc(1, sizeof *j);
     ts_status st = j ? TS_OK : ts_error(TS_ERR_NOMEM, "checkpoint: out of memory");
@@ -466,6 +719,9 @@ static ts_status job_start(ts_trainer *t, const char *final, const char *tmp,
             (ts_ckpt_meta){t->state.step, t->state.data_cursor, t->state.seed, t->skipped_total};
         const char *delay = getenv("TESSERA_CKPT_WRITE_DELAY_MS");
         j->delay_ms = delay ? atoi(delay) : 0;
+        int slow = 0;
+        st = trainer_fault(t, t->state.step, "slow_checkpoint", &slow, &j->slow_s);
+        if (!slow) j->slow_s = 0.0;
         j->ntable = ts_model_param_table_of(m, NULL, NULL, NULL);
         j->names = malloc((size_t)j->ntable * sizeof *j->names);
         j->shapes = malloc((size_t)j->ntable * sizeof *j->shapes);
@@ -493,7 +749,7 @@ static ts_status job_start(ts_trainer *t, const char *final, const char *tmp,
 static ts_status trainer_save_now(ts_trainer *t, const char *final, const char *tmp) {
     trainer_ckpt_job *j = NULL;
     ts_status st = job_start(t, final, tmp, &j);
-    st = trainer_agree(t, st, "starting the checkpoint");
+    st = ckpt_agree(t, st, t->state.step, tmp, &ckpt_starting, NULL);
     if (st) {
         if (t->rank0) ts_ckpt_remove_dir(tmp);
         job_free(j);
@@ -542,7 +798,7 @@ ts_status trainer_save(ts_trainer *t) {
     trainer_ckpt_job *j = NULL;
     ts_status st = job_start(t, final, tmp, &j);
     if (!st) st = job_snapshot(t, j);
-    st = trainer_agree(t, st, "starting the checkpoint");
+    st = ckpt_agree(t, st, t->state.step, tmp, &ckpt_starting, NULL);
     if (st) {
         if (j && j->file.fd >= 0) ts_ckpt_file_close(&j->file);
         if (t->rank0) ts_ckpt_remove_dir(tmp);

@@ -7,9 +7,14 @@
  * run's summary ([train] summary: every rank's memory and times, for
  * `tessera verify`).
  *
- * Fault injection: TESSERA_FAULT_KILL=STEP:RANK in the environment makes
- * world rank RANK kill itself with SIGKILL right after step STEP (a rank
- * dying as kill -9 would end it, for recovery tests and `tessera verify`).
+ * Fault injection (trainer_fault), for recovery tests and `tessera verify`:
+ * TESSERA_FAULT=RANK:STEP:KIND[,RANK:STEP:KIND...] in the environment, KIND
+ * one of
+ *   kill                      world rank RANK kills itself with SIGKILL
+ *                             right after step STEP (as kill -9 would);
+ *   slow_checkpoint:SECONDS   its write of the checkpoint of step STEP takes
+ *                             SECONDS longer (ckpt_save.c: a slow disk);
+ * and TESSERA_FAULT_KILL=STEP:RANK, the older spelling of RANK:STEP:kill.
  */
 #include "trainer_impl.h"
 
@@ -217,16 +222,61 @@ static ts_status trainer_print_sample(ts_trainer *t, int64_t step) {
     return st;
 }
 
-/* TESSERA_FAULT_KILL=STEP:RANK: this rank dies after that step. */
-static void trainer_fault_kill(const ts_trainer *t, int64_t step) {
+ts_status trainer_fault(const ts_trainer *t, int64_t step, const char *kind, int *hit,
+                        double *arg) {
+    *hit = 0;
+    const char *spec = getenv("TESSERA_FAULT");
+    if (!spec || !spec[0]) return TS_OK;
+    int me = t->par ? t->par->rank : 0;
+    for (const char *e = spec; *e;) {
+        size_t len = strcspn(e, ",");
+        char entry[128], name[64] = "", tail[2];
+        long long rank = -1, at = -1;
+        double secs = 0.0;
+        int n = 0, ok = len < sizeof entry;
+        if (ok) {
+            memcpy(entry, e, len);
+            entry[len] = '\0';
+            n = sscanf(entry, "%lld:%lld:%63[a-z_]%1s", &rank, &at, name, tail);
+        }
+        ok = ok && n >= 3 && rank >= 0 && rank <= INT32_MAX && at >= 1;
+        if (ok && strcmp(name, "kill") == 0)
+            ok = n == 3;
+        else if (ok && strcmp(name, "slow_checkpoint") == 0)
+            ok = n == 4 && sscanf(entry, "%*d:%*d:%*[a-z_]:%lf%1s", &secs, tail) == 1 &&
+                 secs >= 0 && secs <= 86400;
+        else
+            ok = 0;
+        if (!ok)
+            return ts_error(TS_ERR_CONFIG,
+                            "TESSERA_FAULT=%s: entry '%.*s': expected RANK:STEP:kill or "
+                            "RANK:STEP:slow_checkpoint:SECONDS (STEP >= 1, SECONDS 0..86400)",
+                            spec, (int)len, e);
+        if (rank == me && at == step && strcmp(name, kind) == 0) {
+            *hit = 1;
+            if (arg) *arg = secs;
+        }
+        e += len;
+        if (*e == ',') e++;
+    }
+    return TS_OK;
+}
+
+/* RANK:STEP:kill (or TESSERA_FAULT_KILL=STEP:RANK): this rank dies after
+ * that step. */
+static ts_status trainer_fault_kill(const ts_trainer *t, int64_t step) {
     const char *spec = getenv("TESSERA_FAULT_KILL");
     long long at;
-    int rank;
-    if (!spec || sscanf(spec, "%lld:%d", &at, &rank) != 2) return;
-    if (step == at && rank == (t->par ? t->par->rank : 0)) {
+    int rank, hit = 0;
+    TS_TRY(trainer_fault(t, step, "kill", &hit, NULL));
+    if (spec && sscanf(spec, "%lld:%d", &at, &rank) == 2 && step == at &&
+        rank == (t->par ? t->par->rank : 0))
+        hit = 1;
+    if (hit) {
         fflush(stdout);
         raise(SIGKILL);
     }
+    return TS_OK;
 }
 
 /* Seconds as m:ss, or h:mm:ss from an hour on. */
@@ -302,7 +352,7 @@ ts_status ts_trainer_run(ts_trainer *t) {
             t->ckpt_due = 0;
             TS_TRY(trainer_save(t));
         }
-        trainer_fault_kill(t, s.step);
+        TS_TRY(trainer_fault_kill(t, s.step));
     }
     TS_TRY(trainer_ckpt_poll(t, 1));
     TS_TRY(trainer_write_summary(t, sum_step_ms, sum_compute_ms, timed));

@@ -183,6 +183,12 @@ TS_INTERNAL int trainer_param_range(const ts_trainer *t, const ts_param *p, int6
  * when none did. */
 TS_INTERNAL ts_status trainer_agree(ts_trainer *t, ts_status st, const char *what);
 
+/* report.c: whether TESSERA_FAULT injects fault `kind` ("kill",
+ * "slow_checkpoint") on this rank at `step` (*hit; *arg: its SECONDS, when
+ * arg is not NULL); fails naming the variable when an entry is malformed. */
+TS_INTERNAL ts_status trainer_fault(const ts_trainer *t, int64_t step, const char *kind, int *hit,
+                                    double *arg);
+
 /* ckpt_save.c: saves a checkpoint of the current state (collective: every
  * rank writes its shards; world rank 0 publishes). With [train]
  * checkpoint_async the shards are copied to host memory and written by a
