@@ -61,12 +61,12 @@ add_test(NAME cli_plan_cluster_bad_input
 set_tests_properties(cli_plan_cluster_bad_input PROPERTIES LABELS core TIMEOUT 120
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
 
-# reshard --out DIR: a symbolic link planted at DIR.tmp.dir is refused, the
-# files it leads to left alone.
-add_test(NAME cli_reshard_planted_link
-  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/reshard_planted_link.sh $<TARGET_FILE:tessera_cli>
+# Links planted at checkpoint_dir/tessera.lock or at reshard's DIR.tmp.dir
+# are refused naming them; what they lead to is left alone.
+add_test(NAME cli_checkpoint_planted_links
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/checkpoint_planted_links.sh $<TARGET_FILE:tessera_cli>
     ${PROJECT_SOURCE_DIR})
-set_tests_properties(cli_reshard_planted_link PROPERTIES LABELS core TIMEOUT 120
+set_tests_properties(cli_checkpoint_planted_links PROPERTIES LABELS core TIMEOUT 120
   ENVIRONMENT "${TESSERA_TEST_ENV}")
 
 # Recovery onto another topology (4 ranks, then 2).
