@@ -154,22 +154,60 @@ static ts_status llmc_header(const char *path, int32_t *h, FILE **fout) {
     return TS_OK;
 }
 
+/* The bytes a file of shape c takes (header and parameters, esz bytes
+ * each); 0 when the count does not fit 64 bits. */
+static uint64_t llmc_file_bytes(const ts_model_config *c, uint64_t esz) {
+    int n = ts_model_param_table(c, NULL, NULL, NULL);
+    int64_t(*shapes)[3] = malloc((size_t)n * sizeof *shapes);
+    uint64_t total = LLMC_HEADER_INTS * 4, numel;
+    int ok = shapes && ts_model_param_table(c, NULL, shapes, NULL) == n;
+    for (int i = 0; ok && i < n; i++)
+        ok = !__builtin_mul_overflow((uint64_t)shapes[i][0], (uint64_t)shapes[i][1], &numel) &&
+             !__builtin_mul_overflow(numel, (uint64_t)shapes[i][2], &numel) &&
+             !__builtin_mul_overflow(numel, esz, &numel) &&
+             !__builtin_add_overflow(total, numel, &total);
+    free(shapes);
+    return ok ? total : 0;
+}
+
 ts_status ts_llmc_read_config(const char *path, ts_model_config *cfg) {
     int32_t h[LLMC_HEADER_INTS];
-    TS_TRY(llmc_header(path, h, NULL));
-    cfg->context = h[2];
-    cfg->vocab = h[3];
-    cfg->layers = h[4];
-    cfg->heads = h[5];
-    cfg->d_model = h[6];
-    cfg->padded_vocab = h[7];
-    cfg->experts = 0;
+    FILE *f = NULL;
+    TS_TRY(llmc_header(path, h, &f));
+    ts_model_config c = *cfg;
+    c.context = h[2];
+    c.vocab = h[3];
+    c.layers = h[4];
+    c.heads = h[5];
+    c.d_model = h[6];
+    c.padded_vocab = h[7];
+    c.experts = 0;
     if (h[0] == TS_RAW_MAGIC && h[8] > 0) {
-        cfg->experts = h[8];
-        cfg->moe_every = h[9];
-        cfg->expert_hidden = h[10];
-        cfg->top_k = h[11];
+        c.experts = h[8];
+        c.moe_every = h[9];
+        c.expert_hidden = h[10];
+        c.top_k = h[11];
     }
+    /* The file's size against the shape its header gives, before anything
+     * is sized by that shape (65,536 experts in a file of 4 built a model
+     * of them first). */
+    struct stat sb;
+    int statted = fstat(fileno(f), &sb) == 0;
+    fclose(f);
+    uint64_t want = llmc_file_bytes(&c, h[1] == 5 ? 2 : 4);
+    if (statted && (want == 0 || (uint64_t)sb.st_size != want)) {
+        char need[32] = "more than 2^64", moe[96] = "";
+        if (want) snprintf(need, sizeof need, "%llu", (unsigned long long)want);
+        if (c.experts)
+            snprintf(moe, sizeof moe, " experts=%d moe_every=%d expert_hidden=%d", c.experts,
+                     c.moe_every, c.expert_hidden);
+        return ts_error(TS_ERR_FORMAT,
+                        "%s %s: %lld bytes, but its header's shape (maxT=%d V=%d L=%d NH=%d C=%d "
+                        "Vp=%d%s) takes %s",
+                        h[0] == TS_RAW_MAGIC ? "raw weights" : "llm.c checkpoint", path,
+                        (long long)sb.st_size, h[2], h[3], h[4], h[5], h[6], h[7], moe, need);
+    }
+    *cfg = c;
     return TS_OK;
 }
 
