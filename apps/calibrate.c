@@ -266,18 +266,13 @@ static int cal_agree(ts_comm *w, ts_status st) {
     return any != 0;
 }
 
-/* A measured figure the file gives: positive and finite, or 0 (zero_ok). */
-typedef struct cal_figure {
-    const char *what;
-    double v;
-    int zero_ok;
-} cal_figure;
-
-/* A text buffer appended to; `full` once a piece did not fit. */
+/* The cluster file's text, appended to; `full` once a piece did not fit,
+ * `bad` the first figure the [cluster] schema would refuse. */
 typedef struct cal_text {
     char buf[16384];
     size_t len;
     int full;
+    char bad[256];
 } cal_text;
 
 static void cal_printf(cal_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -290,6 +285,24 @@ static void cal_printf(cal_text *t, const char *fmt, ...) {
         t->full = 1;
     else
         t->len += (size_t)k;
+}
+
+/* Writes `key = value` (%.6g; an integer key's whole), checking the value as written against the
+ * key's range in the core's schema: a measurement the search would refuse
+ * (not finite, 0 where a rate must be positive, past a range) is not
+ * written. */
+static void cal_key(cal_text *t, const char *key, double value) {
+    int n = 0;
+    const ts_key_spec *k = ts_config_core_keys(&n), *sp = NULL;
+    for (int i = 0; i < n && !sp; i++)
+        if (!strcmp(k[i].section, "cluster") && !strcmp(k[i].name, key)) sp = &k[i];
+    char text[64];
+    snprintf(text, sizeof text, sp && sp->type == TS_KEY_INT ? "%.0f" : "%.6g", value);
+    double v = strtod(text, NULL);
+    if (!t->bad[0] && (!sp || !isfinite(v) || (sp->min <= sp->max && (v < sp->min || v > sp->max))))
+        snprintf(t->bad, sizeof t->bad, "[cluster] %s measured %s, outside [%g, %g]", key, text,
+                 sp ? sp->min : 0.0, sp ? sp->max : 0.0);
+    cal_printf(t, "%s = %s\n", key, text);
 }
 
 int cmd_plan_calibrate(const ts_config *cfg, int *argc, char ***argv, const char *out_path,
@@ -398,29 +411,8 @@ int cmd_plan_calibrate(const ts_config *cfg, int *argc, char ***argv, const char
         double blk_flops = 12.0 * 4 * B * Tc * Tc * C * (1.0 + (Tc + 1) / (2 * Tc));
         double blk = t_blk > 0 ? blk_flops / t_blk : att;
         double membw = memory_mix_bytes(&b) / t_mem;
-        /* Every figure the file gives must read back: positive and finite
-         * (a latency or a kernel's cost may be 0). */
-        cal_figure fig[6 + 2 * CAL_OPS] = {{"the f32 GEMM rate", f32, 0},
-                                           {"the bf16 GEMM rate", bf16, 0},
-                                           {"the attention rate", att, 0},
-                                           {"ring attention's blocks' rate", blk, 0},
-                                           {"the memory-bound kernels' bandwidth", membw, 0},
-                                           {"a kernel's fixed cost", t_tiny, 1}};
-        for (int k = 0; k < CAL_OPS; k++) {
-            fig[6 + 2 * k] = (cal_figure){cal_op_keys[k], bw[k], 0};
-            fig[7 + 2 * k] = (cal_figure){cal_op_keys[k], lat[k], 1};
-        }
-        for (size_t k = 0; k < sizeof fig / sizeof fig[0] && !rc; k++)
-            if (!isfinite(fig[k].v) || fig[k].v < 0 || (fig[k].v == 0 && !fig[k].zero_ok)) {
-                fprintf(stderr,
-                        "tessera: plan --calibrate: %s%s measured %g, not a positive finite "
-                        "number (a disturbed measurement?); %s not written\n",
-                        fig[k].what, k < 6 ? "" : (k % 2 ? "'s latency" : "'s bandwidth"), fig[k].v,
-                        out_path);
-                rc = 1;
-            }
-        cal_text *t = rc ? NULL : calloc(1, sizeof *t);
-        if (!rc && !t) {
+        cal_text *t = calloc(1, sizeof *t);
+        if (!t) {
             fprintf(stderr, "tessera: plan --calibrate: out of memory\n");
             rc = 1;
         }
@@ -429,28 +421,46 @@ int cmd_plan_calibrate(const ts_config *cfg, int *argc, char ***argv, const char
                        "; written by tessera plan --calibrate: %d ranks side by side on this "
                        "machine, the kernels at %d x %d rows of width %d, %d heads\n"
                        "; (what each rank measured while all ran; efficiencies 1: the peaks "
-                       "are the measured rates)\n[cluster]\ngpus_per_node = %d\nnodes = 1\n"
-                       "memory_gb = %.3f\nmemory_reserve_gb = 0\nflops_fp32 = %.6g\n"
-                       "flops_bf16 = %.6g\nmatmul_efficiency = 1\nattention_efficiency = %.6g\n"
-                       "attention_block_efficiency = %.6g\n"
-                       "memory_bandwidth_gbs = %.6g\nkernel_us = %.6g\n"
-                       "; MPI progresses a transfer only inside a call: nothing hides it\n"
-                       "comm_overlap = false\n"
-                       "; the CPU cores the ranks share (0: no fewer than the ranks)\n"
-                       "cores_per_node = %ld\n",
-                       n, b.B, b.T, b.C, b.NH, n, mem_gb, f32, bf16, att / bf16, blk / bf16,
-                       membw / 1e9, t_tiny * 1e6, cpus > 0 && cpus < n ? cpus : 0L);
+                       "are the measured rates)\n[cluster]\n",
+                       n, b.B, b.T, b.C, b.NH);
+            cal_key(t, "gpus_per_node", n);
+            cal_key(t, "nodes", 1);
+            cal_key(t, "memory_gb", mem_gb);
+            cal_key(t, "memory_reserve_gb", 0);
+            cal_key(t, "flops_fp32", f32);
+            cal_key(t, "flops_bf16", bf16);
+            cal_key(t, "matmul_efficiency", 1);
+            cal_key(t, "attention_efficiency", att / bf16);
+            cal_key(t, "attention_block_efficiency", blk / bf16);
+            cal_key(t, "memory_bandwidth_gbs", membw / 1e9);
+            cal_key(t, "kernel_us", t_tiny * 1e6);
+            cal_printf(t, "; MPI progresses a transfer only inside a call: nothing hides it\n"
+                          "comm_overlap = false\n"
+                          "; the CPU cores the ranks share (0: no fewer than the ranks)\n");
+            cal_key(t, "cores_per_node", cpus > 0 && cpus < n ? (double)cpus : 0.0);
             for (int side = 0; side < 2; side++) {
                 const char *link = side ? "inter" : "intra";
-                cal_printf(t, "%s_bandwidth_gbs = %.6g\n%s_latency_us = %.6g\n", link, bw[0] / 1e9,
-                           link, lat[0] * 1e6);
-                for (int k = 0; k < CAL_OPS; k++)
-                    cal_printf(t, "%s_%s_bandwidth_gbs = %.6g\n%s_%s_latency_us = %.6g\n", link,
-                               cal_op_keys[k], bw[k] / 1e9, link, cal_op_keys[k], lat[k] * 1e6);
+                char key[96];
+                snprintf(key, sizeof key, "%s_bandwidth_gbs", link);
+                cal_key(t, key, bw[0] / 1e9);
+                snprintf(key, sizeof key, "%s_latency_us", link);
+                cal_key(t, key, lat[0] * 1e6);
+                for (int k = 0; k < CAL_OPS; k++) {
+                    snprintf(key, sizeof key, "%s_%s_bandwidth_gbs", link, cal_op_keys[k]);
+                    cal_key(t, key, bw[k] / 1e9);
+                    snprintf(key, sizeof key, "%s_%s_latency_us", link, cal_op_keys[k]);
+                    cal_key(t, key, lat[k] * 1e6);
+                }
             }
             const void *bufs[1] = {t->buf};
             size_t sizes[1] = {t->len};
-            if (t->full) {
+            if (t->bad[0]) {
+                fprintf(stderr,
+                        "tessera: plan --calibrate: %s (a disturbed measurement?); %s not "
+                        "written\n",
+                        t->bad, out_path);
+                rc = 1;
+            } else if (t->full) {
                 fprintf(stderr, "tessera: plan --calibrate: the cluster file's text is too long\n");
                 rc = 1;
             } else if (ts_write_atomic(out_path, 1, bufs, sizes) != TS_OK) {

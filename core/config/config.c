@@ -402,7 +402,8 @@ static const ts_key_spec cfg_core_keys[] = {
      * training ignores it. The keys marked required are required there.
      * Each rate, size and time has a range a real machine lies in, so that
      * every prediction made of them is finite (1 MFLOP/s .. 10 EFLOP/s a
-     * device, 1 kB/s .. 1 PB/s a link, latencies up to 100 s); the devices,
+     * device, a link's 1 kB/s up to 1e9 GB/s: a collective of one rank, as
+     * calibrated, moves nothing; latencies up to 100 s); the devices,
      * nodes x gpus_per_node, are checked by the search (apps/cluster.c). */
     {"cluster", "gpus_per_node", TS_KEY_INT, "1", 1, 1 << 20, NULL,
      "devices (GPUs, or ranks) per node; required"},
@@ -433,11 +434,11 @@ static const ts_key_spec cfg_core_keys[] = {
      "while a rank waits for it (MPI on CPUs), so none is hidden"},
     {"cluster", "kernel_us", TS_KEY_FLOAT, "0", 0, 1e6, NULL,
      "fixed microseconds each kernel costs (its launch)"},
-    {"cluster", "intra_bandwidth_gbs", TS_KEY_FLOAT, "1", 1e-6, 1e6, NULL,
+    {"cluster", "intra_bandwidth_gbs", TS_KEY_FLOAT, "1", 1e-6, 1e9, NULL,
      "bus bandwidth of a collective inside a node, GB/s per device; required"},
     {"cluster", "intra_latency_us", TS_KEY_FLOAT, "0", 0, 1e8, NULL,
      "latency of a collective inside a node, microseconds; required"},
-    {"cluster", "inter_bandwidth_gbs", TS_KEY_FLOAT, "1", 1e-6, 1e6, NULL,
+    {"cluster", "inter_bandwidth_gbs", TS_KEY_FLOAT, "1", 1e-6, 1e9, NULL,
      "bus bandwidth of a collective across nodes, GB/s per device; required"},
     {"cluster", "inter_latency_us", TS_KEY_FLOAT, "0", 0, 1e8, NULL,
      "latency of a collective across nodes, microseconds; required"},
@@ -447,7 +448,7 @@ static const ts_key_spec cfg_core_keys[] = {
      TS_KEY_FLOAT,                                                                                 \
      "1",                                                                                          \
      1e-6,                                                                                         \
-     1e6,                                                                                          \
+     1e9,                                                                                          \
      NULL,                                                                                         \
      "this collective's bus bandwidth " link "-node, GB/s (default: " link "_bandwidth_gbs)"},     \
     {                                                                                              \
