@@ -11,7 +11,7 @@ foreach(case grad accumulation init lr memory memory_cache grad_zero bf16 moe_gr
 endforeach()
 
 foreach(script train_loss_falls bf16_close resume_sigkill llmc_roundtrip safetensors safetensors_moe
-    hf_files
+    hf_files safetensors_bad_input
     bad_input outputs alone_without_mpi
     checkpoint_dir checkpoint_legacy plan_summary bf16_memory threads_same_bits
     poison_uninit_same_bits omp_threads number_flags)
