@@ -286,7 +286,8 @@ static const ts_key_spec cfg_core_keys[] = {
     {"model", "context", TS_KEY_INT, "64", 1, CFG_INT_MAX, NULL,
      "maximum sequence length (positions)"},
     {"model", "init", TS_KEY_STRING, "random", 1, 0, NULL,
-     "initial weights: random, or llmc:PATH (an llm.c checkpoint)"},
+     "initial weights: random, llmc:PATH (an llm.c checkpoint or raw weights) or "
+     "safetensors:PATH (a file, a transformers checkpoint's directory or sharded index)"},
     {"model", "experts", TS_KEY_INT, "0", 0, 65536, NULL,
      "mixture of experts: experts per MoE block (0 = dense MLP everywhere)"},
     {"model", "moe_every", TS_KEY_INT, "1", 1, 1024, NULL,
