@@ -487,8 +487,12 @@ static ts_status st_metadata_unique(st_json *j, st_key_at *keys, size_t n) {
 static ts_status st_metadata(st_json *j, st_header *h) {
     if (!st_eat(j, '{')) return st_bad(j, "an object expected");
     if (st_eat(j, '}')) return TS_OK;
-    size_t n = 0, cap = 0;
+    /* The keys decoded into one arena: a decoded key and its NUL take no
+     * more bytes than it and its quotes do in the header. */
+    size_t n = 0, cap = 0, used = 0;
     st_key_at *keys = NULL;
+    char *arena = malloc((size_t)(j->end - j->p) + 1);
+    if (!arena) return ts_error(TS_ERR_NOMEM, "safetensors: out of memory");
     ts_status st = TS_OK;
     do {
         st_ws(j);
@@ -504,10 +508,8 @@ static ts_status st_metadata(st_json *j, st_header *h) {
             keys = g;
         }
         keys[n].at = at;
-        if (!(keys[n].key = malloc(len + 1))) {
-            st = ts_error(TS_ERR_NOMEM, "safetensors: out of memory");
-            break;
-        }
+        keys[n].key = arena + used;
+        used += len + 1;
         j->p = at;
         n++;
         if ((st = st_string(j, keys[n - 1].key, len + 1))) break;
@@ -549,9 +551,8 @@ static ts_status st_metadata(st_json *j, st_header *h) {
     } while (st_eat(j, ','));
     if (!st && !st_eat(j, '}')) st = st_bad(j, "',' or '}' expected");
     if (!st) st = st_metadata_unique(j, keys, n);
-    for (size_t i = 0; i < n; i++)
-        free(keys[i].key);
     free(keys);
+    free(arena);
     return st;
 }
 
