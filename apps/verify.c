@@ -63,7 +63,10 @@ static const char *usage_verify =
     "Checks the four ledgers of CONFIG on N ranks against one rank, from runs it\n"
     "launches itself, and prints a table (or, with --json, one object\n"
     "{\"ledgers\": {\"numerics\": {\"pass\": ...}, \"memory\": ..., \"speed\": ...,\n"
-    "\"recovery\": ...}}). Exit status 0 only when all four pass.\n"
+    "\"recovery\": ...}}). Exit status 0 only when all four pass. A CONFIG that\n"
+    "names no [parallel] plugin runs its N ranks data parallel (--set\n"
+    "parallel.plugins=dp, both runs at a micro-batch that divides the global\n"
+    "batch among the N), as it says; a --set parallel.plugins=... is taken as given.\n"
     "  numerics  losses and gradient norms of every step and the final weights\n"
     "            against one rank (1e-5 relative in fp32, 1e-3 in bf16)\n"
     "  memory    every rank's memory by category against tessera plan\n"
@@ -753,6 +756,38 @@ int cmd_verify(int argc, char **argv) {
         return 2;
     }
     snprintf(o.dtype, sizeof o.dtype, "%s", ts_config_str(cfg, "train", "dtype"));
+    /* A configuration that names no parallel plugin has nothing to cut on
+     * N ranks: its N-rank run is data parallel then, as a launcher's DDP
+     * would be, and where the micro-batch on every rank would pass the
+     * global batch, both runs take the largest micro-batch that divides the
+     * global batch's share of a rank (the same micro-batches summed). */
+    char dp_micro[64] = "", dp_note[160] = "";
+    int named = 0;
+    for (int i = 0; i < o.nsets; i++)
+        named |= !strncmp(o.sets[i], "parallel.plugins=", 17);
+    if (o.world > 1 && !named && !ts_config_str(cfg, "parallel", "plugins")[0] &&
+        o.nsets + 3 <= MAX_SETS) {
+        o.sets[o.nsets++] = "parallel.plugins=dp";
+        int64_t mb = ts_config_int(cfg, "train", "micro_batch");
+        int64_t gb = ts_config_int(cfg, "train", "global_batch");
+        static char dp_global[64];
+        if (gb <= 0) { /* micro_batch x dp: the one-rank run sums as many */
+            gb = mb * o.world;
+            snprintf(dp_global, sizeof dp_global, "train.global_batch=%lld", (long long)gb);
+            o.sets[o.nsets++] = dp_global;
+        }
+        int64_t share = gb % o.world == 0 ? gb / o.world : 0, fit = share < mb ? share : mb;
+        while (fit > 1 && share % fit)
+            fit--;
+        if (fit >= 1 && fit != mb) {
+            snprintf(dp_micro, sizeof dp_micro, "train.micro_batch=%lld", (long long)fit);
+            o.sets[o.nsets++] = dp_micro;
+        }
+        snprintf(dp_note, sizeof dp_note,
+                 "%s names no parallel plugin: the %d-rank run is data "
+                 "parallel (--set parallel.plugins=dp%s%s)",
+                 o.config, o.world, dp_micro[0] ? " --set " : "", dp_micro);
+    }
     ts_config_destroy(cfg);
     o.tol = strcmp(o.dtype, "bf16") == 0 ? 1e-3 : 1e-5;
     if (o.keep) {
@@ -777,6 +812,7 @@ int cmd_verify(int argc, char **argv) {
     if (!o.json) {
         printf("verify %s on %d ranks (launcher: %s) against 1, %d steps, runs in %s\n", o.config,
                o.world, o.launcher, o.steps, o.dir);
+        if (dp_note[0]) printf("%s\n", dp_note);
         fflush(stdout);
     }
     ledger num = {0}, mem = {0}, spd = {0}, rec = {0};

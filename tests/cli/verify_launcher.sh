@@ -12,10 +12,14 @@ unset OMPI_MCA_rmaps_base_oversubscribe
 export TMPDIR=$WORK # the failed runs' files, which verify keeps
 TINY=$SRC/configs/tiny.ini
 # Speed is reported, not judged (4 ranks on 2 shared cores), as in verify.sh.
-DP=(--steps 4 --slow-rank 1000 --set parallel.plugins=dp --set train.micro_batch=4)
+# tiny.ini names no parallel plugin: its 4-rank run is data parallel, with
+# the micro-batch that divides its global batch of 16 among 4 ranks.
+DP=(--steps 4 --slow-rank 1000)
 timeout 600 "$TESSERA" verify "$TINY" --world 4 "${DP[@]}" > default.txt 2>&1 ||
     { cat default.txt; fail "verify configs/tiny.ini --world 4 with the default launcher failed"; }
 cat default.txt
+grep -qF "names no parallel plugin: the 4-rank run is data parallel (--set parallel.plugins=dp --set train.micro_batch=4)" default.txt ||
+    fail "verify did not say the 4-rank run of a configuration without plugins is data parallel"
 for ledger in numerics memory speed recovery; do
     grep -qE "^$ledger +PASS " default.txt || fail "default launcher: $ledger did not pass"
 done
