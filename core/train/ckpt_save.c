@@ -54,12 +54,10 @@ typedef struct trainer_ckpt_job {
     float *snapshot; /* async: the file's bytes in host memory (the
                         trainer's ckpt_snapshot, borrowed)           */
     ts_ckpt_file file;
-    int delay_ms;   /* TESSERA_CKPT_WRITE_DELAY_MS: a pause after each
-                       shard, so tests can kill a rank mid-save      */
-    double slow_s;  /* TESSERA_FAULT slow_checkpoint: a pause before
-                       the file is closed (a slow disk)           */
-    double write_s; /* seconds from the save's start to this rank's
-                       file written and closed                    */
+    int delay_ms;  /* TESSERA_CKPT_WRITE_DELAY_MS: a pause after each
+                      shard, so tests can kill a rank mid-save      */
+    double slow_s; /* TESSERA_FAULT slow_checkpoint: a pause before
+                      the file is closed (a slow disk)              */
     pthread_t thread;
     int thread_started;
     atomic_int done;
@@ -333,9 +331,7 @@ static ts_status job_write(const ts_trainer *t, trainer_ckpt_job *j, float *stag
         if (j->delay_ms > 0) ckpt_sleep(j->delay_ms / 1e3);
     }
     if (j->slow_s > 0) ckpt_sleep(j->slow_s);
-    ts_status st = ts_ckpt_file_close(&j->file);
-    j->write_s = now_seconds() - j->t0;
-    return st;
+    return ts_ckpt_file_close(&j->file);
 }
 
 /* The background writer: the snapshot to the file. */
