@@ -208,17 +208,23 @@ static ts_status trainer_recv(ts_trainer *t, float *buf, size_t n, int peer, int
 }
 
 /* Frees the gradients whose f32 sends upstream have completed (bf16 sends
- * free theirs at once). */
+ * free theirs at once): only the slots still pending are tested, so a
+ * backward costs the sends in flight, not the micro-batches x chunks. */
 static ts_status trainer_reap_grads(ts_trainer *t) {
-    size_t slots = (size_t)t->micro_batches * t->chunks;
-    for (size_t k = 0; k < slots; k++) {
-        if (!t->grad_req[k] || !t->grad_out[k]) continue;
-        int done = 0;
-        TS_TRY(ts_comm_test(t->grad_req[k], &done));
-        if (!done) continue;
-        t->grad_req[k] = NULL;
-        t->be->free(t->grad_out[k]);
-        t->grad_out[k] = NULL;
+    for (size_t i = 0; i < t->ngrad_pending;) {
+        size_t k = t->grad_pending[i];
+        int done = !t->grad_req[k]; /* waited for already */
+        if (!done) TS_TRY(ts_comm_test(t->grad_req[k], &done));
+        if (!done) {
+            i++;
+            continue;
+        }
+        if (t->grad_req[k]) {
+            t->grad_req[k] = NULL;
+            t->be->free(t->grad_out[k]);
+            t->grad_out[k] = NULL;
+        }
+        t->grad_pending[i] = t->grad_pending[--t->ngrad_pending];
     }
     return TS_OK;
 }
@@ -379,6 +385,9 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
         if (!st && trainer_wire_bf16(t)) { /* it travels from its bf16 copy */
             t->be->free(t->grad_out[slot]);
             t->grad_out[slot] = NULL;
+        } else if (!st && t->grad_req[slot] &&
+                   t->ngrad_pending < (size_t)t->micro_batches * t->chunks) {
+            t->grad_pending[t->ngrad_pending++] = slot; /* freed when the send is done */
         }
         span = "send";
         cat = TS_TRACE_CAT_P2P;
@@ -461,6 +470,7 @@ ts_status trainer_execute(ts_trainer *t, int64_t valid, double *loss_sum, double
             t->be->free(t->grad_out[k]);
             t->grad_out[k] = NULL;
         }
+        t->ngrad_pending = 0;
         TS_TRY(trainer_optimizer_step(t, *loss_sum, norm, lr, skipped));
     }
     return TS_OK;

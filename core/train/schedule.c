@@ -9,6 +9,7 @@
  */
 #include "schedule.h"
 
+#include <limits.h> /* USHRT_MAX */
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,21 +94,21 @@ static const char *sched_act_names[] = {"FORWARD",        "BACKWARD",       "SEN
  * stage b's output to b+1; the gradient boundary b carries the gradient of
  * virtual stage b+1's input back to b. */
 typedef struct sched_transfer {
-    int sends, recvs; /* how many list entries name it              */
-    int issued;       /* the send has run in the simulation          */
-    int sent_at;      /* the time it ran                             */
+    int issued_at;               /* 1 + the time its send ran; 0: not yet   */
+    unsigned short sends, recvs; /* list entries naming it (65,535 at most) */
 } sched_transfer;
 
 /* The shape being simulated and its bookkeeping, freed together. */
 typedef struct sched_sim {
     int p, m, v, fu, bu, wu, order;
     const ts_schedule *sch;
-    sched_transfer *tr; /* [2][p*v][m]                                     */
-    char *recvd;        /* [2][p*v][m]: received so far in list order      */
+    sched_transfer *tr; /* [2][p*v][m] (a receive seen: recvs > 0)        */
     char *computed;     /* [3][p*v][m]: forward / input gradient / weight
                            gradient seen so far                            */
     int *start;         /* per rank, per action: start time (compute only) */
     int *offset;        /* [p+1] index of each rank's first action         */
+    int makespan;       /* sched_run: the latest end of a computation      */
+    long busy;          /* sched_run: the computations' units, summed      */
 } sched_sim;
 
 static const char *sched_act_name(ts_action_kind k) {
@@ -180,7 +181,7 @@ static ts_status sched_check_stage(sched_sim *S, int s) {
         switch (a->kind) {
         case TS_ACT_FORWARD:
             if (S->computed[fwd]) return sched_bad_action(s, i, a, "forward computed twice");
-            if (vs > 0 && !S->recvd[sched_index(S, 0, vs - 1, a->mb)])
+            if (vs > 0 && !S->tr[sched_index(S, 0, vs - 1, a->mb)].recvs)
                 return sched_bad_action(s, i, a, "forward before its RECV_ACT");
             S->computed[fwd] = 1;
             continue;
@@ -188,7 +189,7 @@ static ts_status sched_check_stage(sched_sim *S, int s) {
         case TS_ACT_BACKWARD_INPUT:
             if (S->computed[bwd]) return sched_bad_action(s, i, a, "backward computed twice");
             if (!S->computed[fwd]) return sched_bad_action(s, i, a, "backward before its forward");
-            if (vs < last && !S->recvd[sched_index(S, 1, vs, a->mb)])
+            if (vs < last && !S->tr[sched_index(S, 1, vs, a->mb)].recvs)
                 return sched_bad_action(s, i, a, "backward before its RECV_GRAD");
             S->computed[bwd] = 1;
             S->computed[wgt] = a->kind == TS_ACT_BACKWARD;
@@ -227,12 +228,10 @@ static ts_status sched_check_stage(sched_sim *S, int s) {
             return sched_bad_action(s, i, a, msg);
         }
         sched_transfer *t = &S->tr[sched_index(S, dir, b, a->mb)];
-        if (a->kind == TS_ACT_RECV_ACT || a->kind == TS_ACT_RECV_GRAD) {
-            t->recvs++;
-            S->recvd[sched_index(S, dir, b, a->mb)] = 1;
-        } else {
-            t->sends++;
-        }
+        if (a->kind == TS_ACT_RECV_ACT || a->kind == TS_ACT_RECV_GRAD)
+            t->recvs += t->recvs < USHRT_MAX;
+        else
+            t->sends += t->sends < USHRT_MAX;
     }
     if (l->nactions == 0 || l->actions[l->nactions - 1].kind != TS_ACT_OPTIMIZER_STEP)
         return ts_error(TS_ERR_INVALID,
@@ -269,81 +268,90 @@ static ts_status sched_check_all(const sched_sim *S) {
     return TS_OK;
 }
 
-/* Runs every rank as far as it can until all are done; fails on a deadlock. */
+/* Runs every rank as far as it can until all are done; fails on a deadlock.
+ * A rank that stops at a receive is run again only when a send to it is
+ * issued (each rank in a ring of ranks to run at most once), so the run
+ * costs the actions plus the ranks; which rank runs first changes nothing,
+ * since a rank's clock follows only its own list and the times its
+ * receives' sends were issued. */
 static ts_status sched_run(sched_sim *S) {
     int *pc = calloc((size_t)S->p, sizeof *pc), *clock = calloc((size_t)S->p, sizeof *clock);
+    int *stack = malloc(sizeof *stack * (size_t)S->p);
+    char *queued = calloc((size_t)S->p, 1);
     ts_status st = TS_OK;
-    if (!pc || !clock) {
+    if (!pc || !clock || !stack || !queued) {
         st = ts_error(TS_ERR_NOMEM, "schedule: simulate: out of memory");
         goto out;
     }
-    for (;;) {
-        int progress = 0, done = 0;
-        for (int s = 0; s < S->p; s++) {
-            const ts_schedule *l = &S->sch[s];
-            for (; pc[s] < l->nactions; pc[s]++, progress = 1) {
-                const ts_action *a = &l->actions[pc[s]];
-                if (a->kind == TS_ACT_OPTIMIZER_STEP) continue;
-                int vs = ts_stage_virtual(S->order, S->p, s, a->chunk);
-                sched_transfer *t = NULL;
-                switch (a->kind) {
-                case TS_ACT_SEND_ACT:
-                case TS_ACT_RECV_GRAD:
-                    t = &S->tr[sched_index(S, a->kind == TS_ACT_RECV_GRAD, vs, a->mb)];
-                    break;
-                case TS_ACT_RECV_ACT:
-                case TS_ACT_SEND_GRAD:
-                    t = &S->tr[sched_index(S, a->kind == TS_ACT_SEND_GRAD, vs - 1, a->mb)];
-                    break;
-                default: break;
-                }
-                if (sched_compute(a->kind)) {
-                    S->start[S->offset[s] + pc[s]] = clock[s];
-                    clock[s] += sched_units(S, a->kind);
-                } else if (a->kind == TS_ACT_SEND_ACT || a->kind == TS_ACT_SEND_GRAD) {
-                    t->issued = 1;
-                    t->sent_at = clock[s];
-                } else if (!t->issued) {
-                    break; /* a receive whose send has not run yet */
-                } else if (t->sent_at > clock[s]) {
-                    clock[s] = t->sent_at;
-                }
+    int n = 0, done = 0;
+    for (int s = S->p - 1; s >= 0; s--)
+        stack[n++] = s, queued[s] = 1;
+    while (n > 0) {
+        int s = stack[--n];
+        queued[s] = 0;
+        const ts_schedule *l = &S->sch[s];
+        for (; pc[s] < l->nactions; pc[s]++) {
+            const ts_action *a = &l->actions[pc[s]];
+            if (a->kind == TS_ACT_OPTIMIZER_STEP) continue;
+            int vs = ts_stage_virtual(S->order, S->p, s, a->chunk);
+            sched_transfer *t = NULL;
+            switch (a->kind) {
+            case TS_ACT_SEND_ACT:
+            case TS_ACT_RECV_GRAD:
+                t = &S->tr[sched_index(S, a->kind == TS_ACT_RECV_GRAD, vs, a->mb)];
+                break;
+            case TS_ACT_RECV_ACT:
+            case TS_ACT_SEND_GRAD:
+                t = &S->tr[sched_index(S, a->kind == TS_ACT_SEND_GRAD, vs - 1, a->mb)];
+                break;
+            default: break;
             }
-            done += pc[s] == l->nactions;
+            if (sched_compute(a->kind)) {
+                int units = sched_units(S, a->kind);
+                S->start[S->offset[s] + pc[s]] = clock[s];
+                clock[s] += units;
+                S->busy += units;
+                if (clock[s] > S->makespan) S->makespan = clock[s];
+            } else if (a->kind == TS_ACT_SEND_ACT || a->kind == TS_ACT_SEND_GRAD) {
+                t->issued_at = clock[s] + 1;
+                /* The receiver (the checked peer) may be waiting for it. */
+                if (a->peer != s && !queued[a->peer]) {
+                    stack[n++] = a->peer;
+                    queued[a->peer] = 1;
+                }
+            } else if (!t->issued_at) {
+                break; /* a receive whose send has not run yet */
+            } else if (t->issued_at - 1 > clock[s]) {
+                clock[s] = t->issued_at - 1;
+            }
         }
-        if (done == S->p) break;
-        if (progress) continue;
+    }
+    for (int s = 0; s < S->p; s++)
+        done += pc[s] == S->sch[s].nactions;
+    if (done < S->p) {
         char msg[1024];
-        int n = snprintf(msg, sizeof msg, "schedule: the schedule deadlocks:");
-        for (int s = 0; s < S->p && n < (int)sizeof msg; s++) {
+        int len = snprintf(msg, sizeof msg, "schedule: the schedule deadlocks:");
+        for (int s = 0; s < S->p && len < (int)sizeof msg; s++) {
             if (pc[s] == S->sch[s].nactions) continue;
             const ts_action *a = &S->sch[s].actions[pc[s]];
-            n += snprintf(msg + n, sizeof msg - (size_t)n,
-                          " stage %d waits at action %d (%s mb %d chunk %d from rank %d, t=%d);", s,
-                          pc[s], sched_act_name(a->kind), a->mb, a->chunk, a->peer, clock[s]);
+            len += snprintf(msg + len, sizeof msg - (size_t)len,
+                            " stage %d waits at action %d (%s mb %d chunk %d from rank %d, t=%d);",
+                            s, pc[s], sched_act_name(a->kind), a->mb, a->chunk, a->peer, clock[s]);
         }
         st = ts_error(TS_ERR_INVALID, "%s", msg);
-        break;
     }
 out:
     free(pc);
     free(clock);
+    free(stack);
+    free(queued);
     return st;
 }
 
 /* Fills the result's timeline, in-flight peaks and bubble from S->start. */
 static ts_status sched_fill(const sched_sim *S, ts_schedule_sim *r) {
-    r->makespan = 0;
-    r->busy = 0;
-    for (int s = 0; s < S->p; s++)
-        for (int i = 0; i < S->sch[s].nactions; i++) {
-            const ts_action *a = &S->sch[s].actions[i];
-            if (!sched_compute(a->kind)) continue;
-            int dur = sched_units(S, a->kind);
-            int end = S->start[S->offset[s] + i] + dur;
-            if (end > r->makespan) r->makespan = end;
-            r->busy += dur;
-        }
+    r->makespan = S->makespan;
+    r->busy = S->busy;
     r->slots = malloc(sizeof *r->slots * ((size_t)S->p * (size_t)r->makespan + 1));
     r->peak_in_flight = malloc(sizeof *r->peak_in_flight * (size_t)S->p);
     if (!r->slots || !r->peak_in_flight)
@@ -351,10 +359,12 @@ static ts_status sched_fill(const sched_sim *S, ts_schedule_sim *r) {
     for (long k = 0; k < (long)S->p * r->makespan; k++)
         r->slots[k] = (ts_schedule_slot){'.', -1, -1};
     for (int s = 0; s < S->p; s++) {
-        r->peak_in_flight[s] = ts_schedule_peak_in_flight(&S->sch[s]);
+        int now = 0, peak = 0; /* ts_schedule_peak_in_flight, in the same pass */
         for (int i = 0; i < S->sch[s].nactions; i++) {
             const ts_action *a = &S->sch[s].actions[i];
             if (!sched_compute(a->kind)) continue;
+            if (a->kind == TS_ACT_FORWARD && ++now > peak) peak = now;
+            if (a->kind == TS_ACT_BACKWARD || a->kind == TS_ACT_BACKWARD_WEIGHT) now--;
             int t0 = S->start[S->offset[s] + i], dur = sched_units(S, a->kind);
             char op = a->kind == TS_ACT_FORWARD           ? 'F'
                       : a->kind == TS_ACT_BACKWARD_WEIGHT ? 'W'
@@ -363,6 +373,7 @@ static ts_status sched_fill(const sched_sim *S, ts_schedule_sim *r) {
                 r->slots[(size_t)s * (size_t)r->makespan + (size_t)t] =
                     (ts_schedule_slot){op, a->mb, a->chunk};
         }
+        r->peak_in_flight[s] = peak;
     }
     r->bubble_den = (long)S->p * r->makespan;
     r->bubble_num = r->bubble_den - r->busy;
@@ -390,20 +401,25 @@ ts_status ts_schedule_simulate_shape(const ts_schedule_shape *sh, const ts_sched
                         stages, micro_batches, chunks, sh->f_units, sh->b_units, sh->w_units);
     if (sh->order != TS_STAGES_INTERLEAVED && sh->order != TS_STAGES_V)
         return ts_error(TS_ERR_INVALID, "schedule: simulate: stage order %d", sh->order);
-    sched_sim S = {stages,    micro_batches, chunks, sh->f_units, sh->b_units, sh->w_units,
-                   sh->order, per_stage,     0,      0,           0,           0,
-                   0};
+    sched_sim S = {.p = stages,
+                   .m = micro_batches,
+                   .v = chunks,
+                   .fu = sh->f_units,
+                   .bu = sh->b_units,
+                   .wu = sh->w_units,
+                   .order = sh->order,
+                   .sch = per_stage};
     size_t cells = 3 * (size_t)stages * (size_t)chunks * (size_t)micro_batches;
+    size_t transfers = cells / 3 * 2;
     size_t nall = 0;
     for (int s = 0; s < stages; s++)
         nall += (size_t)per_stage[s].nactions;
-    S.tr = calloc(cells, sizeof *S.tr);
-    S.recvd = calloc(cells, 1);
+    S.tr = calloc(transfers, sizeof *S.tr);
     S.computed = calloc(cells, 1);
     S.start = calloc(nall + 1, sizeof *S.start);
     S.offset = calloc((size_t)stages + 1, sizeof *S.offset);
     ts_status st = TS_OK;
-    if (!S.tr || !S.recvd || !S.computed || !S.start || !S.offset)
+    if (!S.tr || !S.computed || !S.start || !S.offset)
         st = ts_error(TS_ERR_NOMEM, "schedule: simulate: out of memory");
     for (int s = 0; !st && s < stages; s++)
         S.offset[s + 1] = S.offset[s] + per_stage[s].nactions;
@@ -424,7 +440,6 @@ ts_status ts_schedule_simulate_shape(const ts_schedule_shape *sh, const ts_sched
     }
     if (st) ts_schedule_sim_free(out);
     free(S.tr);
-    free(S.recvd);
     free(S.computed);
     free(S.start);
     free(S.offset);

@@ -1216,12 +1216,13 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
     t->chunk_out = calloc(slots, sizeof *t->chunk_out);
     t->act_req = calloc(slots, sizeof *t->act_req);
     t->grad_req = calloc(slots, sizeof *t->grad_req);
+    t->grad_pending = calloc(slots, sizeof *t->grad_pending);
     t->act_wire = calloc(slots, sizeof *t->act_wire);
     t->grad_wire = calloc(slots, sizeof *t->grad_wire);
     t->mail_act = calloc(slots, sizeof *t->mail_act);
     t->mail_grad = calloc(slots, sizeof *t->mail_grad);
     if (!t->act_in || !t->grad_in || !t->grad_out || !t->chunk_out || !t->act_req || !t->grad_req ||
-        !t->act_wire || !t->grad_wire || !t->mail_act || !t->mail_grad)
+        !t->grad_pending || !t->act_wire || !t->grad_wire || !t->mail_act || !t->mail_grad)
         CHECK(ts_error(TS_ERR_NOMEM, "trainer: out of memory"));
     t->trace_path = plan ? "" : ts_config_str(cfg, "train", "trace");
     if (t->trace_path[0]) {
@@ -1298,6 +1299,7 @@ void ts_trainer_destroy(ts_trainer *t) {
     free(t->chunk_out);
     free(t->act_req);
     free(t->grad_req);
+    free(t->grad_pending);
     free(t->act_wire);
     free(t->grad_wire);
     ts_trace_destroy(t->trace);

@@ -67,6 +67,9 @@ struct ts_trainer {
     ts_tensor *chunk_out;
     ts_comm_request **act_req, **grad_req;
     void **act_wire, **grad_wire; /* their bf16 copies (bf16 runs)       */
+    /* The slots whose f32 gradient send upstream may still be pending: a
+     * backward frees the finished ones among these, not among every slot. */
+    size_t *grad_pending, ngrad_pending;
     /* Transfers between two chunks of this rank (a V schedule's turn): what
      * a SEND to this rank left for the RECV of (micro-batch, chunk). */
     float **mail_act, **mail_grad;

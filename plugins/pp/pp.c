@@ -46,6 +46,7 @@ typedef struct pp_state {
     pp_schedule_kind kind;
     int from_file; /* schedule = file: `file` decides            */
     pp_schedule_file file;
+    pp_schedule_cache cache; /* ZB-V's every-rank simulation, shared by the ranks' calls */
     int virtual_stages;
     const char *layers_per_stage; /* owned by the core until fini */
 } pp_state;
@@ -233,8 +234,8 @@ static ts_status pp_scheduler(ts_plugin_ctx *ctx, const ts_plugin_schedule_args 
         pp.host->config_where(ctx, "schedule", at, sizeof at);
         return pp.host->error(ctx, TS_ERR_CONFIG, "%s (%s)", why, at);
     }
-    return pp_schedule_emit(pp.kind, args->stages, args->stage, args->micro_batches, args->chunks,
-                            pp_append, &sink);
+    return pp_schedule_emit_cached(&pp.cache, pp.kind, args->stages, args->stage,
+                                   args->micro_batches, args->chunks, pp_append, &sink);
 }
 
 /* --- init ------------------------------------------------------------------------ */
@@ -327,6 +328,7 @@ static ts_status pp_init(const ts_host *host, ts_plugin_ctx *ctx) {
 static void pp_fini(const ts_host *host, ts_plugin_ctx *ctx) {
     (void)host, (void)ctx;
     pp_schedule_file_free(&pp.file);
+    pp_schedule_cache_free(&pp.cache);
 }
 
 static const ts_plugin_descriptor pp_descriptor = {

@@ -9,6 +9,7 @@
  */
 #include "schedules.h"
 
+#include <limits.h> /* INT_MAX: the products of the arguments checked against it */
 #include <stdio.h>  /* snprintf */
 #include <stdlib.h> /* calloc, free: the ZB-V list scheduler's tables */
 #include <string.h>
@@ -38,6 +39,7 @@ ts_status pp_schedule_kind_parse(const char *name, pp_schedule_kind *out) {
 int pp_schedule_check(pp_schedule_kind kind, int stages, int stage, int micro_batches, int chunks,
                       char *why, size_t why_size) {
     const char *name = pp_schedule_kind_name(kind);
+    int v = kind == PP_SCHEDULE_INTERLEAVED || kind == PP_SCHEDULE_ZB_V ? chunks : 1;
     if ((unsigned)kind >= PP_KINDS)
         snprintf(why, why_size, "schedule kind %d is not gpipe, 1f1b, interleaved, zb_h1 or zb_v",
                  (int)kind);
@@ -57,6 +59,19 @@ int pp_schedule_check(pp_schedule_kind kind, int stages, int stage, int micro_ba
     else if (kind == PP_SCHEDULE_ZB_V && chunks != 2)
         snprintf(why, why_size, "zb_v: chunks=%d (virtual stages per rank), need exactly 2",
                  chunks);
+    /* Products in 64 bits: a rank's list (at most 7 actions per (micro-
+     * batch, chunk): three computations, four transfers) and ZB-V's clock
+     * (at most 6 p m units) are counted in int. */
+    else if ((long long)micro_batches * v * 7 + 1 > INT_MAX)
+        snprintf(why, why_size,
+                 "%s: micro_batches=%d x chunks=%d: a rank's list of up to %lld actions does not "
+                 "fit in an int",
+                 name, micro_batches, v, (long long)micro_batches * v * 7 + 1);
+    else if (kind == PP_SCHEDULE_ZB_V && (long long)stages * micro_batches * 6 > INT_MAX)
+        snprintf(why, why_size,
+                 "zb_v: stages=%d x micro_batches=%d x 6 = %lld steps to simulate, more than an "
+                 "int counts",
+                 stages, micro_batches, (long long)stages * micro_batches * 6);
     else
         return 0;
     return 1;
@@ -189,42 +204,64 @@ static ts_status pp_gen_zb_h1(const pp_emitter *e, int m) {
 }
 
 /* ZB-V (schedules.h): list scheduling of every rank's two chunks under the
- * unit-time model, emitting this rank's actions in the order it ran them.
- * Tables, per virtual stage k and micro-batch: the time its F and its B
- * ended (0: not yet; times count from 1). */
+ * unit-time model, all ranks at once: each rank's computations go into the
+ * cache in the order it ran them, so that the p calls of one shape (one per
+ * rank, as the core asks) share one simulation.
+ *
+ * What a rank does at time t depends only on what ended before t (a step
+ * run at t ends at t + 1), so the ranks of one t may be visited in any
+ * order, and a rank that idles at t can run at t + 1 only if a neighbour's
+ * step ended at t: the forward of virtual stage k readies k + 1's, the
+ * backward of k readies k - 1's (a rank's own steps, its W queue and its
+ * activation count change only when it runs). Each t visits the ranks that
+ * ran at t - 1 or were readied then, so the simulation costs its steps plus
+ * the makespan, not the ranks x the makespan.
+ *
+ * Tables, per micro-batch and virtual stage k (neighbouring stages side by
+ * side, as the ranks of one t read them): the time its F and its B ended
+ * (0: not yet; times count from 1). */
 enum { ZBV_F, ZBV_B, ZBV_W };
-static ts_status pp_gen_zb_v(const pp_emitter *e, int m) {
-    int p = e->p, V = 2 * p, limit = 2 * p;
-    long *fdone = calloc((size_t)V * (size_t)m, sizeof *fdone);
-    long *bdone = calloc((size_t)V * (size_t)m, sizeof *bdone);
-    int *state = calloc((size_t)p * 8, sizeof *state);           /* per rank: see below */
-    int *wq = calloc((size_t)p * 2 * (size_t)m * 2, sizeof *wq); /* per rank: pending W  */
-    ts_status st = fdone && bdone && state && wq ? TS_OK : TS_ERR_NOMEM;
+static ts_status pp_zb_v_build(pp_schedule_cache *cache, int p, int m) {
+    int V = 2 * p, limit = 2 * p;
+    size_t per_rank = (size_t)6 * (size_t)m; /* 2 chunks x m x (F, B, W) */
+    int *fdone = calloc((size_t)V * (size_t)m, sizeof *fdone);
+    int *bdone = calloc((size_t)V * (size_t)m, sizeof *bdone);
+    int *state = calloc((size_t)p * 8, sizeof *state);           /* per rank: see below   */
+    int *wq = calloc((size_t)p * 2 * (size_t)m * 2, sizeof *wq); /* per rank: pending W    */
+    int *visit = malloc(sizeof *visit * (size_t)p * 2);          /* this t's ranks, next's */
+    int *mark = calloc((size_t)p, sizeof *mark);                 /* 1 + the t it is listed */
+    pp_schedule_step *steps = malloc(sizeof *steps * (size_t)p * per_rank);
+    ts_status st = fdone && bdone && state && wq && visit && mark && steps ? TS_OK : TS_ERR_NOMEM;
     /* state[r*8 + ...]: 0,1 next F of chunk 0/1; 2,3 next B; 4 W queue head;
      * 5 W queue tail; 6 (micro-batch, chunk) pairs holding activations;
-     * 7 the time the rank is free from. */
+     * 7 how many of its steps the rank has run. */
     long total = (long)p * 2 * m * 3, done = 0;
-    for (long t = 0; !st && done < total; t++) {
-        int progress = 0;
-        for (int r = 0; r < p && !st; r++) {
+    int *now = visit, *next = visit + p, nnow = 0, nnext = 0;
+    for (int r = 0; !st && r < p; r++)
+        now[nnow++] = r, mark[r] = 1;
+    for (int t = 0; !st && done < total; t++) { /* t < 6pm: each t runs some rank's step */
+        nnext = 0;
+#define ZBV_LIST(rank)                                                                             \
+    do {                                                                                           \
+        int q_ = (rank);                                                                           \
+        if (mark[q_] != t + 2) mark[q_] = t + 2, next[nnext++] = q_;                               \
+    } while (0)
+        for (int i = 0; i < nnow; i++) {
+            int r = now[i];
             int *R = state + (size_t)r * 8, *Q = wq + (size_t)r * 4 * (size_t)m;
-            if (R[7] > t) {
-                progress = 1;
-                continue;
-            }
             int op = -1, chunk = 0, mb = 0;
             for (int c = 0; c < 2 && op < 0; c++) { /* a ready B, chunk 0 first */
                 int k = ts_stage_virtual(TS_STAGES_V, p, r, c), b = R[2 + c];
                 if (b >= m) continue;
-                long ready = k < V - 1 ? bdone[(size_t)(k + 1) * m + b] : fdone[(size_t)k * m + b];
-                if (fdone[(size_t)k * m + b] && fdone[(size_t)k * m + b] <= t && ready &&
+                int ready = k < V - 1 ? bdone[(size_t)b * V + k + 1] : fdone[(size_t)b * V + k];
+                if (fdone[(size_t)b * V + k] && fdone[(size_t)b * V + k] <= t && ready &&
                     ready <= t)
                     op = ZBV_B, chunk = c, mb = b;
             }
             for (int c = 1; c >= 0 && op < 0 && R[6] < limit; c--) { /* a ready F, chunk 1 first */
                 int k = ts_stage_virtual(TS_STAGES_V, p, r, c), f = R[c];
                 if (f >= m) continue;
-                long ready = k > 0 ? fdone[(size_t)(k - 1) * m + f] : 1;
+                int ready = k > 0 ? fdone[(size_t)f * V + k - 1] : 1;
                 if (ready && (k == 0 || ready <= t)) op = ZBV_F, chunk = c, mb = f;
             }
             if (op < 0 && R[4] < R[5]) { /* the oldest pending W */
@@ -232,41 +269,76 @@ static ts_status pp_gen_zb_v(const pp_emitter *e, int m) {
                 chunk = Q[2 * R[4]];
                 mb = Q[2 * R[4] + 1];
             }
-            if (op < 0) continue;
+            if (op < 0) continue; /* idle: listed again when a neighbour readies it */
             int k = ts_stage_virtual(TS_STAGES_V, p, r, chunk);
             if (op == ZBV_F) {
-                fdone[(size_t)k * m + mb] = t + 1;
+                fdone[(size_t)mb * V + k] = t + 1;
                 R[chunk]++;
                 R[6]++;
+                if (k < V - 1) ZBV_LIST(ts_stage_rank(TS_STAGES_V, p, k + 1));
             } else if (op == ZBV_B) {
-                bdone[(size_t)k * m + mb] = t + 1;
+                bdone[(size_t)mb * V + k] = t + 1;
                 R[2 + chunk]++;
                 Q[2 * R[5]] = chunk;
                 Q[2 * R[5] + 1] = mb;
                 R[5]++;
+                if (k > 0) ZBV_LIST(ts_stage_rank(TS_STAGES_V, p, k - 1));
             } else {
                 R[4]++;
                 R[6]--;
             }
-            R[7] = (int)(t + 1);
+            ZBV_LIST(r);
+            steps[(size_t)r * per_rank + (size_t)R[7]++] =
+                (pp_schedule_step){mb,
+                                   (char)(op == ZBV_F   ? 'F'
+                                          : op == ZBV_B ? 'B'
+                                                        : 'W'),
+                                   (char)chunk};
             done++;
-            progress = 1;
-            if (r != e->s) continue;
-            st = op == ZBV_F   ? pp_emit_forward(e, mb, chunk)
-                 : op == ZBV_B ? pp_emit_backward_as(e, TS_PLUGIN_ACT_BACKWARD_INPUT, mb, chunk)
-                               : pp_emit_weight(e, mb, chunk);
         }
-        if (!st && !progress && done < total) st = TS_ERR_INTERNAL; /* cannot happen */
+#undef ZBV_LIST
+        if (nnext == 0 && done < total) st = TS_ERR_INTERNAL; /* cannot happen */
+        int *swap = now;
+        now = next, next = swap, nnow = nnext;
     }
     free(fdone);
     free(bdone);
     free(state);
     free(wq);
-    return st;
+    free(visit);
+    free(mark);
+    if (st) {
+        free(steps);
+        return st;
+    }
+    pp_schedule_cache_free(cache);
+    *cache = (pp_schedule_cache){PP_SCHEDULE_ZB_V, p, m, 2, per_rank, steps};
+    return TS_OK;
 }
 
-ts_status pp_schedule_emit(pp_schedule_kind kind, int stages, int stage, int micro_batches,
-                           int chunks, pp_append_fn append, void *user) {
+static ts_status pp_gen_zb_v(const pp_emitter *e, int m, pp_schedule_cache *cache) {
+    if (!cache->steps || cache->kind != PP_SCHEDULE_ZB_V || cache->stages != e->p ||
+        cache->micro_batches != m)
+        TS_TRY(pp_zb_v_build(cache, e->p, m));
+    const pp_schedule_step *mine = cache->steps + (size_t)e->s * cache->per_rank;
+    for (size_t i = 0; i < cache->per_rank; i++) {
+        const pp_schedule_step *x = &mine[i];
+        TS_TRY(x->op == 'F' ? pp_emit_forward(e, x->mb, x->chunk)
+               : x->op == 'B'
+                   ? pp_emit_backward_as(e, TS_PLUGIN_ACT_BACKWARD_INPUT, x->mb, x->chunk)
+                   : pp_emit_weight(e, x->mb, x->chunk));
+    }
+    return TS_OK;
+}
+
+void pp_schedule_cache_free(pp_schedule_cache *cache) {
+    free(cache->steps);
+    memset(cache, 0, sizeof *cache);
+}
+
+ts_status pp_schedule_emit_cached(pp_schedule_cache *cache, pp_schedule_kind kind, int stages,
+                                  int stage, int micro_batches, int chunks, pp_append_fn append,
+                                  void *user) {
     char why[160];
     if (pp_schedule_check(kind, stages, stage, micro_batches, chunks, why, sizeof why))
         return TS_ERR_CONFIG;
@@ -281,9 +353,18 @@ ts_status pp_schedule_emit(pp_schedule_kind kind, int stages, int stage, int mic
     case PP_SCHEDULE_1F1B: TS_TRY(pp_gen_1f1b(&e, micro_batches)); break;
     case PP_SCHEDULE_INTERLEAVED: TS_TRY(pp_gen_interleaved(&e, micro_batches)); break;
     case PP_SCHEDULE_ZB_H1: TS_TRY(pp_gen_zb_h1(&e, micro_batches)); break;
-    case PP_SCHEDULE_ZB_V: TS_TRY(pp_gen_zb_v(&e, micro_batches)); break;
+    case PP_SCHEDULE_ZB_V: TS_TRY(pp_gen_zb_v(&e, micro_batches, cache)); break;
     }
     return append(user, TS_PLUGIN_ACT_OPTIMIZER_STEP, -1, 0, -1);
+}
+
+ts_status pp_schedule_emit(pp_schedule_kind kind, int stages, int stage, int micro_batches,
+                           int chunks, pp_append_fn append, void *user) {
+    pp_schedule_cache cache = {0};
+    ts_status st =
+        pp_schedule_emit_cached(&cache, kind, stages, stage, micro_batches, chunks, append, user);
+    pp_schedule_cache_free(&cache);
+    return st;
 }
 
 /* --- bubble ---------------------------------------------------------------------- */

@@ -64,7 +64,9 @@ typedef ts_status (*pp_append_fn)(void *user, int kind, int mb, int chunk, int p
  * bytes, NUL-terminated, e.g. "interleaved: micro_batches=6 is not divisible
  * by stages=4"): stages < 1, stage outside 0..stages-1, micro_batches < 1,
  * an unknown kind; for interleaved chunks < 2 or micro_batches % stages !=
- * 0; for zb_v chunks other than 2. */
+ * 0; for zb_v chunks other than 2; products (computed in 64 bits) that the
+ * lists count in int: 7 x micro_batches x chunks + 1 actions a rank, and
+ * for zb_v 6 x stages x micro_batches simulated steps. */
 int pp_schedule_check(pp_schedule_kind kind, int stages, int stage, int micro_batches, int chunks,
                       char *why, size_t why_size);
 
@@ -105,9 +107,36 @@ int pp_schedule_check(pp_schedule_kind kind, int stages, int stage, int micro_ba
  * B (chunk 0 before chunk 1), a ready F (chunk 1 before chunk 0, in
  * micro-batch order, while fewer than 2p (micro-batch, chunk) pairs hold
  * activations there: 1F1B's first stage's memory) and its oldest pending W,
- * and idles otherwise. */
+ * and idles otherwise. The simulation gives every rank's order at once:
+ * pp_schedule_emit_cached keeps it for the other ranks of the shape. */
 ts_status pp_schedule_emit(pp_schedule_kind kind, int stages, int stage, int micro_batches,
                            int chunks, pp_append_fn append, void *user);
+
+/* One computation of a cached rank's order: 'F', 'B' or 'W' of (mb, chunk). */
+typedef struct pp_schedule_step {
+    int mb;
+    char op, chunk;
+} pp_schedule_step;
+
+/* What a generator keeps between calls of one shape: ZB-V's simulation of
+ * every rank together, made at the first call for (stages, micro_batches)
+ * and read by the next ranks' (the core asks for all p ranks in a row: p
+ * simulations cost p^2 x the makespan, one costs p x it). The caller owns
+ * it: zero-initialised, then passed to every pp_schedule_emit_cached call,
+ * freed with pp_schedule_cache_free. Another shape replaces what it holds. */
+typedef struct pp_schedule_cache {
+    int kind, stages, micro_batches, chunks;
+    size_t per_rank;         /* steps of each rank                  */
+    pp_schedule_step *steps; /* [stages][per_rank], NULL when empty */
+} pp_schedule_cache;
+
+/* pp_schedule_emit, with what it may keep in `cache`: the same actions in
+ * the same order; TS_ERR_NOMEM if the cache's tables cannot be allocated
+ * (nothing emitted then). */
+ts_status pp_schedule_emit_cached(pp_schedule_cache *cache, pp_schedule_kind kind, int stages,
+                                  int stage, int micro_batches, int chunks, pp_append_fn append,
+                                  void *user);
+void pp_schedule_cache_free(pp_schedule_cache *cache);
 
 /* Emits one computation of rank `stage` of `stages` (v chunks per rank,
  * virtual stages placed by `order`) with the transfers it implies: 'F' a
