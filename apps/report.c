@@ -49,7 +49,9 @@ static const char *usage_report =
     "communication by group and op and, for pipeline runs, the bubble per stage.\n"
     "The page needs no network and no JavaScript.\n"
     "\n"
-    "  --out FILE   the page (default: METRICS with .jsonl replaced by .html)\n";
+    "  --out FILE   the page (default: METRICS with .jsonl replaced by .html),\n"
+    "               written atomically; a regular file (or the one a link leads to)\n"
+    "               or a new path, never a FIFO, device or directory\n";
 
 /* The last error: "FILE:LINE: what" without the program's name. */
 static char errmsg[1024];

@@ -7,7 +7,7 @@
 # input fails cleanly (status 1 or 2, never a signal) with one message: a
 # missing file, an empty file, a truncated third line (naming ":3:"), a
 # member of the wrong type, --out into a missing directory, --out onto a
-# directory (the temporary file is removed), no argument.
+# directory (refused before any temporary file is made), no argument.
 # Usage: report.sh TESSERA SRC
 . "$(dirname "$0")/multirank.sh"
 write_config
@@ -149,7 +149,8 @@ expect report_wrong_type 'wrong_type\.jsonl:2: "loss" is a string, expected a nu
     wrong_type.jsonl
 expect report_no_dir 'tessera report: nodir/r\.html: .*No such file or directory' 1 report m.jsonl \
     --out nodir/r.html
-expect report_out_is_dir 'tessera report: outdir: Is a directory' 1 report m.jsonl --out outdir
+expect report_out_is_dir 'tessera report: --out outdir: is a directory; refusing to replace it' 1 report \
+    m.jsonl --out outdir
 expect report_no_args 'usage: tessera report' 1 report
 for name in report_missing report_empty report_truncated report_wrong_type report_no_dir \
     report_out_is_dir; do
