@@ -1,4 +1,6 @@
-# transformers' GPT-2 files read as transformers writes them, or refused:
+# transformers' GPT-2 files read as transformers writes them, or refused. A
+# checkpoint transformers itself wrote (tests/cli/hf_gpt2: 6 heads, sharded)
+# trains its first step to transformers' loss within 1e-6. Then
 # a writer of this test's own turns tessera's export of a 6-head model
 # (d_model 48: 4 heads divide it too, so a guessed head count would run)
 # into the layouts save_pretrained gives — the `transformer.` prefix, no
@@ -181,6 +183,31 @@ assert abs(ours - four) > 1e3 * abs(ours - six), (ours, four)  # the head count 
 print("ok reference: step 1 loss %.9g, st_reference.py's with 6 heads %.9g (with 4: %.9g)"
       % (ours, six, four))
 PY
+
+# What transformers itself wrote (tests/cli/hf_gpt2/make.py: save_pretrained
+# of a 6-head GPT2LMHeadModel, sharded in 4): its first step is transformers'
+# loss, read through the directory and through the index.
+cp -r "$SRC/tests/cli/hf_gpt2" real || fail "the transformers checkpoint"
+python3 - <<'PY' || fail "its tokens"
+import json, struct
+e = json.load(open("real/expected.json"))
+t = e["tokens"]
+open("real.bin", "wb").write(struct.pack("<256i", 20240520, 1, len(t), *[0] * 253) +
+                             struct.pack("<%dH" % len(t), *t))
+PY
+sed -e 's/^source = .*/source = tokens:real.bin/' -e 's/^seq_len = .*/seq_len = 8/' bare.ini > real.ini
+for init in real real/model.safetensors.index.json; do
+    "$TESSERA" train real.ini --set model.init=safetensors:$init --set train.metrics=real.jsonl \
+        > real.txt 2>&1 || { cat real.txt; fail "$init: train"; }
+    grep -q 'layers=2 d_model=24 heads=6 vocab=64' real.txt || { cat real.txt; fail "$init: shape"; }
+    python3 - "$(metric real.jsonl 1 loss)" <<'PY' || fail "$init: transformers' loss"
+import json, sys
+ours, e = float(sys.argv[1]), json.load(open("real/expected.json"))
+assert abs(ours - e["loss"]) <= 1e-6 * e["loss"], (ours, e["loss"])
+print("ok transformers %s's checkpoint: step 1 loss %.9g, transformers' %.9g (%.1e)"
+      % (e["transformers"], ours, e["loss"], abs(ours - e["loss"]) / e["loss"]))
+PY
+done
 
 refuse() { # NAME REGEX INIT [ARGS...]: one line naming it, a non-zero exit
     local name=$1 regex=$2 init=$3
