@@ -47,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -578,11 +579,26 @@ static void ledger_speed(const verify_opts *o, ledger *l, double bubble_theory) 
          isfinite(ratio) ? ratio : -1.0);
 }
 
+/* Runs argv[0] (found on PATH) with its words as given, no shell between:
+ * a path with a quote or a space in it (TMPDIR, --keep) stays one word.
+ * 0 when it exits 0. */
+static int spawn_wait(char *const argv[]) {
+    pid_t pid;
+    extern char **environ;
+    if (posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ) != 0) return -1;
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
 /* Copies the files of directory `from` into a new directory `to`. */
 static int copy_dir(const char *from, const char *to) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp -r '%s' '%s/'", to, from, to);
-    return system(cmd) == 0 ? 0 : -1;
+    char *mk[] = {"mkdir", "-p", "--", (char *)to, NULL};
+    char dest[4096];
+    snprintf(dest, sizeof dest, "%s/", to);
+    char *cp[] = {"cp", "-r", "--", (char *)from, dest, NULL};
+    return spawn_wait(mk) == 0 && spawn_wait(cp) == 0 ? 0 : -1;
 }
 
 static void ledger_recovery(const verify_opts *o, ledger *l) {
@@ -869,9 +885,8 @@ int cmd_verify(int argc, char **argv) {
         rc = pass ? 0 : 1;
     }
     if (!o.keep && rc == 0) {
-        char cmd[1200];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", o.dir);
-        if (system(cmd) != 0) fprintf(stderr, "tessera verify: could not remove %s\n", o.dir);
+        char *rm[] = {"rm", "-rf", "--", o.dir, NULL};
+        if (spawn_wait(rm) != 0) fprintf(stderr, "tessera verify: could not remove %s\n", o.dir);
     } else if (rc != 0 && !o.json) {
         printf("the runs' files are kept in %s\n", o.dir);
     }

@@ -15,9 +15,13 @@ TINY=$SRC/configs/tiny.ini
 # tiny.ini names no parallel plugin: its 4-rank run is data parallel, with
 # the micro-batch that divides its global batch of 16 among 4 ranks.
 DP=(--steps 4 --slow-rank 1000)
-timeout 600 "$TESSERA" verify "$TINY" --world 4 "${DP[@]}" > default.txt 2>&1 ||
+# Its runs go in a TMPDIR with a quote and a space in its name: copied and
+# removed without a shell (verify used to build "rm -rf '...'" commands).
+mkdir -p "$WORK/it's here"
+TMPDIR="$WORK/it's here" timeout 600 "$TESSERA" verify "$TINY" --world 4 "${DP[@]}" > default.txt 2>&1 ||
     { cat default.txt; fail "verify configs/tiny.ini --world 4 with the default launcher failed"; }
 cat default.txt
+[ -z "$(ls -A "$WORK/it's here")" ] || fail "verify left its runs in a TMPDIR with a quote in its name: $(ls -A "$WORK/it's here")"
 grep -qF "names no parallel plugin: the 4-rank run is data parallel (--set parallel.plugins=dp --set train.micro_batch=4)" default.txt ||
     fail "verify did not say the 4-rank run of a configuration without plugins is data parallel"
 for ledger in numerics memory speed recovery; do
