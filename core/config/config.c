@@ -371,8 +371,9 @@ static const ts_key_spec cfg_core_keys[] = {
      "copy each checkpoint's shards to host memory and write them in a background thread "
      "while training goes on"},
     {"train", "checkpoint_timeout_s", TS_KEY_FLOAT, "1800", CFG_POSITIVE, 604800, NULL,
-     "seconds a save waits for its slowest rank to write (or rank 0 to publish) before the "
-     "job ends naming that rank; [comm] timeout_s does not bound this wait"},
+     "seconds a save waits for its slowest rank to write (or rank 0 to publish), and a load "
+     "for its slowest reader, before the job ends naming that rank; [comm] timeout_s does "
+     "not bound these waits"},
     {"train", "resume", TS_KEY_ENUM, "no", 1, 0, "no|auto",
      "auto = resume from the latest checkpoint"},
     {"train", "log_every", TS_KEY_INT, "1", 1, CFG_INT_MAX, NULL, "steps between progress lines"},

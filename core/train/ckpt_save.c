@@ -22,7 +22,8 @@
  * [train] checkpoint_timeout_s, not by [comm] timeout_s (a large save on a
  * shared file system may take longer than any sane communication timeout);
  * past it the job ends naming the ranks still at work, and the previous
- * checkpoints stay as they were.
+ * checkpoints stay as they were. A load's agreement is one too
+ * (trainer_ckpt_load_agree, called by state_io.c).
  *
  * What it does not do: the format (ckpt_dir.c), loading (state_io.c), or
  * decide when to save (report.c).
@@ -401,6 +402,8 @@ static const ckpt_phase ckpt_starting = {
     "starting the checkpoint"};
 static const ckpt_phase ckpt_writing = {"writing its shards", "writing their shards",
                                         "writing the checkpoint's shards"};
+static const ckpt_phase ckpt_reading = {"reading its shards", "reading their shards",
+                                        "loading the checkpoint"};
 static const ckpt_phase ckpt_publishing = {
     "publishing the checkpoint (metadata, COMPLETE marker, rename)",
     "publishing the checkpoint (metadata, COMPLETE marker, rename)", "publishing the checkpoint"};
@@ -437,7 +440,7 @@ static int ckpt_late_names(const unsigned char *late, int n, char *buf, size_t s
  * CKPT_NOTE_EVERY_S names the ranks still late. Returns 1 when all are
  * done, 0 at the deadline, -1 on a failure (its message set). */
 static int ckpt_poll_all(ts_trainer *t, ts_comm_request **reqs, unsigned char *late, int lo, int hi,
-                         double begin, double deadline, const ckpt_phase *ph, int64_t step,
+                         double begin, double deadline, const ckpt_phase *ph, const char *subject,
                          int *last) {
     double note = begin + CKPT_NOTE_EVERY_S;
     for (unsigned spins = 0;; spins++) {
@@ -463,9 +466,8 @@ static int ckpt_poll_all(ts_trainer *t, ts_comm_request **reqs, unsigned char *l
         if (t->rank0 && now > note) {
             char who[160];
             int k = ckpt_late_names(late, ts_comm_size(t->par->world), who, sizeof who);
-            printf("checkpoint: step %lld: waited %.0f s so far: %s still %s ([train] "
-                   "checkpoint_timeout_s = %g)\n",
-                   (long long)step, now - begin, who, k > 1 ? ph->many : ph->one, deadline - begin);
+            printf("%s: waited %.0f s so far: %s still %s ([train] checkpoint_timeout_s = %g)\n",
+                   subject, now - begin, who, k > 1 ? ph->many : ph->one, deadline - begin);
             fflush(stdout);
             note = now + CKPT_NOTE_EVERY_S;
         }
@@ -481,15 +483,16 @@ typedef struct ckpt_roll {
 } ckpt_roll;
 
 /* Agrees `st` over the world, as trainer_agree does, after work on the file
- * system (phase `ph` of the save of `step` into `tmp`): every rank reports
- * to rank 0 when done; rank 0 tells every rank when it is done itself and,
- * once all have reported, how many failed. Each wait is bounded by [train]
- * checkpoint_timeout_s from when the rank began waiting ([comm] timeout_s
- * is lifted from the world meanwhile): past it rank 0 names the ranks that
- * have not reported, another rank names rank 0 if it has not said it is
- * done, and the job ends. `roll` (may be NULL) gets rank 0's view. */
-static ts_status ckpt_agree(ts_trainer *t, ts_status st, int64_t step, const char *tmp,
-                            const ckpt_phase *ph, ckpt_roll *roll) {
+ * system (phase `ph`; `subject` begins every message, `tail` ends the one
+ * that stops the job): every rank reports to rank 0 when done; rank 0 tells
+ * every rank when it is done itself and, once all have reported, how many
+ * failed. Each wait is bounded by [train] checkpoint_timeout_s from when the
+ * rank began waiting ([comm] timeout_s is lifted from the world meanwhile):
+ * past it rank 0 names the ranks that have not reported, another rank names
+ * rank 0 if it has not said it is done, and the job ends. `roll` (may be
+ * NULL) gets rank 0's view. */
+static ts_status ckpt_roll_call(ts_trainer *t, ts_status st, const char *subject, const char *tail,
+                                const ckpt_phase *ph, ckpt_roll *roll) {
     if (roll) *roll = (ckpt_roll){0, 0.0};
     if (!t->par || t->par->size == 1) return st;
     ts_comm *w = t->par->world;
@@ -524,16 +527,13 @@ static ts_status ckpt_agree(ts_trainer *t, ts_status st, int64_t step, const cha
             late[r] = 1;
             cs = ts_comm_recv_start(w, &msg[r], 1, TS_I32, r, CKPT_TAG_REPORT, &reqs[r]);
         }
-        if (!cs) got = ckpt_poll_all(t, reqs, late, 1, n, begin, begin + bound, ph, step, &last);
+        if (!cs) got = ckpt_poll_all(t, reqs, late, 1, n, begin, begin + bound, ph, subject, &last);
         if (got == 0) {
             char who[200];
             int k = ckpt_late_names(late, n, who, sizeof who);
-            ts_error(TS_ERR_IO,
-                     "checkpoint of step %lld: %s still %s %.1f s after rank 0 was done (%s = "
-                     "%g); the job ends: this checkpoint is not published (resume = auto "
-                     "removes %s), the previous ones are kept",
-                     (long long)step, who, k > 1 ? ph->many : ph->one, now_seconds() - begin, where,
-                     bound, tmp);
+            ts_error(TS_ERR_IO, "%s: %s still %s %.1f s after rank 0 was done (%s = %g); %s",
+                     subject, who, k > 1 ? ph->many : ph->one, now_seconds() - begin, where, bound,
+                     tail);
             ckpt_agree_abort(t);
         }
         if (got < 0) cs = TS_ERR_COMM;
@@ -552,25 +552,22 @@ static ts_status ckpt_agree(ts_trainer *t, ts_status st, int64_t step, const cha
         if (!cs) cs = ts_comm_recv_start(w, verdict, 1, TS_I32, 0, CKPT_TAG_VERDICT, &reqs[1]);
         if (!cs) cs = ts_comm_send_start(w, &msg[me], 1, TS_I32, 0, CKPT_TAG_REPORT, &reqs[n]);
         late[0] = 1;
-        if (!cs) got = ckpt_poll_all(t, reqs, late, 0, 1, begin, begin + bound, ph, step, &last);
+        if (!cs) got = ckpt_poll_all(t, reqs, late, 0, 1, begin, begin + bound, ph, subject, &last);
         if (got == 0) {
             ts_error(TS_ERR_IO,
-                     "checkpoint of step %lld: rank 0 is still %s %.1f s after rank %d was done "
-                     "(%s = %g); the job ends: this checkpoint is not published (resume = auto "
-                     "removes %s), the previous ones are kept",
-                     (long long)step, ph->one, now_seconds() - begin, me, where, bound, tmp);
+                     "%s: rank 0 is still %s %.1f s after rank %d was done (%s = %g); %s", subject,
+                     ph->one, now_seconds() - begin, me, where, bound, tail);
             ckpt_agree_abort(t);
         }
         double told = now_seconds();
         if (!cs && got > 0)
             got = ckpt_poll_all(t, reqs, late, 1, 2, told, told + bound + CKPT_VERDICT_GRACE_S, ph,
-                                step, &last);
+                                subject, &last);
         if (got == 0) {
             ts_error(TS_ERR_IO,
-                     "checkpoint of step %lld: rank 0 was done %s but has not answered the "
-                     "others' reports %.1f s later (%s = %g, and %g s more)",
-                     (long long)step, ph->one, now_seconds() - told, where, bound,
-                     CKPT_VERDICT_GRACE_S);
+                     "%s: rank 0 was done %s but has not answered the others' reports %.1f s "
+                     "later (%s = %g, and %g s more); the job ends",
+                     subject, ph->one, now_seconds() - told, where, bound, CKPT_VERDICT_GRACE_S);
             ckpt_agree_abort(t);
         }
         if (got < 0) cs = TS_ERR_COMM;
@@ -591,6 +588,29 @@ static ts_status ckpt_agree(ts_trainer *t, ts_status st, int64_t step, const cha
     if (st || others <= 0) return st;
     return ts_error(TS_ERR_IO, "%s failed on %d other rank%s (see their messages)", ph->what,
                     others, others > 1 ? "s" : "");
+}
+
+/* A roll call of the save of `step` into `tmp`. */
+static ts_status ckpt_agree(ts_trainer *t, ts_status st, int64_t step, const char *tmp,
+                            const ckpt_phase *ph, ckpt_roll *roll) {
+    char subject[64], tail[4400];
+    snprintf(subject, sizeof subject, "checkpoint of step %lld", (long long)step);
+    snprintf(tail, sizeof tail,
+             "the job ends: this checkpoint is not published (resume = auto removes %s), the "
+             "previous ones are kept",
+             tmp);
+    return ckpt_roll_call(t, st, subject, tail, ph, roll);
+}
+
+ts_status trainer_ckpt_load_agree(ts_trainer *t, ts_status st, const char *path, int64_t step) {
+    int slow = 0;
+    double secs = 0.0;
+    ts_status fs = step >= 0 ? trainer_fault(t, step, "slow_checkpoint", &slow, &secs) : TS_OK;
+    if (fs && !st) st = fs;
+    if (slow && secs > 0) ckpt_sleep(secs);
+    char subject[4200];
+    snprintf(subject, sizeof subject, "loading checkpoint %s", path);
+    return ckpt_roll_call(t, st, subject, "the job ends", &ckpt_reading, NULL);
 }
 
 /* Publishes a written job (collective): every rank's shard table to rank

@@ -12,7 +12,8 @@
  * one of
  *   kill                      world rank RANK kills itself with SIGKILL
  *                             right after step STEP (as kill -9 would);
- *   slow_checkpoint:SECONDS   its write of the checkpoint of step STEP takes
+ *   slow_checkpoint:SECONDS   its write of the checkpoint of step STEP, and
+ *                             its read of it when a run loads it, take
  *                             SECONDS longer (ckpt_save.c: a slow disk);
  * and TESSERA_FAULT_KILL=STEP:RANK, the older spelling of RANK:STEP:kill.
  */

@@ -290,7 +290,7 @@ ts_status ts_trainer_load(ts_trainer *t, const char *path) {
         st = trainer_key_error(
             t->cfg, "train", "seed", "seed = %llu, but checkpoint %s was trained with seed %llu",
             (unsigned long long)t->state.seed, path, (unsigned long long)meta.seed);
-    st = trainer_agree(t, st, "loading the checkpoint");
+    st = trainer_ckpt_load_agree(t, st, path, st ? -1 : meta.step);
     if (!st) st = trainer_resident_growth(t, rss0, &t->ckpt_grew_kib);
     if (!st) {
         t->state.step = meta.step;

@@ -192,6 +192,12 @@ TS_INTERNAL ts_status trainer_agree(ts_trainer *t, ts_status st, const char *wha
 TS_INTERNAL ts_status trainer_fault(const ts_trainer *t, int64_t step, const char *kind, int *hit,
                                     double *arg);
 
+/* ckpt_save.c: agrees the load of checkpoint `path` (of `step`, -1 when
+ * unknown) as trainer_agree does, but waits for the slowest reader up to
+ * [train] checkpoint_timeout_s, not [comm] timeout_s (collective). */
+TS_INTERNAL ts_status trainer_ckpt_load_agree(ts_trainer *t, ts_status st, const char *path,
+                                              int64_t step);
+
 /* ckpt_save.c: saves a checkpoint of the current state (collective: every
  * rank writes its shards; world rank 0 publishes). With [train]
  * checkpoint_async the shards are copied to host memory and written by a

@@ -10,7 +10,8 @@
 #     published, the step-2 one is, and resume = auto continues from it to
 #     the same losses as the unslowed run.
 # Each for a synchronous save and for checkpoint_async = true (there the
-# step-4 save is still pending when the step-6 one falls due). Also
+# step-4 save is still pending when the step-6 one falls due). The same
+# for a slow read of the step-4 checkpoint by a resumed run. Also
 # TESSERA_FAULT's kill kind, a malformed TESSERA_FAULT and checkpoint_timeout_s
 # out of range refused by name.
 # Usage: ckpt_slow_write.sh TESSERA SRC
@@ -86,6 +87,24 @@ for async in false true; do
         echo "ok async=$async slow=$slow: resumed from step 2, steps 3..6 equal the unslowed run"
     done
 done
+
+# A slow read is not a communication timeout either: rank 1's read of the
+# step-4 checkpoint 8 s slow, the resumed run finishes as the unslowed one;
+# 60 s slow with checkpoint_timeout_s = 2, it stops naming rank 1.
+for name in load_slow load_stop; do
+    mkdir $name && cp -r ref/ckpt-00000004 $name/ && head -4 ref.jsonl > $name.jsonl
+done
+slowed load_slow 1:4:slow_checkpoint:8 false --set train.resume=auto
+[ $rc = 0 ] || { cat load_slow.txt; fail "a read 8 s slow ended the run (rc $rc)"; }
+[ $took -ge 8 ] || fail "load: the run took $took s: the read was not slowed"
+grep -q "resumed from load_slow/ckpt-00000004 at step 4" load_slow.txt || { cat load_slow.txt; fail "load: not resumed"; }
+same_losses ref.jsonl load_slow.jsonl 5 || fail "load: the resumed run differs"
+echo "ok: rank 1's read 8 s slow, resumed and finished in $took s"
+slowed load_stop 1:4:slow_checkpoint:60 false --set train.resume=auto --set train.checkpoint_timeout_s=2
+[ $rc != 0 ] && [ $took -lt 40 ] || { cat load_stop.txt; fail "load: not stopped by the bound (rc $rc, $took s)"; }
+grep -qE "loading checkpoint load_stop/ckpt-00000004: rank 1 is still reading its shards [0-9.]+ s after rank 0 was done \(--set \[train\] checkpoint_timeout_s = 2\); the job ends" load_stop.txt ||
+    { cat load_stop.txt; fail "load: no message naming rank 1"; }
+echo "ok: rank 1's read 60 s slow, stopped after $took s naming it"
 
 # The other kind of TESSERA_FAULT: rank 1 killed right after step 3.
 slowed kill 1:3:kill false
