@@ -39,6 +39,7 @@
  * passes when it is consistent), or run on several nodes by itself (pass
  * the launcher that does: --launcher "srun" or "mpirun --hostfile H").
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -84,7 +85,8 @@ static const char *usage_verify =
     "                     cores / N); a failed launch prints the launcher's own\n"
     "                     first lines of error\n"
     "  --timeout S        seconds any one run may take (default 600)\n"
-    "  --keep DIR         keep the runs' files in DIR (default: a temporary one)\n"
+    "  --keep DIR         keep the runs' files in DIR, new or empty (default: a\n"
+    "                     temporary one, removed when all four pass)\n"
     "  --set section.key=value   override one key in every run (repeatable)\n";
 
 #define MAX_SETS 64
@@ -808,9 +810,22 @@ int cmd_verify(int argc, char **argv) {
     o.tol = strcmp(o.dtype, "bf16") == 0 ? 1e-3 : 1e-5;
     if (o.keep) {
         snprintf(o.dir, sizeof o.dir, "%s", o.keep);
-        if (mkdir(o.dir, 0755) != 0 && errno != EEXIST) {
-            fprintf(stderr, "tessera verify: --keep %s: %s\n", o.dir, strerror(errno));
-            return 1;
+        /* A new directory, or an empty one that is not a link: the runs'
+         * files are then the only ones in it, and none is a link planted
+         * to have its target overwritten. */
+        struct stat sb;
+        if (mkdir(o.dir, 0755) != 0) {
+            int empty = errno == EEXIST && lstat(o.dir, &sb) == 0 && S_ISDIR(sb.st_mode);
+            DIR *d = empty ? opendir(o.dir) : NULL;
+            for (struct dirent *e; d && empty && (e = readdir(d));)
+                empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+            if (d) closedir(d);
+            if (!empty) {
+                fprintf(stderr, "tessera verify: --keep %s: %s\n", o.dir,
+                        errno == EEXIST ? "exists and is not an empty directory; name a new one"
+                                        : strerror(errno));
+                return 2;
+            }
         }
     } else {
         snprintf(o.dir, sizeof o.dir, "%s/tessera-verify.XXXXXX",

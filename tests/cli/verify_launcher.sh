@@ -61,4 +61,14 @@ launch_fails script_error "$PWD/launcher.sh --hosts node17" "status 3" \
 launch_fails no_such_command "no-such-launcher -v" "cannot run no-such-launcher: No such file or directory"
 launch_fails silent false "the launcher 'false -np 4' printed nothing"
 
+# --keep DIR takes a new or empty directory only: the runs' files are then the
+# only ones there, and none can be a link planted to have its target written.
+mkdir -p kept && echo mine > kept/notes.txt && ln -sfn "$WORK/kept" keptlink
+for d in kept keptlink; do
+    "$TESSERA" verify "$TINY" --world 2 --keep $d > keep.out 2> keep.err && fail "--keep $d was taken"
+    grep -qx "tessera verify: --keep $d: exists and is not an empty directory; name a new one" keep.err ||
+        { cat keep.err; fail "--keep $d: wrong message"; }
+done
+[ "$(cat kept/notes.txt)" = mine ] || fail "--keep kept changed a file already there"
+echo "ok --keep refuses a directory with files and a link"
 echo PASS
