@@ -105,8 +105,8 @@ typedef struct sched_sim {
     sched_transfer *tr; /* [2][p*v][m] (a receive seen: recvs > 0)        */
     char *computed;     /* [3][p*v][m]: forward / input gradient / weight
                            gradient seen so far                            */
-    int *start;         /* per rank, per action: start time (compute only) */
-    int *offset;        /* [p+1] index of each rank's first action         */
+    int *start;         /* per rank, per computation: its start time       */
+    int *offset;        /* [p+1] index of each rank's first computation    */
     int makespan;       /* sched_run: the latest end of a computation      */
     long busy;          /* sched_run: the computations' units, summed      */
 } sched_sim;
@@ -175,6 +175,7 @@ static ts_status sched_check_stage(sched_sim *S, int s) {
                      S->v - 1);
             return sched_bad_action(s, i, a, msg);
         }
+        S->offset[s + 1] += sched_compute(a->kind); /* the rank's computations, counted */
         int vs = ts_stage_virtual(S->order, S->p, s, a->chunk), dir = 0, b = 0, peer = -1;
         size_t fwd = sched_index(S, 0, vs, a->mb), bwd = sched_index(S, 1, vs, a->mb);
         size_t wgt = sched_index(S, 2, vs, a->mb);
@@ -270,22 +271,22 @@ static ts_status sched_check_all(const sched_sim *S) {
 
 /* Runs every rank as far as it can until all are done; fails on a deadlock.
  * A rank that stops at a receive is run again only when a send to it is
- * issued (each rank in a ring of ranks to run at most once), so the run
+ * issued (each rank on a stack of ranks to run at most once), so the run
  * costs the actions plus the ranks; which rank runs first changes nothing,
  * since a rank's clock follows only its own list and the times its
  * receives' sends were issued. */
 static ts_status sched_run(sched_sim *S) {
     int *pc = calloc((size_t)S->p, sizeof *pc), *clock = calloc((size_t)S->p, sizeof *clock);
-    int *stack = malloc(sizeof *stack * (size_t)S->p);
+    int *stack = malloc(sizeof *stack * (size_t)S->p), *ci = malloc(sizeof *ci * (size_t)S->p);
     char *queued = calloc((size_t)S->p, 1);
     ts_status st = TS_OK;
-    if (!pc || !clock || !stack || !queued) {
+    if (!pc || !clock || !stack || !ci || !queued) {
         st = ts_error(TS_ERR_NOMEM, "schedule: simulate: out of memory");
         goto out;
     }
     int n = 0, done = 0;
     for (int s = S->p - 1; s >= 0; s--)
-        stack[n++] = s, queued[s] = 1;
+        stack[n++] = s, queued[s] = 1, ci[s] = S->offset[s]; /* its next computation's index */
     while (n > 0) {
         int s = stack[--n];
         queued[s] = 0;
@@ -308,7 +309,7 @@ static ts_status sched_run(sched_sim *S) {
             }
             if (sched_compute(a->kind)) {
                 int units = sched_units(S, a->kind);
-                S->start[S->offset[s] + pc[s]] = clock[s];
+                S->start[ci[s]++] = clock[s];
                 clock[s] += units;
                 S->busy += units;
                 if (clock[s] > S->makespan) S->makespan = clock[s];
@@ -344,6 +345,7 @@ out:
     free(pc);
     free(clock);
     free(stack);
+    free(ci);
     free(queued);
     return st;
 }
@@ -359,13 +361,13 @@ static ts_status sched_fill(const sched_sim *S, ts_schedule_sim *r) {
     for (long k = 0; k < (long)S->p * r->makespan; k++)
         r->slots[k] = (ts_schedule_slot){'.', -1, -1};
     for (int s = 0; s < S->p; s++) {
-        int now = 0, peak = 0; /* ts_schedule_peak_in_flight, in the same pass */
+        int now = 0, peak = 0, c = S->offset[s]; /* peak: ts_schedule_peak_in_flight's */
         for (int i = 0; i < S->sch[s].nactions; i++) {
             const ts_action *a = &S->sch[s].actions[i];
             if (!sched_compute(a->kind)) continue;
             if (a->kind == TS_ACT_FORWARD && ++now > peak) peak = now;
             if (a->kind == TS_ACT_BACKWARD || a->kind == TS_ACT_BACKWARD_WEIGHT) now--;
-            int t0 = S->start[S->offset[s] + i], dur = sched_units(S, a->kind);
+            int t0 = S->start[c++], dur = sched_units(S, a->kind);
             char op = a->kind == TS_ACT_FORWARD           ? 'F'
                       : a->kind == TS_ACT_BACKWARD_WEIGHT ? 'W'
                                                           : 'B';
@@ -411,21 +413,19 @@ ts_status ts_schedule_simulate_shape(const ts_schedule_shape *sh, const ts_sched
                    .sch = per_stage};
     size_t cells = 3 * (size_t)stages * (size_t)chunks * (size_t)micro_batches;
     size_t transfers = cells / 3 * 2;
-    size_t nall = 0;
-    for (int s = 0; s < stages; s++)
-        nall += (size_t)per_stage[s].nactions;
     S.tr = calloc(transfers, sizeof *S.tr);
     S.computed = calloc(cells, 1);
-    S.start = calloc(nall + 1, sizeof *S.start);
     S.offset = calloc((size_t)stages + 1, sizeof *S.offset);
     ts_status st = TS_OK;
-    if (!S.tr || !S.computed || !S.start || !S.offset)
+    if (!S.tr || !S.computed || !S.offset)
         st = ts_error(TS_ERR_NOMEM, "schedule: simulate: out of memory");
     for (int s = 0; !st && s < stages; s++)
-        S.offset[s + 1] = S.offset[s] + per_stage[s].nactions;
-    for (int s = 0; !st && s < stages; s++)
         st = sched_check_stage(&S, s);
+    for (int s = 0; !st && s < stages; s++)
+        S.offset[s + 1] += S.offset[s];
     if (!st) st = sched_check_all(&S);
+    if (!st && !(S.start = malloc(sizeof *S.start * ((size_t)S.offset[stages] + 1))))
+        st = ts_error(TS_ERR_NOMEM, "schedule: simulate: out of memory");
     if (!st) st = sched_run(&S);
     if (!st) {
         *out = (ts_schedule_sim){.stages = stages,

@@ -226,15 +226,15 @@ static ts_status pp_zb_v_build(pp_schedule_cache *cache, int p, int m) {
     size_t per_rank = (size_t)6 * (size_t)m; /* 2 chunks x m x (F, B, W) */
     int *fdone = calloc((size_t)V * (size_t)m, sizeof *fdone);
     int *bdone = calloc((size_t)V * (size_t)m, sizeof *bdone);
-    int *state = calloc((size_t)p * 8, sizeof *state);           /* per rank: see below   */
-    int *wq = calloc((size_t)p * 2 * (size_t)m * 2, sizeof *wq); /* per rank: pending W    */
-    int *visit = malloc(sizeof *visit * (size_t)p * 2);          /* this t's ranks, next's */
-    int *mark = calloc((size_t)p, sizeof *mark);                 /* 1 + the t it is listed */
+    int *state = calloc((size_t)p * 8, sizeof *state);  /* per rank: see below   */
+    int *visit = malloc(sizeof *visit * (size_t)p * 2); /* this t's ranks, next's */
+    int *mark = calloc((size_t)p, sizeof *mark);        /* 1 + the t it is listed */
     pp_schedule_step *steps = malloc(sizeof *steps * (size_t)p * per_rank);
-    ts_status st = fdone && bdone && state && wq && visit && mark && steps ? TS_OK : TS_ERR_NOMEM;
-    /* state[r*8 + ...]: 0,1 next F of chunk 0/1; 2,3 next B; 4 W queue head;
-     * 5 W queue tail; 6 (micro-batch, chunk) pairs holding activations;
-     * 7 how many of its steps the rank has run. */
+    ts_status st = fdone && bdone && state && visit && mark && steps ? TS_OK : TS_ERR_NOMEM;
+    /* state[r*8 + ...]: 0,1 next F of chunk 0/1; 2,3 next B; 4 where in its
+     * steps to look for the B of its next W (Ws run in B order); 5 Ws
+     * pending; 6 (micro-batch, chunk) pairs holding activations; 7 how many
+     * steps the rank has run. */
     long total = (long)p * 2 * m * 3, done = 0;
     int *now = visit, *next = visit + p, nnow = 0, nnext = 0;
     for (int r = 0; !st && r < p; r++)
@@ -248,7 +248,8 @@ static ts_status pp_zb_v_build(pp_schedule_cache *cache, int p, int m) {
     } while (0)
         for (int i = 0; i < nnow; i++) {
             int r = now[i];
-            int *R = state + (size_t)r * 8, *Q = wq + (size_t)r * 4 * (size_t)m;
+            int *R = state + (size_t)r * 8;
+            pp_schedule_step *mine = steps + (size_t)r * per_rank;
             int op = -1, chunk = 0, mb = 0;
             for (int c = 0; c < 2 && op < 0; c++) { /* a ready B, chunk 0 first */
                 int k = ts_stage_virtual(TS_STAGES_V, p, r, c), b = R[2 + c];
@@ -264,10 +265,13 @@ static ts_status pp_zb_v_build(pp_schedule_cache *cache, int p, int m) {
                 int ready = k > 0 ? fdone[(size_t)f * V + k - 1] : 1;
                 if (ready && (k == 0 || ready <= t)) op = ZBV_F, chunk = c, mb = f;
             }
-            if (op < 0 && R[4] < R[5]) { /* the oldest pending W */
+            if (op < 0 && R[5] > 0) { /* the oldest pending W: its B, the next in the list */
+                while (PP_STEP_OP(mine[R[4]]) != ZBV_B)
+                    R[4]++;
                 op = ZBV_W;
-                chunk = Q[2 * R[4]];
-                mb = Q[2 * R[4] + 1];
+                chunk = PP_STEP_CHUNK(mine[R[4]]);
+                mb = PP_STEP_MB(mine[R[4]]);
+                R[4]++;
             }
             if (op < 0) continue; /* idle: listed again when a neighbour readies it */
             int k = ts_stage_virtual(TS_STAGES_V, p, r, chunk);
@@ -279,21 +283,14 @@ static ts_status pp_zb_v_build(pp_schedule_cache *cache, int p, int m) {
             } else if (op == ZBV_B) {
                 bdone[(size_t)mb * V + k] = t + 1;
                 R[2 + chunk]++;
-                Q[2 * R[5]] = chunk;
-                Q[2 * R[5] + 1] = mb;
                 R[5]++;
                 if (k > 0) ZBV_LIST(ts_stage_rank(TS_STAGES_V, p, k - 1));
             } else {
-                R[4]++;
+                R[5]--;
                 R[6]--;
             }
             ZBV_LIST(r);
-            steps[(size_t)r * per_rank + (size_t)R[7]++] =
-                (pp_schedule_step){mb,
-                                   (char)(op == ZBV_F   ? 'F'
-                                          : op == ZBV_B ? 'B'
-                                                        : 'W'),
-                                   (char)chunk};
+            mine[R[7]++] = PP_STEP(mb, chunk, op);
             done++;
         }
 #undef ZBV_LIST
@@ -304,7 +301,6 @@ static ts_status pp_zb_v_build(pp_schedule_cache *cache, int p, int m) {
     free(fdone);
     free(bdone);
     free(state);
-    free(wq);
     free(visit);
     free(mark);
     if (st) {
@@ -322,11 +318,10 @@ static ts_status pp_gen_zb_v(const pp_emitter *e, int m, pp_schedule_cache *cach
         TS_TRY(pp_zb_v_build(cache, e->p, m));
     const pp_schedule_step *mine = cache->steps + (size_t)e->s * cache->per_rank;
     for (size_t i = 0; i < cache->per_rank; i++) {
-        const pp_schedule_step *x = &mine[i];
-        TS_TRY(x->op == 'F' ? pp_emit_forward(e, x->mb, x->chunk)
-               : x->op == 'B'
-                   ? pp_emit_backward_as(e, TS_PLUGIN_ACT_BACKWARD_INPUT, x->mb, x->chunk)
-                   : pp_emit_weight(e, x->mb, x->chunk));
+        int op = PP_STEP_OP(mine[i]), mb = PP_STEP_MB(mine[i]), chunk = PP_STEP_CHUNK(mine[i]);
+        TS_TRY(op == ZBV_F   ? pp_emit_forward(e, mb, chunk)
+               : op == ZBV_B ? pp_emit_backward_as(e, TS_PLUGIN_ACT_BACKWARD_INPUT, mb, chunk)
+                             : pp_emit_weight(e, mb, chunk));
     }
     return TS_OK;
 }

@@ -112,11 +112,15 @@ int pp_schedule_check(pp_schedule_kind kind, int stages, int stage, int micro_ba
 ts_status pp_schedule_emit(pp_schedule_kind kind, int stages, int stage, int micro_batches,
                            int chunks, pp_append_fn append, void *user);
 
-/* One computation of a cached rank's order: 'F', 'B' or 'W' of (mb, chunk). */
-typedef struct pp_schedule_step {
-    int mb;
-    char op, chunk;
-} pp_schedule_step;
+/* One computation of a cached rank's order, packed in 32 bits: micro-batch
+ * x 8 + chunk x 4 + op (0 F, 1 B, 2 W); pp_schedule_check keeps a
+ * micro-batch below 2^28. */
+typedef unsigned pp_schedule_step;
+#define PP_STEP(mb, chunk, op)                                                                     \
+    ((pp_schedule_step)(mb) << 3 | (unsigned)(chunk) << 2 | (unsigned)(op))
+#define PP_STEP_MB(x) ((int)((x) >> 3))
+#define PP_STEP_CHUNK(x) ((int)((x) >> 2 & 1u))
+#define PP_STEP_OP(x) ((int)((x)&3u))
 
 /* What a generator keeps between calls of one shape: ZB-V's simulation of
  * every rank together, made at the first call for (stages, micro_batches)
