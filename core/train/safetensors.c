@@ -102,7 +102,7 @@ typedef struct st_tensor {
     char hf[TS_NAME_MAX];
     size_t offset; /* in the model's flat layout */
     int64_t rows, cols, file_rows;
-    int transpose;
+    int transpose, matrix; /* matrix: 2-D in the file, even with one column */
 } st_tensor;
 
 /* Our name `name` in st_names (its block in *layer, -1 for none); NULL when
@@ -167,6 +167,7 @@ static ts_status st_each(const ts_model_config *c, const char *path,
             t.rows = each / t.cols;
             t.file_rows = layer < 0 && strcmp(s->ours, "wte") == 0 ? c->vocab : t.rows;
             t.transpose = s->transpose;
+            t.matrix = matrix;
             st = fn(&t, arg);
         }
     }
@@ -204,9 +205,9 @@ static st_tensor *st_tensors(const ts_model *m, int *n) {
 }
 
 /* The file's shape of a tensor: [rows, cols] or, stored transposed,
- * [cols, rows]; a vector [rows] when it has one column. */
+ * [cols, rows]; a vector [rows] when it is not a matrix. */
 static int st_shape(const st_tensor *t, int64_t *shape) {
-    if (t->cols == 1) {
+    if (!t->matrix) {
         shape[0] = t->file_rows;
         return 1;
     }
@@ -1463,16 +1464,27 @@ static ts_status st_files_names(const st_files *f, int *layers, int *experts) {
 static int st_block_kind(const st_files *f, int l, const char **name) {
     char pre[64];
     int n = snprintf(pre, sizeof pre, "h.%d.mlp.", l), kind = -1;
-    for (int s = 0; s < f->n; s++)
-        for (int i = 0; i < f->h[s].n && kind < 1; i++) {
+    for (int s = 0; s < f->n; s++) {
+        /* The names are sorted: those of the block start at the first not
+         * below pre (a search per block, not a pass over every tensor). */
+        int lo = 0, hi = f->h[s].n;
+        while (lo < hi) {
+            int mid = lo + (hi - lo) / 2;
+            if (strcmp(f->h[s].e[mid].name, pre) < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        for (int i = lo; i < f->h[s].n && kind < 1; i++) {
             const char *x = f->h[s].e[i].name;
-            if (strncmp(x, pre, (size_t)n) != 0) continue;
+            if (strncmp(x, pre, (size_t)n) != 0) break;
             if (strncmp(x + n, "router.", 7) == 0 || strncmp(x + n, "experts.", 8) == 0) {
                 kind = 1, *name = x;
             } else if (kind < 0 && strncmp(x + n, "c_", 2) == 0) {
                 kind = 0, *name = x;
             }
         }
+    }
     return kind;
 }
 

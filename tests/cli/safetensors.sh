@@ -7,7 +7,8 @@
 # trains exactly as `init = llmc:PATH` of the same weights (losses equal,
 # bit for bit), also from a BF16 file (within bf16 rounding); bad files and
 # a mixture-of-experts configuration of the dense file are refused with
-# messages naming the file (the experts' files: safetensors_moe.sh).
+# messages naming the file (the experts' files: safetensors_moe.sh); a
+# one-channel model keeps its matrices 2-D.
 . "$(dirname "$0")/lib.sh"
 cat > model.ini <<'INI'
 [model]
@@ -138,4 +139,21 @@ expect_fail moe 'experts: block h.0 is a mixture of experts here .* and a dense 
     train model.ini --set model.experts=4 --set model.init=safetensors:w.safetensors
 expect_fail dtype 'dtype f16: expected f32 or bf16' export model.ini --dtype f16 --out x
 expect_fail format 'format onnx: expected llmc or safetensors' export model.ini --format onnx --out x
+# One channel (d_model = 1): the matrices stay 2-D ([V, 1], Conv1D [1, 3], ...;
+# they were written as vectors, which the reader then refused), and train back.
+sed -e 's/^d_model = 64/d_model = 1/' -e 's/^heads = 4/heads = 1/' model.ini > one.ini
+"$TESSERA" export one.ini --set train.checkpoint_dir= --format safetensors --out one.safetensors > /dev/null ||
+    fail "export d_model 1"
+python3 - <<'PY' || fail "d_model 1: shapes"
+import json, struct
+b = open("one.safetensors", "rb").read()
+h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+got = {k: v["shape"] for k, v in h.items() if k in ("wte.weight", "wpe.weight", "h.0.attn.c_attn.weight",
+                                                      "h.0.attn.c_proj.weight", "h.0.mlp.c_fc.weight")}
+assert got == {"wte.weight": [200, 1], "wpe.weight": [32, 1], "h.0.attn.c_attn.weight": [1, 3],
+               "h.0.attn.c_proj.weight": [1, 1], "h.0.mlp.c_fc.weight": [1, 4]}, got
+PY
+"$TESSERA" train one.ini --set model.init=safetensors:one.safetensors --set train.checkpoint_dir= \
+    --set train.checkpoint_every=0 --set train.steps=1 > one.txt 2>&1 || { cat one.txt; fail "d_model 1: train"; }
+echo "ok d_model 1: 2-D matrices, read back"
 echo PASS
