@@ -5,11 +5,12 @@
  *
  * usage: fuzz_seeds TARGET DIR     writes DIR/gen-* for TARGET (config,
  *                                  tokens, llmc, checkpoint, ckpt_meta,
- *                                  plugin, safetensors, cluster)
+ *                                  plugin, safetensors, cluster, hf)
  *        fuzz_seeds dict TARGET    prints TARGET's dictionary (config: every
  *                                  section, key and enum word; cluster: its
  *                                  keys and edge numbers; safetensors,
- *                                  ckpt_meta: their words; others: nothing)
+ *                                  ckpt_meta, hf: their words; others:
+ *                                  nothing)
  * tests/fuzz/fuzz.sh runs it into each target's working corpus before a run;
  * the checked-in seeds of tests/fuzz/corpus were written by it too
  * (`fuzz_seeds TARGET tests/fuzz/corpus/TARGET`).
@@ -199,6 +200,53 @@ static void seeds_safetensors(void) {
     }
 }
 
+/* --- hf: config.json and the index beside the tiny model (fuzz_hf.c): byte
+ * 0 even for config.json, odd for the index ------------------------------ */
+static void seeds_hf(void) {
+    static const char *const configs[][2] = {
+        {"gen-config.json",
+         "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\", \"n_head\": 2, "
+         "\"n_embd\": 8, \"n_layer\": 1, \"n_positions\": 4, \"n_ctx\": 4, \"vocab_size\": 16, "
+         "\"layer_norm_epsilon\": 1e-05, \"activation_function\": \"gelu_new\", "
+         "\"tie_word_embeddings\": true, \"n_inner\": null, \"scale_attn_weights\": true, "
+         "\"task_specific_params\": {\"text-generation\": {\"do_sample\": true, "
+         "\"max_length\": 50}}, \"resid_pdrop\": 0.1, \"bos_token_id\": 50256}"},
+        {"gen-config-erf.json", "{\"n_head\": 2, \"activation_function\": \"gelu\"}"},
+        {"gen-config-eps.json", "{\"layer_norm_epsilon\": 1e-3, \"n_inner\": 32}"},
+        {"gen-config-untied.json", "{\"tie_word_embeddings\": false, \"n_head\": 4}"}};
+    char buf[2048];
+    for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
+        int n = snprintf(buf, sizeof buf, "%c%s", 0, configs[i][1]);
+        write_file(configs[i][0], buf, (size_t)n);
+    }
+    static const char *const names[] = {"wte.weight",
+                                        "wpe.weight",
+                                        "h.0.ln_1.weight",
+                                        "h.0.ln_1.bias",
+                                        "h.0.attn.c_attn.weight",
+                                        "h.0.attn.c_attn.bias",
+                                        "h.0.attn.c_proj.weight",
+                                        "h.0.attn.c_proj.bias",
+                                        "h.0.ln_2.weight",
+                                        "h.0.ln_2.bias",
+                                        "h.0.mlp.c_fc.weight",
+                                        "h.0.mlp.c_fc.bias",
+                                        "h.0.mlp.c_proj.weight",
+                                        "h.0.mlp.c_proj.bias",
+                                        "ln_f.weight",
+                                        "ln_f.bias"};
+    size_t len = (size_t)snprintf(buf, sizeof buf,
+                                  "%c{\"metadata\": {\"total_size\": 4928}, "
+                                  "\"weight_map\": {",
+                                  1);
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        len += (size_t)snprintf(buf + len, sizeof buf - len,
+                                "%s\"transformer.%s\": \"model-00001-of-00001.safetensors\"",
+                                i ? ", " : "", names[i]);
+    len += (size_t)snprintf(buf + len, sizeof buf - len, "}}");
+    write_file("gen-index.json", buf, len);
+}
+
 static void seeds_checkpoint(void) {
     ts_model *m = tiny_model();
     size_t n = m->global_numel;
@@ -360,6 +408,14 @@ int main(int argc, char **argv) {
             printf("\"[cluster]\"\n\" = \"\n\"1e-300\"\n\"1e300\"\n\"1048576\"\n\"4096\"\n"
                    "\"2147483647\"\n\"inf\"\n\"nan\"\n\"-0\"\n\"0x1p-1074\"\n\"true\"\n");
         }
+        if (strcmp(argv[2], "hf") == 0)
+            printf("\"n_head\"\n\"n_embd\"\n\"n_layer\"\n\"n_positions\"\n\"vocab_size\"\n"
+                   "\"n_inner\"\n\"layer_norm_epsilon\"\n\"activation_function\"\n"
+                   "\"tie_word_embeddings\"\n\"scale_attn_weights\"\n"
+                   "\"scale_attn_by_inverse_layer_idx\"\n\"add_cross_attention\"\n"
+                   "\"model_type\"\n\"weight_map\"\n\"gelu_new\"\n\"gelu\"\n\"null\"\n"
+                   "\"true\"\n\"false\"\n\"1e-05\"\n\"\\\\u0000\"\n\"transformer.\"\n"
+                   "\"lm_head.weight\"\n\"model-00001-of-00001.safetensors\"\n\"../\"\n");
         if (strcmp(argv[2], "ckpt_meta") == 0)
             printf("\"tessera-checkpoint 2\"\n\"shard \"\n\"tensor \"\n\"file \"\n\"master\"\n"
                    "\"rank-00000.bin\"\n\"end \"\n\"9223372036854775807\"\n\"-1\"\n");
@@ -384,7 +440,8 @@ int main(int argc, char **argv) {
                    {"ckpt_meta", seeds_ckpt_meta},
                    {"plugin", seeds_plugin},
                    {"safetensors", seeds_safetensors},
-                   {"cluster", seeds_cluster}};
+                   {"cluster", seeds_cluster},
+                   {"hf", seeds_hf}};
     for (size_t i = 0; i < sizeof targets / sizeof *targets; i++)
         if (strcmp(argv[1], targets[i].name) == 0) {
             targets[i].fn();
