@@ -365,6 +365,21 @@ static ts_status st_string_len(st_json *j, char *out, size_t cap, size_t *len) {
         char u[4] = {(char)c};
         size_t k = 1;
         j->p++;
+        if (c >= 0x80) { /* UTF-8, as the format's header is: no overlong or surrogate form */
+            k = c < 0xc2 ? 0 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : c < 0xf5 ? 4 : 0;
+            unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+            unsigned hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+            int ok = k && j->end - at >= (ptrdiff_t)k && (unsigned char)at[1] >= lo &&
+                     (unsigned char)at[1] <= hi;
+            for (size_t b = 2; ok && b < k; b++)
+                ok = ((unsigned char)at[b] & 0xc0) == 0x80;
+            if (!ok) {
+                j->p = at;
+                return st_bad(j, "a string that is not UTF-8");
+            }
+            memcpy(u, at, k);
+            j->p = at + k;
+        }
         if (c == '\\') {
             static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
             char e = j->p < j->end ? *j->p++ : '\0';

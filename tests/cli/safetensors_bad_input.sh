@@ -4,10 +4,11 @@
 # itself): weights that are not finite (F32, BF16, F16; llm.c checkpoints
 # and raw weights too), metadata counts that its own tensors contradict
 # (experts, expert_hidden, moe_every, top_k, heads: 65,536 or 2^30 experts
-# in a 4-expert file among them; the sizes an llm.c or raw header gives), and header JSON the format does not
-# allow (a second __metadata__, a key twice, a NUL inside a string, text
-# after the closing brace, a number past 64 bits, data bytes no tensor
-# holds). A header with JSON escapes and the format's space padding reads.
+# in a 4-expert file among them; the sizes an llm.c or raw header gives),
+# and header JSON the format does not allow (a second __metadata__, a key
+# twice, a NUL inside a string or one not UTF-8, text after the closing
+# brace, a number past 64 bits, data bytes no tensor holds). A header with
+# JSON escapes, UTF-8 and the format's space padding reads.
 . "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 cat > model.ini <<'INI'
@@ -121,6 +122,8 @@ write("field_twice.safetensors", text.replace(b'"wpe.weight": {"dtype": "F32"',
 write("nul_name.safetensors", text.replace(b'"wte.weight"', b'"wte.weight\0x"'), d)
 write("nul_meta.safetensors", text.replace(b'"top_k": "2"', b'"top_k": "2\0junk"'), d)
 write("escaped_nul.safetensors", text.replace(b'"wte.weight"', b'"wte.weight\\u0000x"'), d)
+write("not_utf8.safetensors", text.replace(b'"format": "pt"', b'"format": "p\xfft"'), d)
+write("surrogate_utf8.safetensors", text.replace(b'"format": "pt"', b'"format": "\xed\xa0\x80"'), d)
 write("after_brace.safetensors", text + b'{"wte.weight": 1}', d)
 write("leading.safetensors", b"x" + text, d)
 h["extra"] = {"dtype": "F32", "shape": [99999999999999999999, 0], "data_offsets": [0, 0]}
@@ -134,7 +137,8 @@ h2["ln_f.bias"]["data_offsets"] = [lo + 16, hi + 16]
 write("hole.safetensors", dump(h2), d[:lo] + bytes(16) + d[lo:])
 # Valid: JSON escapes in names and metadata, whitespace around the JSON.
 esc = text.replace(b'"wte.weight"', b'"\\u0077te\\u002eweight"')
-esc = esc.replace(b'"format": "pt"', b'"format": "pt", "note": "a\\nb\\t\\"c\\" \\u00e9\\ud83d\\ude00"')
+esc = esc.replace(b'"format": "pt"',
+                  b'"format": "pt", "note": "a\\nb\\t\\"c\\" \\u00e9\\ud83d\\ude00 caf\xc3\xa9 \xf0\x9f\x98\x80"')
 write("escaped.safetensors", b"{\n " + esc[1:] + b"\n  ", d)
 PY
 
@@ -192,6 +196,8 @@ bad field_twice 'header JSON, at byte [0-9]+ of it: wpe\.weight has dtype twice'
 bad nul_name 'header JSON, at byte [0-9]+ of it: a NUL byte inside a string'
 bad nul_meta 'header JSON, at byte [0-9]+ of it: a NUL byte inside a string'
 bad escaped_nul 'header JSON, at byte [0-9]+ of it: a NUL \(\\u0000\) inside a string'
+bad not_utf8 'header JSON, at byte [0-9]+ of it: a string that is not UTF-8'
+bad surrogate_utf8 'header JSON, at byte [0-9]+ of it: a string that is not UTF-8'
 bad after_brace "header JSON, at byte [0-9]+ of it: '\{' after the header's closing brace"
 bad leading "header JSON, at byte 0 of it: the header does not begin with '\{'"
 bad big_number 'header JSON, at byte [0-9]+ of it: 99999999999999999999 is more than 2\^63 - 1'
