@@ -157,6 +157,10 @@ expect_fail() { # NAME REGEX args...: exit non-zero within 20 s, one line on std
 bad() { # NAME REGEX: training from NAME.safetensors is refused naming it
     expect_fail "$1" "safetensors $1.safetensors: $2" train bare.ini --set model.init=safetensors:$1.safetensors
 }
+early() { # NAME REGEX: ... while its shape is read, before a model is built ([model] init named)
+    bad "$1" "$2"
+    grep -q "\[model\] init: safetensors $1.safetensors: " $1.err || fail "$1: refused after the model was built"
+}
 bad_llmc() { # NAME INI FILE REGEX
     expect_fail "$1" "$4" train $2 --set model.init=llmc:$3
 }
@@ -180,29 +184,29 @@ bad_llmc nan_raw model.ini nan_raw.bin "raw weights nan_raw\.bin: h\.0\.ln1\.wei
 bad_llmc vp bare.ini vp.bin 'llm\.c checkpoint vp\.bin: [0-9]+ bytes, but its header.s shape \(maxT=8 V=32 L=3 NH=2 C=16 Vp=2147483647\) takes [0-9]+$'
 bad_llmc raw_experts bare.ini experts.bin 'raw weights experts\.bin: [0-9]+ bytes, but its header.s shape \(.* experts=65536 moe_every=2 expert_hidden=24\) takes [0-9]+$'
 
-bad experts_65536 '__metadata__ experts = 65536, but the tensors make it 4'
-bad experts_2p30 '__metadata__ experts = 1073741824, but the tensors make it 4'
-bad experts_dense '__metadata__ experts = 4, but the tensors make it 0'
-bad hidden '__metadata__ expert_hidden = 1073741824, but the tensors make it 24 \(h\.0\.mlp\.experts\.0\.c_fc\.weight \[16, 24\]\)'
-bad top_k '__metadata__ top_k = 1073741824 is more than the 4 experts'
-bad heads '__metadata__ heads = 1073741824 does not divide d_model = 16'
-bad moe_every 'h\.1\.mlp\.c_fc\.bias: block h\.1 of the model is a mixture of 4 experts \(__metadata__ moe_every = 1\), the file has a dense MLP there'
-bad moe_every_2p30 'h\.2\.mlp\.experts\.0\.c_fc\.bias: block h\.2 of the model is a dense MLP \(__metadata__ moe_every = 1073741824\), the file routes it to experts'
-bad stray_expert 'h\.0\.mlp\.router\.weight has shape \[16,4\], the model.s is \[16,65536\]'
+early experts_65536 '__metadata__ experts = 65536, but the tensors make it 4'
+early experts_2p30 '__metadata__ experts = 1073741824, but the tensors make it 4'
+early experts_dense '__metadata__ experts = 4, but the tensors make it 0'
+early hidden '__metadata__ expert_hidden = 1073741824, but the tensors make it 24 \(h\.0\.mlp\.experts\.0\.c_fc\.weight \[16, 24\]\)'
+early top_k '__metadata__ top_k = 1073741824 is more than the 4 experts'
+early heads '__metadata__ heads = 1073741824 does not divide d_model = 16'
+early moe_every 'h\.1\.mlp\.c_fc\.bias: block h\.1 of the model is a mixture of 4 experts \(__metadata__ moe_every = 1\), the file has a dense MLP there'
+early moe_every_2p30 'h\.2\.mlp\.experts\.0\.c_fc\.bias: block h\.2 of the model is a dense MLP \(__metadata__ moe_every = 1073741824\), the file routes it to experts'
+early stray_expert 'h\.0\.mlp\.router\.weight has shape \[16,4\], the model.s is \[16,65536\]'
 
-bad meta_twice 'header JSON, at byte [0-9]+ of it: a second __metadata__'
-bad key_twice 'header JSON, at byte [0-9]+ of it: __metadata__ key top_k appears twice'
-bad field_twice 'header JSON, at byte [0-9]+ of it: wpe\.weight has dtype twice'
-bad nul_name 'header JSON, at byte [0-9]+ of it: a NUL byte inside a string'
-bad nul_meta 'header JSON, at byte [0-9]+ of it: a NUL byte inside a string'
-bad escaped_nul 'header JSON, at byte [0-9]+ of it: a NUL \(\\u0000\) inside a string'
-bad not_utf8 'header JSON, at byte [0-9]+ of it: a string that is not UTF-8'
-bad surrogate_utf8 'header JSON, at byte [0-9]+ of it: a string that is not UTF-8'
-bad after_brace "header JSON, at byte [0-9]+ of it: '\{' after the header's closing brace"
-bad leading "header JSON, at byte 0 of it: the header does not begin with '\{'"
-bad big_number 'header JSON, at byte [0-9]+ of it: 99999999999999999999 is more than 2\^63 - 1'
-bad trailing_data 'data bytes \[[0-9]+, [0-9]+\) after the last tensor are no tensor.s'
-bad hole 'data bytes \[[0-9]+, [0-9]+\) before ln_f\.bias are no tensor.s'
+early meta_twice 'header JSON, at byte [0-9]+ of it: a second __metadata__'
+early key_twice 'header JSON, at byte [0-9]+ of it: __metadata__ key top_k appears twice'
+early field_twice 'header JSON, at byte [0-9]+ of it: wpe\.weight has dtype twice'
+early nul_name 'header JSON, at byte [0-9]+ of it: a NUL byte inside a string'
+early nul_meta 'header JSON, at byte [0-9]+ of it: a NUL byte inside a string'
+early escaped_nul 'header JSON, at byte [0-9]+ of it: a NUL \(\\u0000\) inside a string'
+early not_utf8 'header JSON, at byte [0-9]+ of it: a string that is not UTF-8'
+early surrogate_utf8 'header JSON, at byte [0-9]+ of it: a string that is not UTF-8'
+early after_brace "header JSON, at byte [0-9]+ of it: '\{' after the header's closing brace"
+early leading "header JSON, at byte 0 of it: the header does not begin with '\{'"
+early big_number 'header JSON, at byte [0-9]+ of it: 99999999999999999999 is more than 2\^63 - 1'
+early trailing_data 'data bytes \[[0-9]+, [0-9]+\) after the last tensor are no tensor.s'
+early hole 'data bytes \[[0-9]+, [0-9]+\) before ln_f\.bias are no tensor.s'
 
 "$TESSERA" train bare.ini --set model.init=safetensors:escaped.safetensors > escaped.txt 2>&1 ||
     { cat escaped.txt; fail "a header with JSON escapes and whitespace"; }
