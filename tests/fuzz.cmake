@@ -16,7 +16,8 @@ add_test(NAME fuzz_build COMMAND bash ${TESSERA_FUZZ_SH} build ${PROJECT_SOURCE_
 set_tests_properties(fuzz_build PROPERTIES LABELS fuzz TIMEOUT 600 FIXTURES_SETUP fuzz
   SKIP_RETURN_CODE 77)
 
-foreach(target config tokens llmc checkpoint ckpt_meta plugin safetensors cluster hf)
+foreach(target config tokens llmc checkpoint ckpt_meta plugin safetensors cluster hf
+    schedule_file)
   add_test(NAME fuzz_${target} COMMAND bash ${TESSERA_FUZZ_SH} run ${PROJECT_SOURCE_DIR}
     ${TESSERA_FUZZ_DIR} ${target} ${TESSERA_FUZZ_SECONDS})
   math(EXPR timeout "${TESSERA_FUZZ_SECONDS} + 120")

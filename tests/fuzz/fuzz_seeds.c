@@ -5,7 +5,8 @@
  *
  * usage: fuzz_seeds TARGET DIR     writes DIR/gen-* for TARGET (config,
  *                                  tokens, llmc, checkpoint, ckpt_meta,
- *                                  plugin, safetensors, cluster, hf)
+ *                                  plugin, safetensors, cluster, hf,
+ *                                  schedule_file)
  *        fuzz_seeds dict TARGET    prints TARGET's dictionary (config: every
  *                                  section, key and enum word; cluster: its
  *                                  keys and edge numbers; safetensors,
@@ -343,6 +344,40 @@ static void desc_seed(const char *name, const unsigned char *head, size_t nhead,
     write_file(name, b, j);
 }
 
+/* Schedule files of every shape the loader knows: GPipe's order over p
+ * ranks and m micro-batches, with whole backwards (BW) or split ones (B then
+ * W), and over two chunks a rank in V order (each rank's chunk 0 forwards,
+ * its chunk 1 forwards, then the backwards the other way round). */
+static void seeds_schedule_file(void) {
+    char text[4096], name[64];
+    for (int p = 1; p <= 4; p++)
+        for (int m = 1; m <= 3; m += 2)
+            for (int kind = 0; kind < 3; kind++) {
+                int n = snprintf(text, sizeof text, "# GPipe order, p = %d, m = %d\n%s", p, m,
+                                 kind == 2 ? "order v\n" : "");
+                for (int r = 0; r < p; r++) {
+                    n += snprintf(text + n, sizeof text - (size_t)n, "rank %d:", r);
+                    for (int c = 0; c < (kind == 2 ? 2 : 1); c++)
+                        for (int mb = 0; mb < m; mb++)
+                            n += snprintf(text + n, sizeof text - (size_t)n,
+                                          kind == 2 ? " F%d.%d" : " F%d", mb, c);
+                    for (int c = kind == 2 ? 1 : 0; c >= 0; c--)
+                        for (int mb = 0; mb < m; mb++)
+                            n += snprintf(text + n, sizeof text - (size_t)n,
+                                          kind == 0   ? " BW%d"
+                                          : kind == 1 ? " B%d W%d"
+                                                      : " B%d.%d W%d.%d",
+                                          mb, kind == 1 ? mb : c, mb, c);
+                    n += snprintf(text + n, sizeof text - (size_t)n, "\n");
+                }
+                snprintf(name, sizeof name, "gen-gpipe-p%d-m%d-%s.sched", p, m,
+                         kind == 0   ? "bw"
+                         : kind == 1 ? "split"
+                                     : "v");
+                write_file(name, text, (size_t)n);
+            }
+}
+
 static void seeds_plugin(void) {
 #ifdef FUZZ_SEED_PLUGIN
     FILE *f = fopen(FUZZ_SEED_PLUGIN, "rb");
@@ -441,7 +476,8 @@ int main(int argc, char **argv) {
                    {"plugin", seeds_plugin},
                    {"safetensors", seeds_safetensors},
                    {"cluster", seeds_cluster},
-                   {"hf", seeds_hf}};
+                   {"hf", seeds_hf},
+                   {"schedule_file", seeds_schedule_file}};
     for (size_t i = 0; i < sizeof targets / sizeof *targets; i++)
         if (strcmp(argv[1], targets[i].name) == 0) {
             targets[i].fn();
