@@ -30,7 +30,8 @@ set(pp_schedule_properties
   zero_bubble_valid
   zb_h1_bubble_a_third_of_1f1b
   zero_bubble_in_flight
-  simulator_catches_broken_split)
+  simulator_catches_broken_split
+  zb_v_cache_matches_fresh)
 foreach(property ${pp_schedule_properties})
   add_test(NAME pp_schedule_${property} COMMAND test_pp_schedules ${property})
   set_tests_properties(pp_schedule_${property} PROPERTIES

@@ -435,6 +435,12 @@ static void test_invalid_arguments(void) {
     expect_refused(PP_SCHEDULE_INTERLEAVED, 4, 0, 8, 1,
                    "interleaved: chunks=1 (virtual stages per rank), need at least 2");
     expect_refused((pp_schedule_kind)7, 4, 0, 8, 1, "schedule kind 7 is not gpipe");
+    /* products of the arguments, counted in 64 bits before an int holds them */
+    expect_refused(PP_SCHEDULE_INTERLEAVED, 2, 0, 200000000, 2,
+                   "interleaved: micro_batches=200000000 x chunks=2: a rank's list of up to "
+                   "2800000001 actions does not fit in an int");
+    expect_refused(PP_SCHEDULE_ZB_V, 65536, 0, 10000, 2,
+                   "zb_v: stages=65536 x micro_batches=10000 x 6 = 3932160000 steps");
     pp_schedule_kind kind = PP_SCHEDULE_GPIPE;
     CHECK(pp_schedule_kind_parse("zigzag", &kind) == TS_ERR_CONFIG && kind == PP_SCHEDULE_GPIPE,
           "zigzag parsed");
@@ -456,6 +462,35 @@ static void test_invalid_arguments(void) {
                   TS_ERR_NOMEM &&
               calls == 3,
           "append failure: %d calls", calls);
+}
+
+/* ZB-V's simulation kept for the other ranks' calls (as the plugin keeps it)
+ * gives every rank exactly the actions of a fresh one, in any order of the
+ * calls and across a change of shape. */
+static void test_zb_v_cache_matches_fresh(void) {
+    pp_schedule_cache cache = {0};
+    static const int shapes[][2] = {{4, 8}, {3, 5}, {4, 8}, {1, 2}, {8, 16}};
+    for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
+        int p = shapes[i][0], m = shapes[i][1];
+        for (int k = 0; k < p; k++) {
+            int s = (k * 5 + i) % p; /* not in rank order */
+            ts_schedule fresh = {0, NULL}, kept = {0, NULL};
+            CHECK(pp_schedule_emit(PP_SCHEDULE_ZB_V, p, s, m, 2, append_to_schedule, &fresh) ==
+                      TS_OK,
+                  "zb_v p=%d m=%d stage %d", p, m, s);
+            CHECK(pp_schedule_emit_cached(&cache, PP_SCHEDULE_ZB_V, p, s, m, 2, append_to_schedule,
+                                          &kept) == TS_OK,
+                  "cached zb_v p=%d m=%d stage %d", p, m, s);
+            CHECK(fresh.nactions == kept.nactions &&
+                      memcmp(fresh.actions, kept.actions,
+                             sizeof *fresh.actions * (size_t)fresh.nactions) == 0,
+                  "zb_v p=%d m=%d stage %d: the cached list differs", p, m, s);
+            ts_schedule_free(&fresh);
+            ts_schedule_free(&kept);
+        }
+    }
+    pp_schedule_cache_free(&cache);
+    CHECK(cache.steps == NULL, "the cache is not empty after pp_schedule_cache_free");
 }
 
 /* --- the simulator itself catches broken schedules ---------------------------- */
@@ -737,6 +772,7 @@ static const struct {
     {"zb_h1_bubble_a_third_of_1f1b", test_zb_h1_bubble},
     {"zero_bubble_in_flight", test_zero_bubble_in_flight},
     {"simulator_catches_broken_split", test_simulator_catches_broken_split},
+    {"zb_v_cache_matches_fresh", test_zb_v_cache_matches_fresh},
 };
 
 int main(int argc, char **argv) {
