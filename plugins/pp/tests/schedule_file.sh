@@ -68,6 +68,8 @@ bad shape "lists 2 ranks, 2 micro-batches and 1 chunks per rank; the run has pp 
 bad ranks "ranks.sched:3: rank 2's line, but the run has pp = 2 \(ranks 0..1\)" \
     "rank 0: F0 BW0" "rank 1: F0 BW0" "rank 2: F0 BW0"
 bad too_few "too_few.sched:1: the file ends after rank 0's line; the run has pp = 2" "rank 0: F0 BW0"
+bad order_words "order_words.sched:1: 'order' takes one word, interleaved or v" "order v interleaved" \
+    "rank 0: F0.0 F0.1 BW0.1 BW0.0" "rank 1: F0.0 F0.1 BW0.1 BW0.0"
 bad overflow "overflow.sched:1: 'F700000.1023' \(rank 0, action 0\) makes 700001 micro-batches x 1024 chunks = 716801024 \(micro-batch, chunk\) pairs, each run forward and backward by every rank, but the longest rank's line \(overflow.sched:1, rank 0\) has 1 actions" \
     "rank 0: F700000.1023" "rank 1: F0"
 bad big_rank "big_rank.sched:2: rank 4294967297's line, where rank 1's is next" \
