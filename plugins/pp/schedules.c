@@ -217,20 +217,19 @@ static ts_status pp_gen_zb_h1(const pp_emitter *e, int m) {
  * ran at t - 1 or were readied then, so the simulation costs its steps plus
  * the makespan, not the ranks x the makespan.
  *
- * Tables, per micro-batch and virtual stage k (neighbouring stages side by
- * side, as the ranks of one t read them): the time its F and its B ended
- * (0: not yet; times count from 1). */
+ * The table, per micro-batch and virtual stage k (neighbouring stages side
+ * by side, as the ranks of one t read them): the time its F and its B
+ * ended, side by side (0: not yet; times count from 1). */
 enum { ZBV_F, ZBV_B, ZBV_W };
 static ts_status pp_zb_v_build(pp_schedule_cache *cache, int p, int m) {
     int V = 2 * p, limit = 2 * p;
-    size_t per_rank = (size_t)6 * (size_t)m; /* 2 chunks x m x (F, B, W) */
-    int *fdone = calloc((size_t)V * (size_t)m, sizeof *fdone);
-    int *bdone = calloc((size_t)V * (size_t)m, sizeof *bdone);
-    int *state = calloc((size_t)p * 8, sizeof *state);  /* per rank: see below   */
-    int *visit = malloc(sizeof *visit * (size_t)p * 2); /* this t's ranks, next's */
-    int *mark = calloc((size_t)p, sizeof *mark);        /* 1 + the t it is listed */
+    size_t per_rank = (size_t)6 * (size_t)m;                       /* 2 chunks x m x (F, B, W) */
+    int *done2 = calloc((size_t)V * (size_t)m * 2, sizeof *done2); /* F, B of each */
+    int *state = calloc((size_t)p * 8, sizeof *state);             /* per rank: see below   */
+    int *visit = malloc(sizeof *visit * (size_t)p * 2);            /* this t's ranks, next's */
+    int *mark = calloc((size_t)p, sizeof *mark);                   /* 1 + the t it is listed */
     pp_schedule_step *steps = malloc(sizeof *steps * (size_t)p * per_rank);
-    ts_status st = fdone && bdone && state && visit && mark && steps ? TS_OK : TS_ERR_NOMEM;
+    ts_status st = done2 && state && visit && mark && steps ? TS_OK : TS_ERR_NOMEM;
     /* state[r*8 + ...]: 0,1 next F of chunk 0/1; 2,3 next B; 4 where in its
      * steps to look for the B of its next W (Ws run in B order); 5 Ws
      * pending; 6 (micro-batch, chunk) pairs holding activations; 7 how many
@@ -254,15 +253,16 @@ static ts_status pp_zb_v_build(pp_schedule_cache *cache, int p, int m) {
             for (int c = 0; c < 2 && op < 0; c++) { /* a ready B, chunk 0 first */
                 int k = ts_stage_virtual(TS_STAGES_V, p, r, c), b = R[2 + c];
                 if (b >= m) continue;
-                int ready = k < V - 1 ? bdone[(size_t)b * V + k + 1] : fdone[(size_t)b * V + k];
-                if (fdone[(size_t)b * V + k] && fdone[(size_t)b * V + k] <= t && ready &&
-                    ready <= t)
+                int ready = k < V - 1 ? done2[2 * ((size_t)b * V + k + 1) + 1]
+                                      : done2[2 * ((size_t)b * V + k)];
+                if (done2[2 * ((size_t)b * V + k)] && done2[2 * ((size_t)b * V + k)] <= t &&
+                    ready && ready <= t)
                     op = ZBV_B, chunk = c, mb = b;
             }
             for (int c = 1; c >= 0 && op < 0 && R[6] < limit; c--) { /* a ready F, chunk 1 first */
                 int k = ts_stage_virtual(TS_STAGES_V, p, r, c), f = R[c];
                 if (f >= m) continue;
-                int ready = k > 0 ? fdone[(size_t)f * V + k - 1] : 1;
+                int ready = k > 0 ? done2[2 * ((size_t)f * V + k - 1)] : 1;
                 if (ready && (k == 0 || ready <= t)) op = ZBV_F, chunk = c, mb = f;
             }
             if (op < 0 && R[5] > 0) { /* the oldest pending W: its B, the next in the list */
@@ -276,12 +276,12 @@ static ts_status pp_zb_v_build(pp_schedule_cache *cache, int p, int m) {
             if (op < 0) continue; /* idle: listed again when a neighbour readies it */
             int k = ts_stage_virtual(TS_STAGES_V, p, r, chunk);
             if (op == ZBV_F) {
-                fdone[(size_t)mb * V + k] = t + 1;
+                done2[2 * ((size_t)mb * V + k)] = t + 1;
                 R[chunk]++;
                 R[6]++;
                 if (k < V - 1) ZBV_LIST(ts_stage_rank(TS_STAGES_V, p, k + 1));
             } else if (op == ZBV_B) {
-                bdone[(size_t)mb * V + k] = t + 1;
+                done2[2 * ((size_t)mb * V + k) + 1] = t + 1;
                 R[2 + chunk]++;
                 R[5]++;
                 if (k > 0) ZBV_LIST(ts_stage_rank(TS_STAGES_V, p, k - 1));
@@ -298,8 +298,7 @@ static ts_status pp_zb_v_build(pp_schedule_cache *cache, int p, int m) {
         int *swap = now;
         now = next, next = swap, nnow = nnext;
     }
-    free(fdone);
-    free(bdone);
+    free(done2);
     free(state);
     free(visit);
     free(mark);
