@@ -111,19 +111,29 @@ static void gemm_columns(const gemm_tiles *g, int x0, int w, float *t) {
         const float *b = g->B + (g->tb == CblasNoTrans ? (size_t)c0 : (size_t)c0 * g->ldb);
         cblas_sgemm(CblasRowMajor, flip(g->tb), flip(g->ta), wc, M, g->K, 1.0f, b, g->ldb, g->A,
                     g->lda, 0.0f, t, M);
-        for (int m0 = 0; m0 < M; m0 += 16) { /* 16 rows of C against 16-float runs of T */
-            int m1 = m0 + 16 < M ? m0 + 16 : M;
-            for (int j = 0; j < wc; j++) {
-                const float *tj = t + (size_t)j * M;
-                float bj = g->bias ? g->bias[c0 + j] : 0.0f;
-                float *cj = g->C + c0 + j;
-                for (int m = m0; m < m1; m++) {
-                    float v = tj[m];
-                    if (g->beta != 0.0f) v = cj[(size_t)m * g->ldc] + v;
-                    cj[(size_t)m * g->ldc] = g->bias ? v + bj : v;
+        /* 16 x 16 blocks through a tile on the stack: T read and C written
+         * a 64-byte line at a time (C's rows, ldc apart, would otherwise
+         * fall in one cache set when ldc is a multiple of 1,024 floats). */
+        for (int m0 = 0; m0 < M; m0 += 16)
+            for (int j0 = 0; j0 < wc; j0 += 16) {
+                int mn = M - m0 < 16 ? M - m0 : 16, jn = wc - j0 < 16 ? wc - j0 : 16;
+                float tile[16][16];
+                for (int j = 0; j < jn; j++)
+                    for (int m = 0; m < mn; m++)
+                        tile[m][j] = t[(size_t)(j0 + j) * M + m0 + m];
+                for (int m = 0; m < mn; m++) {
+                    float *c = g->C + (size_t)(m0 + m) * g->ldc + c0 + j0;
+                    const float *bias = g->bias ? g->bias + c0 + j0 : NULL;
+                    if (g->beta != 0.0f)
+                        for (int j = 0; j < jn; j++)
+                            tile[m][j] = c[j] + tile[m][j];
+                    if (bias)
+                        for (int j = 0; j < jn; j++)
+                            tile[m][j] += bias[j];
+                    for (int j = 0; j < jn; j++)
+                        c[j] = tile[m][j];
                 }
             }
-        }
     }
 }
 
