@@ -200,9 +200,9 @@ static void mm_backward(void *p) {
     ts_cpu_matmul_backward(c->dinp, c->dw, c->dbias, c->r, c->inp, c->w, N, C, MM_OC);
 }
 
-/* A short, wide product (70 rows, 1001 columns: computed as rows of C^T,
- * in several tiles on 3 threads) and its backward's dinp (70 x 96, also
- * through C^T, accumulating), against double references. */
+/* A short, wide product (70 rows, 1001 columns: three column tiles of 384,
+ * on 3 threads) and its backward's dinp (70 x 96, one column tile,
+ * accumulating), against double references. */
 static void test_matmul_wide(void) {
     enum { WN = 70, WC = 96, WOC = 1001 };
     float *inp = falloc(WN * WC), *w = falloc((size_t)WOC * WC), *bias = falloc(WOC);
@@ -231,7 +231,7 @@ static void test_matmul_wide(void) {
     ts_cpu_matmul_backward(dinp, NULL, NULL, dout, inp, w, WN, WC, WOC);
     ts_cpu_set_threads(saved);
     double e = max_err(out, ref, (size_t)WN * WOC);
-    expect(e <= 1e-6, "70 x 1001 (through C^T) vs double reference", e, 1e-6);
+    expect(e <= 1e-6, "70 x 1001 (column tiles) vs double reference", e, 1e-6);
     e = max_err(dinp, dref, WN * WC);
     expect(e <= 1e-6, "its dinp, accumulated (+=), vs double reference", e, 1e-6);
     free(inp), free(w), free(bias), free(out), free(dout), free(dinp), free(ref), free(dref);
@@ -1330,7 +1330,7 @@ static int same_bits(const char *what, const char *ta, const float *a, const cha
 /* Every kernel whose loop is cut into tasks gives the same bits on 1, 2 and 3
  * threads (3: shares of unequal length, tiles left to steal). The products
  * are cut by rows (more rows than columns) and by columns (a head's shape,
- * computed as rows of C^T);
+ * in tiles fixed by the shape);
  * 700 x 40 x 50's weight gradient is one tile, which the library, left to
  * split it over its threads, summed differently. */
 typedef struct {

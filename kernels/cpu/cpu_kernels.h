@@ -5,9 +5,7 @@
  * next, dimensions last (B batch, T time, C channels, NH heads, V vocabulary,
  * Vp padded vocabulary, N = B*T rows). Shapes are given in the comments.
  * Kernels know nothing of ranks, modules or the allocator; they never
- * allocate except for small per-thread scratch on the stack and the GEMM's
- * per-thread transposition buffer (1 MiB, kept for the thread's life:
- * matmul.c says why).
+ * allocate except for small per-thread scratch on the stack.
  *
  * One rule for every backward kernel: it ACCUMULATES (+=) into every gradient
  * it writes, parameters and activations alike, so callers zero gradient

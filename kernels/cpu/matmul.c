@@ -9,7 +9,6 @@
  */
 #include <cblas.h>
 #include <omp.h>
-#include <stdlib.h>
 
 #include "cpu_kernels.h"
 #include "tasks.h"
@@ -33,48 +32,50 @@
  * (4 on SkylakeX and Cooperlake, 12 on Haswell and Zen, 4 or 8 on older
  * cores), and an element's sum over K is the same in a tile whose first row
  * is a multiple of the unroll as in the whole product: tiles of rows start
- * at multiples of 48, the unrolls' least common multiple. Its "M" side has
- * no such multiple on every core: on Haswell and Zen an element of a column
- * tile is summed in another order than in the whole product, whatever the
- * tile's edges. So a product is only ever cut along the library's "N": by
- * our rows when C is taller than wide (or tall enough for every team), and
- * when it is short and wide by computing C^T's rows (our columns) into a
- * per-thread buffer, MATMUL_T_FLOATS at a time, added into C transposed.
- * The choice depends on the shape alone, and every tile and chunk starts at
- * a multiple of MATMUL_TILE_ALIGN, so the bits are the same on any thread
- * count on every core OpenBLAS selects (kernels_same_bits_on_1_2_3_threads,
- * run under each OPENBLAS_CORETYPE this CPU executes). */
+ * at multiples of 48, the unrolls' least common multiple, and their number
+ * may follow the threads. Its "M" side has no such multiple on every core:
+ * on Haswell and Zen an element of a column tile is summed in another order
+ * than in the whole product, whatever the tile's edges. So a product wider
+ * than tall is cut into column tiles whose edges depend on its shape alone
+ * (one width, at least MATMUL_COL_TILE columns and at most MATMUL_COL_TILES
+ * tiles), the same on any thread count, which only shares them out. Either
+ * way the bits are the same on any thread count on every core OpenBLAS
+ * selects (kernels_same_bits_on_1_2_3_threads, run under each
+ * OPENBLAS_CORETYPE this CPU executes). */
 #define MATMUL_TILE_ALIGN 48
-/* Products with at most this many rows and more columns go through C^T. */
-#define MATMUL_T_MAX_ROWS 1024
-/* The transposition buffer: a chunk of C^T's rows, at most 1 MiB a thread
- * (240 columns at 1,024 rows, 1,008 at 256: packing op(A) again per chunk
- * costs about 1/240 of the chunk's multiply-adds or less). */
-#define MATMUL_T_FLOATS (256 * 1024)
+#define MATMUL_COL_TILE 384
+#define MATMUL_COL_TILES 24
 
 /* One product C (M, N) = op(A) op(B) + beta C (+ bias on every row), row-major,
- * cut into tiles of whole rows of C, or (short and wide) of whole columns
- * computed as rows of C^T, of equal size (up to the alignment). Each tile is
- * single-threaded SGEMM, run inside the team's parallel region, where the
- * library does not split it. The library's own split synchronised its
- * threads many times per product, and summed over K in other blocks. */
+ * cut into tiles of whole rows of C (whole columns when C is wider than tall)
+ * of equal size (up to the alignment). Each tile is a single-threaded SGEMM,
+ * run inside the team's parallel region, where the library does not split
+ * it. The library's own split synchronised its threads many times per
+ * product, and summed over K in other blocks. */
 typedef struct {
     CBLAS_TRANSPOSE ta, tb;
     int M, N, K, lda, ldb, ldc;
     const float *A, *B, *bias;
     float beta, *C;
     int by_rows, dim, ntiles;
+    int width; /* column tiles: each this wide (the last the rest); rows: 0 */
 } gemm_tiles;
 
-/* The product's tiles: as many as `per_thread` per thread, each at least
- * `least` rows (or columns) plus the alignment. */
+/* The product's tiles: by rows as many as `per_thread` per thread, each at
+ * least `least` rows plus the alignment; by columns by the shape alone. */
 static gemm_tiles gemm_plan(int per_thread, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N,
                             int K, const float *A, int lda, const float *B, int ldb, float beta,
                             float *C, int ldc, const float *bias) {
-    int by_rows = M >= N || M > MATMUL_T_MAX_ROWS;
-    gemm_tiles g = {ta, tb, M, N, K, lda, ldb, ldc, A, B, bias, beta, C, by_rows, by_rows ? M : N,
-                    0};
-    long other_k = (long)(g.by_rows ? N : M) * K;
+    gemm_tiles g = {ta, tb, M, N, K, lda, ldb, ldc, A, B, bias, beta, C, M >= N, M >= N ? M : N,
+                    0,  0};
+    if (!g.by_rows) {
+        long w = ((long)N + MATMUL_COL_TILES - 1) / MATMUL_COL_TILES;
+        w = (w + MATMUL_TILE_ALIGN - 1) / MATMUL_TILE_ALIGN * MATMUL_TILE_ALIGN;
+        g.width = (int)(w > MATMUL_COL_TILE ? w : MATMUL_COL_TILE);
+        g.ntiles = (int)(((long)N + g.width - 1) / g.width);
+        return g;
+    }
+    long other_k = (long)N * K;
     long least = other_k > 0 ? (MATMUL_TILE_MIN_MNK + other_k - 1) / other_k : 0;
     if (least < MATMUL_TILE_MIN) least = MATMUL_TILE_MIN;
     long most = g.dim / (least + MATMUL_TILE_ALIGN); /* tiles no smaller than `least` */
@@ -87,71 +88,19 @@ static gemm_tiles gemm_plan(int per_thread, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE 
 /* Tile i's first row (or column); tile ntiles starts at dim. */
 static int gemm_edge(const gemm_tiles *g, int i) {
     if (i >= g->ntiles) return g->dim;
+    if (g->width) return i * g->width;
     return (int)((long)g->dim * i / g->ntiles) / MATMUL_TILE_ALIGN * MATMUL_TILE_ALIGN;
-}
-
-/* The calling thread's transposition buffer of MATMUL_T_FLOATS, kept for the
- * thread's life (freed with the process); NULL if it cannot be had. */
-static float *gemm_t_buffer(void) {
-    static _Thread_local float *buf;
-    if (!buf) buf = malloc(MATMUL_T_FLOATS * sizeof *buf);
-    return buf;
-}
-
-static CBLAS_TRANSPOSE flip(CBLAS_TRANSPOSE t) {
-    return t == CblasNoTrans ? CblasTrans : CblasNoTrans;
-}
-
-/* Columns [x0, x0 + w) of C as rows of C^T = op(B)^T op(A)^T, a chunk of
- * rows at a time into the buffer, then C = T^T + beta C + bias. */
-static void gemm_columns(const gemm_tiles *g, int x0, int w, float *t) {
-    int M = g->M, chunk = MATMUL_T_FLOATS / (M > 0 ? M : 1) / MATMUL_TILE_ALIGN * MATMUL_TILE_ALIGN;
-    for (int c0 = x0; c0 < x0 + w; c0 += chunk) {
-        int wc = x0 + w - c0 < chunk ? x0 + w - c0 : chunk;
-        const float *b = g->B + (g->tb == CblasNoTrans ? (size_t)c0 : (size_t)c0 * g->ldb);
-        cblas_sgemm(CblasRowMajor, flip(g->tb), flip(g->ta), wc, M, g->K, 1.0f, b, g->ldb, g->A,
-                    g->lda, 0.0f, t, M);
-        /* 16 x 16 blocks through a tile on the stack: T read and C written
-         * a 64-byte line at a time (C's rows, ldc apart, would otherwise
-         * fall in one cache set when ldc is a multiple of 1,024 floats). */
-        for (int m0 = 0; m0 < M; m0 += 16)
-            for (int j0 = 0; j0 < wc; j0 += 16) {
-                int mn = M - m0 < 16 ? M - m0 : 16, jn = wc - j0 < 16 ? wc - j0 : 16;
-                float tile[16][16];
-                for (int j = 0; j < jn; j++)
-                    for (int m = 0; m < mn; m++)
-                        tile[m][j] = t[(size_t)(j0 + j) * M + m0 + m];
-                for (int m = 0; m < mn; m++) {
-                    float *c = g->C + (size_t)(m0 + m) * g->ldc + c0 + j0;
-                    const float *bias = g->bias ? g->bias + c0 + j0 : NULL;
-                    if (g->beta != 0.0f)
-                        for (int j = 0; j < jn; j++)
-                            tile[m][j] = c[j] + tile[m][j];
-                    if (bias)
-                        for (int j = 0; j < jn; j++)
-                            tile[m][j] += bias[j];
-                    for (int j = 0; j < jn; j++)
-                        c[j] = tile[m][j];
-                }
-            }
-    }
 }
 
 static void gemm_tile(const gemm_tiles *g, int i) {
     int x0 = gemm_edge(g, i), w = gemm_edge(g, i + 1) - x0;
-    float *t = g->by_rows ? NULL : gemm_t_buffer();
-    if (!g->by_rows && t) {
-        gemm_columns(g, x0, w, t);
-        return;
-    }
     int rows = g->by_rows ? w : g->M, cols = g->by_rows ? g->N : w;
     const float *a = g->A, *b = g->B, *bias = g->bias;
     float *c = g->C;
     if (g->by_rows) { /* rows x0.. of C: rows of op(A) */
         a += g->ta == CblasNoTrans ? (size_t)x0 * g->lda : (size_t)x0;
         c += (size_t)x0 * g->ldc;
-    } else { /* no buffer: columns x0.. of C directly (the bits may then
-              * depend on the cut, never the result's correctness) */
+    } else { /* columns x0.. of C: columns of op(B) */
         b += g->tb == CblasNoTrans ? (size_t)x0 : (size_t)x0 * g->ldb;
         c += x0;
         bias = bias ? bias + x0 : NULL;
