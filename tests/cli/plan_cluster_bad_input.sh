@@ -18,6 +18,7 @@
 #     predictions only (the JSON parses, every step finite and positive).
 # Usage: plan_cluster_bad_input.sh TESSERA SRC
 . "$2/tests/cli/multirank.sh"
+. "$SRC/tests/cli/cluster_lib.sh"
 cat > small.ini <<'INI'
 [model]
 layers = 2
@@ -36,38 +37,10 @@ global_batch = 8
 INI
 grep -v '^seq_len' small.ini > noseq.ini
 cluster() { # FILE [key=value ...]: one node of 8 devices, A100-like figures
-    local f=$1
-    shift
-    cat > $f <<'INI'
-[cluster]
-gpus_per_node = 8
-nodes = 1
-memory_gb = 80
-flops_bf16 = 312e12
-flops_fp32 = 19.5e12
-matmul_efficiency = 0.75
-attention_efficiency = 0.5
-memory_bandwidth_gbs = 2039
-kernel_us = 4
-intra_bandwidth_gbs = 300
-intra_latency_us = 10
-inter_bandwidth_gbs = 25
-inter_latency_us = 20
-INI
-    for kv in "$@"; do
-        local k=${kv%%=*}
-        if grep -q "^$k =" $f; then sed -i "s/^$k = .*/$k = ${kv#*=}/" $f; else echo "$k = ${kv#*=}" >> $f; fi
-    done
+    cluster_file "$1" 8 1 80 "${@:2}"
 }
-expect_rc() { # NAME RC REGEX args...: exit status RC, one line matching REGEX, nothing else
-    local name=$1 want=$2 regex=$3
-    shift 3
-    "$TESSERA" "$@" > $name.txt 2>&1
-    local rc=$?
-    [ $rc -eq $want ] || { cat $name.txt; fail "$name: exit status $rc, not $want"; }
-    grep -qE "$regex" $name.txt || { cat $name.txt; fail "$name: message does not match /$regex/"; }
-    [ "$(grep -c . $name.txt)" -le 1 ] || { cat $name.txt; fail "$name: more than the error"; }
-    echo "ok $name: $(cat $name.txt)"
+expect_rc() { # NAME RC REGEX args...: exit status RC, a line matching REGEX, at most 1 lines
+    expect_status "$1" "$2" 1 "${@:3}"
 }
 calibrate() { # PATH [config]: a calibration on one rank
     run_mpi 1 "$TESSERA" plan "${2:-small.ini}" --calibrate --cluster "$1"

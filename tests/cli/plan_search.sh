@@ -26,6 +26,7 @@
 #     --cluster, or for device = cuda, it is refused and writes nothing.
 # Usage: plan_search.sh TESSERA SRC
 . "$2/tests/cli/multirank.sh"
+. "$SRC/tests/cli/cluster_lib.sh"
 cat > small.ini <<'INI'
 [model]
 layers = 4
@@ -43,38 +44,10 @@ micro_batch = 1
 global_batch = 16
 INI
 cluster() { # FILE [key=value ...]: two nodes of 4 devices, A100-like figures
-    local f=$1
-    shift
-    cat > $f <<'INI'
-[cluster]
-gpus_per_node = 4
-nodes = 2
-memory_gb = 1
-flops_bf16 = 312e12
-flops_fp32 = 19.5e12
-matmul_efficiency = 0.75
-attention_efficiency = 0.5
-memory_bandwidth_gbs = 2039
-kernel_us = 4
-intra_bandwidth_gbs = 300
-intra_latency_us = 10
-inter_bandwidth_gbs = 25
-inter_latency_us = 20
-INI
-    for kv in "$@"; do
-        local k=${kv%%=*}
-        if grep -q "^$k =" $f; then sed -i "s/^$k = .*/$k = ${kv#*=}/" $f; else echo "$k = ${kv#*=}" >> $f; fi
-    done
+    cluster_file "$1" 4 2 1 "${@:2}"
 }
-expect_rc() { # NAME RC REGEX args...
-    local name=$1 want=$2 regex=$3
-    shift 3
-    "$TESSERA" "$@" > $name.txt 2>&1
-    local rc=$?
-    [ $rc -eq $want ] || { cat $name.txt; fail "$name: exit status $rc, not $want"; }
-    grep -qE "$regex" $name.txt || { cat $name.txt; fail "$name: message does not match /$regex/"; }
-    [ "$(grep -c . $name.txt)" -le 3 ] || { cat $name.txt; fail "$name: more than the error"; }
-    echo "ok $name: $(grep -m1 -E "$regex" $name.txt)"
+expect_rc() { # NAME RC REGEX args...: exit status RC, a line matching REGEX, at most 3 lines
+    expect_status "$1" "$2" 3 "${@:3}"
 }
 
 # --- bad cluster files ---------------------------------------------------------
