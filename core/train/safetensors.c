@@ -311,11 +311,14 @@ typedef struct st_header {
 
 typedef struct st_json {
     const char *base, *p, *end, *path;
+    int doc; /* 1: a JSON file of its own (config.json, the index); 0: a header */
 } st_json;
 
 static ts_status st_bad(const st_json *j, const char *what) {
-    return ts_error(TS_ERR_FORMAT, "safetensors %s: header JSON, at byte %lld of it: %s", j->path,
-                    (long long)(j->p - j->base), what);
+    return ts_error(TS_ERR_FORMAT,
+                    j->doc ? "safetensors %s: at byte %lld: %s"
+                           : "safetensors %s: header JSON, at byte %lld of it: %s",
+                    j->path, (long long)(j->p - j->base), what);
 }
 
 static void st_ws(st_json *j) {
@@ -737,7 +740,7 @@ static ts_status st_header_read(const char *path, st_header *h) {
     if (!st && fread(hdr, 1, len, h->f) != len)
         st = ts_error(TS_ERR_FORMAT, "safetensors %s: truncated header", path);
     if (hdr) hdr[len] = '\0';
-    st_json j = {hdr, hdr, hdr + len, path};
+    st_json j = {hdr, hdr, hdr + len, path, 0};
     int metadata = 0;
     if (!st && (len == 0 || hdr[0] != '{')) st = st_bad(&j, "the header does not begin with '{'");
     if (!st) j.p++;
@@ -817,88 +820,25 @@ typedef struct st_files {
     int key[ST_NKEYS]; /* the metadata's shape keys over all files (-1) */
 } st_files;
 
-typedef struct st_doc {
-    const char *base, *p, *end, *path;
-} st_doc;
-
-static ts_status st_doc_bad(const st_doc *j, const char *what) {
-    return ts_error(TS_ERR_FORMAT, "safetensors %s: at byte %lld: %s", j->path,
-                    (long long)(j->p - j->base), what);
-}
-
-static void st_doc_ws(st_doc *j) {
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\t' || *j->p == '\r'))
-        j->p++;
-}
-
-static int st_doc_eat(st_doc *j, char c) {
-    st_doc_ws(j);
-    if (j->p < j->end && *j->p == c) {
-        j->p++;
-        return 1;
-    }
-    return 0;
-}
-
-/* A JSON string into out (NULL: skipped; cut to cap - 1 bytes); escapes
- * decoded, \u of a code point past ASCII as '?'. */
-static ts_status st_doc_string(st_doc *j, char *out, size_t cap) {
-    if (!st_doc_eat(j, '"')) return st_doc_bad(j, "a string expected");
-    size_t n = 0;
-    while (j->p < j->end && *j->p != '"') {
-        char c = *j->p++;
-        if ((unsigned char)c < 0x20) return st_doc_bad(j, "a control character in a string");
-        if (c == '\\') {
-            if (j->p >= j->end) break;
-            c = *j->p++;
-            const char *esc = strchr("\"\\/bfnrtu", c);
-            if (!c || !esc) return st_doc_bad(j, "an unknown escape in a string");
-            if (c == 'u') {
-                unsigned v = 0;
-                for (int d = 0; d < 4; d++, j->p++) {
-                    char h = j->p < j->end ? *j->p : 0;
-                    if (!strchr("0123456789abcdefABCDEF", h) || !h)
-                        return st_doc_bad(j, "\\u without four hex digits");
-                    v = v * 16 + (unsigned)(h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
-                }
-                if (v == 0) return st_doc_bad(j, "a NUL in a string");
-                c = v < 0x80 ? (char)v : '?';
-            } else {
-                c = c == 'b'   ? '\b'
-                    : c == 'f' ? '\f'
-                    : c == 'n' ? '\n'
-                    : c == 'r' ? '\r'
-                    : c == 't' ? '\t'
-                               : c;
-            }
-        }
-        if (out && n + 1 < cap) out[n++] = c; /* longer: cut (then none of ours) */
-    }
-    if (j->p >= j->end) return st_doc_bad(j, "an unterminated string");
-    j->p++;
-    if (out) out[n] = '\0';
-    return TS_OK;
-}
-
 /* A JSON number, its grammar checked (strtod alone takes hex, inf, "1."). */
-static ts_status st_doc_number(st_doc *j, double *v) {
-    st_doc_ws(j);
+static ts_status st_doc_number(st_json *j, double *v) {
+    st_ws(j);
     const char *p = j->p, *end = j->end;
 #define ST_DIGITS(q) ((q) < end && *(q) >= '0' && *(q) <= '9')
     if (p < end && *p == '-') p++;
-    if (!ST_DIGITS(p)) return st_doc_bad(j, "a value expected");
-    if (*p == '0' && ST_DIGITS(p + 1)) return st_doc_bad(j, "a number with a leading zero");
+    if (!ST_DIGITS(p)) return st_bad(j, "a value expected");
+    if (*p == '0' && ST_DIGITS(p + 1)) return st_bad(j, "a number with a leading zero");
     while (ST_DIGITS(p))
         p++;
     if (p < end && *p == '.') {
-        if (!ST_DIGITS(p + 1)) return st_doc_bad(j, "a number with no digit after its '.'");
+        if (!ST_DIGITS(p + 1)) return st_bad(j, "a number with no digit after its '.'");
         for (p++; ST_DIGITS(p); p++)
             ;
     }
     if (p < end && (*p == 'e' || *p == 'E')) {
         p++;
         if (p < end && (*p == '+' || *p == '-')) p++;
-        if (!ST_DIGITS(p)) return st_doc_bad(j, "a number with no digit in its exponent");
+        if (!ST_DIGITS(p)) return st_bad(j, "a number with no digit in its exponent");
         while (ST_DIGITS(p))
             p++;
     }
@@ -910,8 +850,8 @@ static ts_status st_doc_number(st_doc *j, double *v) {
 
 /* true, false or null: 1, 0 or -1 in *v; 2 when the value is none of them
  * (nothing consumed). */
-static void st_doc_literal(st_doc *j, int *v) {
-    st_doc_ws(j);
+static void st_doc_literal(st_json *j, int *v) {
+    st_ws(j);
     static const char *const word[3] = {"null", "false", "true"};
     *v = 2;
     for (int k = 0; k < 3; k++) {
@@ -925,25 +865,25 @@ static void st_doc_literal(st_doc *j, int *v) {
 }
 
 /* Any JSON value, skipped. */
-static ts_status st_doc_skip(st_doc *j, int depth) {
-    if (depth > ST_JSON_DEPTH) return st_doc_bad(j, "values nested too deep");
-    st_doc_ws(j);
+static ts_status st_doc_skip(st_json *j, int depth) {
+    if (depth > ST_JSON_DEPTH) return st_bad(j, "values nested too deep");
+    st_ws(j);
     char c = j->p < j->end ? *j->p : 0;
     int lit;
     double x;
-    if (c == '"') return st_doc_string(j, NULL, 0);
+    if (c == '"') return st_string(j, NULL, 0);
     if (c == '{' || c == '[') {
         char close = c == '{' ? '}' : ']';
         j->p++;
-        if (st_doc_eat(j, close)) return TS_OK;
+        if (st_eat(j, close)) return TS_OK;
         do {
             if (c == '{') {
-                TS_TRY(st_doc_string(j, NULL, 0));
-                if (!st_doc_eat(j, ':')) return st_doc_bad(j, "':' expected");
+                TS_TRY(st_string(j, NULL, 0));
+                if (!st_eat(j, ':')) return st_bad(j, "':' expected");
             }
             TS_TRY(st_doc_skip(j, depth + 1));
-        } while (st_doc_eat(j, ','));
-        return st_doc_eat(j, close) ? TS_OK : st_doc_bad(j, "',' or a closing bracket expected");
+        } while (st_eat(j, ','));
+        return st_eat(j, close) ? TS_OK : st_bad(j, "',' or a closing bracket expected");
     }
     st_doc_literal(j, &lit);
     return lit != 2 ? TS_OK : st_doc_number(j, &x);
@@ -1002,18 +942,18 @@ static ts_status st_hf_config_read(const char *path, st_hf_config *g) {
     char *text;
     size_t len;
     TS_TRY(st_doc_load(path, "safetensors config.json", &text, &len));
-    st_doc j = {text, text, text + len, path};
-    ts_status st = st_doc_eat(&j, '{') ? TS_OK : st_doc_bad(&j, "the file is not a JSON object");
+    st_json j = {text, text, text + len, path, 1};
+    ts_status st = st_eat(&j, '{') ? TS_OK : st_bad(&j, "the file is not a JSON object");
     unsigned seen = 0;
-    for (int first = 1; !st && !st_doc_eat(&j, '}'); first = 0) {
+    for (int first = 1; !st && !st_eat(&j, '}'); first = 0) {
         char key[128], msg[256];
-        if (!first && !st_doc_eat(&j, ',')) {
-            st = st_doc_bad(&j, "',' or '}' expected");
+        if (!first && !st_eat(&j, ',')) {
+            st = st_bad(&j, "',' or '}' expected");
             break;
         }
         key[0] = '\0';
-        st = st_doc_string(&j, key, sizeof key);
-        if (!st && !st_doc_eat(&j, ':')) st = st_doc_bad(&j, "':' expected");
+        st = st_string(&j, key, sizeof key);
+        if (!st && !st_eat(&j, ':')) st = st_bad(&j, "':' expected");
         if (st) break;
         int which = -1, lit;
         double v;
@@ -1030,7 +970,7 @@ static ts_status st_hf_config_read(const char *path, st_hf_config *g) {
         }
         if (seen & 1u << which) {
             snprintf(msg, sizeof msg, "%s appears twice", key);
-            st = st_doc_bad(&j, msg);
+            st = st_bad(&j, msg);
             break;
         }
         seen |= 1u << which;
@@ -1040,30 +980,30 @@ static ts_status st_hf_config_read(const char *path, st_hf_config *g) {
             if (lit == 2) st = st_doc_number(&j, &v);
             if (!st && (lit != 2 || v != (double)(int64_t)v || v < 1 || v > (double)(1 << 30))) {
                 snprintf(msg, sizeof msg, "%s is not a count (an integer from 1 to 2^30)", key);
-                st = st_doc_bad(&j, msg);
+                st = st_bad(&j, msg);
             }
             if (!st) *intf[which] = (int)v;
         } else if (which < 10) {
             st_doc_literal(&j, &lit);
             if (lit != 0 && lit != 1) {
                 snprintf(msg, sizeof msg, "%s is not true or false", key);
-                st = st_doc_bad(&j, msg);
+                st = st_bad(&j, msg);
             }
             *boolf[which - 6] = lit;
         } else if (which == 10) {
             st = st_doc_number(&j, &g->eps);
-            if (!st && !(g->eps > 0)) st = st_doc_bad(&j, "layer_norm_epsilon is not positive");
+            if (!st && !(g->eps > 0)) st = st_bad(&j, "layer_norm_epsilon is not positive");
         } else {
             char *out = which == 11 ? g->act : g->model_type;
-            st = st_doc_string(&j, out, 64);
+            st = st_string(&j, out, 64);
             if (!st && !out[0]) {
                 snprintf(msg, sizeof msg, "%s is empty", key);
-                st = st_doc_bad(&j, msg);
+                st = st_bad(&j, msg);
             }
         }
     }
-    st_doc_ws(&j);
-    if (!st && j.p != j.end) st = st_doc_bad(&j, "text after the closing '}'");
+    st_ws(&j);
+    if (!st && j.p != j.end) st = st_bad(&j, "text after the closing '}'");
     free(text);
     return st;
 }
@@ -1199,31 +1139,31 @@ static ts_status st_index_parse(st_files *f, st_mapped **map, int *n) {
     *map = NULL;
     *n = 0;
     TS_TRY(st_doc_load(f->index, "safetensors index", &text, &len));
-    st_doc j = {text, text, text + len, f->index};
+    st_json j = {text, text, text + len, f->index, 1};
     int cap = 0, maps = 0, shards = 0;
     char **names = NULL;
-    ts_status st = st_doc_eat(&j, '{') ? TS_OK : st_doc_bad(&j, "the index is not a JSON object");
-    for (int first = 1; !st && !st_doc_eat(&j, '}'); first = 0) {
+    ts_status st = st_eat(&j, '{') ? TS_OK : st_bad(&j, "the index is not a JSON object");
+    for (int first = 1; !st && !st_eat(&j, '}'); first = 0) {
         char key[64];
-        if (!first && !st_doc_eat(&j, ',')) st = st_doc_bad(&j, "',' or '}' expected");
-        if (!st) st = st_doc_string(&j, key, sizeof key);
-        if (!st && !st_doc_eat(&j, ':')) st = st_doc_bad(&j, "':' expected");
+        if (!first && !st_eat(&j, ',')) st = st_bad(&j, "',' or '}' expected");
+        if (!st) st = st_string(&j, key, sizeof key);
+        if (!st && !st_eat(&j, ':')) st = st_bad(&j, "':' expected");
         if (st) break;
         if (strcmp(key, "weight_map") != 0) {
             st = st_doc_skip(&j, 0);
             continue;
         }
         if (maps++) {
-            st = st_doc_bad(&j, "weight_map appears twice");
+            st = st_bad(&j, "weight_map appears twice");
             break;
         }
-        if (!st_doc_eat(&j, '{')) {
-            st = st_doc_bad(&j, "weight_map is not an object");
+        if (!st_eat(&j, '{')) {
+            st = st_bad(&j, "weight_map is not an object");
             break;
         }
-        for (int one = 1; !st && !st_doc_eat(&j, '}'); one = 0) {
+        for (int one = 1; !st && !st_eat(&j, '}'); one = 0) {
             char file[1024];
-            if (!one && !st_doc_eat(&j, ',')) st = st_doc_bad(&j, "',' or '}' expected");
+            if (!one && !st_eat(&j, ',')) st = st_bad(&j, "',' or '}' expected");
             if (*n == cap) {
                 st_mapped *g = realloc(*map, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *g);
                 char **h = realloc(names, (size_t)cap * sizeof *h);
@@ -1234,9 +1174,9 @@ static ts_status st_index_parse(st_files *f, st_mapped **map, int *n) {
             if (st) break;
             st_mapped *m = &(*map)[*n];
             memset(m, 0, sizeof *m);
-            st = st_doc_string(&j, m->name, sizeof m->name);
-            if (!st && !st_doc_eat(&j, ':')) st = st_doc_bad(&j, "':' expected");
-            if (!st) st = st_doc_string(&j, file, sizeof file);
+            st = st_string(&j, m->name, sizeof m->name);
+            if (!st && !st_eat(&j, ':')) st = st_bad(&j, "':' expected");
+            if (!st) st = st_string(&j, file, sizeof file);
             if (st) break;
             /* A shard beside the index: no absolute path, no "..". */
             if (!file[0] || file[0] == '/' || strcmp(file, "..") == 0 ||
@@ -1267,8 +1207,8 @@ static ts_status st_index_parse(st_files *f, st_mapped **map, int *n) {
             (*n)++;
         }
     }
-    st_doc_ws(&j);
-    if (!st && j.p != j.end) st = st_doc_bad(&j, "text after the closing '}'");
+    st_ws(&j);
+    if (!st && j.p != j.end) st = st_bad(&j, "text after the closing '}'");
     if (!st && !maps) st = ts_error(TS_ERR_FORMAT, "safetensors %s: no weight_map", f->index);
     if (!st && *n == 0)
         st = ts_error(TS_ERR_FORMAT, "safetensors %s: the weight_map is empty", f->index);
