@@ -978,7 +978,8 @@ static ts_status st_hf_config_read(const char *path, st_hf_config *g) {
             st_doc_literal(&j, &lit);
             if (lit == -1 && which == 5) continue; /* n_inner: null, 4 x n_embd */
             if (lit == 2) st = st_doc_number(&j, &v);
-            if (!st && (lit != 2 || v != (double)(int64_t)v || v < 1 || v > (double)(1 << 30))) {
+            /* the range first: a cast of a double past int64_t is undefined */
+            if (!st && (lit != 2 || !(v >= 1 && v <= (double)(1 << 30)) || v != (double)(int)v)) {
                 snprintf(msg, sizeof msg, "%s is not a count (an integer from 1 to 2^30)", key);
                 st = st_bad(&j, msg);
             }
