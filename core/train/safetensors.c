@@ -350,8 +350,8 @@ static ts_status st_hex4(st_json *j, uint32_t *cp) {
     return TS_OK;
 }
 
-/* A JSON string, its escapes decoded (\uXXXX as UTF-8, a surrogate pair
- * joined), into out (cap bytes with the NUL), or only checked when out is
+/* A JSON string, its escapes decoded (a \u escape of four hex digits as
+ * UTF-8, a surrogate pair joined), into out (cap bytes with the NUL), or only checked when out is
  * NULL; its length in *len when len is not NULL. Refused: a NUL (raw or
  * \u0000: C strings would end there), another control character, an
  * unknown escape, and with out a string of cap bytes or more. */
@@ -1505,25 +1505,24 @@ static ts_status st_hf_apply(const st_files *f, const int *meta, ts_model_config
                         "GELU (gelu_new, gelu_pytorch_tanh, gelu_fast)%s",
                         cj, g.act,
                         strcmp(g.act, "gelu") == 0 ? ", not the erf GELU \"gelu\" names" : "");
-    if (g.tie == 0)
-        return ts_error(TS_ERR_FORMAT,
-                        "%s: tie_word_embeddings = false: tessera's GPT-2 ties its output head to "
-                        "wte.weight ([model] arch = gpt2 has no tie_embeddings key)",
-                        cj);
-    if (g.scale_attn == 0)
-        return ts_error(TS_ERR_FORMAT,
-                        "%s: scale_attn_weights = false: tessera scales the attention scores by "
-                        "1/sqrt(head size)",
-                        cj);
-    if (g.scale_by_layer == 1)
-        return ts_error(TS_ERR_FORMAT,
-                        "%s: scale_attn_by_inverse_layer_idx = true: tessera does not scale "
-                        "block L's attention scores by 1/(L + 1)",
-                        cj);
-    if (g.cross == 1)
-        return ts_error(TS_ERR_FORMAT,
-                        "%s: add_cross_attention = true: tessera's GPT-2 has no cross-attention",
-                        cj);
+    /* The switches config.json may set that tessera's GPT-2 does not have:
+     * the value it cannot honour (-1: not in the file), and why. */
+    const struct {
+        int value, bad;
+        const char *key, *why;
+    } switches[] = {
+        {g.tie, 0, "tie_word_embeddings",
+         "tessera's GPT-2 ties its output head to wte.weight ([model] arch = gpt2 has no "
+         "tie_embeddings key)"},
+        {g.scale_attn, 0, "scale_attn_weights",
+         "tessera scales the attention scores by 1/sqrt(head size)"},
+        {g.scale_by_layer, 1, "scale_attn_by_inverse_layer_idx",
+         "tessera does not scale block L's attention scores by 1/(L + 1)"},
+        {g.cross, 1, "add_cross_attention", "tessera's GPT-2 has no cross-attention"}};
+    for (size_t k = 0; k < sizeof switches / sizeof switches[0]; k++)
+        if (switches[k].value == switches[k].bad)
+            return ts_error(TS_ERR_FORMAT, "%s: %s = %s: %s", cj, switches[k].key,
+                            switches[k].bad ? "true" : "false", switches[k].why);
     if (g.n_head >= 0) c->heads = g.n_head;
     return TS_OK;
 }

@@ -129,6 +129,9 @@ save("untied", hf(lm_head=False, extra=[("lm_head.weight", lm[0], lm[1], flipped
 save("eps", hf(), changed(layer_norm_epsilon=1e-3))
 save("erf", hf(), changed(activation_function="gelu"))
 save("untie", hf(), changed(tie_word_embeddings=False))
+save("unscaled", hf(), changed(scale_attn_weights=False))
+save("bylayer", hf(), changed(scale_attn_by_inverse_layer_idx=True))
+save("cross", hf(), changed(add_cross_attention=True))
 save("embd", hf(), changed(n_embd=64))
 save("layers", hf(), changed(n_layer=2))
 ln = W["h.0.ln_1.weight"]
@@ -225,6 +228,9 @@ refuse untied 'untied/model.safetensors: lm_head.weight differs from wte.weight 
 refuse eps 'eps/config.json: layer_norm_epsilon = 0.001: .* no key' eps
 refuse erf 'erf/config.json: activation_function = "gelu": .*tanh GELU.*not the erf' erf
 refuse untie 'untie/config.json: tie_word_embeddings = false' untie
+refuse unscaled 'unscaled/config.json: scale_attn_weights = false: tessera scales the attention scores by 1/sqrt\(head size\)' unscaled
+refuse bylayer 'bylayer/config.json: scale_attn_by_inverse_layer_idx = true: tessera does not scale' bylayer
+refuse cross 'cross/config.json: add_cross_attention = true: tessera.s GPT-2 has no cross-attention' cross
 refuse embd 'embd/config.json: n_embd = 64, but the tensors make it 48' embd
 refuse layers 'transformer.h.2.[a-z_.]+: a tensor of block h.2, past layers/config.json.s n_layer = 2' layers
 refuse stray 'stray/model.safetensors: transformer.h.5.ln_1.weight: a tensor of block h.5, past the file.s blocks h.0-h.2' stray
