@@ -779,8 +779,9 @@ int cmd_verify(int argc, char **argv) {
      * would be, and where the micro-batch on every rank would pass the
      * global batch, both runs take the largest micro-batch that divides the
      * global batch's share of a rank (the same micro-batches summed). */
-    char dp_micro[64] = "", dp_note[160] = "";
-    int named = 0;
+    static char dp_micro[64], dp_global[64];
+    char dp_note[400] = "";
+    int named = 0, first = o.nsets;
     for (int i = 0; i < o.nsets; i++)
         named |= !strncmp(o.sets[i], "parallel.plugins=", 17);
     if (o.world > 1 && !named && !ts_config_str(cfg, "parallel", "plugins")[0] &&
@@ -788,7 +789,6 @@ int cmd_verify(int argc, char **argv) {
         o.sets[o.nsets++] = "parallel.plugins=dp";
         int64_t mb = ts_config_int(cfg, "train", "micro_batch");
         int64_t gb = ts_config_int(cfg, "train", "global_batch");
-        static char dp_global[64];
         if (gb <= 0) { /* micro_batch x dp: the one-rank run sums as many */
             gb = mb * o.world;
             snprintf(dp_global, sizeof dp_global, "train.global_batch=%lld", (long long)gb);
@@ -801,10 +801,14 @@ int cmd_verify(int argc, char **argv) {
             snprintf(dp_micro, sizeof dp_micro, "train.micro_batch=%lld", (long long)fit);
             o.sets[o.nsets++] = dp_micro;
         }
-        snprintf(dp_note, sizeof dp_note,
-                 "%s names no parallel plugin: the %d-rank run is data "
-                 "parallel (--set parallel.plugins=dp%s%s)",
-                 o.config, o.world, dp_micro[0] ? " --set " : "", dp_micro);
+        int n = snprintf(dp_note, sizeof dp_note,
+                         "%s names no parallel plugin: the %d-rank run is data parallel (",
+                         o.config, o.world);
+        for (int i = first; i < o.nsets && n > 0 && (size_t)n < sizeof dp_note; i++)
+            n += snprintf(dp_note + n, sizeof dp_note - (size_t)n, "%s--set %s",
+                          i > first ? " " : "", o.sets[i]);
+        if (n > 0 && (size_t)n < sizeof dp_note)
+            snprintf(dp_note + n, sizeof dp_note - (size_t)n, ")");
     }
     ts_config_destroy(cfg);
     o.tol = strcmp(o.dtype, "bf16") == 0 ? 1e-3 : 1e-5;

@@ -27,6 +27,14 @@ grep -qF "names no parallel plugin: the 4-rank run is data parallel (--set paral
 for ledger in numerics memory speed recovery; do
     grep -qE "^$ledger +PASS " default.txt || fail "default launcher: $ledger did not pass"
 done
+# With global_batch = 0 (micro_batch x dp) both runs are given the N-rank
+# run's global batch, so the one rank sums as many micro-batches.
+timeout 600 "$TESSERA" verify "$TINY" --world 2 "${DP[@]}" --set train.global_batch=0 > gb0.txt 2>&1 ||
+    { cat gb0.txt; fail "verify of global_batch = 0 on 2 ranks failed"; }
+grep -qF "the 2-rank run is data parallel (--set parallel.plugins=dp --set train.global_batch=16)" gb0.txt ||
+    { cat gb0.txt; fail "verify did not give both runs the global batch of 2 x 8"; }
+grep -qE "^numerics +PASS " gb0.txt || fail "global_batch = 0: numerics did not pass"
+echo "ok global_batch = 0: $(grep -F 'names no parallel' gb0.txt)"
 if mpirun --version 2>&1 | grep -q "Open MPI"; then
     grep -q "(launcher: mpirun --oversubscribe)" default.txt || fail "Open MPI's mpirun not given --oversubscribe"
 fi
