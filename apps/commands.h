@@ -31,6 +31,8 @@ ts_status cli_parse_number(const char *flag, const char *text, double lo, double
 
 /* tessera verify CONFIG --world N ... (verify.c) */
 int cmd_verify(int argc, char **argv);
+/* tessera conform PLUGIN.so [--kind K] ... (conform.c) */
+int cmd_conform(int argc, char **argv);
 /* tessera report METRICS.jsonl [--out FILE] (report.c) */
 int cmd_report(int argc, char **argv);
 

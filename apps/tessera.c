@@ -7,6 +7,7 @@
  *   tessera reshard CONFIG --checkpoint CKPT --out DIR [--set ...]
  *   tessera inspect CKPT
  *   tessera verify CONFIG --world N [--steps K] [--json] [--launcher CMD] [--set ...]
+ *   tessera conform PLUGIN.so [--kind K] [--world N,M] [--json] [--set ...]
  *   tessera report METRICS.jsonl [--out FILE]
  *   tessera plan CONFIG --world N [--json] [--set ...]
  *   tessera plugins [--config CONFIG] [--plugin-path DIRS]
@@ -43,6 +44,7 @@ static const char *usage_main =
     "  sample CONFIG [--checkpoint C] [--prompt T]  text from the model, on one rank\n"
     "  inspect CKPT                                 a checkpoint's tensors, shards and sums\n"
     "  verify CONFIG --world N                      the four ledgers against one rank\n"
+    "  conform PLUGIN.so [--kind K]                 the checks every plugin of its kind passes\n"
     "  report METRICS.jsonl [--out FILE]            a run's metrics as one HTML file\n"
     "  plan CONFIG --world N [--json]                the mesh and rank groups, no training\n"
     "  plugins [--config CONFIG] [--plugin-path D]   list plugins with their INI keys\n"
@@ -1101,6 +1103,8 @@ int main(int argc, char **argv) {
         rc = cmd_inspect(argc - 2, argv + 2);
     else if (strcmp(argv[1], "verify") == 0)
         rc = cmd_verify(argc - 2, argv + 2);
+    else if (strcmp(argv[1], "conform") == 0)
+        rc = cmd_conform(argc - 2, argv + 2);
     else if (strcmp(argv[1], "report") == 0)
         rc = cmd_report(argc - 2, argv + 2);
     else if (strcmp(argv[1], "plan") == 0)

@@ -670,8 +670,10 @@ static void ledger_recovery(const verify_opts *o, ledger *l) {
     jsay(l,
          "\"killed_rank\":%d,\"killed_after_step\":%d,\"resumed_from\":%d,\"same_topology_exact\":%"
          "s,"
-         "\"same_topology_max_rel\":%g,\"one_rank_max_rel\":%g",
-         o->world - 1, h + 1, h, exact && ok_n ? "true" : "false", dn, d1);
+         "\"same_topology_max_rel\":%g,\"one_rank_max_rel\":%g,\"same_topology_pass\":%s,"
+         "\"one_rank_pass\":%s",
+         o->world - 1, h + 1, h, exact && ok_n ? "true" : "false", dn, d1, ok_n ? "true" : "false",
+         ok_1 ? "true" : "false");
 }
 
 /* --- the command ----------------------------------------------------------- */

@@ -1,0 +1,1180 @@
+/*
+ * conform.c — `tessera conform PLUGIN.so`: the checks every plugin of a kind
+ * must pass, run against the plugin file a third party built, with a table
+ * of what passed (or one JSON object). Exit status 0 only when no check
+ * fails (a check that does not apply to the kind, or cannot be judged, is
+ * SKIP and says why).
+ *
+ *   abi          the core loads the file: ELF, entry point, descriptor (ABI
+ *                major equal, minor not newer, struct_size at least 1.0's,
+ *                name equal to the file's); the versions and sizes printed
+ *   init         its init succeeds with a minimal configuration; what it
+ *                registered (axes, transforms, hooks, module hooks,
+ *                schedulers, dispatchers, providers) decides the kind when
+ *                --kind is not given
+ *   unknown_key  `tessera train` of a configuration with an undeclared key
+ *                in [NAME] exits non-zero naming the section and the key
+ *   bad_value    the same with one of the plugin's own keys out of range
+ *                (below its minimum, or a word not among its choices)
+ *   numerics     `tessera verify --json` on every point of the grid (ranks x
+ *                model shapes): losses, gradient norms and final weights of
+ *                the plugin's N ranks against one rank (1e-5 relative, fp32)
+ *   memory       verify's memory ledger: every rank's model state equal to
+ *                `tessera plan`'s dry run, activation and buffer peaks
+ *                within 5 %
+ *   comm         rank 0's calls and bytes per group and operation in every
+ *                step of the N-rank run equal `tessera plan --json`'s
+ *                prediction for rank 0 (the plan predicts per group and op)
+ *   resume       verify's recovery ledger: a rank killed with SIGKILL, the
+ *                job resumed on N ranks from the last checkpoint equals the
+ *                uninterrupted run
+ *   resume_other_topology  the same checkpoint resumed on one rank equals
+ *                the one-rank run (not judged where numerics failed: the
+ *                two runs differ before the kill)
+ *
+ * The runs use small GPT-2 models written into a temporary directory (two
+ * shapes), 4 steps, on 2 and 4 ranks unless --world, --config or --steps
+ * say otherwise; the plugin's section gets its size key, and the plugins it
+ * needs beside it are named (dp where it claims no axis of the whole world,
+ * ep for a dispatcher, pp for a scheduler).
+ *
+ * What it does not do: judge speed (verify's speed ledger is not a check
+ * here), check a plugin's own keys beyond their declared ranges, or run the
+ * dispatcher contract on rows directly (tests/test_dispatch.c does; here a
+ * dispatcher is checked through the mixture-of-experts runs).
+ */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "config.h"
+#include "plugin.h"
+#include "plugin_file.h"
+
+static const char *usage_conform =
+    "usage: tessera conform PLUGIN.so [--kind K] [--world N[,M...]] [--config BASE.ini]\n"
+    "                       [--steps K] [--json] [--launcher CMD] [--timeout S] [--keep DIR]\n"
+    "                       [--set section.key=value ...]\n"
+    "\n"
+    "Runs the checks every plugin of its kind must pass against the file\n"
+    "PLUGIN.so (tessera-NAME.so) and prints a table, one row per check: its\n"
+    "name, PASS, FAIL or SKIP, and a figure or the reason. Exit status 0 only\n"
+    "when none fails. The kind is what the plugin's init registers unless\n"
+    "--kind says it: strategy (axes or layout transforms), dispatcher,\n"
+    "scheduler, attention, optimizer (an optimizer-state provider) or hook.\n"
+    "  abi          the descriptor's ABI version and struct size; the file loads\n"
+    "  init         init succeeds with a minimal configuration; what it registers\n"
+    "  unknown_key  an undeclared key in [NAME] is refused naming it\n"
+    "  bad_value    one of NAME's keys out of its range is refused naming it\n"
+    "  numerics     tessera verify on each (ranks, model shape) of the grid:\n"
+    "               losses, gradient norms, final weights against one rank (1e-5)\n"
+    "  memory       every rank's memory against tessera plan's dry run\n"
+    "  comm         rank 0's calls and bytes per group and op against tessera plan\n"
+    "  resume       a rank killed mid-run; resumed on the same ranks, equal\n"
+    "  resume_other_topology  its checkpoint resumed on one rank, equal\n"
+    "\n"
+    "  --kind K        strategy|dispatcher|scheduler|attention|optimizer|hook\n"
+    "  --world N,M     the grid's rank counts (repeatable; default 2 and 4)\n"
+    "  --config BASE   the model, data and training keys of the runs (default:\n"
+    "                  two small GPT-2 shapes written by this command)\n"
+    "  --steps K       steps of each run (default 4, at least 4)\n"
+    "  --set s.k=v     override a key in every run (repeatable; the plugin's\n"
+    "                  own sizes, the plugins named beside it, ...)\n"
+    "  --json          one object: {\"plugin\", \"kind\", \"pass\", \"checks\": [{\"name\",\n"
+    "                  \"result\": \"pass\"|\"fail\"|\"skip\", \"figures\"}, ...]}\n"
+    "  --launcher CMD  how tessera verify starts N ranks (default: its own)\n"
+    "  --timeout S     seconds one run may take (default 600)\n"
+    "  --keep DIR      keep the configurations and runs in DIR, new or empty\n";
+
+#define CF_MAX_SETS 64
+#define CF_MAX_WORLDS 8
+#define CF_MAX_REG 64
+
+enum { CF_PASS = 0, CF_FAIL = 1, CF_SKIP = 2 };
+
+enum {
+    ROW_ABI,
+    ROW_INIT,
+    ROW_UNKNOWN,
+    ROW_BADVAL,
+    ROW_NUMERICS,
+    ROW_MEMORY,
+    ROW_COMM,
+    ROW_RESUME,
+    ROW_RESUME_OTHER,
+    ROW_COUNT
+};
+
+static const char *row_names[ROW_COUNT] = {"abi",       "init",     "unknown_key",
+                                           "bad_value", "numerics", "memory",
+                                           "comm",      "resume",   "resume_other_topology"};
+
+typedef struct cf_row {
+    int result; /* CF_PASS, CF_FAIL, CF_SKIP; -1 not run yet */
+    char text[1536];
+} cf_row;
+
+/* What the plugin registered in its init (from the registry's own
+ * answers and its description). */
+typedef struct cf_reg {
+    int naxes;
+    char axis[CF_MAX_REG][16];
+    int axis_size[CF_MAX_REG]; /* TS_PLUGIN_AXIS_AUTO or >= 1 */
+    int axis_expert[CF_MAX_REG];
+    int ntransforms, nhooks, nmodule_hooks;
+    char schedulers[CF_MAX_REG][64], dispatchers[CF_MAX_REG][64];
+    int nschedulers, ndispatchers;
+    char attention[64], optimizer[64], grads[64], storage[64];
+    char summary[1024];
+} cf_reg;
+
+typedef struct cf_opts {
+    const char *plugin, *kind, *base, *launcher, *keep;
+    int steps, json, kind_given;
+    double timeout_s;
+    int nsets;
+    const char *sets[CF_MAX_SETS];
+    int nworlds, worlds[CF_MAX_WORLDS];
+    char path[PATH_MAX], dir[PATH_MAX], name[128];
+    char tmp[PATH_MAX], self[PATH_MAX];
+    const ts_plugin_descriptor *desc;
+    void *handle;
+    cf_reg reg;
+} cf_opts;
+
+static void rsay(cf_row *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void rsay(cf_row *r, const char *fmt, ...) {
+    size_t n = strlen(r->text);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->text + n, sizeof r->text - n, fmt, ap);
+    va_end(ap);
+}
+
+/* --- children ------------------------------------------------------------ */
+
+/* Runs argv with stdout to `out` and stderr to `err` (the same file when
+ * equal), within the timeout. Returns the exit status, 128 + the signal,
+ * or -1 when it could not start or ran past the timeout. */
+static int cf_run(const cf_opts *o, char **argv, const char *out, const char *err) {
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        setpgid(0, 0);
+        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int fe = strcmp(out, err) == 0 ? fo : open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fo >= 0) dup2(fo, 1);
+        if (fe >= 0) dup2(fe, 2);
+        execvp(argv[0], argv);
+        fprintf(stderr, "tessera conform: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    /* verify runs its own runs within its timeout; allow it their sum. */
+    double waited = 0.0, limit = 8 * o->timeout_s;
+    for (;;) {
+        int status;
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (r < 0) return -1;
+        if (waited > limit) {
+            kill(-pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            return -1;
+        }
+        struct timespec d = {0, 20 * 1000 * 1000};
+        nanosleep(&d, NULL);
+        waited += 0.02;
+    }
+}
+
+static char *cf_slurp(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s) s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+/* The last line of `path` that begins "tessera" (the program's own
+ * message), else its first line with words; "" when empty. */
+static void cf_tail(const char *path, char *out, size_t size) {
+    FILE *f = fopen(path, "r");
+    char line[1024], first[1024] = "";
+    out[0] = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        if (!strncmp(line, "tessera", 7))
+            snprintf(out, size, "%s", line);
+        else if (!first[0] && line[strspn(line, " \t")])
+            snprintf(first, sizeof first, "%s", line + strspn(line, " \t"));
+    }
+    if (f) fclose(f);
+    if (!out[0]) snprintf(out, size, "%s", first);
+}
+
+/* The number after "KEY": at or after p (NaN when absent). */
+static double cf_num(const char *p, const char *key) {
+    char pat[96];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *q = p ? strstr(p, pat) : NULL;
+    if (!q) return NAN;
+    q += strlen(pat);
+    if (!strncmp(q, "true", 4)) return 1;
+    if (!strncmp(q, "false", 5)) return 0;
+    if (!strncmp(q, "null", 4)) return NAN;
+    return strtod(q, NULL);
+}
+
+/* --- the communication of a run and of the plan --------------------------- */
+
+#define CF_MAX_COMM 256
+typedef struct cf_comm {
+    int n;
+    char key[CF_MAX_COMM][64]; /* "group.op" */
+    double calls[CF_MAX_COMM], bytes[CF_MAX_COMM];
+} cf_comm;
+
+/* The end of the object or string starting at p ('{' or '"'). */
+static const char *cf_skip(const char *p) {
+    if (*p == '"') {
+        for (p++; *p && *p != '"'; p++)
+            if (*p == '\\' && p[1]) p++;
+        return *p ? p + 1 : p;
+    }
+    int depth = 0;
+    for (; *p; p++) {
+        if (*p == '"') {
+            p = cf_skip(p) - 1;
+        } else if (*p == '{' || *p == '[') {
+            depth++;
+        } else if ((*p == '}' || *p == ']') && --depth == 0) {
+            return p + 1;
+        }
+    }
+    return p;
+}
+
+/* Calls fn for each "name":{...} member of the object at p. */
+static void cf_members(const char *p,
+                       void (*fn)(const char *name, size_t len, const char *obj, void *user),
+                       void *user) {
+    if (!p || *p != '{') return;
+    const char *end = cf_skip(p);
+    for (p++; p < end;) {
+        p += strspn(p, " ,\n");
+        if (*p != '"') break;
+        const char *name = p + 1, *q = cf_skip(p);
+        size_t len = (size_t)(q - 1 - name);
+        q += strspn(q, " :");
+        if (*q == '{') fn(name, len, q, user);
+        p = *q == '{' || *q == '"' ? cf_skip(q) : q + strcspn(q, ",}");
+    }
+}
+
+static void cf_comm_add(cf_comm *c, const char *key, const char *obj) {
+    if (c->n == CF_MAX_COMM) return;
+    snprintf(c->key[c->n], sizeof c->key[0], "%s", key);
+    c->calls[c->n] = cf_num(obj, "calls");
+    c->bytes[c->n] = cf_num(obj, "bytes");
+    c->n++;
+}
+
+static void cf_plan_member(const char *name, size_t len, const char *obj, void *user) {
+    char key[64];
+    snprintf(key, sizeof key, "%.*s", (int)len, name);
+    cf_comm_add(user, key, obj);
+}
+
+typedef struct cf_group_ctx {
+    cf_comm *c;
+    char group[48];
+} cf_group_ctx;
+
+static void cf_op_member(const char *name, size_t len, const char *obj, void *user) {
+    cf_group_ctx *g = user;
+    char key[64];
+    snprintf(key, sizeof key, "%s.%.*s", g->group, (int)len, name);
+    cf_comm_add(g->c, key, obj);
+}
+
+static void cf_group_member(const char *name, size_t len, const char *obj, void *user) {
+    cf_group_ctx g = {.c = user};
+    snprintf(g.group, sizeof g.group, "%.*s", (int)len, name);
+    cf_members(obj, cf_op_member, &g);
+}
+
+static int cf_comm_find(const cf_comm *c, const char *key) {
+    for (int i = 0; i < c->n; i++)
+        if (!strcmp(c->key[i], key)) return i;
+    return -1;
+}
+
+/* Compares rank 0's counters of every step of `jsonl` with the plan's
+ * prediction in `plan_json`. 1 when equal; else 0 with the first
+ * difference in `why`. `entries`: the plan's (group, op) count. */
+/* A group of the expert routing ("ep", "etp-ep", ...): a token "ep". */
+static int cf_routed_group(const char *key) {
+    char g[64];
+    snprintf(g, sizeof g, "%s", key);
+    if (strchr(g, '.')) *strchr(g, '.') = 0;
+    for (char *t = strtok(g, "-"); t; t = strtok(NULL, "-"))
+        if (!strcmp(t, "ep")) return 1;
+    return 0;
+}
+
+static int cf_comm_check(const char *plan_json, const char *jsonl, int steps, int routed,
+                         double *routed_dev, int *entries, char *why, size_t size) {
+    char *plan = cf_slurp(plan_json);
+    const char *pc = plan ? strstr(plan, "\"comm\":{") : NULL;
+    cf_comm *want = calloc(1, sizeof *want), *got = calloc(1, sizeof *got);
+    int ok = pc && want && got;
+    if (!pc) snprintf(why, size, "no \"comm\" in tessera plan's output (%.300s)", plan_json);
+    if (ok) cf_members(pc + 7, cf_plan_member, want);
+    *entries = want ? want->n : 0;
+    FILE *f = ok ? fopen(jsonl, "r") : NULL;
+    if (ok && !f) {
+        snprintf(why, size, "no metrics (%.300s)", jsonl);
+        ok = 0;
+    }
+    static char line[1 << 20];
+    int seen = 0;
+    while (ok && f && fgets(line, sizeof line, f)) {
+        const char *rc = strstr(line, "}},\"comm\":{");
+        if (!rc) continue;
+        int step = (int)cf_num(line, "step");
+        got->n = 0;
+        cf_members(rc + 10, cf_group_member, got);
+        seen++;
+        for (int i = 0; ok && i < want->n + got->n; i++) {
+            const char *k = i < want->n ? want->key[i] : got->key[i - want->n];
+            int a = cf_comm_find(want, k), b = cf_comm_find(got, k);
+            double wc = a >= 0 ? want->calls[a] : 0, wb = a >= 0 ? want->bytes[a] : 0;
+            double gc = b >= 0 ? got->calls[b] : 0, gb = b >= 0 ? got->bytes[b] : 0;
+            /* The rows a dispatcher moves follow the routing; the plan
+             * routes evenly: their bytes are reported, not judged. */
+            if (routed && cf_routed_group(k) && wc == gc) {
+                double d = wb > 0 ? fabs(gb - wb) / wb : (gb != wb);
+                if (d > *routed_dev) *routed_dev = d;
+                continue;
+            }
+            if (wc != gc || wb != gb) {
+                snprintf(why, size,
+                         "step %d, %s: the run made %.0f calls of %.0f bytes, the plan predicts "
+                         "%.0f calls of %.0f bytes",
+                         step, k, gc, gb, wc, wb);
+                ok = 0;
+            }
+        }
+    }
+    if (f) fclose(f);
+    if (ok && seen != steps) {
+        snprintf(why, size, "%d of %d steps have counters in %.300s", seen, steps, jsonl);
+        ok = 0;
+    }
+    free(plan);
+    free(want);
+    free(got);
+    return ok;
+}
+
+/* --- loading the plugin --------------------------------------------------- */
+
+static int cf_write(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int cf_write(const char *path, const char *fmt, ...) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* The registrations a plugin describes after init ("  dispatcher a2a"). */
+static void cf_read_description(cf_reg *r, char *text) {
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char word[32], arg[64];
+        if (sscanf(line, " %31s %63s", word, arg) != 2) continue;
+        if (!strcmp(word, "transform"))
+            r->ntransforms++;
+        else if (!strcmp(word, "hook"))
+            r->nhooks++;
+        else if (!strcmp(word, "scheduler") && r->nschedulers < CF_MAX_REG)
+            snprintf(r->schedulers[r->nschedulers++], 64, "%s", arg);
+        else if (!strcmp(word, "dispatcher") && r->ndispatchers < CF_MAX_REG)
+            snprintf(r->dispatchers[r->ndispatchers++], 64, "%s", arg);
+    }
+}
+
+/* Who provides `what` on any axis the plugin or the built-in strategies
+ * name: the first such axis in `out` ("" when none). */
+static void cf_provided(const ts_plugins *reg, const cf_reg *r, ts_plugin_provision what,
+                        const char *name, char *out, size_t size) {
+    static const char *common[] = {"dp", "tp", "cp", "pp", "ep", "etp", "edp"};
+    out[0] = 0;
+    for (int i = 0; i < r->naxes + 7 && !out[0]; i++) {
+        const char *axis = i < r->naxes ? r->axis[i] : common[i - r->naxes];
+        const char *who = ts_plugins_provider(reg, what, axis);
+        if (who && !strcmp(who, name)) snprintf(out, size, "%s", axis);
+    }
+}
+
+/* The abi and init rows: the plugin alone in a minimal configuration. */
+static void cf_load(cf_opts *o, cf_row *abi, cf_row *init) {
+    char ini[PATH_MAX + 32];
+    snprintf(ini, sizeof ini, "%s/load.ini", o->tmp);
+    if (cf_write(ini, "[parallel]\nplugins = %s\nplugin_path = %s\n", o->name, o->dir)) {
+        abi->result = CF_FAIL;
+        rsay(abi, "cannot write %s: %s", ini, strerror(errno));
+        return;
+    }
+    ts_config *cfg = NULL;
+    ts_plugins *reg = NULL;
+    ts_status st = cli_config_create(&cfg);
+    if (!st) st = ts_config_load(cfg, ini);
+    for (int i = 0; i < o->nsets && !st; i++)
+        if (strncmp(o->sets[i], "parallel.plugins=", 17) != 0) st = ts_config_set(cfg, o->sets[i]);
+    if (!st) st = ts_plugins_create(&reg);
+    if (!st) ts_plugins_set_log(reg, stderr, TS_LOG_WARN);
+    if (!st) st = ts_plugins_open(reg, cfg);
+    if (st) {
+        abi->result = CF_FAIL;
+        rsay(abi, "%s", ts_last_error());
+        ts_plugins_destroy(reg);
+        ts_config_destroy(cfg);
+        return;
+    }
+    /* The core opened it: the same object, for its descriptor. */
+    o->handle = dlopen(o->path, RTLD_NOW | RTLD_LOCAL);
+    ts_plugin_entry_fn entry =
+        o->handle ? (ts_plugin_entry_fn)dlsym(o->handle, TS_PLUGIN_SYMBOL) : NULL;
+    o->desc = entry ? entry() : NULL;
+    if (!o->desc || ts_plugin_descriptor_check(o->name, o->path, o->desc)) {
+        abi->result = CF_FAIL;
+        rsay(abi, "%s", o->desc ? ts_last_error() : "the entry point gives no descriptor");
+    } else {
+        unsigned major = TS_PLUGIN_ABI_MAJOR_OF(o->desc->abi_version),
+                 minor = TS_PLUGIN_ABI_MINOR_OF(o->desc->abi_version);
+        abi->result = CF_PASS;
+        rsay(abi,
+             "plugin %s %s built for ABI %u.%u (this core %u.%u%s); descriptor %u bytes (1.0 "
+             "needs %zu, this SDK's %zu); %d key%s",
+             o->name, o->desc->version, major, minor, TS_PLUGIN_ABI_MAJOR, TS_PLUGIN_ABI_MINOR,
+             minor < TS_PLUGIN_ABI_MINOR ? ": an older minor, loaded" : "", o->desc->struct_size,
+             (size_t)TS_PLUGIN_DESCRIPTOR_SIZE_1_0, sizeof(ts_plugin_descriptor), o->desc->nkeys,
+             o->desc->nkeys == 1 ? "" : "s");
+        if (minor == TS_PLUGIN_ABI_MINOR && o->desc->struct_size < sizeof(ts_plugin_descriptor)) {
+            abi->result = CF_FAIL;
+            rsay(abi, "; a %u.%u descriptor must be %zu bytes", major, minor,
+                 sizeof(ts_plugin_descriptor));
+        }
+    }
+    st = ts_config_validate(cfg);
+    if (!st) st = ts_plugins_init(reg);
+    if (st) {
+        init->result = CF_FAIL;
+        rsay(init, "with [parallel] plugins = %s alone: %s", o->name, ts_last_error());
+        ts_plugins_destroy(reg);
+        ts_config_destroy(cfg);
+        return;
+    }
+    cf_reg *r = &o->reg;
+    for (int i = 0; i < ts_plugins_num_axes(reg) && r->naxes < CF_MAX_REG; i++) {
+        const ts_plugin_axis_entry *a = ts_plugins_axis(reg, i);
+        if (strcmp(a->plugin, o->name) != 0) continue;
+        snprintf(r->axis[r->naxes], sizeof r->axis[0], "%s", a->name);
+        r->axis_size[r->naxes] = a->size;
+        r->axis_expert[r->naxes] = a->mesh == TS_MESH_EXPERT;
+        r->naxes++;
+    }
+    r->nmodule_hooks = ts_plugins_num_module_hooks(reg);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (mem) {
+        ts_plugins_describe(reg, mem);
+        fclose(mem);
+        cf_read_description(r, text);
+        free(text);
+    }
+    cf_provided(reg, r, TS_PROVIDE_ATTENTION, o->name, r->attention, sizeof r->attention);
+    cf_provided(reg, r, TS_PROVIDE_OPTIMIZER_STATE, o->name, r->optimizer, sizeof r->optimizer);
+    cf_provided(reg, r, TS_PROVIDE_GRAD_REDUCTION, o->name, r->grads, sizeof r->grads);
+    cf_provided(reg, r, TS_PROVIDE_PARAM_STORAGE, o->name, r->storage, sizeof r->storage);
+    /* What it registered, in one line. */
+    char *s = r->summary;
+    size_t cap = sizeof r->summary, n = 0;
+#define CF_ADD(...)                                                                                \
+    do {                                                                                           \
+        if (n < cap) n += (size_t)snprintf(s + n, cap - n, __VA_ARGS__);                           \
+    } while (0)
+    for (int i = 0; i < r->naxes; i++) {
+        CF_ADD("%saxis %s", n ? ", " : "", r->axis[i]);
+        if (r->axis_size[i] == TS_PLUGIN_AXIS_AUTO)
+            CF_ADD(" (auto%s)", r->axis_expert[i] ? ", expert mesh" : "");
+        else
+            CF_ADD(" (%d%s)", r->axis_size[i], r->axis_expert[i] ? ", expert mesh" : "");
+    }
+    if (r->ntransforms)
+        CF_ADD("%s%d transform%s", n ? ", " : "", r->ntransforms, r->ntransforms == 1 ? "" : "s");
+    if (r->nhooks) CF_ADD("%s%d hook%s", n ? ", " : "", r->nhooks, r->nhooks == 1 ? "" : "s");
+    if (r->nmodule_hooks)
+        CF_ADD("%s%d module hook%s", n ? ", " : "", r->nmodule_hooks,
+               r->nmodule_hooks == 1 ? "" : "s");
+    for (int i = 0; i < r->nschedulers; i++)
+        CF_ADD("%sscheduler %s", n ? ", " : "", r->schedulers[i]);
+    for (int i = 0; i < r->ndispatchers; i++)
+        CF_ADD("%sdispatcher %s", n ? ", " : "", r->dispatchers[i]);
+    if (r->attention[0]) CF_ADD("%sattention over %s", n ? ", " : "", r->attention);
+    if (r->optimizer[0]) CF_ADD("%soptimizer state over %s", n ? ", " : "", r->optimizer);
+    if (r->grads[0]) CF_ADD("%sgradient reduction over %s", n ? ", " : "", r->grads);
+    if (r->storage[0]) CF_ADD("%sparameter storage over %s", n ? ", " : "", r->storage);
+    if (!n) CF_ADD("nothing");
+#undef CF_ADD
+    init->result = CF_PASS;
+    rsay(init, "init with [parallel] plugins = %s alone: registers %s", o->name, r->summary);
+    ts_plugins_destroy(reg);
+    ts_config_destroy(cfg);
+}
+
+/* The kind from what init registered. */
+static const char *cf_infer_kind(const cf_reg *r) {
+    if (r->naxes || r->ntransforms) return "strategy";
+    if (r->optimizer[0]) return "optimizer";
+    if (r->attention[0]) return "attention";
+    if (r->ndispatchers) return "dispatcher";
+    if (r->nschedulers) return "scheduler";
+    return "hook";
+}
+
+/* --- bad keys --------------------------------------------------------------- */
+
+/* `tessera train` of `ini` must exit non-zero (not by a signal) with a
+ * message naming "[NAME]" and `key`. */
+static void cf_refused(const cf_opts *o, const char *ini, const char *key, const char *what,
+                       cf_row *row) {
+    char log[PATH_MAX + 32], msg[1024];
+    snprintf(log, sizeof log, "%s.log", ini);
+    char *argv[] = {(char *)o->self, "train", (char *)ini, NULL};
+    int rc = cf_run(o, argv, log, log);
+    cf_tail(log, msg, sizeof msg);
+    char section[160];
+    snprintf(section, sizeof section, "[%s]", o->name);
+    if (rc > 0 && rc < 128 && strstr(msg, section) && strstr(msg, key)) {
+        row->result = CF_PASS;
+        rsay(row, "%s: exit %d, \"%s\"", what, rc, msg);
+    } else {
+        row->result = CF_FAIL;
+        if (rc == 0)
+            rsay(row, "%s: accepted (exit 0)", what);
+        else if (rc < 0 || rc >= 128)
+            rsay(row, "%s: %s", what, rc < 0 ? "did not end in time" : "ended by a signal");
+        else
+            rsay(row, "%s: exit %d but the message does not name %s %s: \"%s\"", what, rc, section,
+                 key, msg);
+    }
+}
+
+/* The plugins to name beside it in the bad-key files (they fail before any
+ * of them matters). */
+static void cf_bad_keys(const cf_opts *o, cf_row *unknown, cf_row *badval) {
+    char ini[PATH_MAX + 32];
+    snprintf(ini, sizeof ini, "%s/unknown_key.ini", o->tmp);
+    if (cf_write(ini, "[parallel]\nplugins = %s\nplugin_path = %s\n[%s]\nconform_no_such_key = 1\n",
+                 o->name, o->dir, o->name)) {
+        unknown->result = CF_FAIL;
+        rsay(unknown, "cannot write %s", ini);
+    } else {
+        char what[256];
+        snprintf(what, sizeof what, "[%s] conform_no_such_key = 1", o->name);
+        cf_refused(o, ini, "conform_no_such_key", what, unknown);
+    }
+    /* A key of its own, and a value outside what it declares: its size (or
+     * the first key with a range), else the first with choices. */
+    const ts_plugin_key *pick = NULL;
+    char value[64] = "";
+    for (int pass = 0; pass < 3 && !pick; pass++)
+        for (int i = 0; i < o->desc->nkeys && !pick; i++) {
+            const ts_plugin_key *k = &o->desc->keys[i];
+            int ranged = (k->type == TS_PLUGIN_KEY_INT || k->type == TS_PLUGIN_KEY_FLOAT) &&
+                         k->min <= k->max && k->min > -1e15;
+            if (pass == 0 && ranged && !strcmp(k->name, "size")) pick = k;
+            if (pass == 1 && ranged) pick = k;
+            if (pass == 2 && (k->type == TS_PLUGIN_KEY_ENUM || k->type == TS_PLUGIN_KEY_BOOL))
+                pick = k;
+        }
+    if (!pick) {
+        badval->result = CF_SKIP;
+        rsay(badval, "the plugin declares no key with a range, choices or a bool (%d key%s)",
+             o->desc->nkeys, o->desc->nkeys == 1 ? "" : "s");
+        return;
+    }
+    if (pick->type == TS_PLUGIN_KEY_INT)
+        snprintf(value, sizeof value, "%.0f", floor(pick->min) - 1);
+    else if (pick->type == TS_PLUGIN_KEY_FLOAT)
+        snprintf(value, sizeof value, "%.17g", pick->min - fmax(1.0, fabs(pick->min)));
+    else
+        snprintf(value, sizeof value, "conform_not_a_choice");
+    snprintf(ini, sizeof ini, "%s/bad_value.ini", o->tmp);
+    char what[256];
+    snprintf(what, sizeof what, "[%s] %s = %s", o->name, pick->name, value);
+    if (cf_write(ini, "[parallel]\nplugins = %s\nplugin_path = %s\n[%s]\n%s = %s\n", o->name,
+                 o->dir, o->name, pick->name, value)) {
+        badval->result = CF_FAIL;
+        rsay(badval, "cannot write %s", ini);
+        return;
+    }
+    cf_refused(o, ini, pick->name, what, badval);
+}
+
+/* --- the grid ------------------------------------------------------------------ */
+
+/* The model shapes of the runs when no --config is given: small enough to
+ * run in a second on one thread, divisible by 2 and 4 where the strategies
+ * cut (heads, layers, 4 x d_model, the sequence in 2 x cp chunks). */
+static const char *cf_shapes[][2] = {
+    {"gpt2 2x32",
+     "[model]\nlayers = 2\nd_model = 32\nheads = 4\nvocab = 64\ncontext = 32\n"
+     "[data]\nsource = synthetic\nsynthetic_tokens = 16384\n"
+     "[train]\nseq_len = 16\nglobal_batch = 8\nmicro_batch = 2\nlr = 2e-3\nwarmup = 1\n"
+     "grad_clip = 1.0\nseed = 7\n"},
+    {"gpt2 4x48",
+     "[model]\nlayers = 4\nd_model = 48\nheads = 4\nvocab = 96\ncontext = 32\n"
+     "[data]\nsource = synthetic\nsynthetic_tokens = 16384\n"
+     "[train]\nseq_len = 16\nglobal_batch = 8\nmicro_batch = 2\nlr = 1e-3\nwarmup = 1\n"
+     "grad_clip = 1.0\nseed = 11\n"},
+};
+
+/* The --set values of one grid point: the plugins named, the plugin's size,
+ * the mixture-of-experts keys where its kind needs them, then the user's. */
+typedef struct cf_point {
+    int world, shape, moe;
+    char ini[PATH_MAX + 32];
+    char keep[PATH_MAX + 32];
+    char label[64];
+    int nsets;
+    char sets[16][PATH_MAX + 64];
+} cf_point;
+
+static void cf_point_sets(const cf_opts *o, cf_point *p) {
+    const cf_reg *r = &o->reg;
+    int dense_fixed = 0, dense_auto = 0, expert = 0, size_key = 0;
+    for (int i = 0; i < r->naxes; i++) {
+        if (r->axis_expert[i])
+            expert = 1;
+        else if (r->axis_size[i] == TS_PLUGIN_AXIS_AUTO)
+            dense_auto = 1;
+        else
+            dense_fixed = 1;
+    }
+    for (int i = 0; i < o->desc->nkeys; i++)
+        size_key |=
+            !strcmp(o->desc->keys[i].name, "size") && o->desc->keys[i].type == TS_PLUGIN_KEY_INT;
+    const char *kind = o->kind;
+    char plugins[512] = "";
+    int moe = expert, cut = 1;
+    p->nsets = 0;
+#define CF_SET(...) snprintf(p->sets[p->nsets++], sizeof p->sets[0], __VA_ARGS__)
+    if (!strcmp(kind, "dispatcher")) {
+        snprintf(plugins, sizeof plugins, "dp, ep, %s", o->name);
+        CF_SET("ep.size=2");
+        CF_SET("ep.dispatcher=%s", r->ndispatchers ? r->dispatchers[0] : o->name);
+        moe = 1;
+    } else if (!strcmp(kind, "scheduler")) {
+        snprintf(plugins, sizeof plugins, "%s, pp%s", o->name, p->world > 2 ? ", dp" : "");
+        CF_SET("pp.size=2");
+    } else if (dense_auto && !dense_fixed) {
+        snprintf(plugins, sizeof plugins, "%s", o->name);
+    } else {
+        /* Its own size 2 (when it has one), dp for the rest of the world. */
+        if (size_key && (dense_fixed || expert)) {
+            CF_SET("%s.size=2", o->name);
+            cut = 2;
+        }
+        int need_dp = strcmp(o->name, "dp") != 0 && (expert || !dense_fixed || p->world > cut);
+        snprintf(plugins, sizeof plugins, "%s%s", need_dp ? "dp, " : "", o->name);
+    }
+    p->moe = moe;
+    if (moe) {
+        CF_SET("model.experts=4");
+        CF_SET("model.top_k=2");
+    }
+    CF_SET("parallel.plugins=%s", plugins);
+    CF_SET("parallel.plugin_path=%s", o->dir);
+#undef CF_SET
+}
+
+/* One verify run: its JSON's ledger object for `name`, or NULL. */
+static const char *cf_ledger(const char *json, const char *name) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":{", name);
+    return json ? strstr(json, pat) : NULL;
+}
+
+static void cf_grid(cf_opts *o, cf_row *rows) {
+    int nshapes = o->base ? 1 : (int)(sizeof cf_shapes / sizeof cf_shapes[0]);
+    int npoints = o->nworlds * nshapes, ran = 0;
+    double worst_loss = 0, worst_norm = 0, worst_w = 0, worst_peak = 0, worst_resume = 0,
+           worst_other = 0;
+    int comm_entries = 0, other_judged = 0, other_skipped = 0, moe_runs = 0;
+    double routed_dev = 0, moe_peak = 0;
+    for (int k = ROW_NUMERICS; k <= ROW_RESUME_OTHER; k++)
+        rows[k].result = CF_PASS;
+    char labels[512] = "";
+    for (int wi = 0; wi < o->nworlds; wi++)
+        for (int si = 0; si < nshapes; si++) {
+            cf_point *p = calloc(1, sizeof *p);
+            if (!p) return;
+            p->world = o->worlds[wi];
+            p->shape = si;
+            snprintf(p->label, sizeof p->label, "%d ranks, %s", p->world,
+                     o->base ? "CONFIG" : cf_shapes[si][0]);
+            if (o->base) {
+                snprintf(p->ini, sizeof p->ini, "%s", o->base);
+            } else {
+                snprintf(p->ini, sizeof p->ini, "%s/shape%d.ini", o->tmp, si);
+                cf_write(p->ini, "%s", cf_shapes[si][1]);
+            }
+            snprintf(p->keep, sizeof p->keep, "%s/w%d_s%d", o->tmp, p->world, si);
+            cf_point_sets(o, p);
+            char world[16], steps[16], timeout[32];
+            snprintf(world, sizeof world, "%d", p->world);
+            snprintf(steps, sizeof steps, "%d", o->steps);
+            snprintf(timeout, sizeof timeout, "%g", o->timeout_s);
+            char *argv[2 * (CF_MAX_SETS + 16) + 32];
+            int n = 0;
+            argv[n++] = o->self;
+            argv[n++] = "verify";
+            argv[n++] = p->ini;
+            argv[n++] = "--world";
+            argv[n++] = world;
+            argv[n++] = "--steps";
+            argv[n++] = steps;
+            argv[n++] = "--json";
+            argv[n++] = "--keep";
+            argv[n++] = p->keep;
+            argv[n++] = "--timeout";
+            argv[n++] = timeout;
+            argv[n++] = "--slow-rank";
+            argv[n++] = "1e9";
+            if (o->launcher) {
+                argv[n++] = "--launcher";
+                argv[n++] = (char *)o->launcher;
+            }
+            for (int i = 0; i < p->nsets; i++) {
+                argv[n++] = "--set";
+                argv[n++] = p->sets[i];
+            }
+            for (int i = 0; i < o->nsets; i++) {
+                argv[n++] = "--set";
+                argv[n++] = (char *)o->sets[i];
+            }
+            argv[n] = NULL;
+            char out[PATH_MAX + 64], err[PATH_MAX + 64];
+            snprintf(out, sizeof out, "%s/w%d_s%d.json", o->tmp, p->world, si);
+            snprintf(err, sizeof err, "%s/w%d_s%d.err", o->tmp, p->world, si);
+            if (!o->json) {
+                fprintf(stderr, "conform: tessera verify on %s ...\n", p->label);
+                fflush(stderr);
+            }
+            int rc = cf_run(o, argv, out, err);
+            char *json = cf_slurp(out);
+            const char *num = cf_ledger(json, "numerics"), *mem = cf_ledger(json, "memory"),
+                       *rec = cf_ledger(json, "recovery");
+            size_t len = strlen(labels);
+            snprintf(labels + len, sizeof labels - len, "%s%s", len ? "; " : "", p->label);
+            if (!num || !mem || !rec) {
+                char msg[1024];
+                cf_tail(err, msg, sizeof msg);
+                for (int k = ROW_NUMERICS; k <= ROW_RESUME_OTHER; k++) {
+                    if (rows[k].result == CF_FAIL) continue;
+                    rows[k].result = CF_FAIL;
+                    rows[k].text[0] = 0;
+                    rsay(&rows[k], "%s: tessera verify failed (exit %d): %s", p->label, rc,
+                         msg[0] ? msg : "(no message)");
+                }
+                free(json);
+                free(p);
+                continue;
+            }
+            ran++;
+            int num_ok = cf_num(num, "pass") == 1;
+            if (!num_ok && rows[ROW_NUMERICS].result != CF_FAIL) {
+                rows[ROW_NUMERICS].result = CF_FAIL;
+                rows[ROW_NUMERICS].text[0] = 0;
+                double bad = cf_num(num, "first_bad_step");
+                rsay(&rows[ROW_NUMERICS],
+                     "%s: loss max rel %.1e, grad norm max rel %.1e, final weights rel L2 %.1e "
+                     "(tolerance %g)",
+                     p->label, cf_num(num, "loss_max_rel"), cf_num(num, "grad_norm_max_rel"),
+                     cf_num(num, "weights_rel_l2"), cf_num(num, "tolerance"));
+                if (bad > 0) rsay(&rows[ROW_NUMERICS], "; first differs at step %.0f", bad);
+            }
+            worst_loss = fmax(worst_loss, cf_num(num, "loss_max_rel"));
+            worst_norm = fmax(worst_norm, cf_num(num, "grad_norm_max_rel"));
+            worst_w = fmax(worst_w, cf_num(num, "weights_rel_l2"));
+            /* With experts the activations follow the routing (the plan
+             * routes evenly): the model state is judged, the peaks reported. */
+            int mem_ok = cf_num(mem, "pass") == 1;
+            if (p->moe) {
+                moe_runs++;
+                mem_ok = cf_num(mem, "state_mismatch_rank") == -1;
+                moe_peak = fmax(moe_peak, cf_num(mem, "peak_rel"));
+            }
+            if (!mem_ok && rows[ROW_MEMORY].result != CF_FAIL) {
+                rows[ROW_MEMORY].result = CF_FAIL;
+                rows[ROW_MEMORY].text[0] = 0;
+                double bad = cf_num(mem, "state_mismatch_rank");
+                rsay(&rows[ROW_MEMORY], "%s: ", p->label);
+                if (bad >= 0)
+                    rsay(&rows[ROW_MEMORY],
+                         "rank %.0f's parameters, gradients or optimizer state differ from the "
+                         "plan; ",
+                         bad);
+                rsay(&rows[ROW_MEMORY],
+                     "worst rank %.0f: activation and buffer peaks %+.1f%% from the plan (5%% "
+                     "allowed); the run's files: %s",
+                     cf_num(mem, "worst_rank"), 100 * cf_num(mem, "peak_rel"), p->keep);
+            }
+            if (!p->moe) worst_peak = fmax(worst_peak, cf_num(mem, "peak_rel"));
+            char why[512] = "", plan[PATH_MAX + 64], metrics[PATH_MAX + 64];
+            snprintf(plan, sizeof plan, "%s/plan0.json", p->keep);
+            snprintf(metrics, sizeof metrics, "%s/par.jsonl", p->keep);
+            int entries = 0;
+            if (!cf_comm_check(plan, metrics, o->steps, p->moe, &routed_dev, &entries, why,
+                               sizeof why) &&
+                rows[ROW_COMM].result != CF_FAIL) {
+                rows[ROW_COMM].result = CF_FAIL;
+                rows[ROW_COMM].text[0] = 0;
+                rsay(&rows[ROW_COMM], "%s: %s", p->label, why);
+            }
+            if (entries > comm_entries) comm_entries = entries;
+            int same = cf_num(rec, "same_topology_pass") == 1;
+            int one = cf_num(rec, "one_rank_pass") == 1;
+            if (!same && rows[ROW_RESUME].result != CF_FAIL) {
+                rows[ROW_RESUME].result = CF_FAIL;
+                rows[ROW_RESUME].text[0] = 0;
+                rsay(&rows[ROW_RESUME],
+                     "%s: rank %.0f killed after step %.0f, resumed from step %.0f on %d ranks: "
+                     "differs from the uninterrupted run (max rel %.1e)",
+                     p->label, cf_num(rec, "killed_rank"), cf_num(rec, "killed_after_step"),
+                     cf_num(rec, "resumed_from"), p->world, cf_num(rec, "same_topology_max_rel"));
+                if (isnan(cf_num(rec, "killed_rank")))
+                    rsay(&rows[ROW_RESUME], " (the kill: %s)", rec);
+            }
+            worst_resume = fmax(worst_resume, cf_num(rec, "same_topology_max_rel"));
+            if (!num_ok) {
+                other_skipped++;
+            } else {
+                other_judged++;
+                worst_other = fmax(worst_other, cf_num(rec, "one_rank_max_rel"));
+                if (!one && rows[ROW_RESUME_OTHER].result != CF_FAIL) {
+                    rows[ROW_RESUME_OTHER].result = CF_FAIL;
+                    rows[ROW_RESUME_OTHER].text[0] = 0;
+                    rsay(&rows[ROW_RESUME_OTHER],
+                         "%s: the step-%.0f checkpoint of %d ranks resumed on one rank differs "
+                         "from the one-rank run (max rel %.1e)",
+                         p->label, cf_num(rec, "resumed_from"), p->world,
+                         cf_num(rec, "one_rank_max_rel"));
+                }
+            }
+            free(json);
+            free(p);
+        }
+    if (!ran) return;
+    if (rows[ROW_NUMERICS].result == CF_PASS)
+        rsay(&rows[ROW_NUMERICS],
+             "%d of %d runs (%s), %d steps each: loss max rel %.1e, grad norm max rel %.1e, final "
+             "weights rel L2 %.1e",
+             ran, npoints, labels, o->steps, worst_loss, worst_norm, worst_w);
+    if (rows[ROW_MEMORY].result == CF_PASS) {
+        rsay(&rows[ROW_MEMORY],
+             "%d runs: every rank's params, grads and optimizer state equal to the plan", ran);
+        if (moe_runs < ran)
+            rsay(&rows[ROW_MEMORY], "; activation and buffer peaks within %.1f%%",
+                 100 * worst_peak);
+    }
+    if (rows[ROW_MEMORY].result == CF_PASS && moe_runs)
+        rsay(&rows[ROW_MEMORY],
+             " (%d mixture-of-experts run%s: peaks %.1f%% from the plan's even routing, "
+             "reported, not judged)",
+             moe_runs, moe_runs == 1 ? "" : "s", 100 * moe_peak);
+    if (rows[ROW_COMM].result == CF_PASS)
+        rsay(&rows[ROW_COMM],
+             "%d runs: rank 0's calls and bytes of every step equal the plan's (up to %d "
+             "group.op entries a run)",
+             ran, comm_entries);
+    if (rows[ROW_COMM].result == CF_PASS && moe_runs)
+        rsay(&rows[ROW_COMM],
+             "; the expert groups' bytes follow the routing: at most %.1f%% from the plan's even "
+             "routing (calls equal; bytes reported, not judged)",
+             100 * routed_dev);
+    if (rows[ROW_RESUME].result == CF_PASS)
+        rsay(&rows[ROW_RESUME],
+             "%d runs: a rank killed with SIGKILL, resumed on the same ranks: max rel %.1e", ran,
+             worst_resume);
+    if (rows[ROW_RESUME_OTHER].result == CF_PASS && other_judged)
+        rsay(&rows[ROW_RESUME_OTHER], "%d runs: resumed on one rank: max rel %.1e", other_judged,
+             worst_other);
+    if (rows[ROW_RESUME_OTHER].result == CF_PASS && other_skipped) {
+        if (!other_judged) rows[ROW_RESUME_OTHER].result = CF_SKIP;
+        rsay(&rows[ROW_RESUME_OTHER],
+             "%snot judged on %d run%s: numerics failed there (the N-rank and one-rank runs "
+             "differ before the kill)",
+             other_judged ? "; " : "", other_skipped, other_skipped == 1 ? "" : "s");
+    }
+}
+
+/* --- the command ------------------------------------------------------------ */
+
+static void cf_json_string(const char *s) {
+    putchar('"');
+    for (const char *c = s; *c; c++)
+        if (*c == '"' || *c == '\\')
+            printf("\\%c", *c);
+        else if ((unsigned char)*c < 0x20)
+            printf("\\u%04x", *c);
+        else
+            putchar(*c);
+    putchar('"');
+}
+
+static int cf_parse_worlds(cf_opts *o, const char *text) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", text);
+    for (char *w = strtok(buf, ", "); w; w = strtok(NULL, ", ")) {
+        int64_t v = 0;
+        if (o->nworlds == CF_MAX_WORLDS || cli_parse_int("--world", w, 2, 1 << 20, &v)) return -1;
+        o->worlds[o->nworlds++] = (int)v;
+    }
+    return 0;
+}
+
+static int cf_make_dir(cf_opts *o) {
+    if (o->keep) {
+        snprintf(o->tmp, sizeof o->tmp, "%s", o->keep);
+        if (mkdir(o->tmp, 0755) != 0) {
+            struct stat sb;
+            int empty = errno == EEXIST && lstat(o->tmp, &sb) == 0 && S_ISDIR(sb.st_mode);
+            DIR *d = empty ? opendir(o->tmp) : NULL;
+            for (struct dirent *e; d && empty && (e = readdir(d));)
+                empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+            if (d) closedir(d);
+            if (!empty) {
+                fprintf(stderr, "tessera conform: --keep %s: not a new or empty directory\n",
+                        o->tmp);
+                return 2;
+            }
+        }
+        return 0;
+    }
+    snprintf(o->tmp, sizeof o->tmp, "%s/tessera-conform.XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(o->tmp)) {
+        fprintf(stderr, "tessera conform: cannot make a temporary directory: %s\n",
+                strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+int cmd_conform(int argc, char **argv) {
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage_conform, stdout);
+            return 0;
+        }
+    static cf_opts o;
+    memset(&o, 0, sizeof o);
+    o.steps = 4;
+    o.timeout_s = 600;
+    ts_status st = TS_OK;
+    for (int i = 0; i < argc && !st; i++) {
+        const char *a = argv[i];
+        int more = i + 1 < argc;
+        int64_t v = 0;
+        if (!strcmp(a, "--kind") && more) {
+            o.kind = argv[++i];
+            o.kind_given = 1;
+        } else if (!strcmp(a, "--world") && more) {
+            if (cf_parse_worlds(&o, argv[++i]))
+                st = ts_error(TS_ERR_CONFIG,
+                              "--world '%s': rank counts from 2 up, separated by commas (at "
+                              "most %d in all)",
+                              argv[i], CF_MAX_WORLDS);
+        } else if (!strcmp(a, "--steps") && more) {
+            st = cli_parse_int(a, argv[++i], 4, 1000, &v);
+            o.steps = (int)v;
+        } else if (!strcmp(a, "--config") && more) {
+            o.base = argv[++i];
+        } else if (!strcmp(a, "--json")) {
+            o.json = 1;
+        } else if (!strcmp(a, "--launcher") && more) {
+            o.launcher = argv[++i];
+        } else if (!strcmp(a, "--timeout") && more) {
+            st = cli_parse_number(a, argv[++i], 1e-3, 1e7, &o.timeout_s);
+        } else if (!strcmp(a, "--keep") && more) {
+            o.keep = argv[++i];
+        } else if (!strcmp(a, "--set") && more && o.nsets < CF_MAX_SETS) {
+            o.sets[o.nsets++] = argv[++i];
+        } else if (!o.plugin && a[0] != '-') {
+            o.plugin = a;
+        } else {
+            fprintf(stderr, "tessera conform: unexpected argument '%s'\n\n%s", a, usage_conform);
+            return 2;
+        }
+    }
+    if (st) {
+        fprintf(stderr, "tessera conform: %s\n", ts_last_error());
+        return 2;
+    }
+    static const char *kinds[] = {"strategy",  "dispatcher", "scheduler",
+                                  "attention", "optimizer",  "hook"};
+    int known = !o.kind;
+    for (size_t i = 0; o.kind && i < sizeof kinds / sizeof kinds[0]; i++)
+        known |= !strcmp(o.kind, kinds[i]);
+    if (!o.plugin || !known) {
+        fprintf(stderr, "tessera conform: %s\n\n%s",
+                !o.plugin ? "PLUGIN.so is required"
+                          : "--kind: one of strategy, dispatcher, scheduler, attention, "
+                            "optimizer, hook",
+                usage_conform);
+        return 2;
+    }
+    if (!o.nworlds) {
+        o.worlds[o.nworlds++] = 2;
+        o.worlds[o.nworlds++] = 4;
+    }
+    /* The file: tessera-NAME.so, found by its directory. */
+    const char *base = strrchr(o.plugin, '/') ? strrchr(o.plugin, '/') + 1 : o.plugin;
+    size_t bl = strlen(base);
+    if (strncmp(base, "tessera-", 8) != 0 || bl <= 11 || strcmp(base + bl - 3, ".so") != 0 ||
+        bl - 11 >= sizeof o.name) {
+        fprintf(stderr, "tessera conform: %s: a plugin file is named tessera-NAME.so\n", o.plugin);
+        return 2;
+    }
+    snprintf(o.name, sizeof o.name, "%.*s", (int)(bl - 11), base + 8);
+    if (!realpath(o.plugin, o.path)) {
+        fprintf(stderr, "tessera conform: %s: %s\n", o.plugin, strerror(errno));
+        return 2;
+    }
+    snprintf(o.dir, sizeof o.dir, "%s", o.path);
+    *strrchr(o.dir, '/') = 0;
+    if (o.base && access(o.base, R_OK) != 0) {
+        fprintf(stderr, "tessera conform: --config %s: %s\n", o.base, strerror(errno));
+        return 2;
+    }
+    ssize_t len = readlink("/proc/self/exe", o.self, sizeof o.self - 1);
+    if (len <= 0) {
+        fprintf(stderr, "tessera conform: cannot find this program's path\n");
+        return 1;
+    }
+    o.self[len] = 0;
+    int rc = cf_make_dir(&o);
+    if (rc) return rc;
+
+    cf_row rows[ROW_COUNT];
+    memset(rows, 0, sizeof rows);
+    for (int k = 0; k < ROW_COUNT; k++)
+        rows[k].result = -1;
+    cf_load(&o, &rows[ROW_ABI], &rows[ROW_INIT]);
+    if (rows[ROW_INIT].result == CF_PASS) {
+        if (!o.kind) o.kind = cf_infer_kind(&o.reg);
+        cf_bad_keys(&o, &rows[ROW_UNKNOWN], &rows[ROW_BADVAL]);
+        if (!strcmp(o.kind, "attention") && !o.reg.naxes)
+            for (int k = ROW_NUMERICS; k < ROW_COUNT; k++) {
+                rows[k].result = CF_SKIP;
+                rsay(&rows[k], "an attention provider without an axis of its own: name the "
+                               "plugin that cuts the sequences with --set parallel.plugins=...");
+            }
+        else
+            cf_grid(&o, rows);
+    }
+    for (int k = 0; k < ROW_COUNT; k++)
+        if (rows[k].result < 0) {
+            rows[k].result = CF_SKIP;
+            rsay(&rows[k], "not run: %s failed",
+                 rows[ROW_ABI].result == CF_FAIL ? "abi (the core does not load it)" : "init");
+        }
+    int pass = 1;
+    for (int k = 0; k < ROW_COUNT; k++)
+        pass &= rows[k].result != CF_FAIL;
+    static const char *res[] = {"PASS", "FAIL", "SKIP"};
+    if (o.json) {
+        printf("{\"plugin\":");
+        cf_json_string(o.path);
+        printf(",\"name\":");
+        cf_json_string(o.name);
+        printf(",\"kind\":");
+        cf_json_string(o.kind ? o.kind : "");
+        printf(",\"kind_inferred\":%s,\"registers\":", o.kind_given ? "false" : "true");
+        cf_json_string(o.reg.summary);
+        printf(",\"worlds\":[");
+        for (int i = 0; i < o.nworlds; i++)
+            printf("%s%d", i ? "," : "", o.worlds[i]);
+        printf("],\"steps\":%d,\"pass\":%s,\"checks\":[", o.steps, pass ? "true" : "false");
+        for (int k = 0; k < ROW_COUNT; k++) {
+            printf("%s{\"name\":\"%s\",\"result\":\"%s\",\"figures\":", k ? "," : "", row_names[k],
+                   rows[k].result == CF_PASS   ? "pass"
+                   : rows[k].result == CF_FAIL ? "fail"
+                                               : "skip");
+            cf_json_string(rows[k].text);
+            printf("}");
+        }
+        printf("]}\n");
+    } else {
+        printf("conform %s: plugin %s, kind %s (%s)%s%s\n", o.path, o.name,
+               o.kind ? o.kind : "unknown", o.kind_given ? "--kind" : "from what it registers",
+               o.reg.summary[0] ? "; registers " : "", o.reg.summary);
+        printf("%-22s %-6s %s\n", "check", "result", "figures");
+        for (int k = 0; k < ROW_COUNT; k++)
+            printf("%-22s %-6s %s\n", row_names[k], res[rows[k].result], rows[k].text);
+        int failed = 0, skipped = 0;
+        for (int k = 0; k < ROW_COUNT; k++) {
+            failed += rows[k].result == CF_FAIL;
+            skipped += rows[k].result == CF_SKIP;
+        }
+        if (pass)
+            printf("conform: PASS (%d checks, %d skipped)\n", ROW_COUNT - skipped, skipped);
+        else {
+            printf("conform: FAILED:");
+            for (int k = 0; k < ROW_COUNT; k++)
+                if (rows[k].result == CF_FAIL) printf(" %s", row_names[k]);
+            printf("\n");
+        }
+    }
+    if (!o.keep && pass) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            execlp("rm", "rm", "-rf", "--", o.tmp, (char *)NULL);
+            _exit(127);
+        }
+        int status;
+        if (pid > 0) waitpid(pid, &status, 0);
+    } else if (!pass && !o.json) {
+        printf("the configurations and runs are kept in %s\n", o.tmp);
+    }
+    if (o.handle) dlclose(o.handle);
+    return pass ? 0 : 1;
+}
