@@ -31,7 +31,7 @@
  * that size is allocated; every (micro-batch, chunk) of every rank computed
  * exactly once forward and once backward (B then W, or BW), in that order
  * on the rank; and the ranks together under the unit-time model of
- * core/train/schedule.h, which must finish: a rank whose next computation
+ * core/base/schedule.h, which must finish: a rank whose next computation
  * waits for one that can never run (a deadlock) is named with what it
  * waits for. Time and memory are linear in the file's size.
  *

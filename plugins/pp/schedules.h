@@ -7,7 +7,7 @@
  * one training step of `m` micro-batches" by emitting the rank's actions in
  * execution order through a callback, ending with OPTIMIZER_STEP. The
  * conventions (virtual stage c*p + s, each compute wrapped in its receive
- * and send, non-blocking sends) are the core's, stated in core/schedule.h;
+ * and send, non-blocking sends) are the core's, stated in core/base/schedule.h;
  * its unit-time simulator (ts_schedule_simulate) is what the tests check
  * these schedules with.
  *
@@ -17,7 +17,7 @@
  * the reason written to a caller's buffer; the plugin reports it with
  * host->error, and its emit callback forwards to host->schedule_append.
  *
- * Not here: simulating or printing timelines (core/schedule.h), running a
+ * Not here: simulating or printing timelines (core/base/schedule.h), running a
  * schedule (the core's executor), choosing m (the core's batch settings).
  */
 #ifndef TESSERA_PLUGINS_PP_SCHEDULES_H
@@ -151,7 +151,7 @@ ts_status pp_emit_computation(int order, int stages, int stage, int chunks, char
                               int chunk, pp_append_fn append, void *user);
 
 /* The closed form of the unit-time bubble (F = 1, B = 1 or 2; see
- * core/schedule.h for the model) as a reduced fraction *num / *den:
+ * core/base/schedule.h for the model) as a reduced fraction *num / *den:
  * (p-1)/(m+p-1) for GPipe and 1F1B, (p-1)/(v*m+p-1) for interleaved (the
  * fill and drain of p-1 chunk-units against v*m chunk-units of work per
  * rank), and with F = B = W = 1 (p-1)/(3m+p-1) for ZB-H1 when m >= p (p - 1

@@ -9,7 +9,7 @@
  * loaded again with the run's pp said to be its own rank count and one
  * more, and every rank's list is emitted with its transfers
  * (pp_schedule_file_emit, as the plugin's scheduler does) and simulated by
- * the core (core/train/schedule.c, F = B = W = 1, the file's stage order),
+ * the core (core/base/schedule.c, F = B = W = 1, the file's stage order),
  * as the trainer's start-up check and `tessera plan` do.
  *
  * Oracles besides the sanitizers (and libFuzzer's time and memory limits:

@@ -3,11 +3,11 @@
 #
 # test_pp_schedules: GPipe, 1F1B and interleaved 1F1B from schedules.c,
 # checked as action lists and under the core's unit-time simulator
-# (core/train/schedule.c, compiled in so these tests need no libtessera).
+# (core/base/schedule.c, compiled in so these tests need no libtessera).
 add_executable(test_pp_schedules
   ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_schedules.c
   ${CMAKE_CURRENT_SOURCE_DIR}/schedules.c
-  ${PROJECT_SOURCE_DIR}/core/train/schedule.c
+  ${PROJECT_SOURCE_DIR}/core/base/schedule.c
   ${PROJECT_SOURCE_DIR}/core/base/status.c)
 target_include_directories(test_pp_schedules PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}

@@ -1,7 +1,7 @@
 /*
  * test_schedules.c — properties of the pp plugin's schedules (the generators
  * of plugins/pp/schedules.c), checked on the action lists and under the
- * core's unit-time simulator (core/schedule.c), without a model or MPI.
+ * core's unit-time simulator (core/base/schedule.c), without a model or MPI.
  *
  * Usage: test_schedules <property>  (one ctest each, see pp_tests.cmake),
  *        test_schedules             (all of them).

@@ -7,9 +7,10 @@
  * exchanges of activations and their gradients between pipeline stages, and
  * the OPTIMIZER_STEP. It is produced by a pure function of (stages, rank,
  * micro-batches, chunks), so it can be printed and checked without a model;
- * the executor in train.c runs it. The core provides the default one-stage
- * schedule; pipeline plugins register others (host->schedule_append fills a
- * ts_schedule the same way ts_schedule_append does).
+ * the executor (core/train/executor.c) runs it. The core provides the
+ * default one-stage schedule; pipeline plugins register others
+ * (host->schedule_append fills a ts_schedule the same way
+ * ts_schedule_append does).
  *
  * Conventions every pipeline schedule follows (the simulator checks them):
  *  - Virtual stage. Model chunk c on pipeline rank s holds virtual stage
@@ -34,7 +35,12 @@
  * action as soon as it can. The bubble is the idle fraction of the ranks x
  * makespan rectangle, as an exact reduced fraction.
  *
- * Not here: generating pipeline schedules (plugins), running them (train.c).
+ * It lives in core/base, below the plugin registry (schedulers append to a
+ * ts_schedule through the host table) and the trainer, which both use it
+ * (docs/layers.md); it needs nothing of the core but ts_status.
+ *
+ * Not here: generating pipeline schedules (plugins), running them
+ * (core/train/executor.c).
  */
 #ifndef TESSERA_CORE_SCHEDULE_H
 #define TESSERA_CORE_SCHEDULE_H
@@ -47,7 +53,8 @@
 extern "C" {
 #endif
 
-/* The values of TS_PLUGIN_ACT_* (tessera/plugin.h); plugin.c asserts it. */
+/* The values of TS_PLUGIN_ACT_* (tessera/plugin.h); core/plugin/loader.c
+ * asserts it. */
 typedef enum ts_action_kind {
     TS_ACT_FORWARD = 0,
     TS_ACT_BACKWARD = 1,
