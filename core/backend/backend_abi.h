@@ -25,9 +25,10 @@
  * Loading, in this order, each failure an error that names the file and
  * what is wrong (TS_ERR_INVALID when no file is found, TS_ERR_PLUGIN for
  * the rest; the trainer prefixes "[train] device = cuda: "):
- *   1. ts_plugin_file_check (core/plugin/plugin_file.h): a regular file, an
- *      ELF shared object of this machine whose loadable bytes lie within
- *      the file — a truncated or empty file is refused here, not by SIGBUS;
+ *   1. ts_so_file_check (core/base/so_file.h, the plugin loader's check
+ *      too): a regular file, an ELF shared object of this machine whose
+ *      loadable bytes lie within the file — a truncated or empty file is
+ *      refused here, not by SIGBUS;
  *   2. dlopen(RTLD_NOW | RTLD_LOCAL): every library it needs (libcudart,
  *      libcublas, libnccl, ...) must be found; dlerror() says which is not;
  *   3. dlsym(TS_BACKEND_SYMBOL), called once: the descriptor;

@@ -31,7 +31,7 @@
 
 #include "backend.h"
 #include "backend_abi.h"
-#include "plugin_file.h" /* ts_plugin_file_check: the ELF checks before dlopen */
+#include "so_file.h" /* ts_so_file_check: the ELF checks before dlopen */
 #include "tessera/comm.h"
 #include "tessera/device.h"
 
@@ -185,7 +185,7 @@ static void bl_search_dirs(bl_dirs *d) {
     bl_dirs_add(d, TESSERA_BACKEND_DIR, strlen(TESSERA_BACKEND_DIR));
 #else
     char buf[4096];
-    ts_plugin_default_dir(buf, sizeof buf);
+    ts_so_default_dir(buf, sizeof buf);
     bl_dirs_add(d, buf, strlen(buf));
 #endif
 }
@@ -227,7 +227,7 @@ static ts_status bl_load_locked(void) {
         return bl_fail(TS_ERR_INVALID);
     }
     /* 1. The file: a damaged one is an error here, not SIGBUS inside dlopen. */
-    if (ts_plugin_file_check(found) != TS_OK) {
+    if (ts_so_file_check(found) != TS_OK) {
         char why[BL_MSG];
         snprintf(why, sizeof why, "%s", ts_last_error_bare());
         ts_error(TS_ERR_PLUGIN, "cannot load the CUDA backend: %s", why);

@@ -1,7 +1,7 @@
 /*
  * loader.c — loading plugins (contract in plugin.h; the plugin author's side
  * in include/tessera/plugin.h): find <dir>/tessera-<name>.so in the search
- * path, check the file (plugin_file.h), dlopen it, dlsym the one entry
+ * path, check the file (so_file.h), dlopen it, dlsym the one entry
  * point, check the descriptor (ABI major, minor, struct size, name = file
  * name), copy it, register its INI keys under [<name>], call init and fini;
  * discovery for `tessera plugins`, and its listing.
@@ -19,9 +19,10 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "plugin_file.h" /* ts_plugin_file_check: the ELF checks before dlopen */
+#include "plugin_file.h" /* ts_plugin_descriptor_check */
 #include "plugin_impl.h"
 #include "schedule.h" /* ts_schedule, ts_action: what schedulers append to */
+#include "so_file.h"  /* ts_so_file_check: the ELF checks before dlopen */
 
 _Static_assert(TS_PLUGIN_KEY_INT == (int)TS_KEY_INT && TS_PLUGIN_KEY_FLOAT == (int)TS_KEY_FLOAT &&
                    TS_PLUGIN_KEY_BOOL == (int)TS_KEY_BOOL &&
@@ -177,7 +178,7 @@ static void plg_search_dirs(const char *plugin_path, plg_dirs *d) {
     plg_dirs_add_list(d, plugin_path);
     plg_dirs_add_list(d, getenv("TESSERA_PLUGIN_PATH"));
     char buf[4096];
-    ts_plugin_default_dir(buf, sizeof buf);
+    ts_so_default_dir(buf, sizeof buf);
     plg_dirs_add(d, buf, strlen(buf));
 #ifdef TESSERA_PLUGIN_DIR
     plg_dirs_add_list(d, TESSERA_PLUGIN_DIR);
@@ -349,7 +350,7 @@ static ts_status plg_open_file(ts_plugins *reg, const char *name, const char *pa
         st = plg_nomem();
         goto fail;
     }
-    st = ts_plugin_file_check(path); /* a damaged file: an error, not SIGBUS in dlopen */
+    st = ts_so_file_check(path); /* a damaged file: an error, not SIGBUS in dlopen */
     if (st) {
         st = plg_wrap(st, "plugin '%s': cannot load ", name);
         goto fail;

@@ -1,8 +1,8 @@
 /*
  * fuzz_plugin.c — libFuzzer target: the plugin checks before and after
- * dlopen (core/plugin_file.c, core/plugin.c).
+ * dlopen (core/base/so_file.c, core/plugin/loader.c).
  *
- * Every input goes to ts_plugin_elf_check as a whole file, as the first 64
+ * Every input goes to ts_so_elf_check as a whole file, as the first 64
  * bytes of a file twice its size, and as its first half (the "only a prefix
  * was read" paths). An input that does not start with 0x7f is also decoded
  * into a plugin descriptor (the encoding is in fuzz_common.h) and given to
@@ -17,6 +17,7 @@
 #include "config.h"
 #include "fuzz_common.h"
 #include "plugin_file.h"
+#include "so_file.h"
 
 typedef struct fuzz_reader {
     const uint8_t *p, *end;
@@ -115,11 +116,11 @@ static void fuzz_descriptor(const uint8_t *data, size_t size) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *path = "/fuzz/tessera-fuzz.so";
     size_t head = size < 64 ? size : 64;
-    ts_status whole = ts_plugin_elf_check(data, size, size, path);
-    (void)ts_plugin_elf_check(data, head, (uint64_t)size * 2, path);
+    ts_status whole = ts_so_elf_check(data, size, size, path);
+    (void)ts_so_elf_check(data, head, (uint64_t)size * 2, path);
     /* Passing with fewer bytes read, or a smaller file, implies passing. */
-    if (whole != TS_OK && (ts_plugin_elf_check(data, size / 2, size, path) == TS_OK ||
-                           ts_plugin_elf_check(data, head, head, path) == TS_OK)) {
+    if (whole != TS_OK && (ts_so_elf_check(data, size / 2, size, path) == TS_OK ||
+                           ts_so_elf_check(data, head, head, path) == TS_OK)) {
         fprintf(stderr, "fuzz_plugin: a prefix passes the ELF check, the whole file fails\n");
         abort();
     }

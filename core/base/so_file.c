@@ -1,8 +1,9 @@
 /*
- * plugin_file.c — the checks of a plugin file before dlopen (contract in
- * plugin_file.h): that it is a regular file, and that its ELF header and
- * program headers describe a 64-bit shared object for this host whose
- * loadable bytes all lie inside the file.
+ * so_file.c — the checks of a shared object before dlopen (contract in
+ * so_file.h), for the plugin loader and the backend loader alike: that it is
+ * a regular file, and that its ELF header and program headers describe a
+ * 64-bit shared object for this host whose loadable bytes all lie inside the
+ * file.
  *
  * The ELF structures are copied out of the buffer with memcpy (no alignment
  * assumptions) and read in host byte order once the file's byte order is
@@ -12,7 +13,7 @@
  * loader itself reports as an error (relocations, symbols, dependencies).
  */
 #define _GNU_SOURCE /* dladdr */
-#include "plugin_file.h"
+#include "so_file.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -24,7 +25,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-_Static_assert(sizeof(void *) == 8, "plugin_file.c checks ELF64 plugins: a 64-bit host is assumed");
+_Static_assert(sizeof(void *) == 8,
+               "so_file.c checks ELF64 shared objects: a 64-bit host is assumed");
 
 /* The host's ELF machine. Another host: build with -DTS_ELF_HOST_MACHINE=EM_... */
 #if defined(TS_ELF_HOST_MACHINE)
@@ -39,8 +41,7 @@ _Static_assert(sizeof(void *) == 8, "plugin_file.c checks ELF64 plugins: a 64-bi
 #elif defined(__s390x__)
 #define TS_ELF_HOST_MACHINE EM_S390
 #else
-#error                                                                                             \
-    "plugin_file.c: unknown host: define TS_ELF_HOST_MACHINE as its ELF e_machine (EM_* of elf.h)"
+#error "so_file.c: unknown host: define TS_ELF_HOST_MACHINE as its ELF e_machine (EM_* of elf.h)"
 #endif
 
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -49,7 +50,7 @@ _Static_assert(sizeof(void *) == 8, "plugin_file.c checks ELF64 plugins: a 64-bi
 #define PF_HOST_DATA ELFDATA2MSB
 #endif
 
-/* The most ts_plugin_file_check reads: the program header table must end
+/* The most ts_so_file_check reads: the program header table must end
  * within it (a linker puts it right after the 64-byte ELF header). */
 #define PF_READ_MAX ((size_t)16 << 20)
 #define PF_DAMAGED "(a damaged or partly copied file?)"
@@ -85,7 +86,7 @@ static int pf_beyond(uint64_t a, uint64_t b, uint64_t limit) {
     return a > limit || b > limit - a;
 }
 
-ts_status ts_plugin_elf_check(const void *buf, size_t len, uint64_t file_size, const char *path) {
+ts_status ts_so_elf_check(const void *buf, size_t len, uint64_t file_size, const char *path) {
     const unsigned char *p = buf;
     if (!path) path = "(unnamed plugin file)";
     if ((!buf && len > 0) || (uint64_t)len > file_size)
@@ -231,7 +232,7 @@ static ts_status pf_read(int fd, unsigned char *buf, size_t n, size_t *got, cons
     return TS_OK;
 }
 
-ts_status ts_plugin_file_check(const char *path) {
+ts_status ts_so_file_check(const char *path) {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return ts_error(TS_ERR_PLUGIN, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
@@ -250,14 +251,14 @@ ts_status ts_plugin_file_check(const char *path) {
     uint64_t size = (uint64_t)sb.st_size;
     /* First the ELF header, then as much of the file's start as the program
      * header table needs (the header's fields are checked by
-     * ts_plugin_elf_check; here they only size the read). */
+     * ts_so_elf_check; here they only size the read). */
     unsigned char head[sizeof(Elf64_Ehdr)];
     size_t got;
     ts_status st = pf_read(fd, head, sizeof head, &got, path);
     if (st == TS_OK && (got < sizeof head || memcmp(head, ELFMAG, SELFMAG) != 0 ||
                         head[EI_DATA] != PF_HOST_DATA)) {
         close(fd); /* too short, not ELF, or a foreign byte order: refused below */
-        return ts_plugin_elf_check(head, got, got < sizeof head ? got : size, path);
+        return ts_so_elf_check(head, got, got < sizeof head ? got : size, path);
     }
     size_t need = sizeof head;
     if (st == TS_OK) {
@@ -279,16 +280,16 @@ ts_status ts_plugin_file_check(const char *path) {
     if (st == TS_OK) {
         /* A file that shrank since fstat is judged by what is left. */
         uint64_t fsize = got < need ? got : size;
-        st = ts_plugin_elf_check(buf ? buf : head, got, fsize, path);
+        st = ts_so_elf_check(buf ? buf : head, got, fsize, path);
     }
     free(buf);
     return st;
 }
 
-void ts_plugin_default_dir(char *buf, size_t size) {
+void ts_so_default_dir(char *buf, size_t size) {
     Dl_info info;
     const char *slash = NULL;
-    if (dladdr((void *)&ts_plugin_default_dir, &info) && info.dli_fname)
+    if (dladdr((void *)&ts_so_default_dir, &info) && info.dli_fname)
         slash = strrchr(info.dli_fname, '/');
     if (slash)
         snprintf(buf, size, "%.*s/tessera", (int)(slash - info.dli_fname), info.dli_fname);
