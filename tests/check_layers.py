@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""check_layers.py — the layering rule of core/ (docs/layers.md), checked on
+the source tree: a file of core/ includes only headers of its own layer or
+of a lower one, SDK headers (include/tessera/), the kernels' headers
+(kernels/) and system headers.
+
+The layers and their order are read from docs/layers.md itself (the table
+under "## The layers"), and so are the arrows up still tolerated (the table
+under "## Known arrows up", each with the reason it exists), so the document
+and the test cannot drift apart.
+
+Every `#include "..."` of core/**/*.c and core/**/*.h is resolved as the
+compiler resolves it: the including file's own folder first, then the
+include path of the build (include/, kernels/cpu, kernels/cuda, and every
+folder of core/, which CMakeLists.txt puts on the path of every core file).
+
+Fails (exit 1), one line each, on
+  - an arrow up:   core/FILE:LINE: FROM -> TO (HEADER names core/...)
+  - a header found in no folder, or in two core folders (ambiguous);
+  - a header outside core/, include/tessera/ and kernels/ (a plugin's);
+  - a folder of core/ the table does not name, or a row naming none;
+  - a known arrow that no longer exists (remove its row).
+
+usage: check_layers.py SOURCE_DIR
+       check_layers.py --self-test SOURCE_DIR   (the check refuses an arrow
+                                                 up planted in a copy)
+"""
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+# A row of the layer table: | N | `core/NAME/` | what it holds |
+LAYER_ROW_RE = re.compile(r"^\|\s*(\d+)\s*\|\s*`core/([a-z_]+)/`\s*\|")
+# A row of the known-arrows table: | `core/DIR/FILE` | `HEADER` | why |
+KNOWN_ROW_RE = re.compile(r"^\|\s*`(core/[^`]+)`\s*\|\s*`([^`]+)`\s*\|\s*(.*?)\s*\|\s*$")
+
+
+def fail_usage(msg):
+    print("check_layers.py: " + msg, file=sys.stderr)
+    sys.exit(2)
+
+
+def read_doc(root):
+    """Returns ({folder: rank}, [(file, header)]) from docs/layers.md."""
+    path = os.path.join(root, "docs", "layers.md")
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        fail_usage("cannot read %s: %s" % (path, e.strerror))
+    layers, known, section = {}, [], None
+    for n, line in enumerate(lines, 1):
+        if line.startswith("## "):
+            section = line[3:].strip().lower()
+            continue
+        if section is None:
+            continue
+        if section.startswith("the layers"):
+            m = LAYER_ROW_RE.match(line)
+            if m:
+                rank, name = int(m.group(1)), m.group(2)
+                if name in layers:
+                    fail_usage("docs/layers.md:%d: core/%s/ named twice" % (n, name))
+                if rank in layers.values():
+                    fail_usage("docs/layers.md:%d: layer %d given twice" % (n, rank))
+                layers[name] = rank
+        elif section.startswith("known arrows up"):
+            m = KNOWN_ROW_RE.match(line)
+            if m:
+                if not m.group(3):
+                    fail_usage("docs/layers.md:%d: a known arrow without its reason" % n)
+                known.append((m.group(1), m.group(2)))
+    if len(layers) < 2:
+        fail_usage("docs/layers.md: no table of layers under '## The layers' "
+                   "(rows '| N | `core/NAME/` | ... |')")
+    return layers, known
+
+
+def sources(root):
+    core = os.path.join(root, "core")
+    out = []
+    for dirpath, dirnames, filenames in os.walk(core):
+        dirnames.sort()
+        for fn in sorted(filenames):
+            if fn.endswith((".c", ".h")):
+                out.append(os.path.relpath(os.path.join(dirpath, fn), root))
+    return out
+
+
+def layer_of(rel):
+    """core/NAME/... -> NAME; None outside a core folder."""
+    parts = rel.split(os.sep)
+    return parts[1] if len(parts) >= 3 and parts[0] == "core" else None
+
+
+def check(root):
+    layers, known = read_doc(root)
+    problems = []
+    core = os.path.join(root, "core")
+    folders = sorted(d for d in os.listdir(core) if os.path.isdir(os.path.join(core, d)))
+    for d in folders:
+        if d not in layers:
+            problems.append("core/%s/: a folder docs/layers.md does not place in a layer" % d)
+    for d in sorted(layers):
+        if d not in folders:
+            problems.append("docs/layers.md: core/%s/ names no folder of core/" % d)
+
+    files = sources(root)
+    core_dirs = sorted({os.path.dirname(f) for f in files})
+    outside = ["include", os.path.join("kernels", "cpu"), os.path.join("kernels", "cuda")]
+    arrows, seen_known = [], set()
+    for rel in files:
+        src_layer = layer_of(rel)
+        with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+            for n, line in enumerate(f, 1):
+                m = INCLUDE_RE.match(line)
+                if not m:
+                    continue
+                name = m.group(1)
+                own = os.path.normpath(os.path.join(os.path.dirname(rel), name))
+                if os.path.isfile(os.path.join(root, own)):
+                    target = own
+                else:
+                    hits = [os.path.normpath(os.path.join(d, name)) for d in outside + core_dirs]
+                    hits = [h for h in hits if os.path.isfile(os.path.join(root, h))]
+                    in_core = [h for h in hits if layer_of(h)]
+                    if len(in_core) > 1:
+                        problems.append("%s:%d: \"%s\" is ambiguous: %s" %
+                                        (rel, n, name, ", ".join(in_core)))
+                        continue
+                    if not hits:
+                        problems.append("%s:%d: \"%s\" names no header of the tree" %
+                                        (rel, n, name))
+                        continue
+                    target = hits[0]  # the include path's order, as the compiler
+                to_layer = layer_of(target)
+                if to_layer is None:
+                    top = target.split(os.sep)[0]
+                    if target.startswith(os.path.join("include", "tessera") + os.sep) or \
+                            top == "kernels":
+                        continue
+                    problems.append("%s:%d: \"%s\" is %s, outside core/, include/tessera/ "
+                                    "and kernels/" % (rel, n, name, target))
+                    continue
+                if to_layer not in layers or src_layer not in layers:
+                    continue  # reported above as an unplaced folder
+                if layers[to_layer] > layers[src_layer]:
+                    if (rel, name) in known:
+                        seen_known.add((rel, name))
+                        print("known arrow up (docs/layers.md): %s:%d: %s -> %s (%s)" %
+                              (rel, n, src_layer, to_layer, target))
+                        continue
+                    arrows.append("%s:%d: %s -> %s (\"%s\" is %s)" %
+                                  (rel, n, src_layer, to_layer, name, target))
+    for k in known:
+        if k not in seen_known:
+            problems.append("docs/layers.md: the known arrow %s -> %s no longer exists: "
+                            "remove its row" % k)
+    order = " < ".join(sorted(layers, key=layers.get))
+    if arrows:
+        print("core/ includes a higher layer (%s), docs/layers.md:" % order)
+        for a in arrows:
+            print("  " + a)
+    for p in problems:
+        print("  " + p)
+    if arrows or problems:
+        print("check_layers.py: FAIL: %d arrow(s) up, %d other problem(s)" %
+              (len(arrows), len(problems)))
+        return 1
+    print("check_layers.py: PASS: %d files of core/, layers %s, no arrow up" % (len(files), order))
+    return 0
+
+
+def self_test(root):
+    """Plants one include from the lowest layer into the highest in a copy of
+    core/ and docs/layers.md, and expects check() to name exactly it."""
+    layers, _ = read_doc(root)
+    low = min(layers, key=layers.get)
+    high = max(layers, key=layers.get)
+    tmp = tempfile.mkdtemp(prefix="check_layers.")
+    try:
+        shutil.copytree(os.path.join(root, "core"), os.path.join(tmp, "core"))
+        os.makedirs(os.path.join(tmp, "docs"))
+        shutil.copy(os.path.join(root, "docs", "layers.md"), os.path.join(tmp, "docs"))
+        shutil.copytree(os.path.join(root, "include"), os.path.join(tmp, "include"))
+        shutil.copytree(os.path.join(root, "kernels"), os.path.join(tmp, "kernels"))
+        if check(tmp) != 0:
+            print("self-test: FAIL: the unmodified copy does not pass")
+            return 1
+        victim = next(f for f in sources(tmp) if layer_of(f) == low and f.endswith(".c"))
+        header = next(os.path.basename(f) for f in sources(tmp)
+                      if layer_of(f) == high and f.endswith(".h"))
+        with open(os.path.join(tmp, victim), encoding="utf-8") as f:
+            n = sum(1 for _ in f) + 1
+        with open(os.path.join(tmp, victim), "a", encoding="utf-8") as f:
+            f.write('#include "%s"\n' % header)
+        import io
+        import contextlib
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = check(tmp)
+        print(out.getvalue(), end="")
+        want = "%s:%d: %s -> %s" % (victim, n, low, high)
+        if rc != 1 or want not in out.getvalue():
+            print("self-test: FAIL: the planted include was not refused as: " + want)
+            return 1
+        print("self-test: PASS: the planted include was refused as: " + want)
+        return 0
+    finally:
+        shutil.rmtree(tmp)
+
+
+def main(argv):
+    if len(argv) == 3 and argv[1] == "--self-test":
+        return self_test(argv[2])
+    if len(argv) != 2:
+        fail_usage("usage: check_layers.py [--self-test] SOURCE_DIR")
+    return check(argv[1])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
