@@ -1,4 +1,4 @@
-# parallel.cmake — the parallel context (core/parallel.h) on 4 ranks
+# parallel.cmake — the parallel context (core/parallel/parallel.h) on 4 ranks
 # (tp 2 x dp 2): host and device communicators per token, the plugins'
 # "host:" resolver, per-token counters, and ts_parallel_open_device, which
 # fails cleanly here (no GPU) and gives NCCL communicators with a GPU per

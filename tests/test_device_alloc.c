@@ -1,5 +1,5 @@
 /*
- * test_device_alloc.c — the caching device allocator (core/device_cuda.c):
+ * test_device_alloc.c — the caching device allocator (core/backend/cuda/device_cuda.c):
  * counters per category, rounding and segment sizes, reuse without cudaMalloc,
  * splitting and merging, empty_cache, zero-fill, running out of memory, many
  * threads, and a simulated training step that must reach a steady state in

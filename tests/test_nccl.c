@@ -1,5 +1,5 @@
 /*
- * test_nccl.c — the NCCL backend (core/comm_nccl.c) against serial references,
+ * test_nccl.c — the NCCL backend (core/backend/cuda/comm_nccl.c) against serial references,
  * under mpirun with one GPU per rank.
  *
  * Every rank builds deterministic inputs from its rank, uploads them to its

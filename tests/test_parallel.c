@@ -1,6 +1,6 @@
 /*
  * test_parallel.c — the parallel context's two kinds of communicators
- * (core/parallel.h), on 4 ranks as tp 2 x dp 2:
+ * (core/parallel/parallel.h), on 4 ranks as tp 2 x dp 2:
  *
  *   - without device communicators, every token's data communicator is its
  *     host (MPI) one; the plugins' resolver (ts_parallel_plugin_comm) gives

@@ -3,7 +3,7 @@
  * ones: a bias added to rows, the bias gradient, and the last step of the
  * vocabulary-parallel cross-entropy (lse and the per-token losses).
  *
- * They moved here from core/model.c unchanged, so that the CUDA twins
+ * They moved here unchanged from the model code (core/model/), so that the CUDA twins
  * (kernels/cuda/model_extra.cu) have a reference to be tested against.
  */
 #include <math.h>

@@ -18,7 +18,7 @@
  * over tp: LayerNorm regions hold sequence slices, all-gathers and
  * reduce-scatters replace the all-reduces.
  *
- * What it does not do: the arithmetic (core/model.c) or any communication of
+ * What it does not do: the arithmetic (core/model/layers.c) or any communication of
  * its own.
  */
 #include <string.h>

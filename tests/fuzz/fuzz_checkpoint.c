@@ -1,5 +1,5 @@
 /*
- * fuzz_checkpoint.c — libFuzzer target: tessera checkpoints (core/checkpoint.c,
+ * fuzz_checkpoint.c — libFuzzer target: tessera checkpoints (core/train/checkpoint.c,
  * ts_checkpoint_load; the format is docs/formats.md).
  *
  * One tiny CPU model (fuzz_tiny_model) is built in LLVMFuzzerInitialize with

@@ -1,5 +1,5 @@
 /*
- * fuzz_config.c — libFuzzer target: the INI configuration (core/config.c).
+ * fuzz_config.c — libFuzzer target: the INI configuration (core/config/config.c).
  *
  * Each input is an INI file. It is loaded into a config that knows the
  * core's keys (ts_config_core_keys), as `tessera train` does before its

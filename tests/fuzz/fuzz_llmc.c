@@ -1,5 +1,5 @@
 /*
- * fuzz_llmc.c — libFuzzer target: llm.c GPT-2 checkpoints (core/llmc.c,
+ * fuzz_llmc.c — libFuzzer target: llm.c GPT-2 checkpoints (core/train/llmc.c,
  * `[model] init = llmc:PATH`).
  *
  * Each input is an llm.c checkpoint (256 int32 header: magic 20240326,

@@ -1,6 +1,6 @@
 /*
  * fuzz_tokens.c — libFuzzer target: llm.c token files as a data source
- * (core/data.c, `[data] source = tokens:PATH`).
+ * (core/train/data.c, `[data] source = tokens:PATH`).
  *
  * Each input is a token file (256 int32 header: magic 20240520, version 1,
  * token count; then uint16 tokens). It is opened with ts_dataset_open and,

@@ -1,5 +1,5 @@
 /*
- * nccl.h — the emulator's NCCL (tests/cuda_emu): the calls core/comm_nccl.c
+ * nccl.h — the emulator's NCCL (tests/cuda_emu): the calls core/backend/cuda/comm_nccl.c
  * makes, over MPI between the processes of an mpirun job, on the emulated
  * device memory (host memory). See nccl_emu.cc for how each one is done.
  */
