@@ -877,7 +877,7 @@ static ts_status trainer_model_error(const ts_config *cfg, ts_status st) {
 }
 
 /* Every rank's list of the registered scheduler, simulated together before
- * any step (core/train/schedule.h): a schedule that misses an action,
+ * any step (core/base/schedule.h): a schedule that misses an action,
  * mismatches a transfer or deadlocks stops start-up naming the rank and the
  * action, on every rank alike. */
 static ts_status trainer_check_schedule(ts_trainer *t, ts_plugins *reg) {
