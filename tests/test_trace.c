@@ -1,5 +1,5 @@
 /*
- * test_trace.c — the trace recorder (core/base/trace.c).
+ * test_trace.c — the trace recorder (core/train/trace.c).
  *
  *   test_trace          unit tests, no MPI: spans, their times and args, name
  *                       copies, overflow counting, open spans, lanes for

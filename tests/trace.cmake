@@ -11,7 +11,7 @@ endif()
 
 add_executable(test_trace
   ${PROJECT_SOURCE_DIR}/tests/test_trace.c
-  ${PROJECT_SOURCE_DIR}/core/base/trace.c
+  ${PROJECT_SOURCE_DIR}/core/train/trace.c
   ${PROJECT_SOURCE_DIR}/core/base/file.c
   ${PROJECT_SOURCE_DIR}/core/comm/comm.c
   ${PROJECT_SOURCE_DIR}/core/comm/comm_request.c

@@ -49,6 +49,10 @@
  *
  * Failure. Functions that can fail return a ts_status and set the last-error
  * message (ts_last_error()).
+ *
+ * Layer. It lives in core/train, with the trainer that records and writes
+ * it (executor.c, report.c), above the communicators its writer uses
+ * (docs/layers.md).
  */
 #ifndef TESSERA_CORE_TRACE_H
 #define TESSERA_CORE_TRACE_H
