@@ -24,6 +24,8 @@ Fails (exit 1), one line each, on
 usage: check_layers.py SOURCE_DIR
        check_layers.py --self-test SOURCE_DIR   (the check refuses an arrow
                                                  up planted in a copy)
+       check_layers.py --calls SOURCE_DIR BUILD_DIR   (lists the calls up
+                   through SDK headers, which the rule does not see; nm)
 """
 import os
 import re
@@ -213,11 +215,60 @@ def self_test(root):
         shutil.rmtree(tmp)
 
 
+def calls(root, build):
+    """Lists the calls from a layer into a higher one that the include rule
+    does not see (through SDK headers): each object file of libtessera's
+    core/ against the object that defines each symbol it needs (nm).
+    Informational: exits 0 (1 when nothing could be read)."""
+    import subprocess
+    layers, _ = read_doc(root)
+    objdir = os.path.join(build, "CMakeFiles", "tessera.dir", "core")
+    defs, needs = {}, {}
+    for dirpath, _, filenames in os.walk(objdir):
+        for fn in sorted(filenames):
+            if not fn.endswith(".c.o"):
+                continue
+            obj = os.path.join(dirpath, fn)
+            src = os.path.join("core", os.path.relpath(obj, objdir))[:-2]
+            if not os.path.isfile(os.path.join(root, src)):
+                continue  # a stale object of a moved file
+            try:
+                out = subprocess.run(["nm", obj], capture_output=True, text=True,
+                                     check=True).stdout
+            except (OSError, subprocess.CalledProcessError) as e:
+                print("check_layers.py: nm %s: %s" % (obj, e), file=sys.stderr)
+                return 1
+            for line in out.splitlines():
+                f = line.split()
+                if len(f) == 3 and f[1] in "TDBR":
+                    defs[f[2]] = src
+                elif len(f) == 2 and f[0] == "U":
+                    needs.setdefault(src, set()).add(f[1])
+    if not needs:
+        print("check_layers.py: no object files of core/ under %s" % objdir, file=sys.stderr)
+        return 1
+    n = 0
+    for src in sorted(needs):
+        up = {}
+        for sym in needs[src]:
+            to = defs.get(sym)
+            if to and layers.get(layer_of(to), 0) > layers.get(layer_of(src), 0):
+                up.setdefault(to, []).append(sym)
+        for to in sorted(up):
+            n += 1
+            print("%s: %s -> %s (%s): %s" % (src, layer_of(src), layer_of(to), to,
+                                              ", ".join(sorted(up[to]))))
+    print("check_layers.py: %d call(s) up through the API" % n)
+    return 0
+
+
 def main(argv):
     if len(argv) == 3 and argv[1] == "--self-test":
         return self_test(argv[2])
+    if len(argv) == 4 and argv[1] == "--calls":
+        return calls(argv[2], argv[3])
     if len(argv) != 2:
-        fail_usage("usage: check_layers.py [--self-test] SOURCE_DIR")
+        fail_usage("usage: check_layers.py [--self-test | --calls BUILD_DIR ...] SOURCE_DIR")
     return check(argv[1])
 
 
