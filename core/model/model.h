@@ -375,9 +375,11 @@ ts_status ts_model_layout_plan_arch(const ts_arch *arch, const ts_model_config *
                                     int global_batch, int T, const ts_mesh *mesh,
                                     ts_layout_plan *plan);
 
-/* Parameter names and global shapes in model order (for checkpoints, which
- * store the unsharded model): returns the count; fills names/shapes when
- * not NULL (shape[i] has 3 entries, ndim[i] how many are used). */
+/* Parameter names and global shapes in model order (for checkpoints, whose
+ * metadata names every tensor with its global shape, and for the files of
+ * other programs, which hold the whole model): returns the count; fills
+ * names/shapes when not NULL (shape[i] has 3 entries, ndim[i] how many are
+ * used). */
 int ts_model_param_table(const ts_model_config *cfg, char (*names)[TS_NAME_MAX],
                          int64_t (*shapes)[3], int *ndim);
 /* The same for the architecture of model `m`. */
