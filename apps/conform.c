@@ -221,13 +221,20 @@ static char *cf_slurp(const char *path) {
 static void cf_tail(const char *path, char *out, size_t size) {
     FILE *f = fopen(path, "r");
     char line[1024], first[1024] = "";
+    int more = 0; /* the message ended with ':' and goes on in the next line */
     out[0] = 0;
     while (f && fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = 0;
-        if (!strncmp(line, "tessera", 7))
+        size_t n = strlen(line), k = strlen(out);
+        if (!strncmp(line, "tessera", 7)) {
             snprintf(out, size, "%s", line);
-        else if (!first[0] && line[strspn(line, " \t")])
+            more = n > 0 && line[n - 1] == ':';
+        } else if (more && line[strspn(line, " \t")]) {
+            snprintf(out + k, size - k, " %s", line + strspn(line, " \t"));
+            more = 0;
+        } else if (!first[0] && line[strspn(line, " \t")]) {
             snprintf(first, sizeof first, "%s", line + strspn(line, " \t"));
+        }
     }
     if (f) fclose(f);
     if (!out[0]) snprintf(out, size, "%s", first);
@@ -495,6 +502,16 @@ static void cf_load(cf_opts *o, cf_row *abi, cf_row *init) {
     if (st) {
         init->result = CF_FAIL;
         rsay(init, "with [parallel] plugins = %s alone: %s", o->name, ts_last_error());
+        for (int i = 0; o->desc && i < o->desc->nkeys; i++) {
+            char given[160];
+            snprintf(given, sizeof given, "%s.%s=", o->name, o->desc->keys[i].name);
+            int set = 0;
+            for (int k = 0; k < o->nsets; k++)
+                set |= !strncmp(o->sets[k], given, strlen(given));
+            if (!o->desc->keys[i].def && !set)
+                rsay(init, "; [%s] %s has no default: give it with --set %s.%s=VALUE", o->name,
+                     o->desc->keys[i].name, o->name, o->desc->keys[i].name);
+        }
         ts_plugins_destroy(reg);
         ts_config_destroy(cfg);
         return;
@@ -598,13 +615,30 @@ static void cf_refused(const cf_opts *o, const char *ini, const char *key, const
     }
 }
 
-/* The plugins to name beside it in the bad-key files (they fail before any
- * of them matters). */
+/* The --set values of the plugin's own section as INI lines, but `skip`'s
+ * (keys without a default must be given for the file to load). */
+static void cf_own_sets(const cf_opts *o, const char *skip, char *out, size_t size) {
+    size_t n = 0, nl = strlen(o->name);
+    out[0] = 0;
+    for (int i = 0; i < o->nsets; i++) {
+        const char *a = o->sets[i], *eq = strchr(a, '=');
+        if (strncmp(a, o->name, nl) != 0 || a[nl] != '.' || !eq) continue;
+        const char *key = a + nl + 1;
+        if (skip && (size_t)(eq - key) == strlen(skip) && !strncmp(key, skip, strlen(skip)))
+            continue;
+        if (n < size)
+            n += (size_t)snprintf(out + n, size - n, "%.*s = %s\n", (int)(eq - key), key, eq + 1);
+    }
+}
+
+/* The plugin alone in the bad-key files (they fail before anything runs). */
 static void cf_bad_keys(const cf_opts *o, cf_row *unknown, cf_row *badval) {
-    char ini[PATH_MAX + 32];
+    char ini[PATH_MAX + 32], own[2048];
     snprintf(ini, sizeof ini, "%s/unknown_key.ini", o->tmp);
-    if (cf_write(ini, "[parallel]\nplugins = %s\nplugin_path = %s\n[%s]\nconform_no_such_key = 1\n",
-                 o->name, o->dir, o->name)) {
+    cf_own_sets(o, NULL, own, sizeof own);
+    if (cf_write(ini,
+                 "[parallel]\nplugins = %s\nplugin_path = %s\n[%s]\n%sconform_no_such_key = 1\n",
+                 o->name, o->dir, o->name, own)) {
         unknown->result = CF_FAIL;
         rsay(unknown, "cannot write %s", ini);
     } else {
@@ -641,8 +675,9 @@ static void cf_bad_keys(const cf_opts *o, cf_row *unknown, cf_row *badval) {
     snprintf(ini, sizeof ini, "%s/bad_value.ini", o->tmp);
     char what[256];
     snprintf(what, sizeof what, "[%s] %s = %s", o->name, pick->name, value);
-    if (cf_write(ini, "[parallel]\nplugins = %s\nplugin_path = %s\n[%s]\n%s = %s\n", o->name,
-                 o->dir, o->name, pick->name, value)) {
+    cf_own_sets(o, pick->name, own, sizeof own);
+    if (cf_write(ini, "[parallel]\nplugins = %s\nplugin_path = %s\n[%s]\n%s%s = %s\n", o->name,
+                 o->dir, o->name, own, pick->name, value)) {
         badval->result = CF_FAIL;
         rsay(badval, "cannot write %s", ini);
         return;
@@ -706,7 +741,8 @@ static void cf_point_sets(const cf_opts *o, cf_point *p) {
     } else if (!strcmp(kind, "scheduler")) {
         snprintf(plugins, sizeof plugins, "%s, pp%s", o->name, p->world > 2 ? ", dp" : "");
         CF_SET("pp.size=2");
-    } else if (dense_auto && !dense_fixed) {
+    } else if (dense_auto) {
+        /* An axis of its own takes the rest of the world. */
         snprintf(plugins, sizeof plugins, "%s", o->name);
     } else {
         /* Its own size 2 (when it has one), dp for the rest of the world. */
@@ -837,8 +873,14 @@ static void cf_grid(cf_opts *o, cf_row *rows) {
                     if (rows[k].result == CF_FAIL) continue;
                     rows[k].result = CF_FAIL;
                     rows[k].text[0] = 0;
-                    rsay(&rows[k], "%s: tessera verify failed (exit %d): %s", p->label, rc,
-                         msg[0] ? msg : "(no message)");
+                    if (k == ROW_NUMERICS || rows[ROW_NUMERICS].text[0] == 0)
+                        rsay(&rows[k], "%s: tessera verify failed (exit %d): %s", p->label, rc,
+                             msg[0] ? msg : "(no message)");
+                    else
+                        rsay(&rows[k],
+                             "%s: tessera verify failed (exit %d; its message under "
+                             "numerics)",
+                             p->label, rc);
                 }
                 free(json);
                 free(p);
