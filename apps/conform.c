@@ -734,12 +734,13 @@ static void cf_point_sets(const cf_opts *o, cf_point *p) {
     p->nsets = 0;
 #define CF_SET(...) snprintf(p->sets[p->nsets++], sizeof p->sets[0], __VA_ARGS__)
     if (!strcmp(kind, "dispatcher")) {
-        snprintf(plugins, sizeof plugins, "dp, ep, %s", o->name);
+        snprintf(plugins, sizeof plugins, "dp, %s%s", strcmp(o->name, "ep") ? "ep, " : "", o->name);
         CF_SET("ep.size=2");
         CF_SET("ep.dispatcher=%s", r->ndispatchers ? r->dispatchers[0] : o->name);
         moe = 1;
     } else if (!strcmp(kind, "scheduler")) {
-        snprintf(plugins, sizeof plugins, "%s, pp%s", o->name, p->world > 2 ? ", dp" : "");
+        snprintf(plugins, sizeof plugins, "%s%s%s", o->name, strcmp(o->name, "pp") ? ", pp" : "",
+                 p->world > 2 && strcmp(o->name, "dp") ? ", dp" : "");
         CF_SET("pp.size=2");
     } else if (dense_auto) {
         /* An axis of its own takes the rest of the world. */
@@ -1173,11 +1174,21 @@ int cmd_conform(int argc, char **argv) {
     if (rows[ROW_INIT].result == CF_PASS) {
         if (!o.kind) o.kind = cf_infer_kind(&o.reg);
         cf_bad_keys(&o, &rows[ROW_UNKNOWN], &rows[ROW_BADVAL]);
-        if (!strcmp(o.kind, "attention") && !o.reg.naxes)
+        int named = 0;
+        for (int i = 0; i < o.nsets; i++)
+            named |= !strncmp(o.sets[i], "parallel.plugins=", 17);
+        const char *cannot = NULL;
+        if (!strcmp(o.kind, "attention") && !o.reg.naxes && !named)
+            cannot = "an attention provider without an axis of its own: name the plugin that "
+                     "cuts the sequences with --set parallel.plugins=...";
+        if (!strcmp(o.kind, "scheduler") && !o.reg.naxes && !named)
+            cannot = "a scheduler alone does not run: the core runs one scheduler and pp "
+                     "registers its own (\"2 schedulers are registered; one is expected\"); "
+                     "check it inside the pipeline strategy that registers it";
+        if (cannot)
             for (int k = ROW_NUMERICS; k < ROW_COUNT; k++) {
                 rows[k].result = CF_SKIP;
-                rsay(&rows[k], "an attention provider without an axis of its own: name the "
-                               "plugin that cuts the sequences with --set parallel.plugins=...");
+                rsay(&rows[k], "%s", cannot);
             }
         else
             cf_grid(&o, rows);

@@ -2,12 +2,11 @@
 # tests/conform/conform.sh): every in-tree plugin passes on two small shapes,
 # dp, tp and ep on 2 and 4 ranks, pp, zero and cp on 2 (dp also as --json);
 # the SDK examples, built against an installed prefix, pass on 2 ranks; three
-# broken test plugins
-# fail exactly the check they break (dptwice: numerics, its one-rank resume
-# not judged; leak: memory; forgetful: resume); bad command lines and
-# plugins of another ABI are refused at abi.
+# broken test plugins fail exactly the check they break (dptwice: numerics,
+# its one-rank resume not judged; leak: memory; forgetful: resume); bad
+# command lines and plugins of another ABI are refused at abi.
 set(TESSERA_CONFORM_PLUGIN_DIR ${CMAKE_BINARY_DIR}/tests/conform_plugins)
-foreach(name dptwice leak forgetful)
+foreach(name dptwice leak forgetful gpipe_sched)
   add_library(test_conform_${name} MODULE ${PROJECT_SOURCE_DIR}/tests/conform/${name}.c)
   target_include_directories(test_conform_${name} PRIVATE ${PROJECT_SOURCE_DIR}/include)
   target_link_options(test_conform_${name} PRIVATE -Wl,--no-undefined)
@@ -46,6 +45,13 @@ foreach(case dptwice:numerics:json:resume_other_topology leak:memory:- forgetful
   set_tests_properties(conform_fails_${check}_of_${p} PROPERTIES LABELS "core;conform"
     TIMEOUT 300 ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
 endforeach()
+# A scheduler alone (tests/conform/gpipe_sched.c): recognised as one, its keys
+# checked, the runs SKIP saying why (the core runs one scheduler, pp's).
+add_test(NAME conform_scheduler_alone_is_recognised_and_its_runs_skipped
+  COMMAND ${conform_cmd} pass ${TESSERA_CONFORM_PLUGIN_DIR}/tessera-gpipe_sched.so 2 -
+    bad_value numerics memory comm resume resume_other_topology)
+set_tests_properties(conform_scheduler_alone_is_recognised_and_its_runs_skipped PROPERTIES
+  LABELS "core;conform" TIMEOUT 60 ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
 add_test(NAME conform_sdk_examples_pass COMMAND ${conform_cmd} examples ${CMAKE_BINARY_DIR})
 set_tests_properties(conform_sdk_examples_pass PROPERTIES LABELS "core;conform" TIMEOUT 600
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
