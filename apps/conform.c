@@ -569,6 +569,25 @@ static void cf_load(cf_opts *o, cf_row *abi, cf_row *init) {
     if (r->storage[0]) CF_ADD("%sparameter storage over %s", n ? ", " : "", r->storage);
     if (!n) CF_ADD("nothing");
 #undef CF_ADD
+    /* The sizes of the tables it handed over (the core refused any too
+     * small for what it reads: init would have failed). */
+    for (int i = 0; i < r->ndispatchers; i++) {
+        const ts_plugin_dispatcher_entry *d = ts_plugins_dispatcher(reg, r->dispatchers[i]);
+        if (d)
+            rsay(abi, "; dispatcher %s's ops %u bytes (this SDK's %zu)", r->dispatchers[i],
+                 d->ops.struct_size, sizeof(ts_plugin_dispatcher_ops));
+    }
+    const ts_plugin_attention_ops *aops = NULL;
+    const ts_plugin_optimizer_state_ops *oops = NULL;
+    ts_plugin_ctx *pctx = NULL;
+    void *puser = NULL;
+    if (r->attention[0] && ts_plugins_attention(reg, r->attention, &aops, &pctx, &puser) && aops)
+        rsay(abi, "; attention ops %u bytes (this SDK's %zu)", aops->struct_size,
+             sizeof(ts_plugin_attention_ops));
+    if (r->optimizer[0] && ts_plugins_optimizer_state(reg, r->optimizer, &oops, &pctx, &puser) &&
+        oops)
+        rsay(abi, "; optimizer-state ops %u bytes (this SDK's %zu)", oops->struct_size,
+             sizeof(ts_plugin_optimizer_state_ops));
     init->result = CF_PASS;
     rsay(init, "init with [parallel] plugins = %s alone: registers %s", o->name, r->summary);
     ts_plugins_destroy(reg);

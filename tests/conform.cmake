@@ -52,9 +52,15 @@ add_test(NAME conform_scheduler_alone_is_recognised_and_its_runs_skipped
     bad_value numerics memory comm resume resume_other_topology)
 set_tests_properties(conform_scheduler_alone_is_recognised_and_its_runs_skipped PROPERTIES
   LABELS "core;conform" TIMEOUT 60 ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
-add_test(NAME conform_sdk_examples_pass COMMAND ${conform_cmd} examples ${CMAKE_BINARY_DIR})
+add_test(NAME conform_sdk_examples_pass COMMAND ${conform_cmd} examples ${CMAKE_BINARY_DIR}
+  hello-plugin module-hook attention-provider token-dispatcher flex-dispatcher)
 set_tests_properties(conform_sdk_examples_pass PROPERTIES LABELS "core;conform" TIMEOUT 600
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+# examples/hsdp (axes shard and replicate of its own) on 2 and 4 ranks.
+add_test(NAME conform_hsdp_example_passes COMMAND ${conform_cmd} examples ${CMAKE_BINARY_DIR}
+  hsdp)
+set_tests_properties(conform_hsdp_example_passes PROPERTIES LABELS "core;conform;hsdp"
+  TIMEOUT 300 ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
 add_test(NAME conform_bad_command_lines_and_abi
   COMMAND ${conform_cmd} cli ${CMAKE_BINARY_DIR}/tests/plugins)
 set_tests_properties(conform_bad_command_lines_and_abi PROPERTIES LABELS "core;conform"
