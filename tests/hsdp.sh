@@ -4,8 +4,10 @@
 # into a temporary prefix, builds the example against that prefix alone (no
 # warnings, no tessera symbol referenced), then on 8 ranks:
 #  - shard 4 x replicate 2, shard 2 x replicate 2 with tp 2, and shard 2 x
-#    replicate 2 with pp 2 each give one rank's losses and gradient norms
-#    within 1e-5 relative over 20 steps;
+#    replicate 2 with pp 2 (two micro-batches each), the same with tp kept
+#    gathered from forward to backward under full recomputation, and shard 1
+#    x replicate 8 each give one rank's losses and gradient norms within
+#    1e-5 relative over 20 steps;
 #  - rank 0's parameters, gradients and optimizer state (bytes allocated,
 #    from the run's metrics) equal `tessera plan`'s dry run to the byte, its
 #    optimizer state is 1/4 of plain dp's on the same 8 ranks, and the bytes
@@ -89,6 +91,13 @@ run8() { # NAME PLUGINS SETS...: 8 ranks, metrics NAME.jsonl, compared with one 
 run8 s4r2 hsdp --set hsdp.shard=4
 run8 s2r2tp2 hsdp,tp --set hsdp.shard=2 --set tp.size=2
 run8 s2r2pp2 hsdp,pp --set hsdp.shard=2 --set pp.size=2
+# The gathers kept from forward to backward, two modules ahead, no overlap,
+# every block recomputed; and shard 1 (nothing cut: the flat gradient
+# all-reduced over replicate = 8).
+run8 s2r2tp2_kept_recompute hsdp,tp --set hsdp.shard=2 --set tp.size=2 \
+  --set hsdp.reshard_after_forward=false --set hsdp.prefetch=2 --set hsdp.overlap=false \
+  --set train.recompute=full --set train.recompute_layers=2
+run8 s1r8 hsdp --set hsdp.shard=1
 
 echo "== memory and communication of shard 4 x replicate 2 against the plan"
 "$tessera" plan model.ini --set parallel.plugins=hsdp "${H[@]}" --set hsdp.shard=4 --world 8 --json \
