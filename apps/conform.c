@@ -480,6 +480,10 @@ static void cf_load(cf_opts *o, cf_row *abi, cf_row *init) {
     if (!o->desc || ts_plugin_descriptor_check(o->name, o->path, o->desc)) {
         abi->result = CF_FAIL;
         rsay(abi, "%s", o->desc ? ts_last_error() : "the entry point gives no descriptor");
+        o->desc = NULL;
+        ts_plugins_destroy(reg);
+        ts_config_destroy(cfg);
+        return;
     } else {
         unsigned major = TS_PLUGIN_ABI_MAJOR_OF(o->desc->abi_version),
                  minor = TS_PLUGIN_ABI_MINOR_OF(o->desc->abi_version);
@@ -830,8 +834,9 @@ static void cf_grid(cf_opts *o, cf_row *rows) {
             if (!p) return;
             p->world = o->worlds[wi];
             p->shape = si;
+            const char *bn = o->base && strrchr(o->base, '/') ? strrchr(o->base, '/') + 1 : o->base;
             snprintf(p->label, sizeof p->label, "%d ranks, %s", p->world,
-                     o->base ? "CONFIG" : cf_shapes[si][0]);
+                     o->base ? bn : cf_shapes[si][0]);
             if (o->base) {
                 snprintf(p->ini, sizeof p->ini, "%s", o->base);
             } else {

@@ -149,6 +149,8 @@ cli)
     [ $? = 2 ] && grep -q "\-\-world '1'" u.txt || { cat u.txt; fail "--world 1: not refused"; }
     "$TESSERA" conform "$plugins/tessera-good.so" --steps 2 > u.txt 2>&1
     [ $? = 2 ] && grep -q "\-\-steps" u.txt || { cat u.txt; fail "--steps 2: not refused"; }
+    "$TESSERA" conform "$plugins/tessera-good.so" --config "$WORK/nowhere.ini" > u.txt 2>&1
+    [ $? = 2 ] && grep -q "\-\-config .*nowhere.ini" u.txt || { cat u.txt; fail "a missing --config"; }
     "$TESSERA" conform "$WORK/tessera-nowhere.so" > u.txt 2>&1
     [ $? = 2 ] && grep -q "tessera-nowhere.so" u.txt || { cat u.txt; fail "a missing file is not named"; }
     for p in wrong_major newer_minor; do
