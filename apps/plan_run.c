@@ -11,6 +11,7 @@
 
 #include "arch.h" /* the model's FLOPs */
 #include "backend_plan.h"
+#include "binder.h" /* the pipeline's chunks */
 #include "comm_plan.h"
 
 /* Gives each of the dry run's communicators the link its group's ranks use
@@ -99,10 +100,7 @@ double plan_stage_bubble(const ts_schedule_sim *sim, int s) {
 }
 
 int plan_chunks(const ts_mesh *mesh, const ts_layout_plan *plan) {
-    int pp = ts_mesh_axis_size(mesh, TS_AXIS_PP), top = -1;
-    for (int i = 0; i < plan->count; i++)
-        if (plan->entries[i].stage > top) top = plan->entries[i].stage;
-    return top >= 0 ? (top + 1) / pp : 1;
+    return ts_binding_chunks(plan, ts_mesh_axis_size(mesh, TS_AXIS_PP));
 }
 
 ts_status plan_stage_schedule(ts_plugins *reg, int stages, int stage, int micro_batches, int chunks,

@@ -329,35 +329,25 @@ static ts_status trainer_batch_split(ts_trainer *t) {
     return TS_OK;
 }
 
-/* The position of each of this rank's T_local tokens of every sequence: its
- * block of data.tokens along the sequence, or, when the provider of the
- * axis cutting the sequence holds mirrored chunks, chunks c and 2n-1-c. */
+/* The position of each of this rank's T_local tokens of every sequence, by
+ * the binding's rule (ts_binding_positions). */
 static ts_status trainer_positions(ts_trainer *t, const ts_model_shard *shard,
                                    const ts_layout_plan_entry *data) {
+    (void)shard, (void)data;
+    const ts_binding *b = &t->binding;
     free(t->positions);
     t->positions = malloc((size_t)(t->T_local > 0 ? t->T_local : 1) * sizeof *t->positions);
     if (!t->positions) return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
-    for (int i = 0; i < t->T_local; i++)
-        t->positions[i] = t->seq0 + i;
-    const ts_model_axis *mirror = NULL;
-    int cuts = 0;
-    for (int a = 0; a < data->layout.naxes; a++)
-        cuts += data->layout.axes[a].placement.kind == TS_PLACEMENT_SHARD &&
-                data->layout.axes[a].placement.dim == 1 && data->layout.axes[a].size > 1;
-    for (int a = 0; a < shard->naxes; a++)
-        if (shard->axes[a].cuts_sequence && shard->axes[a].attention->order == TS_SEQUENCE_MIRRORED)
-            mirror = &shard->axes[a];
-    if (!mirror) return TS_OK;
-    if (cuts != 1)
+    if (b->seq_local != t->T_local || b->seq0 != t->seq0)
+        return ts_error(TS_ERR_INTERNAL,
+                        "trainer: the binding holds tokens [%d, +%d), not [%d, +%d)", b->seq0,
+                        b->seq_local, t->seq0, t->T_local);
+    if (b->mirror >= 0 && b->sequence_cuts != 1)
         return ts_error(TS_ERR_PLUGIN,
                         "data.tokens is cut along the sequence over %d axes; mirrored chunks "
                         "(the provider of attention over %s) need it cut over that axis alone",
-                        cuts, mirror->name);
-    int n = mirror->size, c = mirror->coord, L = t->T / (2 * n);
-    for (int i = 0; i < L; i++) {
-        t->positions[i] = c * L + i;
-        t->positions[L + i] = (2 * n - 1 - c) * L + i;
-    }
+                        b->sequence_cuts, b->axes[b->mirror].name);
+    ts_binding_positions(b, t->positions);
     return TS_OK;
 }
 
@@ -380,20 +370,15 @@ static int trainer_axis_cuts_params(ts_layout_plan *plan, const char *name) {
 static ts_status trainer_moe_routing(ts_trainer *t) {
     ts_model *m = t->model;
     if (m->cfg.experts <= 0) return TS_OK;
-    /* The ranks holding the other rows of a micro-batch: those cutting the
-     * batch, and those cutting the hidden state along the sequence. */
-    char token[64] = "";
-    size_t len = 0;
-    for (int a = 0; a < m->naxes; a++)
-        if (m->axes[a].cuts_batch || m->act[a].kind == TS_PLACEMENT_SHARD)
-            len += (size_t)snprintf(token + len, sizeof token - len, "%s%s", len ? "-" : "",
-                                    m->axes[a].name);
-    t->rows_comm = len ? ts_parallel_comm(t->par, token) : NULL;
-    if (len && !t->rows_comm)
+    /* The ranks holding the other rows of a micro-batch (the binding's). */
+    const ts_binding *b = &t->binding;
+    const char *rows = b->rows_group;
+    t->rows_comm = rows[0] ? ts_parallel_comm(t->par, rows) : NULL;
+    if (rows[0] && !t->rows_comm)
         return ts_error(TS_ERR_PLUGIN,
                         "the mixture of experts counts tokens over %s, a combination of axes with "
                         "no communicator",
-                        token);
+                        rows);
     const ts_param *ref = NULL;
     int axis = -1, tp = -1;
     for (int i = 0; i < m->nparams; i++) {
@@ -424,15 +409,16 @@ static ts_status trainer_moe_routing(ts_trainer *t) {
      * of it on other ranks are summed over the expert mesh's data axis (by
      * its gradient reduction), not over the dense mesh's axes. Ranks that
      * hold the same rows would send them twice. */
-    for (int a = 0; a < m->naxes; a++)
-        if (a != axis && a != tp && m->axes[a].size > 1 && !m->axes[a].cuts_batch &&
-            m->act[a].kind != TS_PLACEMENT_SHARD)
+    for (int a = 0; a < m->naxes; a++) {
+        int k = ts_binding_find(b, m->axes[a].name);
+        if (a != axis && a != tp && k >= 0 && !b->axes[k].cuts_batch && !b->axes[k].cuts_rows)
             return ts_error(TS_ERR_CONFIG,
                             "the experts are routed over %s, and the %s ranks hold the same "
                             "rows of the hidden state: each would send its tokens to the experts "
                             "again. Cut the hidden state along the sequence over %s (sequence "
                             "parallelism; Megatron-LM requires it with experts too)",
                             ax->name, m->axes[a].name, m->axes[a].name);
+    }
     for (int i = 0; i < m->nparams; i++)
         if (m->params[i].expert) m->params[i].grad_partial = 0;
     if (m->cfg.experts % ax->size != 0)
@@ -440,7 +426,8 @@ static ts_status trainer_moe_routing(ts_trainer *t) {
                                  "experts = %d is not divisible by %s = %d (the experts are cut "
                                  "over it)",
                                  m->cfg.experts, ax->name, ax->size);
-    const char *name = ts_plugins_experts(t->reg, ax->name);
+    int k = ts_binding_find(b, ax->name);
+    const char *name = k >= 0 ? b->axes[k].dispatcher : NULL;
     if (!name)
         return ts_error(TS_ERR_PLUGIN,
                         "the experts are cut over %s, and no plugin routes the tokens to them "
@@ -449,8 +436,7 @@ static ts_status trainer_moe_routing(ts_trainer *t) {
     const ts_plugin_dispatcher_entry *d = ts_plugins_dispatcher(t->reg, name);
     if (!d)
         return ts_error(TS_ERR_CONFIG, "plugin '%s' routes the experts over %s with %s",
-                        ts_plugins_provider(t->reg, TS_PROVIDE_EXPERTS, ax->name), ax->name,
-                        ts_last_error_bare());
+                        b->axes[k].experts, ax->name, ts_last_error_bare());
     m->moe = (ts_moe_routing){.ops = &d->ops,
                               .ctx = d->ctx,
                               .user = d->user,
@@ -593,24 +579,16 @@ static ts_status trainer_optim_shard(ts_trainer *t, ts_optim_shard *sh) {
     ts_model *m = t->model;
     *sh = (ts_optim_shard){0, m->numel, NULL, NULL, 0};
     t->opt_axis = -1;
-    for (int a = 0; a < m->naxes; a++) {
-        const ts_plugin_optimizer_state_ops *ops;
-        ts_plugin_ctx *ctx;
-        void *user;
-        if (!ts_plugins_optimizer_state(t->reg, m->axes[a].name, &ops, &ctx, &user)) continue;
-        const char *who = ts_plugins_provider(t->reg, TS_PROVIDE_OPTIMIZER_STATE, m->axes[a].name);
-        if (t->opt_axis >= 0)
-            return ts_error(TS_ERR_PLUGIN,
-                            "the optimizer state is cut over %s (plugin '%s') and over %s "
-                            "(plugin '%s'); one axis at most",
-                            m->axes[t->opt_axis].name, t->opt_plugin, m->axes[a].name, who);
-        t->opt_axis = a;
-        t->opt_plugin = who;
-        t->opt_ops = ops;
-        t->opt_ctx = ctx;
-        t->opt_user = user;
-    }
-    if (t->opt_axis < 0) return TS_OK;
+    const ts_binding *bd = &t->binding;
+    if (bd->optim_axis < 0) return TS_OK;
+    const ts_binding_axis *x = &bd->axes[bd->optim_axis];
+    for (int a = 0; a < m->naxes; a++)
+        if (strcmp(m->axes[a].name, x->name) == 0) t->opt_axis = a;
+    if (t->opt_axis < 0 ||
+        !ts_plugins_optimizer_state(t->reg, x->name, &t->opt_ops, &t->opt_ctx, &t->opt_user))
+        return ts_error(TS_ERR_INTERNAL,
+                        "trainer: the optimizer state's axis %s is not the model's", x->name);
+    t->opt_plugin = x->optimizer_state;
     const ts_model_axis *ax = &m->axes[t->opt_axis];
     size_t b = 0, e = 0;
     char why[512] = "";
@@ -710,20 +688,9 @@ static ts_status trainer_norm_owners(ts_trainer *t) {
         if (!e)
             return ts_error(TS_ERR_INTERNAL, "trainer: %s is not in the layout plan",
                             m->params[p].value.name);
-        for (int a = 0; a < e->layout.naxes; a++) {
-            const ts_layout_axis *ax = &e->layout.axes[a];
-            /* Pipeline ranks hold different parameters (their stage's), not
-             * replicas of the same ones. */
-            if (ax->size == 1 || ax->placement.kind == TS_PLACEMENT_SHARD ||
-                strcmp(ax->name, ts_mesh_axis_name(TS_AXIS_PP)) == 0)
-                continue;
-            /* The optimizer state cut over an axis: each rank counts the
-             * range it updates (trainer_grad_norm). */
-            if (t->opt_cut && strcmp(ax->name, m->axes[t->opt_axis].name) == 0) continue;
-            ts_mesh_axis axis;
-            TS_TRY(ts_mesh_axis_from_name(ax->name, &axis));
-            if (ts_parallel_coord(t->par, axis) != 0) t->norm_owner[p] = 0;
-        }
+        /* The optimizer state cut over an axis: each rank counts the range
+         * it updates there (trainer_grad_norm). */
+        if (!ts_binding_norm_owner(&t->binding, e, t->opt_cut)) t->norm_owner[p] = 0;
     }
     return TS_OK;
 }
@@ -796,8 +763,8 @@ static ts_status trainer_core_reductions(ts_trainer *t) {
     t->core_reduce = calloc((size_t)(m->nparams ? m->nparams : 1), sizeof *t->core_reduce);
     if (!t->core_reduce) return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
     for (int a = 0; a < m->naxes; a++) {
-        if (!m->axes[a].cuts_batch) continue;
-        if (ts_plugins_provider(t->reg, TS_PROVIDE_GRAD_REDUCTION, m->axes[a].name)) continue;
+        int k = ts_binding_find(&t->binding, m->axes[a].name);
+        if (k < 0 || !t->binding.axes[k].cuts_batch || t->binding.axes[k].grad_reducer) continue;
         for (int i = 0; i < m->nparams; i++)
             if (m->params[i].on[a].kind == TS_PLACEMENT_REPLICATE &&
                 !(m->params[i].provided >> a & 1u))
@@ -980,6 +947,7 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
     t->rank0 = !par || par->rank == 0;
     t->stages = 1;
     t->chunks = 1;
+    t->binding = (ts_binding){.parts = 1, .stages = 1, .chunks = 1, .mirror = -1, .optim_axis = -1};
     int dp = par ? ts_mesh_axis_size(par->mesh, TS_AXIS_DP) : 1;
     if (par) {
         t->snap = calloc(1, sizeof *t->snap);
@@ -1126,7 +1094,7 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
         CHECK(ts_model_layout_plan_arch(t->arch, &t->mcfg, t->global_batch, t->T, par->mesh,
                                         &t->plan));
         if (reg) CHECK(ts_plugins_apply_transforms(reg, &t->plan));
-        CHECK(ts_bind(&t->plan, par->mesh, reg));
+        CHECK(ts_bind(&t->plan, par->mesh, reg, par->rank, &t->binding));
         CHECK(trainer_batch_split(t));
         if (t->parts != dp)
             CHECK(ts_error(TS_ERR_CONFIG,

@@ -18,6 +18,7 @@
 
 #include <time.h>
 
+#include "binder.h"
 #include "data.h"
 #include "file.h"
 #include "internal.h"
@@ -30,6 +31,8 @@ struct ts_trainer {
     ts_parallel *par;          /* borrowed; NULL on one rank without MPI      */
     ts_plugins *reg;           /* borrowed; NULL when no plugin is loaded     */
     ts_layout_plan plan;       /* placements of every tensor after transforms */
+    ts_binding binding;        /* what the binder decided from the plan (one
+                                  rank: nothing bound, all zero)             */
     int rank0;                 /* this rank prints, writes metrics/checkpoints */
     int parts, part;           /* the global batch is cut in `parts` blocks of
                                   sequences (data.tokens S(0)); ours is `part` */
