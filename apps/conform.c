@@ -818,23 +818,189 @@ static const char *cf_ledger(const char *json, const char *name) {
     return json ? strstr(json, pat) : NULL;
 }
 
+/* What the grid's runs add up to, for the rows' figures. */
+typedef struct cf_tally {
+    int ran, npoints, comm_entries, other_judged, other_skipped, moe_runs;
+    double worst_loss, worst_norm, worst_w, worst_peak, worst_resume, worst_other;
+    double routed_dev, moe_peak;
+    char labels[512];
+} cf_tally;
+
+/* Makes the row a failure (its text cleared) unless it failed already:
+ * the first failing run is the one named. 1 when it was not failed yet. */
+static int cf_fails(cf_row *r) {
+    if (r->result == CF_FAIL) return 0;
+    r->result = CF_FAIL;
+    r->text[0] = 0;
+    return 1;
+}
+
+/* Runs `tessera verify --json` of one grid point: stdout to `out`, stderr
+ * to `err`; returns its exit status (cf_run). */
+static int cf_verify(const cf_opts *o, const cf_point *p, const char *out, const char *err) {
+    char world[16], steps[16], timeout[32];
+    snprintf(world, sizeof world, "%d", p->world);
+    snprintf(steps, sizeof steps, "%d", o->steps);
+    snprintf(timeout, sizeof timeout, "%g", o->timeout_s);
+    char *argv[2 * (CF_MAX_SETS + 16) + 32];
+    int n = 0;
+    const char *fixed[] = {o->self,  "verify", p->ini,  "--world",   world,   "--steps",     steps,
+                           "--json", "--keep", p->keep, "--timeout", timeout, "--slow-rank", "1e9"};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        argv[n++] = (char *)fixed[i];
+    if (o->launcher) {
+        argv[n++] = "--launcher";
+        argv[n++] = (char *)o->launcher;
+    }
+    for (int i = 0; i < p->nsets; i++) {
+        argv[n++] = "--set";
+        argv[n++] = (char *)p->sets[i];
+    }
+    for (int i = 0; i < o->nsets; i++) {
+        argv[n++] = "--set";
+        argv[n++] = (char *)o->sets[i];
+    }
+    argv[n] = NULL;
+    if (!o->json) {
+        fprintf(stderr, "conform: tessera verify on %s ...\n", p->label);
+        fflush(stderr);
+    }
+    return cf_run(o, argv, out, err);
+}
+
+/* The rows of one run that verify completed: its ledgers (`num`, `mem`,
+ * `rec`) and the communication of its files against the plan. */
+static void cf_judge(const cf_opts *o, const cf_point *p, const char *num, const char *mem,
+                     const char *rec, cf_row *rows, cf_tally *t) {
+    t->ran++;
+    double tol = cf_num(num, "tolerance"), bad = cf_num(num, "first_bad_step");
+    int num_ok = cf_num(num, "pass") == 1;
+    if (!num_ok && cf_fails(&rows[ROW_NUMERICS])) {
+        rsay(&rows[ROW_NUMERICS],
+             "%s: loss max rel %.1e, grad norm max rel %.1e, final weights rel L2 %.1e "
+             "(tolerance %g)",
+             p->label, cf_num(num, "loss_max_rel"), cf_num(num, "grad_norm_max_rel"),
+             cf_num(num, "weights_rel_l2"), tol);
+        if (bad > 0)
+            rsay(&rows[ROW_NUMERICS], "; first differs at step %.0f (%s)", bad,
+                 cf_num(num, "loss_max_rel") > tol ? "loss" : "gradient norm");
+    }
+    t->worst_loss = fmax(t->worst_loss, cf_num(num, "loss_max_rel"));
+    t->worst_norm = fmax(t->worst_norm, cf_num(num, "grad_norm_max_rel"));
+    t->worst_w = fmax(t->worst_w, cf_num(num, "weights_rel_l2"));
+    /* With experts the activations follow the routing (the plan routes
+     * evenly): the model state is judged, the peaks reported. */
+    int mem_ok = cf_num(mem, "pass") == 1;
+    if (p->moe) {
+        t->moe_runs++;
+        mem_ok = cf_num(mem, "state_mismatch_rank") == -1;
+        t->moe_peak = fmax(t->moe_peak, cf_num(mem, "peak_rel"));
+    } else {
+        t->worst_peak = fmax(t->worst_peak, cf_num(mem, "peak_rel"));
+    }
+    if (!mem_ok && cf_fails(&rows[ROW_MEMORY])) {
+        double rank = cf_num(mem, "state_mismatch_rank");
+        rsay(&rows[ROW_MEMORY], "%s: ", p->label);
+        if (rank >= 0)
+            rsay(&rows[ROW_MEMORY],
+                 "rank %.0f's parameters, gradients or optimizer state differ from the plan; ",
+                 rank);
+        char peaks[512];
+        cf_peaks(p->keep, (int)cf_num(mem, "worst_rank"), peaks, sizeof peaks);
+        rsay(&rows[ROW_MEMORY], "%s (within 5%% or 64 KiB required); the runs: %s",
+             peaks[0] ? peaks : "the peaks differ from the plan", p->keep);
+    }
+    char why[512] = "", plan[PATH_MAX + 64], metrics[PATH_MAX + 64];
+    snprintf(plan, sizeof plan, "%s/plan0.json", p->keep);
+    snprintf(metrics, sizeof metrics, "%s/par.jsonl", p->keep);
+    int entries = 0;
+    if (!cf_comm_check(plan, metrics, o->steps, p->moe, &t->routed_dev, &entries, why,
+                       sizeof why) &&
+        cf_fails(&rows[ROW_COMM]))
+        rsay(&rows[ROW_COMM], "%s: %s", p->label, why);
+    if (entries > t->comm_entries) t->comm_entries = entries;
+    if (cf_num(rec, "same_topology_pass") != 1 && cf_fails(&rows[ROW_RESUME]))
+        rsay(&rows[ROW_RESUME],
+             "%s: rank %.0f killed after step %.0f, resumed from step %.0f on %d ranks: differs "
+             "from the uninterrupted run (max rel %.1e)",
+             p->label, cf_num(rec, "killed_rank"), cf_num(rec, "killed_after_step"),
+             cf_num(rec, "resumed_from"), p->world, cf_num(rec, "same_topology_max_rel"));
+    t->worst_resume = fmax(t->worst_resume, cf_num(rec, "same_topology_max_rel"));
+    if (!num_ok) {
+        t->other_skipped++;
+        return;
+    }
+    t->other_judged++;
+    t->worst_other = fmax(t->worst_other, cf_num(rec, "one_rank_max_rel"));
+    if (cf_num(rec, "one_rank_pass") != 1 && cf_fails(&rows[ROW_RESUME_OTHER]))
+        rsay(&rows[ROW_RESUME_OTHER],
+             "%s: the step-%.0f checkpoint of %d ranks resumed on one rank differs from the "
+             "one-rank run (max rel %.1e)",
+             p->label, cf_num(rec, "resumed_from"), p->world, cf_num(rec, "one_rank_max_rel"));
+}
+
+/* The figures of the rows that passed every run. */
+static void cf_summary(const cf_opts *o, cf_row *rows, const cf_tally *t) {
+    if (!t->ran) return;
+    if (rows[ROW_NUMERICS].result == CF_PASS)
+        rsay(&rows[ROW_NUMERICS],
+             "%d of %d runs (%s), %d steps each: loss max rel %.1e, grad norm max rel %.1e, final "
+             "weights rel L2 %.1e",
+             t->ran, t->npoints, t->labels, o->steps, t->worst_loss, t->worst_norm, t->worst_w);
+    if (rows[ROW_MEMORY].result == CF_PASS) {
+        rsay(&rows[ROW_MEMORY],
+             "%d runs: every rank's params, grads and optimizer state equal to the plan", t->ran);
+        if (t->moe_runs < t->ran)
+            rsay(&rows[ROW_MEMORY], "; activation and buffer peaks within %.1f%%",
+                 100 * t->worst_peak);
+        if (t->moe_runs)
+            rsay(&rows[ROW_MEMORY],
+                 " (%d mixture-of-experts run%s: peaks %.1f%% from the plan's even routing, "
+                 "reported, not judged)",
+                 t->moe_runs, t->moe_runs == 1 ? "" : "s", 100 * t->moe_peak);
+    }
+    if (rows[ROW_COMM].result == CF_PASS) {
+        rsay(&rows[ROW_COMM],
+             "%d runs: rank 0's calls and bytes of every step equal the plan's (up to %d "
+             "group.op entries a run)",
+             t->ran, t->comm_entries);
+        if (t->moe_runs)
+            rsay(&rows[ROW_COMM],
+                 "; the expert groups' bytes follow the routing: at most %.1f%% from the plan's "
+                 "even routing (calls equal; bytes reported, not judged)",
+                 100 * t->routed_dev);
+    }
+    if (rows[ROW_RESUME].result == CF_PASS)
+        rsay(&rows[ROW_RESUME],
+             "%d runs: a rank killed with SIGKILL, resumed on the same ranks: max rel %.1e", t->ran,
+             t->worst_resume);
+    cf_row *other = &rows[ROW_RESUME_OTHER];
+    if (other->result != CF_PASS) return;
+    if (t->other_judged)
+        rsay(other, "%d runs: resumed on one rank: max rel %.1e", t->other_judged, t->worst_other);
+    if (t->other_skipped) {
+        if (!t->other_judged) other->result = CF_SKIP;
+        rsay(other,
+             "%snot judged on %d run%s: numerics failed there (the N-rank and one-rank runs "
+             "differ before the kill)",
+             t->other_judged ? "; " : "", t->other_skipped, t->other_skipped == 1 ? "" : "s");
+    }
+}
+
 static void cf_grid(cf_opts *o, cf_row *rows) {
     int nshapes = o->base ? 1 : (int)(sizeof cf_shapes / sizeof cf_shapes[0]);
-    int npoints = o->nworlds * nshapes, ran = 0;
-    double worst_loss = 0, worst_norm = 0, worst_w = 0, worst_peak = 0, worst_resume = 0,
-           worst_other = 0;
-    int comm_entries = 0, other_judged = 0, other_skipped = 0, moe_runs = 0;
-    double routed_dev = 0, moe_peak = 0;
+    cf_tally *t = calloc(1, sizeof *t);
+    if (!t) return;
+    t->npoints = o->nworlds * nshapes;
     for (int k = ROW_NUMERICS; k <= ROW_RESUME_OTHER; k++)
         rows[k].result = CF_PASS;
-    char labels[512] = "";
+    const char *bn = o->base && strrchr(o->base, '/') ? strrchr(o->base, '/') + 1 : o->base;
     for (int wi = 0; wi < o->nworlds; wi++)
         for (int si = 0; si < nshapes; si++) {
             cf_point *p = calloc(1, sizeof *p);
-            if (!p) return;
+            if (!p) break;
             p->world = o->worlds[wi];
             p->shape = si;
-            const char *bn = o->base && strrchr(o->base, '/') ? strrchr(o->base, '/') + 1 : o->base;
             snprintf(p->label, sizeof p->label, "%d ranks, %s", p->world,
                      o->base ? bn : cf_shapes[si][0]);
             if (o->base) {
@@ -845,201 +1011,36 @@ static void cf_grid(cf_opts *o, cf_row *rows) {
             }
             snprintf(p->keep, sizeof p->keep, "%s/w%d_s%d", o->tmp, p->world, si);
             cf_point_sets(o, p);
-            char world[16], steps[16], timeout[32];
-            snprintf(world, sizeof world, "%d", p->world);
-            snprintf(steps, sizeof steps, "%d", o->steps);
-            snprintf(timeout, sizeof timeout, "%g", o->timeout_s);
-            char *argv[2 * (CF_MAX_SETS + 16) + 32];
-            int n = 0;
-            argv[n++] = o->self;
-            argv[n++] = "verify";
-            argv[n++] = p->ini;
-            argv[n++] = "--world";
-            argv[n++] = world;
-            argv[n++] = "--steps";
-            argv[n++] = steps;
-            argv[n++] = "--json";
-            argv[n++] = "--keep";
-            argv[n++] = p->keep;
-            argv[n++] = "--timeout";
-            argv[n++] = timeout;
-            argv[n++] = "--slow-rank";
-            argv[n++] = "1e9";
-            if (o->launcher) {
-                argv[n++] = "--launcher";
-                argv[n++] = (char *)o->launcher;
-            }
-            for (int i = 0; i < p->nsets; i++) {
-                argv[n++] = "--set";
-                argv[n++] = p->sets[i];
-            }
-            for (int i = 0; i < o->nsets; i++) {
-                argv[n++] = "--set";
-                argv[n++] = (char *)o->sets[i];
-            }
-            argv[n] = NULL;
             char out[PATH_MAX + 64], err[PATH_MAX + 64];
             snprintf(out, sizeof out, "%s/w%d_s%d.json", o->tmp, p->world, si);
             snprintf(err, sizeof err, "%s/w%d_s%d.err", o->tmp, p->world, si);
-            if (!o->json) {
-                fprintf(stderr, "conform: tessera verify on %s ...\n", p->label);
-                fflush(stderr);
-            }
-            int rc = cf_run(o, argv, out, err);
+            int rc = cf_verify(o, p, out, err);
             char *json = cf_slurp(out);
             const char *num = cf_ledger(json, "numerics"), *mem = cf_ledger(json, "memory"),
                        *rec = cf_ledger(json, "recovery");
-            size_t len = strlen(labels);
-            snprintf(labels + len, sizeof labels - len, "%s%s", len ? "; " : "", p->label);
-            if (!num || !mem || !rec) {
+            size_t len = strlen(t->labels);
+            snprintf(t->labels + len, sizeof t->labels - len, "%s%s", len ? "; " : "", p->label);
+            if (num && mem && rec) {
+                cf_judge(o, p, num, mem, rec, rows, t);
+            } else {
+                /* verify did not get to its ledgers: its own message. */
                 char msg[1024];
                 cf_tail(err, msg, sizeof msg);
-                for (int k = ROW_NUMERICS; k <= ROW_RESUME_OTHER; k++) {
-                    if (rows[k].result == CF_FAIL) continue;
-                    rows[k].result = CF_FAIL;
-                    rows[k].text[0] = 0;
-                    if (k == ROW_NUMERICS || rows[ROW_NUMERICS].text[0] == 0)
+                int first = rows[ROW_NUMERICS].result != CF_FAIL;
+                for (int k = ROW_NUMERICS; k <= ROW_RESUME_OTHER; k++)
+                    if (cf_fails(&rows[k]) && (k == ROW_NUMERICS || !first))
                         rsay(&rows[k], "%s: tessera verify failed (exit %d): %s", p->label, rc,
                              msg[0] ? msg : "(no message)");
-                    else
+                    else if (rows[k].text[0] == 0)
                         rsay(&rows[k],
-                             "%s: tessera verify failed (exit %d; its message under "
-                             "numerics)",
+                             "%s: tessera verify failed (exit %d; its message under numerics)",
                              p->label, rc);
-                }
-                free(json);
-                free(p);
-                continue;
-            }
-            ran++;
-            int num_ok = cf_num(num, "pass") == 1;
-            if (!num_ok && rows[ROW_NUMERICS].result != CF_FAIL) {
-                rows[ROW_NUMERICS].result = CF_FAIL;
-                rows[ROW_NUMERICS].text[0] = 0;
-                double bad = cf_num(num, "first_bad_step");
-                rsay(&rows[ROW_NUMERICS],
-                     "%s: loss max rel %.1e, grad norm max rel %.1e, final weights rel L2 %.1e "
-                     "(tolerance %g)",
-                     p->label, cf_num(num, "loss_max_rel"), cf_num(num, "grad_norm_max_rel"),
-                     cf_num(num, "weights_rel_l2"), cf_num(num, "tolerance"));
-                double tol = cf_num(num, "tolerance");
-                if (bad > 0)
-                    rsay(&rows[ROW_NUMERICS], "; first differs at step %.0f (%s)", bad,
-                         cf_num(num, "loss_max_rel") > tol ? "loss" : "gradient norm");
-            }
-            worst_loss = fmax(worst_loss, cf_num(num, "loss_max_rel"));
-            worst_norm = fmax(worst_norm, cf_num(num, "grad_norm_max_rel"));
-            worst_w = fmax(worst_w, cf_num(num, "weights_rel_l2"));
-            /* With experts the activations follow the routing (the plan
-             * routes evenly): the model state is judged, the peaks reported. */
-            int mem_ok = cf_num(mem, "pass") == 1;
-            if (p->moe) {
-                moe_runs++;
-                mem_ok = cf_num(mem, "state_mismatch_rank") == -1;
-                moe_peak = fmax(moe_peak, cf_num(mem, "peak_rel"));
-            }
-            if (!mem_ok && rows[ROW_MEMORY].result != CF_FAIL) {
-                rows[ROW_MEMORY].result = CF_FAIL;
-                rows[ROW_MEMORY].text[0] = 0;
-                double bad = cf_num(mem, "state_mismatch_rank");
-                rsay(&rows[ROW_MEMORY], "%s: ", p->label);
-                if (bad >= 0)
-                    rsay(&rows[ROW_MEMORY],
-                         "rank %.0f's parameters, gradients or optimizer state differ from the "
-                         "plan; ",
-                         bad);
-                char peaks[512];
-                cf_peaks(p->keep, (int)cf_num(mem, "worst_rank"), peaks, sizeof peaks);
-                rsay(&rows[ROW_MEMORY], "%s (within 5%% or 64 KiB required); the runs: %s",
-                     peaks[0] ? peaks : "the peaks differ from the plan", p->keep);
-            }
-            if (!p->moe) worst_peak = fmax(worst_peak, cf_num(mem, "peak_rel"));
-            char why[512] = "", plan[PATH_MAX + 64], metrics[PATH_MAX + 64];
-            snprintf(plan, sizeof plan, "%s/plan0.json", p->keep);
-            snprintf(metrics, sizeof metrics, "%s/par.jsonl", p->keep);
-            int entries = 0;
-            if (!cf_comm_check(plan, metrics, o->steps, p->moe, &routed_dev, &entries, why,
-                               sizeof why) &&
-                rows[ROW_COMM].result != CF_FAIL) {
-                rows[ROW_COMM].result = CF_FAIL;
-                rows[ROW_COMM].text[0] = 0;
-                rsay(&rows[ROW_COMM], "%s: %s", p->label, why);
-            }
-            if (entries > comm_entries) comm_entries = entries;
-            int same = cf_num(rec, "same_topology_pass") == 1;
-            int one = cf_num(rec, "one_rank_pass") == 1;
-            if (!same && rows[ROW_RESUME].result != CF_FAIL) {
-                rows[ROW_RESUME].result = CF_FAIL;
-                rows[ROW_RESUME].text[0] = 0;
-                rsay(&rows[ROW_RESUME],
-                     "%s: rank %.0f killed after step %.0f, resumed from step %.0f on %d ranks: "
-                     "differs from the uninterrupted run (max rel %.1e)",
-                     p->label, cf_num(rec, "killed_rank"), cf_num(rec, "killed_after_step"),
-                     cf_num(rec, "resumed_from"), p->world, cf_num(rec, "same_topology_max_rel"));
-                if (isnan(cf_num(rec, "killed_rank")))
-                    rsay(&rows[ROW_RESUME], " (the kill: %s)", rec);
-            }
-            worst_resume = fmax(worst_resume, cf_num(rec, "same_topology_max_rel"));
-            if (!num_ok) {
-                other_skipped++;
-            } else {
-                other_judged++;
-                worst_other = fmax(worst_other, cf_num(rec, "one_rank_max_rel"));
-                if (!one && rows[ROW_RESUME_OTHER].result != CF_FAIL) {
-                    rows[ROW_RESUME_OTHER].result = CF_FAIL;
-                    rows[ROW_RESUME_OTHER].text[0] = 0;
-                    rsay(&rows[ROW_RESUME_OTHER],
-                         "%s: the step-%.0f checkpoint of %d ranks resumed on one rank differs "
-                         "from the one-rank run (max rel %.1e)",
-                         p->label, cf_num(rec, "resumed_from"), p->world,
-                         cf_num(rec, "one_rank_max_rel"));
-                }
             }
             free(json);
             free(p);
         }
-    if (!ran) return;
-    if (rows[ROW_NUMERICS].result == CF_PASS)
-        rsay(&rows[ROW_NUMERICS],
-             "%d of %d runs (%s), %d steps each: loss max rel %.1e, grad norm max rel %.1e, final "
-             "weights rel L2 %.1e",
-             ran, npoints, labels, o->steps, worst_loss, worst_norm, worst_w);
-    if (rows[ROW_MEMORY].result == CF_PASS) {
-        rsay(&rows[ROW_MEMORY],
-             "%d runs: every rank's params, grads and optimizer state equal to the plan", ran);
-        if (moe_runs < ran)
-            rsay(&rows[ROW_MEMORY], "; activation and buffer peaks within %.1f%%",
-                 100 * worst_peak);
-    }
-    if (rows[ROW_MEMORY].result == CF_PASS && moe_runs)
-        rsay(&rows[ROW_MEMORY],
-             " (%d mixture-of-experts run%s: peaks %.1f%% from the plan's even routing, "
-             "reported, not judged)",
-             moe_runs, moe_runs == 1 ? "" : "s", 100 * moe_peak);
-    if (rows[ROW_COMM].result == CF_PASS)
-        rsay(&rows[ROW_COMM],
-             "%d runs: rank 0's calls and bytes of every step equal the plan's (up to %d "
-             "group.op entries a run)",
-             ran, comm_entries);
-    if (rows[ROW_COMM].result == CF_PASS && moe_runs)
-        rsay(&rows[ROW_COMM],
-             "; the expert groups' bytes follow the routing: at most %.1f%% from the plan's even "
-             "routing (calls equal; bytes reported, not judged)",
-             100 * routed_dev);
-    if (rows[ROW_RESUME].result == CF_PASS)
-        rsay(&rows[ROW_RESUME],
-             "%d runs: a rank killed with SIGKILL, resumed on the same ranks: max rel %.1e", ran,
-             worst_resume);
-    if (rows[ROW_RESUME_OTHER].result == CF_PASS && other_judged)
-        rsay(&rows[ROW_RESUME_OTHER], "%d runs: resumed on one rank: max rel %.1e", other_judged,
-             worst_other);
-    if (rows[ROW_RESUME_OTHER].result == CF_PASS && other_skipped) {
-        if (!other_judged) rows[ROW_RESUME_OTHER].result = CF_SKIP;
-        rsay(&rows[ROW_RESUME_OTHER],
-             "%snot judged on %d run%s: numerics failed there (the N-rank and one-rank runs "
-             "differ before the kill)",
-             other_judged ? "; " : "", other_skipped, other_skipped == 1 ? "" : "s");
-    }
+    cf_summary(o, rows, t);
+    free(t);
 }
 
 /* --- the command ------------------------------------------------------------ */
