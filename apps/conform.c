@@ -447,6 +447,83 @@ static void cf_provided(const ts_plugins *reg, const cf_reg *r, ts_plugin_provis
     }
 }
 
+/* What the plugin's init registered (o->reg, its summary line), and the
+ * sizes of the tables it handed over onto the abi row. */
+static void cf_registered(cf_opts *o, const ts_plugins *reg, cf_row *abi) {
+    cf_reg *r = &o->reg;
+    for (int i = 0; i < ts_plugins_num_axes(reg) && r->naxes < CF_MAX_REG; i++) {
+        const ts_plugin_axis_entry *a = ts_plugins_axis(reg, i);
+        if (strcmp(a->plugin, o->name) != 0) continue;
+        snprintf(r->axis[r->naxes], sizeof r->axis[0], "%s", a->name);
+        r->axis_size[r->naxes] = a->size;
+        r->axis_expert[r->naxes] = a->mesh == TS_MESH_EXPERT;
+        r->naxes++;
+    }
+    r->nmodule_hooks = ts_plugins_num_module_hooks(reg);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (mem) {
+        ts_plugins_describe(reg, mem);
+        fclose(mem);
+        cf_read_description(r, text);
+        free(text);
+    }
+    cf_provided(reg, r, TS_PROVIDE_ATTENTION, o->name, r->attention, sizeof r->attention);
+    cf_provided(reg, r, TS_PROVIDE_OPTIMIZER_STATE, o->name, r->optimizer, sizeof r->optimizer);
+    cf_provided(reg, r, TS_PROVIDE_GRAD_REDUCTION, o->name, r->grads, sizeof r->grads);
+    cf_provided(reg, r, TS_PROVIDE_PARAM_STORAGE, o->name, r->storage, sizeof r->storage);
+    /* What it registered, in one line. */
+    char *s = r->summary;
+    size_t cap = sizeof r->summary, n = 0;
+#define CF_ADD(...)                                                                                \
+    do {                                                                                           \
+        if (n < cap) n += (size_t)snprintf(s + n, cap - n, __VA_ARGS__);                           \
+    } while (0)
+    for (int i = 0; i < r->naxes; i++) {
+        CF_ADD("%saxis %s", n ? ", " : "", r->axis[i]);
+        if (r->axis_size[i] == TS_PLUGIN_AXIS_AUTO)
+            CF_ADD(" (auto%s)", r->axis_expert[i] ? ", expert mesh" : "");
+        else
+            CF_ADD(" (%d%s)", r->axis_size[i], r->axis_expert[i] ? ", expert mesh" : "");
+    }
+    if (r->ntransforms)
+        CF_ADD("%s%d transform%s", n ? ", " : "", r->ntransforms, r->ntransforms == 1 ? "" : "s");
+    if (r->nhooks) CF_ADD("%s%d hook%s", n ? ", " : "", r->nhooks, r->nhooks == 1 ? "" : "s");
+    if (r->nmodule_hooks)
+        CF_ADD("%s%d module hook%s", n ? ", " : "", r->nmodule_hooks,
+               r->nmodule_hooks == 1 ? "" : "s");
+    for (int i = 0; i < r->nschedulers; i++)
+        CF_ADD("%sscheduler %s", n ? ", " : "", r->schedulers[i]);
+    for (int i = 0; i < r->ndispatchers; i++)
+        CF_ADD("%sdispatcher %s", n ? ", " : "", r->dispatchers[i]);
+    if (r->attention[0]) CF_ADD("%sattention over %s", n ? ", " : "", r->attention);
+    if (r->optimizer[0]) CF_ADD("%soptimizer state over %s", n ? ", " : "", r->optimizer);
+    if (r->grads[0]) CF_ADD("%sgradient reduction over %s", n ? ", " : "", r->grads);
+    if (r->storage[0]) CF_ADD("%sparameter storage over %s", n ? ", " : "", r->storage);
+    if (!n) CF_ADD("nothing");
+#undef CF_ADD
+    /* The sizes of the tables it handed over (the core refused any too
+     * small for what it reads: init would have failed). */
+    for (int i = 0; i < r->ndispatchers; i++) {
+        const ts_plugin_dispatcher_entry *d = ts_plugins_dispatcher(reg, r->dispatchers[i]);
+        if (d)
+            rsay(abi, "; dispatcher %s's ops %u bytes (this SDK's %zu)", r->dispatchers[i],
+                 d->ops.struct_size, sizeof(ts_plugin_dispatcher_ops));
+    }
+    const ts_plugin_attention_ops *aops = NULL;
+    const ts_plugin_optimizer_state_ops *oops = NULL;
+    ts_plugin_ctx *pctx = NULL;
+    void *puser = NULL;
+    if (r->attention[0] && ts_plugins_attention(reg, r->attention, &aops, &pctx, &puser) && aops)
+        rsay(abi, "; attention ops %u bytes (this SDK's %zu)", aops->struct_size,
+             sizeof(ts_plugin_attention_ops));
+    if (r->optimizer[0] && ts_plugins_optimizer_state(reg, r->optimizer, &oops, &pctx, &puser) &&
+        oops)
+        rsay(abi, "; optimizer-state ops %u bytes (this SDK's %zu)", oops->struct_size,
+             sizeof(ts_plugin_optimizer_state_ops));
+}
+
 /* The abi and init rows: the plugin alone in a minimal configuration. */
 static void cf_load(cf_opts *o, cf_row *abi, cf_row *init) {
     char ini[PATH_MAX + 32];
@@ -520,80 +597,9 @@ static void cf_load(cf_opts *o, cf_row *abi, cf_row *init) {
         ts_config_destroy(cfg);
         return;
     }
-    cf_reg *r = &o->reg;
-    for (int i = 0; i < ts_plugins_num_axes(reg) && r->naxes < CF_MAX_REG; i++) {
-        const ts_plugin_axis_entry *a = ts_plugins_axis(reg, i);
-        if (strcmp(a->plugin, o->name) != 0) continue;
-        snprintf(r->axis[r->naxes], sizeof r->axis[0], "%s", a->name);
-        r->axis_size[r->naxes] = a->size;
-        r->axis_expert[r->naxes] = a->mesh == TS_MESH_EXPERT;
-        r->naxes++;
-    }
-    r->nmodule_hooks = ts_plugins_num_module_hooks(reg);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&text, &len);
-    if (mem) {
-        ts_plugins_describe(reg, mem);
-        fclose(mem);
-        cf_read_description(r, text);
-        free(text);
-    }
-    cf_provided(reg, r, TS_PROVIDE_ATTENTION, o->name, r->attention, sizeof r->attention);
-    cf_provided(reg, r, TS_PROVIDE_OPTIMIZER_STATE, o->name, r->optimizer, sizeof r->optimizer);
-    cf_provided(reg, r, TS_PROVIDE_GRAD_REDUCTION, o->name, r->grads, sizeof r->grads);
-    cf_provided(reg, r, TS_PROVIDE_PARAM_STORAGE, o->name, r->storage, sizeof r->storage);
-    /* What it registered, in one line. */
-    char *s = r->summary;
-    size_t cap = sizeof r->summary, n = 0;
-#define CF_ADD(...)                                                                                \
-    do {                                                                                           \
-        if (n < cap) n += (size_t)snprintf(s + n, cap - n, __VA_ARGS__);                           \
-    } while (0)
-    for (int i = 0; i < r->naxes; i++) {
-        CF_ADD("%saxis %s", n ? ", " : "", r->axis[i]);
-        if (r->axis_size[i] == TS_PLUGIN_AXIS_AUTO)
-            CF_ADD(" (auto%s)", r->axis_expert[i] ? ", expert mesh" : "");
-        else
-            CF_ADD(" (%d%s)", r->axis_size[i], r->axis_expert[i] ? ", expert mesh" : "");
-    }
-    if (r->ntransforms)
-        CF_ADD("%s%d transform%s", n ? ", " : "", r->ntransforms, r->ntransforms == 1 ? "" : "s");
-    if (r->nhooks) CF_ADD("%s%d hook%s", n ? ", " : "", r->nhooks, r->nhooks == 1 ? "" : "s");
-    if (r->nmodule_hooks)
-        CF_ADD("%s%d module hook%s", n ? ", " : "", r->nmodule_hooks,
-               r->nmodule_hooks == 1 ? "" : "s");
-    for (int i = 0; i < r->nschedulers; i++)
-        CF_ADD("%sscheduler %s", n ? ", " : "", r->schedulers[i]);
-    for (int i = 0; i < r->ndispatchers; i++)
-        CF_ADD("%sdispatcher %s", n ? ", " : "", r->dispatchers[i]);
-    if (r->attention[0]) CF_ADD("%sattention over %s", n ? ", " : "", r->attention);
-    if (r->optimizer[0]) CF_ADD("%soptimizer state over %s", n ? ", " : "", r->optimizer);
-    if (r->grads[0]) CF_ADD("%sgradient reduction over %s", n ? ", " : "", r->grads);
-    if (r->storage[0]) CF_ADD("%sparameter storage over %s", n ? ", " : "", r->storage);
-    if (!n) CF_ADD("nothing");
-#undef CF_ADD
-    /* The sizes of the tables it handed over (the core refused any too
-     * small for what it reads: init would have failed). */
-    for (int i = 0; i < r->ndispatchers; i++) {
-        const ts_plugin_dispatcher_entry *d = ts_plugins_dispatcher(reg, r->dispatchers[i]);
-        if (d)
-            rsay(abi, "; dispatcher %s's ops %u bytes (this SDK's %zu)", r->dispatchers[i],
-                 d->ops.struct_size, sizeof(ts_plugin_dispatcher_ops));
-    }
-    const ts_plugin_attention_ops *aops = NULL;
-    const ts_plugin_optimizer_state_ops *oops = NULL;
-    ts_plugin_ctx *pctx = NULL;
-    void *puser = NULL;
-    if (r->attention[0] && ts_plugins_attention(reg, r->attention, &aops, &pctx, &puser) && aops)
-        rsay(abi, "; attention ops %u bytes (this SDK's %zu)", aops->struct_size,
-             sizeof(ts_plugin_attention_ops));
-    if (r->optimizer[0] && ts_plugins_optimizer_state(reg, r->optimizer, &oops, &pctx, &puser) &&
-        oops)
-        rsay(abi, "; optimizer-state ops %u bytes (this SDK's %zu)", oops->struct_size,
-             sizeof(ts_plugin_optimizer_state_ops));
+    cf_registered(o, reg, abi);
     init->result = CF_PASS;
-    rsay(init, "init with [parallel] plugins = %s alone: registers %s", o->name, r->summary);
+    rsay(init, "init with [parallel] plugins = %s alone: registers %s", o->name, o->reg.summary);
     ts_plugins_destroy(reg);
     ts_config_destroy(cfg);
 }
@@ -1096,6 +1102,54 @@ static int cf_make_dir(cf_opts *o) {
     return 0;
 }
 
+/* The table (or the --json object) of the rows. */
+static void cf_print(const cf_opts *o, const cf_row *rows, int pass) {
+    static const char *res[] = {"PASS", "FAIL", "SKIP"};
+    if (o->json) {
+        printf("{\"plugin\":");
+        cf_json_string(o->path);
+        printf(",\"name\":");
+        cf_json_string(o->name);
+        printf(",\"kind\":");
+        cf_json_string(o->kind ? o->kind : "");
+        printf(",\"kind_inferred\":%s,\"registers\":", o->kind_given ? "false" : "true");
+        cf_json_string(o->reg.summary);
+        printf(",\"worlds\":[");
+        for (int i = 0; i < o->nworlds; i++)
+            printf("%s%d", i ? "," : "", o->worlds[i]);
+        printf("],\"steps\":%d,\"pass\":%s,\"checks\":[", o->steps, pass ? "true" : "false");
+        for (int k = 0; k < ROW_COUNT; k++) {
+            printf("%s{\"name\":\"%s\",\"result\":\"%s\",\"figures\":", k ? "," : "", row_names[k],
+                   rows[k].result == CF_PASS   ? "pass"
+                   : rows[k].result == CF_FAIL ? "fail"
+                                               : "skip");
+            cf_json_string(rows[k].text);
+            printf("}");
+        }
+        printf("]}\n");
+    } else {
+        printf("conform %s: plugin %s, kind %s (%s)%s%s\n", o->path, o->name,
+               o->kind ? o->kind : "unknown", o->kind_given ? "--kind" : "from what it registers",
+               o->reg.summary[0] ? "; registers " : "", o->reg.summary);
+        printf("%-22s %-6s %s\n", "check", "result", "figures");
+        for (int k = 0; k < ROW_COUNT; k++)
+            printf("%-22s %-6s %s\n", row_names[k], res[rows[k].result], rows[k].text);
+        int failed = 0, skipped = 0;
+        for (int k = 0; k < ROW_COUNT; k++) {
+            failed += rows[k].result == CF_FAIL;
+            skipped += rows[k].result == CF_SKIP;
+        }
+        if (pass)
+            printf("conform: PASS (%d checks, %d skipped)\n", ROW_COUNT - skipped, skipped);
+        else {
+            printf("conform: FAILED:");
+            for (int k = 0; k < ROW_COUNT; k++)
+                if (rows[k].result == CF_FAIL) printf(" %s", row_names[k]);
+            printf("\n");
+        }
+    }
+}
+
 int cmd_conform(int argc, char **argv) {
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -1227,50 +1281,7 @@ int cmd_conform(int argc, char **argv) {
     int pass = 1;
     for (int k = 0; k < ROW_COUNT; k++)
         pass &= rows[k].result != CF_FAIL;
-    static const char *res[] = {"PASS", "FAIL", "SKIP"};
-    if (o.json) {
-        printf("{\"plugin\":");
-        cf_json_string(o.path);
-        printf(",\"name\":");
-        cf_json_string(o.name);
-        printf(",\"kind\":");
-        cf_json_string(o.kind ? o.kind : "");
-        printf(",\"kind_inferred\":%s,\"registers\":", o.kind_given ? "false" : "true");
-        cf_json_string(o.reg.summary);
-        printf(",\"worlds\":[");
-        for (int i = 0; i < o.nworlds; i++)
-            printf("%s%d", i ? "," : "", o.worlds[i]);
-        printf("],\"steps\":%d,\"pass\":%s,\"checks\":[", o.steps, pass ? "true" : "false");
-        for (int k = 0; k < ROW_COUNT; k++) {
-            printf("%s{\"name\":\"%s\",\"result\":\"%s\",\"figures\":", k ? "," : "", row_names[k],
-                   rows[k].result == CF_PASS   ? "pass"
-                   : rows[k].result == CF_FAIL ? "fail"
-                                               : "skip");
-            cf_json_string(rows[k].text);
-            printf("}");
-        }
-        printf("]}\n");
-    } else {
-        printf("conform %s: plugin %s, kind %s (%s)%s%s\n", o.path, o.name,
-               o.kind ? o.kind : "unknown", o.kind_given ? "--kind" : "from what it registers",
-               o.reg.summary[0] ? "; registers " : "", o.reg.summary);
-        printf("%-22s %-6s %s\n", "check", "result", "figures");
-        for (int k = 0; k < ROW_COUNT; k++)
-            printf("%-22s %-6s %s\n", row_names[k], res[rows[k].result], rows[k].text);
-        int failed = 0, skipped = 0;
-        for (int k = 0; k < ROW_COUNT; k++) {
-            failed += rows[k].result == CF_FAIL;
-            skipped += rows[k].result == CF_SKIP;
-        }
-        if (pass)
-            printf("conform: PASS (%d checks, %d skipped)\n", ROW_COUNT - skipped, skipped);
-        else {
-            printf("conform: FAILED:");
-            for (int k = 0; k < ROW_COUNT; k++)
-                if (rows[k].result == CF_FAIL) printf(" %s", row_names[k]);
-            printf("\n");
-        }
-    }
+    cf_print(&o, rows, pass);
     if (!o.keep && pass) {
         pid_t pid = fork();
         if (pid == 0) {
