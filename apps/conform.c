@@ -131,7 +131,7 @@ typedef struct cf_row {
  * answers and its description). */
 typedef struct cf_reg {
     int naxes;
-    char axis[CF_MAX_REG][16];
+    char axis[CF_MAX_REG][64];
     int axis_size[CF_MAX_REG]; /* TS_PLUGIN_AXIS_AUTO or >= 1 */
     int axis_expert[CF_MAX_REG];
     int ntransforms, nhooks, nmodule_hooks;
