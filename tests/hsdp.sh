@@ -15,8 +15,9 @@
 #    formula (reduce-scatter 4P over shard, all-reduce 4P/shard over
 #    replicate, all-gather twice the parameters over shard);
 #  - `tessera plan --world 16` prints the shard and replicate groups;
-#  - loading dp beside it is refused naming both plugins (or, should the
-#    core accept it, trains like one rank); [hsdp] shard is required.
+#  - dp of 2 ranks beside it is refused by hsdp naming dp, dp auto beside
+#    replicate auto by the core naming both plugins, dp of 1 rank trains
+#    like one rank; [hsdp] shard is required.
 #
 # usage: hsdp.sh BUILD_DIR SOURCE_DIR TESSERA
 set -euo pipefail
@@ -141,13 +142,28 @@ grep -Eq "^  replicate +4 groups of +4, the first \[0, 4, 8, 12\]" w16.txt ||
   fail "no replicate groups in the plan"
 
 echo "== dp beside hsdp; [hsdp] shard required"
-if mpi -np 8 "$tessera" train model.ini --set parallel.plugins=hsdp,dp "${H[@]}" --set hsdp.shard=4 \
-  --set train.metrics=hd.jsonl > hd.out 2>&1; then
-  compare hd.jsonl one.jsonl || fail "hsdp with dp accepted and differs from one rank"
-else
-  grep -q "plugin 'dp'.*plugin 'hsdp'" hd.out || { cat hd.out; fail "hsdp with dp: unclear refusal"; }
-  echo "ok: $(grep -m1 -o "plugin 'dp' registers.*" hd.out)"
+# dp of 2 ranks beside shard 2 x replicate 2, either order: refused by hsdp
+# naming dp's ranks (dp would sum each gradient as it is announced, before
+# hsdp's reduce-scatter has put the block in place: it used to train with
+# half the gradient when dp came first).
+for plugins in dp,hsdp hsdp,dp; do
+  if mpi -np 8 "$tessera" train model.ini --set parallel.plugins=$plugins "${H[@]}" \
+    --set hsdp.shard=2 --set dp.size=2 > hd.out 2>&1; then
+    cat hd.out; fail "plugins = $plugins with dp 2 was accepted"
+  fi
+  grep -q "plugin 'hsdp': transform 'hsdp' (phase SHARD_DATA): the dp axis has 2 ranks beside shard and replicate" \
+    hd.out || { cat hd.out; fail "plugins = $plugins: unclear refusal"; }
+done
+echo "ok: $(grep -m1 -o "the dp axis has 2 ranks.*" hd.out)"
+# dp auto beside replicate auto: two derived axes, refused naming both plugins.
+if mpi -np 8 "$tessera" train model.ini --set parallel.plugins=hsdp,dp "${H[@]}" \
+  --set hsdp.shard=4 > hd.out 2>&1; then
+  cat hd.out; fail "two auto axes accepted"
 fi
+grep -q "replicate auto (plugin hsdp); dp auto (plugin dp" hd.out || { cat hd.out; fail "two auto axes: unclear refusal"; }
+echo "ok: $(grep -m1 -o "plugins: 2 axes of the dense mesh are auto.*" hd.out | cut -c1-150)"
+# dp of one rank has nothing to do: the run is hsdp's.
+run8 s4r2_dp1 hsdp,dp --set hsdp.shard=4 --set dp.size=1
 if "$tessera" train model.ini --set parallel.plugins=hsdp "${H[@]}" > nokey.out 2>&1; then
   fail "hsdp without [hsdp] shard was accepted"
 fi

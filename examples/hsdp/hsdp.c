@@ -30,9 +30,9 @@
  * blocks), plus the modules gathered at once.
  *
  * What it does not do: compose with cp (the gradients would be partial over
- * cp too) or with dp and zero, which place the same tensors over their own
- * data axis (their transforms share this one's phase); keep gradients in
- * bf16; offload.
+ * cp too) or with a dp axis of more than one rank (dp, and zero with it,
+ * would sum the gradients over dp before this plugin's blocks are in
+ * place): both are refused at start-up; keep gradients in bf16; offload.
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -161,11 +161,38 @@ static int hsdp_shard_dim(const ts_layout *l, int sh) {
     return best;
 }
 
+/* hsdp is the whole of data parallelism: another axis that cuts the batch
+ * by sequences (dp) would have its gradients summed by another plugin as
+ * soon as each is announced, before hsdp's reduce-scatter has put its block
+ * in place; an axis that cuts every sequence (cp) leaves them partial
+ * there. Both are refused with the axis's size. */
+static ts_status hsdp_check_axes(void) {
+    static const char *const other[] = {"dp", "cp"};
+    for (int i = 0; i < 2; i++) {
+        ts_comm *c = h.host->comm(h.ctx, other[i]);
+        int n = c ? h.host->comm_size(c) : 1;
+        if (n > 1 && i == 0)
+            return h.host->error(h.ctx, TS_ERR_CONFIG,
+                                 "the dp axis has %d ranks beside shard and replicate: hsdp is the "
+                                 "data parallelism (its replicate axis is dp's), and dp would sum "
+                                 "the gradients before hsdp's blocks are complete; load hsdp "
+                                 "without dp (or give dp size 1)",
+                                 n);
+        if (n > 1)
+            return h.host->error(h.ctx, TS_ERR_CONFIG,
+                                 "the cp axis has %d ranks: hsdp does not sum gradients over cp "
+                                 "(load it without cp)",
+                                 n);
+    }
+    return TS_OK;
+}
+
 /* The batch (data and activations) cut by sequences over both axes; every
  * parameter stored cut over shard, replicated over replicate. */
 static ts_status hsdp_transform(ts_plugin_ctx *ctx, ts_layout_plan *plan, void *user) {
     (void)ctx;
     (void)user;
+    TS_TRY(hsdp_check_axes());
     for (int i = 0; i < plan->count; i++) {
         ts_layout_plan_entry *e = &plan->entries[i];
         int sh = hsdp_axis(&e->layout, "shard"), rep = hsdp_axis(&e->layout, "replicate");
@@ -194,12 +221,6 @@ static ts_status hsdp_bind(void) {
     h.replicas = h.host->comm_size(h.replicate);
     if (h.ranks > HSDP_MAX_RANKS)
         return h.host->error(h.ctx, TS_ERR_INVALID, "more than %d shard ranks", HSDP_MAX_RANKS);
-    ts_comm *cp = h.host->comm(h.ctx, "cp");
-    if (cp && h.host->comm_size(cp) > 1)
-        return h.host->error(h.ctx, TS_ERR_CONFIG,
-                             "the cp axis has %d ranks: hsdp does not sum gradients over cp "
-                             "(load it without cp)",
-                             h.host->comm_size(cp));
     return TS_OK;
 }
 
