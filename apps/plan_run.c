@@ -44,12 +44,13 @@ static ts_status plan_set_links(const cluster *cl, const ts_mesh *mesh, int rank
     return st;
 }
 
-ts_status plan_dry_run(const ts_config *cfg, ts_plugins *reg, const ts_mesh_sizes *sizes, int rank,
+ts_status plan_dry_run(const ts_config *cfg, ts_plugins *reg, int ranks, int rank,
                        const cluster *cl, const ts_mesh *mesh, ts_comm **world, ts_parallel **par,
                        plan_result *r) {
-    const char *order = ts_config_str(cfg, "parallel", "order");
-    TS_TRY(ts_comm_plan_create("world", rank, sizes->world, world));
-    TS_TRY(ts_parallel_create_plan(*world, sizes, order, par));
+    TS_TRY(ts_comm_plan_create("world", rank, ranks, world));
+    ts_mesh *own = NULL;
+    TS_TRY(ts_plugins_mesh(reg, ranks, NULL, &own));
+    TS_TRY(ts_parallel_create_plan_mesh(*world, own, par));
     if (cl) TS_TRY(plan_set_links(cl, mesh, rank, *world, *par));
     ts_plugins_set_comm_source(reg, ts_parallel_plugin_comm, *par);
     ts_plugins_set_coord_source(reg, ts_parallel_plugin_coord);

@@ -40,7 +40,7 @@ typedef struct plan_result {
  * prediction and the run cannot drift apart. With `cl` (and `mesh`, the
  * layout's), the clock runs: each group's communicator gets the link its
  * ranks use. */
-ts_status plan_dry_run(const ts_config *cfg, ts_plugins *reg, const ts_mesh_sizes *sizes, int rank,
+ts_status plan_dry_run(const ts_config *cfg, ts_plugins *reg, int ranks, int rank,
                        const cluster *cl, const ts_mesh *mesh, ts_comm **world, ts_parallel **par,
                        plan_result *r);
 

@@ -329,15 +329,13 @@ static ts_status layout_run(const search *S, const layout *L, int last_stage, co
     ts_config *cfg = NULL;
     ts_plugins *reg = NULL;
     TS_TRY(layout_config(S, L, &cfg, &reg));
-    ts_mesh_sizes sizes;
     ts_mesh *mesh = NULL;
     ts_train_shape shape;
     ts_comm *world = NULL;
     ts_parallel *par = NULL;
     plan_result r = {0};
-    ts_status st = ts_plugins_mesh_sizes(reg, S->world, &sizes);
-    if (!st) st = ts_mesh_create(&sizes, ts_config_str(cfg, "parallel", "order"), &mesh);
-    if (!st) st = ts_train_shape_resolve(cfg, ts_mesh_axis_size(mesh, TS_AXIS_DP), &shape);
+    ts_status st = ts_plugins_mesh(reg, S->world, NULL, &mesh);
+    if (!st) st = ts_train_shape_resolve(cfg, ts_mesh_batch_width(mesh), &shape);
     int rank = 0, stage = 0, m_run = shape.micro_batches;
     if (!st && last_stage) {
         stage = ts_mesh_axis_size(mesh, TS_AXIS_PP) - 1;
@@ -353,7 +351,7 @@ static ts_status layout_run(const search *S, const layout *L, int last_stage, co
         snprintf(a, sizeof a, "model.layers=%d", cut->blocks * L->pp * L->v);
         st = ts_config_set(cfg, a);
     }
-    if (!st) st = plan_dry_run(cfg, reg, &sizes, rank, &S->cl, mesh, &world, &par, &r);
+    if (!st) st = plan_dry_run(cfg, reg, S->world, rank, &S->cl, mesh, &world, &par, &r);
     int predicted = 0;
     if (!st) {
         plan_numbers_of(&r, &out->numbers);

@@ -350,11 +350,18 @@ static ts_status load_config(int argc, char **argv, cli_opts *opts, ts_config **
  * says where every axis size came from. */
 static ts_status build_mesh(const ts_config *cfg, ts_plugins *reg, int world, ts_comm *comm,
                             ts_mesh **mesh, ts_parallel **par) {
-    ts_mesh_sizes sizes;
     const char *order = ts_config_str(cfg, "parallel", "order");
-    ts_status st = ts_plugins_mesh_sizes(reg, world, &sizes);
-    if (!st && mesh) st = ts_mesh_create(&sizes, order, mesh);
-    if (!st && par) st = ts_parallel_create(comm, &sizes, order, par);
+    ts_mesh *m = NULL;
+    ts_status st = ts_plugins_mesh(reg, world, NULL, &m);
+    if (!st && par) {
+        ts_mesh *own = NULL;
+        st = ts_plugins_mesh(reg, world, NULL, &own);
+        if (!st) st = ts_parallel_create_mesh(comm, own, par);
+    }
+    if (!st && mesh)
+        *mesh = m;
+    else
+        ts_mesh_destroy(m);
     if (!st) return TS_OK;
     char msg[2048], axes[1024], where[512];
     snprintf(msg, sizeof msg, "%s", ts_last_error_bare());
@@ -671,12 +678,12 @@ static int cmd_inspect(int argc, char **argv) {
 /* One line per axis and product of axes: how many groups of how many
  * ranks, and the first group (its first and last ranks when long). */
 static void print_groups_summary(const ts_mesh *mesh, FILE *f) {
-    static const char *tokens[] = {TS_MESH_JSON_TOKENS};
-    for (size_t i = 0; i < sizeof tokens / sizeof tokens[0]; i++) {
+    for (int i = 0; i < ts_mesh_num_tokens(mesh); i++) {
+        const char *token = ts_mesh_token_at(mesh, i);
         ts_mesh_groups g;
-        if (ts_mesh_groups_init(&g, mesh, tokens[i]) != TS_OK) continue;
+        if (ts_mesh_groups_init(&g, mesh, token) != TS_OK) continue;
         if (g.size > 1) {
-            fprintf(f, "  %-10s %6d group%s of %5d, the first [", tokens[i], g.count,
+            fprintf(f, "  %-10s %6d group%s of %5d, the first [", token, g.count,
                     g.count == 1 ? " " : "s", g.size);
             for (int r = 0; r < g.size; r++) {
                 if (g.size > 8 && r == 3) {
@@ -692,12 +699,11 @@ static void print_groups_summary(const ts_mesh *mesh, FILE *f) {
 }
 
 static void print_groups(const ts_mesh *mesh, FILE *f) {
-    static const char *tokens[] = {TS_MESH_JSON_TOKENS};
-    for (size_t i = 0; i < sizeof tokens / sizeof tokens[0]; i++) {
+    for (int i = 0; i < ts_mesh_num_tokens(mesh); i++) {
+        const char *token = ts_mesh_token_at(mesh, i);
         ts_mesh_groups g;
-        if (ts_mesh_groups_init(&g, mesh, tokens[i]) != TS_OK) continue;
-        fprintf(f, "  %-10s %d group%s of %d:", tokens[i], g.count, g.count == 1 ? "" : "s",
-                g.size);
+        if (ts_mesh_groups_init(&g, mesh, token) != TS_OK) continue;
+        fprintf(f, "  %-10s %d group%s of %d:", token, g.count, g.count == 1 ? "" : "s", g.size);
         for (int k = 0; k < g.count; k++) {
             fputs(k ? " [" : " [", f);
             for (int r = 0; r < g.size; r++)
@@ -850,12 +856,10 @@ static int cmd_plan(int argc, char **argv) {
         return rc;
     }
     ts_mesh *mesh = NULL;
-    ts_mesh_sizes sizes;
     if (opts.world < 1) {
         st = ts_error(TS_ERR_CONFIG, "tessera plan: --world N is required");
     } else {
         st = build_mesh(cfg, reg, opts.world, NULL, &mesh, NULL);
-        if (!st) st = ts_plugins_mesh_sizes(reg, opts.world, &sizes);
         if (!st && opts.rank >= opts.world)
             st = ts_error(TS_ERR_CONFIG, "tessera plan: --rank %d is not a rank of --world %d",
                           opts.rank, opts.world);
@@ -863,7 +867,7 @@ static int cmd_plan(int argc, char **argv) {
     ts_train_shape shape;
     ts_layout_plan plan;
     ts_layout_plan_init(&plan);
-    if (!st) st = ts_train_shape_resolve(cfg, ts_mesh_axis_size(mesh, TS_AXIS_DP), &shape);
+    if (!st) st = ts_train_shape_resolve(cfg, ts_mesh_batch_width(mesh), &shape);
     if (!st)
         st = ts_model_layout_plan_arch(shape.arch, &shape.model, shape.global_batch, shape.T, mesh,
                                        &plan);
@@ -889,8 +893,8 @@ static int cmd_plan(int argc, char **argv) {
         timed = !st;
     }
     if (!st) {
-        st =
-            plan_dry_run(cfg, reg, &sizes, opts.rank, timed ? &cl : NULL, mesh, &world, &par, &est);
+        st = plan_dry_run(cfg, reg, opts.world, opts.rank, timed ? &cl : NULL, mesh, &world, &par,
+                          &est);
         if (st == TS_ERR_PLUGIN) {
             snprintf(unbound, sizeof unbound, "%s", ts_last_error_bare());
             st = TS_OK;
@@ -926,7 +930,7 @@ static int cmd_plan(int argc, char **argv) {
                 for (int k = 0; k < est.nact; k++)
                     printf("%s\"%s\":%zu", k ? "," : "", est.act_tag[k], est.act_bytes[k]);
                 printf("},");
-                plan_state_json(&est, ts_mesh_axis_size(mesh, TS_AXIS_DP));
+                plan_state_json(&est, ts_mesh_batch_width(mesh));
                 printf("\"comm\":{");
                 plan_each_comm(&est, world, 0, plan_comm_json);
                 printf("},\"recompute\":\"%s\",\"flops\":{\"forward\":%.17g,\"backward\":%.17g,"
@@ -953,12 +957,14 @@ static int cmd_plan(int argc, char **argv) {
     } else if (!st) {
         printf("mesh: %d ranks, order %s (fastest-varying first)\n", ts_mesh_world(mesh),
                ts_mesh_order(mesh));
-        printf("  dense  tp %d x cp %d x dp %d x pp %d\n", ts_mesh_axis_size(mesh, TS_AXIS_TP),
-               ts_mesh_axis_size(mesh, TS_AXIS_CP), ts_mesh_axis_size(mesh, TS_AXIS_DP),
-               ts_mesh_axis_size(mesh, TS_AXIS_PP));
-        printf("  expert etp %d x ep %d x edp %d x pp %d\n", ts_mesh_axis_size(mesh, TS_AXIS_ETP),
-               ts_mesh_axis_size(mesh, TS_AXIS_EP), ts_mesh_axis_size(mesh, TS_AXIS_EDP),
-               ts_mesh_axis_size(mesh, TS_AXIS_PP));
+        for (int k = 0; k < 2; k++) {
+            const char *names[TS_MESH_MAX_AXES];
+            int n = ts_mesh_axes_of(mesh, (ts_mesh_kind)k, names, TS_MESH_MAX_AXES);
+            printf("  %s", k ? "expert" : "dense ");
+            for (int i = 0; i < n && i < TS_MESH_MAX_AXES; i++)
+                printf("%s %s %d", i ? " x" : "", names[i], ts_mesh_size(mesh, names[i]));
+            printf("\n");
+        }
         if (opts.groups) {
             printf("groups:\n");
             print_groups(mesh, stdout);
@@ -992,7 +998,7 @@ static int cmd_plan(int argc, char **argv) {
         if (!unbound[0]) {
             printf("  peak during a step: params %zu, grads %zu, optimizer %zu, all %zu bytes\n",
                    est.params_peak, est.grads_peak, est.optim_peak, est.total_peak);
-            plan_state_text(&est, ts_mesh_axis_size(mesh, TS_AXIS_DP));
+            plan_state_text(&est, ts_mesh_batch_width(mesh));
             plan_flops_text(&est, opts.rank);
             printf("communication of rank %d per step:\n", opts.rank);
             plan_each_comm(&est, world, 0, plan_comm_text);

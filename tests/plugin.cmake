@@ -157,3 +157,19 @@ foreach(case 2:4:2 3:6:3 4:8:4)
   set_tests_properties(ep_dispatchers_agree_and_flex_sends_no_duplicates_np${n} PROPERTIES
     LABELS ep TIMEOUT 120 ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
 endforeach()
+
+# Two plugins may act in one phase; one changing a placement another set is
+# refused, naming both transforms (conflict places the parameters S(1) over
+# dp in SHARD_TENSOR, shardall S(0) in SHARD_OPTIMIZER). The config
+# (configs/tiny.ini-like, written by the test) is a one-layer model.
+file(WRITE ${CMAKE_BINARY_DIR}/tests/conflict_model.ini
+  "[model]\nlayers = 1\nd_model = 16\nheads = 2\nvocab = 256\ncontext = 16\n[train]\nsteps = 2\nmicro_batch = 2\n")
+add_test(NAME plugin_placement_conflict_names_both_transforms
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/run_expect_fail.sh 20
+    "transforms conflict: plugin 'shardall' \\(transform 'shard_everything', phase SHARD_OPTIMIZER\\) places wte S\\(0\\) over dp, which plugin 'conflict' \\(transform 'conflict_params'\\) placed S\\(1\\)"
+    -- $<TARGET_FILE:tessera_cli> plan ${CMAKE_BINARY_DIR}/tests/conflict_model.ini --world 2
+    --set parallel.plugins=dp,conflict,shardall
+    --set "parallel.plugin_path=${TESSERA_TEST_PLUGIN_DIR}:$<TARGET_FILE_DIR:tessera_plugin_dp>"
+    --set conflict.stages=false)
+set_tests_properties(plugin_placement_conflict_names_both_transforms PROPERTIES LABELS core
+  TIMEOUT 60 ENVIRONMENT "${TESSERA_TEST_ENV}")

@@ -136,10 +136,14 @@ static void good_plugin_registers_everything(void) {
     const ts_plugin_axis_entry *ax = ts_plugins_axis(reg, 0);
     CHECK(ax && strcmp(ax->name, "tp") == 0 && ax->size == 4 && ax->mesh == TS_MESH_DENSE);
     CHECK(strcmp(ax->plugin, "good") == 0);
-    ts_mesh_sizes ms;
-    CHECK(ts_plugins_mesh_sizes(reg, 4, &ms) == TS_OK);
-    CHECK(ms.world == 4 && ms.tp == 4 && ms.dp == 1 && ms.pp == 1 && ms.cp == 1 && ms.ep == 1);
-    CHECK(ms.etp == 0 && ms.edp == 0);
+    ts_mesh *ms = NULL;
+    CHECK(ts_plugins_mesh(reg, 4, NULL, &ms) == TS_OK);
+    CHECK(ms && ts_mesh_world(ms) == 4 && ts_mesh_size(ms, "tp") == 4 &&
+          ts_mesh_size(ms, "dp") == 1 && ts_mesh_size(ms, "pp") == 1 &&
+          ts_mesh_size(ms, "cp") == 1 && ts_mesh_size(ms, "ep") == 1);
+    /* etp takes tp's size, edp is derived */
+    CHECK(ms && ts_mesh_size(ms, "etp") == 4 && ts_mesh_size(ms, "edp") == 1);
+    ts_mesh_destroy(ms);
 
     /* transforms: phase order, then registration order */
     char plan[256] = "";
@@ -239,8 +243,10 @@ static void auto_axis_takes_the_rest_of_the_world(void) {
     CHECK(ts_plugins_create(&reg) == TS_OK);
     ts_plugins_set_log(reg, NULL, TS_LOG_ERROR);
     CHECK(ts_plugins_load(reg, cfg) == TS_OK);
-    ts_mesh_sizes ms;
-    CHECK(ts_plugins_mesh_sizes(reg, 8, &ms) == TS_OK && ms.tp == 8 && ms.dp == 1);
+    ts_mesh *ms = NULL;
+    CHECK(ts_plugins_mesh(reg, 8, NULL, &ms) == TS_OK && ts_mesh_size(ms, "tp") == 8 &&
+          ts_mesh_size(ms, "dp") == 1);
+    ts_mesh_destroy(ms);
     ts_plugins_destroy(reg);
     ts_config_destroy(cfg);
 }
@@ -332,8 +338,8 @@ static void conflicting_transforms_are_rejected(void) {
     snprintf(text, sizeof text, "[parallel]\nplugins = good conflict\nplugin_path = %s\n",
              plugin_dir);
     expect_load_fails(text, "plugin 'conflict'", file_of("conflict"),
-                      "transforms conflict: plugin 'conflict' registers 'conflict_tensor' in "
-                      "phase SHARD_TENSOR, which plugin 'good' owns (transform 'good_tensor')",
+                      "transforms conflict: plugin 'conflict' registers 'conflict_stages' in "
+                      "phase PIPELINE, which plugin 'good' owns (transform 'good_pipe')",
                       NULL);
 }
 

@@ -948,8 +948,8 @@ ts_status ts_model_keep_input(ts_model *m, const ts_step_ctx *ctx, int chunk, in
     ts_model_hidden_shape(m, ctx->B, ctx->T, shape);
     for (int i = 0; i < m->nmodules; i++) {
         if (!m->modules[i] || m->module_chunk[i] != chunk) continue;
-        TS_TRY(ts_module_copy_input(m->modules[i], ctx->mb,
-                                    (size_t)(shape[0] * shape[1] * shape[2])));
+        TS_TRY(
+            ts_module_copy_input(m->modules[i], ctx->mb, (size_t)(shape[0] * shape[1] * shape[2])));
         *kept = 1;
         return TS_OK;
     }
@@ -993,13 +993,16 @@ static ts_status plan_entry(ts_layout_plan *plan, const ts_mesh *mesh, const cha
     ts_layout l;
     TS_TRY(ts_layout_init(&l, ndim, shape));
     /* The dense mesh, or the expert mesh for experts' weights (parallel
-     * folding: both cover the same ranks, only pp is shared). */
-    static const ts_mesh_axis dense[] = {TS_AXIS_TP, TS_AXIS_CP, TS_AXIS_DP, TS_AXIS_PP};
-    static const ts_mesh_axis experts[] = {TS_AXIS_ETP, TS_AXIS_EP, TS_AXIS_EDP, TS_AXIS_PP};
-    const ts_mesh_axis *axes = expert ? experts : dense;
-    for (size_t i = 0; i < 4; i++)
-        TS_TRY(ts_layout_add_axis(&l, ts_mesh_axis_name(axes[i]), ts_mesh_axis_size(mesh, axes[i]),
-                                  ts_placement_replicate()));
+     * folding: both cover the same ranks, only the pipeline is shared). */
+    const char *axes[TS_LAYOUT_MAX_AXES];
+    int n =
+        ts_mesh_axes_of(mesh, expert ? TS_MESH_EXPERT : TS_MESH_DENSE, axes, TS_LAYOUT_MAX_AXES);
+    if (n > TS_LAYOUT_MAX_AXES)
+        return ts_error(TS_ERR_INVALID, "layout plan: the mesh has %d axes, a layout at most %d", n,
+                        TS_LAYOUT_MAX_AXES);
+    for (int i = 0; i < n; i++)
+        TS_TRY(
+            ts_layout_add_axis(&l, axes[i], ts_mesh_size(mesh, axes[i]), ts_placement_replicate()));
     TS_TRY(ts_layout_plan_add(plan, name, &l, -1));
     ts_layout_plan_find(plan, name)->kind = kind;
     return TS_OK;

@@ -30,16 +30,15 @@ static ts_placement bind_data(const ts_layout_plan *plan, const char *name) {
 /* The name of the axis whose placements stay R (stages come from the plan's
  * stage fields). */
 static const char *bind_pipeline(const ts_mesh *mesh) {
-    (void)mesh;
-    return ts_mesh_axis_name(TS_AXIS_PP);
+    const char *p = mesh ? ts_mesh_pipeline_axis(mesh) : NULL;
+    return p ? p : "";
 }
 
 /* This rank's coordinate on the axis called `name` (0 for a name the mesh
  * does not know). */
 static int bind_coord(const ts_mesh *mesh, int rank, const char *name) {
-    ts_mesh_axis axis = (ts_mesh_axis)0;
-    if (!mesh || ts_mesh_axis_from_name(name, &axis) != TS_OK) return 0;
-    return ts_mesh_coord(mesh, rank, axis);
+    int c = mesh ? ts_mesh_coord_of(mesh, rank, name) : -1;
+    return c < 0 ? 0 : c;
 }
 
 /* Every placement bound to a rule or a provider (docs/binder.md). */
@@ -107,11 +106,10 @@ static ts_status bind_placements(const ts_layout_plan *plan, const ts_mesh *mesh
 /* Every claimed axis with more than one rank is used. */
 static ts_status bind_axes_used(const ts_layout_plan *plan, const ts_mesh *mesh,
                                 const ts_plugins *reg) {
-    static const ts_mesh_axis axes[] = {TS_AXIS_TP, TS_AXIS_CP,  TS_AXIS_DP,
-                                        TS_AXIS_EP, TS_AXIS_ETP, TS_AXIS_EDP};
-    for (size_t k = 0; k < sizeof axes / sizeof axes[0]; k++) {
-        int size = ts_mesh_axis_size(mesh, axes[k]);
-        const char *name = ts_mesh_axis_name(axes[k]);
+    for (int k = 0; mesh && k < ts_mesh_num_axes(mesh); k++) {
+        if (ts_mesh_axis_is_pipeline(mesh, k)) continue;
+        int size = ts_mesh_axis_size_at(mesh, k);
+        const char *name = ts_mesh_axis_at(mesh, k);
         if (size <= 1) continue;
         int used = 0;
         for (int e = 0; e < plan->count && !used; e++) {
@@ -268,7 +266,7 @@ ts_status ts_bind(const ts_layout_plan *plan, const ts_mesh *mesh, const ts_plug
     TS_TRY(bind_collect_axes(out, plan, mesh, rank));
     TS_TRY(bind_providers(out, reg));
     TS_TRY(bind_batch(out, plan));
-    out->stages = mesh ? ts_mesh_axis_size(mesh, TS_AXIS_PP) : 1;
+    out->stages = mesh && *out->pipeline ? ts_mesh_size(mesh, out->pipeline) : 1;
     out->chunks = ts_binding_chunks(plan, out->stages);
     return TS_OK;
 }

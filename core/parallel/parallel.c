@@ -11,47 +11,76 @@
 #include "comm_plan.h"      /* ts_comm_plan_create */
 #include "tessera/device.h" /* ts_comm_nccl_create */
 
-static const char *parallel_tokens[] = {TS_MESH_JSON_TOKENS};
+static int parallel_find(const ts_parallel *p, const char *token);
 
-ts_status ts_parallel_create(ts_comm *world, const ts_mesh_sizes *sizes, const char *order,
-                             ts_parallel **out) {
+/* The embedding group's split over `world`: the first and last pipeline
+ * stage of each pipeline (they both hold the tied wte); a singleton for
+ * the others and for a mesh without a pipeline. */
+static ts_status parallel_embedding(ts_parallel *p, int *color, int *key, int *first, int *size) {
+    const char *pipe = ts_mesh_pipeline_axis(p->mesh);
+    int pp = pipe ? ts_mesh_size(p->mesh, pipe) : 1;
+    int stage = pipe ? ts_mesh_coord_of(p->mesh, p->rank, pipe) : 0;
+    int end = pp > 1 && (stage == 0 || stage == pp - 1);
+    ts_mesh_group g = {0, 0, 1, p->size};
+    if (pipe) TS_TRY(ts_mesh_group_of(p->mesh, pipe, p->rank, &g, NULL, 0));
+    *color = end ? g.index : g.count + p->rank;
+    *key = stage;
+    *first = stage == 0;
+    *size = end ? 2 : 1;
+    return TS_OK;
+}
+
+static ts_status parallel_add(ts_parallel *p, const char *name, ts_comm *c) {
+    if (p->ncomms == TS_PARALLEL_MAX_COMMS) {
+        ts_comm_free(c);
+        return ts_error(TS_ERR_INTERNAL, "parallel: more than %d communicators",
+                        TS_PARALLEL_MAX_COMMS);
+    }
+    snprintf(p->names[p->ncomms], sizeof p->names[0], "%s", name);
+    p->comms[p->ncomms++] = c;
+    return TS_OK;
+}
+
+/* One communicator of group `token` for this rank: split over the world,
+ * or, in a dry run, a dry-run one of the group's size and place. */
+static ts_status parallel_open(ts_parallel *p, const char *token) {
+    if (strlen(token) >= sizeof p->names[0])
+        return ts_error(TS_ERR_INVALID, "parallel: group \"%s\" has too long a name", token);
+    ts_mesh_group g;
+    TS_TRY(ts_mesh_group_of(p->mesh, token, p->rank, &g, NULL, 0));
+    ts_comm *c = NULL;
+    if (p->plan)
+        TS_TRY(ts_comm_plan_create(token, g.position, g.size, &c));
+    else
+        TS_TRY(ts_comm_split(p->world, g.index, g.position, token, &c));
+    return parallel_add(p, token, c);
+}
+
+static ts_status parallel_build(ts_comm *world, ts_mesh *mesh, int plan, ts_parallel **out) {
     *out = NULL;
     ts_parallel *p = calloc(1, sizeof *p);
-    if (!p) return ts_error(TS_ERR_NOMEM, "parallel: out of memory");
+    if (!p) {
+        ts_mesh_destroy(mesh);
+        return ts_error(TS_ERR_NOMEM, "parallel: out of memory");
+    }
     p->world = world;
+    p->mesh = mesh;
+    p->plan = plan;
     p->rank = ts_comm_rank(world);
     p->size = ts_comm_size(world);
     ts_status st = TS_OK;
-    if (sizes->world != p->size)
-        st = ts_error(TS_ERR_CONFIG, "the mesh is for %d ranks but the job has %d", sizes->world,
-                      p->size);
-    if (!st) st = ts_mesh_create(sizes, order, &p->mesh);
-    int ntok = (int)(sizeof parallel_tokens / sizeof parallel_tokens[0]);
-    for (int i = 0; i < ntok && !st; i++) {
-        ts_mesh_group g;
-        st = ts_mesh_group_of(p->mesh, parallel_tokens[i], p->rank, &g, NULL, 0);
-        if (st) break;
-        ts_comm *c = NULL;
-        st = ts_comm_split(world, g.index, g.position, parallel_tokens[i], &c);
-        if (st) break;
-        snprintf(p->names[p->ncomms], sizeof p->names[0], "%s", parallel_tokens[i]);
-        p->comms[p->ncomms++] = c;
-    }
-    /* The embedding group: the first and last pipeline stage of each
-     * pipeline (they both hold the tied wte); a singleton for the others. */
-    int pp = st ? 1 : ts_mesh_axis_size(p->mesh, TS_AXIS_PP);
+    if (ts_mesh_world(mesh) != p->size)
+        st = ts_error(TS_ERR_CONFIG, "the mesh is for %d ranks but the %s has %d",
+                      ts_mesh_world(mesh), plan ? "dry run" : "job", p->size);
+    for (int i = 0; i < ts_mesh_num_tokens(mesh) && !st; i++)
+        st = parallel_open(p, ts_mesh_token_at(mesh, i));
     if (!st) {
-        ts_mesh_group g;
-        int stage = ts_mesh_coord(p->mesh, p->rank, TS_AXIS_PP);
-        st = ts_mesh_group_of(p->mesh, "pp", p->rank, &g, NULL, 0);
-        int end = pp > 1 && (stage == 0 || stage == pp - 1);
+        int color, key, first, size;
         ts_comm *c = NULL;
-        if (!st)
-            st = ts_comm_split(world, end ? g.index : g.count + p->rank, stage, "embedding", &c);
-        if (!st) {
-            snprintf(p->names[p->ncomms], sizeof p->names[0], "embedding");
-            p->comms[p->ncomms++] = c;
-        }
+        st = parallel_embedding(p, &color, &key, &first, &size);
+        if (!st && plan) st = ts_comm_plan_create("embedding", size == 2 && !first, size, &c);
+        if (!st && !plan) st = ts_comm_split(world, color, key, "embedding", &c);
+        if (!st) st = parallel_add(p, "embedding", c);
     }
     if (st) {
         ts_parallel_destroy(p);
@@ -61,48 +90,37 @@ ts_status ts_parallel_create(ts_comm *world, const ts_mesh_sizes *sizes, const c
     return TS_OK;
 }
 
+ts_status ts_parallel_create_mesh(ts_comm *world, ts_mesh *mesh, ts_parallel **out) {
+    return parallel_build(world, mesh, 0, out);
+}
+
+ts_status ts_parallel_create_plan_mesh(ts_comm *world, ts_mesh *mesh, ts_parallel **out) {
+    return parallel_build(world, mesh, 1, out);
+}
+
+ts_status ts_parallel_create(ts_comm *world, const ts_mesh_sizes *sizes, const char *order,
+                             ts_parallel **out) {
+    ts_mesh *mesh = NULL;
+    *out = NULL;
+    TS_TRY(ts_mesh_create(sizes, order, &mesh));
+    return parallel_build(world, mesh, 0, out);
+}
+
 ts_status ts_parallel_create_plan(ts_comm *world, const ts_mesh_sizes *sizes, const char *order,
                                   ts_parallel **out) {
+    ts_mesh *mesh = NULL;
     *out = NULL;
-    ts_parallel *p = calloc(1, sizeof *p);
-    if (!p) return ts_error(TS_ERR_NOMEM, "parallel: out of memory");
-    p->world = world;
-    p->rank = ts_comm_rank(world);
-    p->size = ts_comm_size(world);
-    ts_status st = TS_OK;
-    if (sizes->world != p->size)
-        st = ts_error(TS_ERR_CONFIG, "the mesh is for %d ranks but the dry run has %d",
-                      sizes->world, p->size);
-    if (!st) st = ts_mesh_create(sizes, order, &p->mesh);
-    int ntok = (int)(sizeof parallel_tokens / sizeof parallel_tokens[0]);
-    for (int i = 0; i <= ntok && !st; i++) {
-        const char *name = i < ntok ? parallel_tokens[i] : "embedding";
-        ts_mesh_group g;
-        int rank = 0, size = 1;
-        if (i < ntok) {
-            st = ts_mesh_group_of(p->mesh, parallel_tokens[i], p->rank, &g, NULL, 0);
-            rank = g.position;
-            size = g.size;
-        } else { /* the first and last pipeline stage, as ts_parallel_create */
-            int pp = ts_mesh_axis_size(p->mesh, TS_AXIS_PP);
-            int stage = ts_mesh_coord(p->mesh, p->rank, TS_AXIS_PP);
-            if (pp > 1 && (stage == 0 || stage == pp - 1)) {
-                rank = stage == 0 ? 0 : 1;
-                size = 2;
-            }
-        }
-        ts_comm *c = NULL;
-        if (!st) st = ts_comm_plan_create(name, rank, size, &c);
-        if (!st) {
-            snprintf(p->names[p->ncomms], sizeof p->names[0], "%s", name);
-            p->comms[p->ncomms++] = c;
-        }
+    TS_TRY(ts_mesh_create(sizes, order, &mesh));
+    return parallel_build(world, mesh, 1, out);
+}
+
+ts_status ts_parallel_add_group(ts_parallel *p, const char *token) {
+    if (parallel_find(p, token) >= 0) return TS_OK;
+    TS_TRY(parallel_open(p, token));
+    if (p->ncomms > 1 && p->dcomms[0]) { /* device communicators exist: add its twin */
+        int i = p->ncomms - 1;
+        TS_TRY(ts_comm_nccl_create(p->comms[i], p->names[i], &p->dcomms[i]));
     }
-    if (st) {
-        ts_parallel_destroy(p);
-        return st;
-    }
-    *out = p;
     return TS_OK;
 }
 
@@ -186,13 +204,11 @@ ts_comm *ts_parallel_plugin_comm(void *source, const char *token) {
 }
 
 int ts_parallel_plugin_coord(void *source, const char *name) {
-    ts_mesh_axis axis;
-    if (ts_mesh_axis_from_name(name, &axis) != TS_OK) return -1;
-    return ts_parallel_coord(source, axis);
+    return ts_parallel_coord(source, name);
 }
 
-int ts_parallel_coord(const ts_parallel *p, ts_mesh_axis axis) {
-    return ts_mesh_coord(p->mesh, p->rank, axis);
+int ts_parallel_coord(const ts_parallel *p, const char *name) {
+    return ts_mesh_coord_of(p->mesh, p->rank, name);
 }
 
 /* Every communicator that did something: the world first, then the tokens. */

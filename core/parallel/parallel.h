@@ -33,14 +33,15 @@
 extern "C" {
 #endif
 
-#define TS_PARALLEL_MAX_COMMS 24
+#define TS_PARALLEL_MAX_COMMS 48
 
 typedef struct ts_parallel {
     ts_comm *world; /* borrowed: created and finalised by the program */
-    ts_mesh *mesh;
+    ts_mesh *mesh;  /* owned                                           */
     int rank, size;
+    int plan; /* 1: a dry run's (dry-run communicators)                 */
     int ncomms;
-    char names[TS_PARALLEL_MAX_COMMS][16];
+    char names[TS_PARALLEL_MAX_COMMS][64];
     ts_comm *comms[TS_PARALLEL_MAX_COMMS];
     ts_comm *dcomms[TS_PARALLEL_MAX_COMMS]; /* NCCL, or NULL (see above) */
 } ts_parallel;
@@ -56,6 +57,14 @@ ts_status ts_parallel_create_plan(ts_comm *world, const ts_mesh_sizes *sizes, co
  * and splits one communicator per token. Collective over `world`. */
 ts_status ts_parallel_create(ts_comm *world, const ts_mesh_sizes *sizes, const char *order,
                              ts_parallel **out);
+/* The same over a mesh already built (ts_plugins_mesh), whose tokens it
+ * splits; the context owns the mesh from the call on, failure included. */
+ts_status ts_parallel_create_mesh(ts_comm *world, ts_mesh *mesh, ts_parallel **out);
+ts_status ts_parallel_create_plan_mesh(ts_comm *world, ts_mesh *mesh, ts_parallel **out);
+/* Adds the communicator of a group token the mesh did not list (e.g. the
+ * product of a plugin's axes that the loss is summed over); a no-op when it
+ * exists. Collective: every rank adds the same tokens in the same order. */
+ts_status ts_parallel_add_group(ts_parallel *p, const char *token);
 void ts_parallel_destroy(ts_parallel *p);
 
 /* The communicator of a token ("dp", "dp-cp", "world", ...), or NULL. */
@@ -77,8 +86,8 @@ ts_comm *ts_parallel_plugin_comm(void *source, const char *token);
  * source): this rank's coordinate on the mesh axis called `name`, -1 for a
  * name that is not a mesh axis. */
 int ts_parallel_plugin_coord(void *source, const char *name);
-/* This rank's coordinate on an axis. */
-int ts_parallel_coord(const ts_parallel *p, ts_mesh_axis axis);
+/* This rank's coordinate on the axis called `name`; -1 for no such axis. */
+int ts_parallel_coord(const ts_parallel *p, const char *name);
 
 /* The loss normalisation of data-parallel training: the valid target tokens
  * of the whole global batch, summed over `batch_comm`, the ranks that hold

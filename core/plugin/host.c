@@ -141,47 +141,80 @@ ts_status reg_end(ts_plugin_ctx *ctx, ts_status st) {
     return st;
 }
 
-static ts_status host_register_axis(ts_plugin_ctx *ctx, const char *name, int size,
-                                    ts_mesh_kind mesh) {
-    TS_TRY(reg_begin(ctx, "register_axis"));
+/* Claims an axis: a standard name (TS_MESH_STANDARD_AXES) on its own mesh,
+ * or a name of the plugin's own, placed before `before` ("" or NULL: the
+ * pipeline's place) in the default order. */
+static ts_status host_claim_axis(ts_plugin_ctx *ctx, const char *name, int size, ts_mesh_kind mesh,
+                                 const char *before, int cuts_batch) {
     ts_plugins *reg = ctx->reg;
-    ts_mesh_axis axis;
-    if (!name || ts_mesh_axis_from_name(name, &axis) != TS_OK)
+    static const ts_mesh_axis_def standard[TS_MESH_STANDARD_COUNT] = TS_MESH_STANDARD_AXES;
+    int ok = name && *name && strlen(name) < TS_MESH_NAME_MAX && islower((unsigned char)*name);
+    for (const char *c = name; ok && *c; c++)
+        ok = islower((unsigned char)*c) || isdigit((unsigned char)*c) || *c == '_';
+    if (!ok)
         return reg_end(ctx, ts_error(TS_ERR_PLUGIN,
-                                     "registers axis '%s', which is not a mesh axis (tp, cp, "
-                                     "dp, pp, ep, etp, edp)",
-                                     name ? name : "(null)"));
-    const char *an = ts_mesh_axis_name(axis);
-    int dense = axis == TS_AXIS_TP || axis == TS_AXIS_CP || axis == TS_AXIS_DP;
-    if (axis != TS_AXIS_PP && (mesh == TS_MESH_DENSE) != dense)
+                                     "registers axis '%s' (an axis name is [a-z][a-z0-9_]*, under "
+                                     "%d characters)",
+                                     name ? name : "(null)", TS_MESH_NAME_MAX));
+    const ts_mesh_axis_def *std = NULL;
+    for (int i = 0; i < TS_MESH_STANDARD_COUNT; i++)
+        if (strcmp(standard[i].name, name) == 0) std = &standard[i];
+    if (!std && TS_PLUGIN_ABI_MINOR_OF(ctx->desc.abi_version) < 2)
+        return reg_end(ctx, ts_error(TS_ERR_PLUGIN,
+                                     "registers axis '%s', which is not a mesh axis (tp, cp, dp, "
+                                     "pp, ep, etp, edp); an axis of a plugin's own needs plugin "
+                                     "ABI 1.2 (the plugin was built for 1.%u)",
+                                     name, TS_PLUGIN_ABI_MINOR_OF(ctx->desc.abi_version)));
+    if (mesh != TS_MESH_DENSE && mesh != TS_MESH_EXPERT)
+        return reg_end(ctx,
+                       ts_error(TS_ERR_PLUGIN, "registers axis '%s' on mesh %d (dense or expert)",
+                                name, (int)mesh));
+    if (std && !std->pipeline && std->mesh != mesh)
         return reg_end(ctx, ts_error(TS_ERR_PLUGIN,
                                      "registers axis '%s' on the %s mesh, but it belongs to the "
                                      "%s mesh",
-                                     an, mesh == TS_MESH_DENSE ? "dense" : "expert",
-                                     dense ? "dense" : "expert"));
+                                     name, mesh == TS_MESH_DENSE ? "dense" : "expert",
+                                     std->mesh == TS_MESH_DENSE ? "dense" : "expert"));
     if (size < 1 && size != TS_PLUGIN_AXIS_AUTO)
         return reg_end(ctx, ts_error(TS_ERR_PLUGIN,
                                      "registers axis '%s' with size %d (a size is >= 1 or auto)",
-                                     an, size));
+                                     name, size));
+    if (before && strlen(before) >= TS_MESH_NAME_MAX)
+        return reg_end(ctx,
+                       ts_error(TS_ERR_PLUGIN, "places axis '%s' before '%.20s...', no axis name",
+                                name, before));
     for (int i = 0; i < reg->naxes; i++)
-        if (strcmp(reg->axes[i].name, an) == 0)
+        if (strcmp(reg->axes[i].name, name) == 0)
             return reg_end(ctx, ts_error(TS_ERR_PLUGIN,
                                          "axis '%s' is claimed by two plugins, '%s' and '%s' (an "
                                          "axis belongs to one plugin: load only one of them)",
-                                         an, reg->axes[i].plugin, ctx->name));
+                                         name, reg->axes[i].plugin, ctx->name));
     if (!plg_grow((void **)&reg->axes, &reg->capaxes, reg->naxes + 1, sizeof *reg->axes))
         return reg_end(ctx, plg_nomem());
     ts_plugin_axis_entry *e = &reg->axes[reg->naxes++];
     memset(e, 0, sizeof *e);
-    snprintf(e->name, sizeof e->name, "%s", an);
+    snprintf(e->name, sizeof e->name, "%s", name);
     e->size = size;
-    e->mesh = axis == TS_AXIS_PP ? TS_MESH_DENSE : mesh;
+    e->mesh = std && std->pipeline ? TS_MESH_DENSE : mesh;
     e->plugin = ctx->name;
+    snprintf(e->before, sizeof e->before, "%s", before && !std ? before : "");
+    e->cuts_batch = cuts_batch != 0;
     return TS_OK;
 }
 
-static int phase_owned(ts_plugin_phase p) {
-    return p != TS_PHASE_ANNOTATE;
+static ts_status host_register_axis(ts_plugin_ctx *ctx, const char *name, int size,
+                                    ts_mesh_kind mesh) {
+    TS_TRY(reg_begin(ctx, "register_axis"));
+    return host_claim_axis(ctx, name, size, mesh, NULL, 0);
+}
+
+static ts_status host_register_axis_spec(ts_plugin_ctx *ctx, const ts_plugin_axis_spec *spec) {
+    TS_TRY(reg_begin(ctx, "register_axis_spec"));
+    if (!spec || spec->struct_size < sizeof *spec)
+        return reg_end(ctx, ts_error(TS_ERR_PLUGIN,
+                                     "register_axis_spec: struct_size %u, the core knows %zu",
+                                     spec ? spec->struct_size : 0, sizeof *spec));
+    return host_claim_axis(ctx, spec->name, spec->size, spec->mesh, spec->before, spec->cuts_batch);
 }
 
 static ts_status host_register_transform(ts_plugin_ctx *ctx, const char *name,
@@ -207,11 +240,13 @@ static ts_status host_register_transform(ts_plugin_ctx *ctx, const char *name,
                                          "transform '%s' is registered twice, by plugin '%s' and "
                                          "by plugin '%s'",
                                          name, t->ctx->name, ctx->name));
-        if (t->phase == phase && phase_owned(phase) && t->ctx != ctx)
+        /* Stages are no placement: one plugin assigns them. Placements
+         * conflict when set (ts_plugins_apply_transforms), not by phase. */
+        if (t->phase == phase && phase == TS_PHASE_PIPELINE && t->ctx != ctx)
             return reg_end(ctx, ts_error(TS_ERR_PLUGIN,
                                          "transforms conflict: plugin '%s' registers '%s' in "
                                          "phase %s, which plugin '%s' owns (transform '%s'); "
-                                         "only one plugin may act in that phase",
+                                         "only one plugin may assign pipeline stages",
                                          ctx->name, name, ts_plugin_phase_name(phase), t->ctx->name,
                                          t->name));
     }
@@ -597,17 +632,29 @@ static ts_status host_register_module_hook(ts_plugin_ctx *ctx, ts_plugin_module_
 
 /* A provision entry for (what, axis), checked: a mesh axis, not provided by
  * another plugin. */
+/* A standard axis, or one a plugin has registered so far. */
+static int host_axis_known(const ts_plugins *reg, const char *axis) {
+    static const ts_mesh_axis_def standard[TS_MESH_STANDARD_COUNT] = TS_MESH_STANDARD_AXES;
+    if (!axis) return 0;
+    for (int i = 0; i < TS_MESH_STANDARD_COUNT; i++)
+        if (strcmp(standard[i].name, axis) == 0) return 1;
+    for (int i = 0; i < reg->naxes; i++)
+        if (strcmp(reg->axes[i].name, axis) == 0) return 1;
+    return 0;
+}
+
 static ts_status host_provide(ts_plugin_ctx *ctx, ts_plugin_provision what, const char *axis,
                               plg_provider **out) {
     ts_plugins *reg = ctx->reg;
-    ts_mesh_axis a;
     int is_default = (what & TS_PROVIDE_DEFAULT) != 0;
     what = (ts_plugin_provision)(what & ~TS_PROVIDE_DEFAULT);
     if ((unsigned)what >= TS_PROVIDE_COUNT)
         return reg_end(
             ctx, ts_error(TS_ERR_PLUGIN, "registers provision %d (no such provision)", (int)what));
-    if (!axis || ts_mesh_axis_from_name(axis, &a) != TS_OK)
-        return reg_end(ctx, ts_error(TS_ERR_PLUGIN, "provides %s on '%s', which is not a mesh axis",
+    if (!host_axis_known(reg, axis))
+        return reg_end(ctx, ts_error(TS_ERR_PLUGIN,
+                                     "provides %s on '%s', which is not a mesh axis (a standard "
+                                     "one or one a plugin registered before)",
                                      ts_plugin_provision_name(what), axis ? axis : "(null)"));
     for (int i = 0; i < reg->nproviders; i++) {
         plg_provider *q = &reg->providers[i];
@@ -802,4 +849,5 @@ void plg_host_fill(ts_host *h) {
     h->device_convert = host_device_convert;
     h->register_experts = host_register_experts;
     h->set_stage_order = host_set_stage_order;
+    h->register_axis_spec = host_register_axis_spec;
 }

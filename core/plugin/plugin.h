@@ -8,7 +8,7 @@
  *     ts_plugins_create(&reg)
  *     ts_plugins_load(reg, cfg)      opens [parallel] plugins, registers their
  *                                    keys, validates the config, runs init
- *     ts_plugins_mesh_sizes(...)     -> ts_mesh / ts_parallel
+ *     ts_plugins_mesh(...)           -> ts_mesh / ts_parallel
  *     ts_plugins_set_comm_source     so host->comm can answer
  *     ts_plugins_apply_transforms(reg, plan)
  *     ... ts_plugins_run_hooks, ts_plugins_scheduler, ts_plugins_dispatcher
@@ -78,20 +78,28 @@ const char *ts_plugins_path(const ts_plugins *reg, int i);
 const char *ts_plugins_version(const ts_plugins *reg, int i);
 
 typedef struct ts_plugin_axis_entry {
-    char name[8]; /* "tp", "ep", ...                       */
-    int size;     /* >= 1, or TS_PLUGIN_AXIS_AUTO          */
+    char name[TS_MESH_NAME_MAX]; /* "tp", "ep", "shard", ...                 */
+    int size;                    /* >= 1, or TS_PLUGIN_AXIS_AUTO             */
     ts_mesh_kind mesh;
-    const char *plugin; /* the plugin that claimed it            */
+    const char *plugin;            /* the plugin that claimed it                         */
+    char before[TS_MESH_NAME_MAX]; /* its place: before this axis ("": the
+                                      pipeline's); unused for a standard name */
+    int cuts_batch;                /* counts in the data-parallel width      */
 } ts_plugin_axis_entry;
 int ts_plugins_num_axes(const ts_plugins *reg);
 const ts_plugin_axis_entry *ts_plugins_axis(const ts_plugins *reg, int i);
 
-/* The mesh sizes for `world` ranks: claimed axes with their sizes, an auto
- * axis derived as world / (the other axes of its mesh), unclaimed dense axes
- * 1, unclaimed etp and edp 0 (ts_mesh_create's defaults: tp and derived).
- * TS_ERR_CONFIG, naming the axes, for two auto axes in one mesh or a world
- * the others do not divide. */
-ts_status ts_plugins_mesh_sizes(const ts_plugins *reg, int world, ts_mesh_sizes *out);
+/* The mesh over `world` ranks of the axes the plugins claimed: the standard
+ * axes (TS_MESH_STANDARD_AXES) in their places, each with the size its
+ * claimant gave (an auto axis derived as world / the other axes of its mesh)
+ * or its standard size when no plugin claims it, and every other claimed
+ * axis just before the one its plugin named (by default the pipeline). The
+ * groups listed are the standard tokens and every other axis alone.
+ * `order` as ts_mesh_create_axes; NULL: the configuration's [parallel] order
+ * when it was given, else the default order. TS_ERR_CONFIG, naming the axes, for two
+ * auto axes in one mesh or a world the others do not divide; the mesh's own
+ * errors otherwise. */
+ts_status ts_plugins_mesh(const ts_plugins *reg, int world, const char *order, ts_mesh **out);
 /* Where the axes' sizes come from, for messages about the mesh: for each
  * claimed axis its size (or auto), the plugin that claims it and, when that
  * plugin's section has a `size` key, where that key was set; then the

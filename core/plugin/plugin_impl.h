@@ -64,7 +64,7 @@ typedef struct plg_module_hook {
 
 typedef struct plg_provider {
     ts_plugin_provision what;
-    char axis[8];
+    char axis[TS_MESH_NAME_MAX];
     int is_default; /* TS_PROVIDE_DEFAULT: another plugin may take it over */
     ts_plugin_ctx *ctx;
     /* TS_PROVIDE_ATTENTION / _OPTIMIZER_STATE: the ops (copied) and user */

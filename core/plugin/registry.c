@@ -38,15 +38,60 @@ const ts_plugin_axis_entry *ts_plugins_axis(const ts_plugins *reg, int i) {
     return i >= 0 && i < reg->naxes ? &reg->axes[i] : NULL;
 }
 
+/* The standard axes (their place, standard size and fold), then the claimed
+ * axes of other names, each inserted before the axis it names. `names` and
+ * `folds` hold the strings the definitions point to. */
+typedef struct plg_mesh_defs {
+    int n;
+    ts_mesh_axis_def d[TS_MESH_MAX_AXES];
+    int claimed[TS_MESH_MAX_AXES];
+    int standard; /* how many of d are standard                        */
+} plg_mesh_defs;
+
+static int plg_def_index(const plg_mesh_defs *m, const char *name) {
+    for (int i = 0; i < m->n; i++)
+        if (strcmp(m->d[i].name, name) == 0) return i;
+    return -1;
+}
+
+static ts_status plg_mesh_defs_build(const ts_plugins *reg, plg_mesh_defs *m) {
+    static const ts_mesh_axis_def standard[TS_MESH_STANDARD_COUNT] = TS_MESH_STANDARD_AXES;
+    memset(m, 0, sizeof *m);
+    m->n = m->standard = TS_MESH_STANDARD_COUNT;
+    memcpy(m->d, standard, sizeof standard);
+    for (int i = 0; i < reg->naxes; i++) {
+        const ts_plugin_axis_entry *a = &reg->axes[i];
+        int k = plg_def_index(m, a->name);
+        if (k < 0) {
+            if (m->n == TS_MESH_MAX_AXES)
+                return ts_error(TS_ERR_CONFIG, "plugins: more than %d mesh axes", TS_MESH_MAX_AXES);
+            int at = a->before[0] ? plg_def_index(m, a->before) : -1;
+            for (int j = 0; at < 0 && !a->before[0] && j < m->n; j++)
+                if (m->d[j].pipeline) at = j;
+            if (a->before[0] && at < 0)
+                return ts_error(TS_ERR_CONFIG,
+                                "plugins: plugin '%s' places axis '%s' before '%s', which is no "
+                                "mesh axis",
+                                a->plugin, a->name, a->before);
+            if (at < 0) at = m->n;
+            memmove(&m->d[at + 1], &m->d[at], (size_t)(m->n - at) * sizeof m->d[0]);
+            memmove(&m->claimed[at + 1], &m->claimed[at], (size_t)(m->n - at) * sizeof(int));
+            m->n++;
+            k = at;
+            m->d[k] = (ts_mesh_axis_def){a->name, 1, a->mesh, 0, NULL, 0};
+        }
+        m->d[k].batch |= a->cuts_batch;
+        m->d[k].size = a->size == TS_PLUGIN_AXIS_AUTO ? 0 : a->size;
+        m->claimed[k] = 1;
+    }
+    return TS_OK;
+}
+
 const char *ts_plugins_axes_origin(const ts_plugins *reg, char *buf, size_t size) {
     size_t j = 0;
     buf[0] = '\0';
-    static const char *dense[] = {"tp", "cp", "dp", "pp"};
-    int claimed[4] = {0};
     for (int i = 0; i < reg->naxes && j + 1 < size; i++) {
         const ts_plugin_axis_entry *a = &reg->axes[i];
-        for (int k = 0; k < 4; k++)
-            claimed[k] |= strcmp(a->name, dense[k]) == 0;
         char value[16], where[256] = "";
         if (a->size == TS_PLUGIN_AXIS_AUTO)
             snprintf(value, sizeof value, "auto");
@@ -65,77 +110,94 @@ const char *ts_plugins_axes_origin(const ts_plugins *reg, char *buf, size_t size
         j += (size_t)snprintf(buf + j, size - j, "%s%s %s (plugin %s%s)", j ? "; " : "", a->name,
                               value, a->plugin, where);
     }
+    /* The dense axes of size 1 that no plugin claims. */
+    plg_mesh_defs m;
+    if (plg_mesh_defs_build(reg, &m) != TS_OK) return buf;
     int any = 0;
-    for (int k = 0; k < 4 && j + 1 < size; k++) {
-        if (claimed[k]) continue;
-        j += (size_t)snprintf(buf + j, size - j, "%s%s", any ? ", " : j ? "; " : "", dense[k]);
+    for (int k = 0; k < m.n && j + 1 < size; k++) {
+        if (m.claimed[k] || m.d[k].mesh != TS_MESH_DENSE) continue;
+        j += (size_t)snprintf(buf + j, size - j, "%s%s", any ? ", " : j ? "; " : "", m.d[k].name);
         any = 1;
     }
     if (any && j + 1 < size) snprintf(buf + j, size - j, " 1 (no plugin claims them)");
     return buf;
 }
 
-ts_status ts_plugins_mesh_sizes(const ts_plugins *reg, int world, ts_mesh_sizes *out) {
-    /* per ts_mesh_axis; dense unclaimed 1, etp/edp unclaimed 0 (mesh default) */
-    int s[TS_AXIS_COUNT] = {1, 1, 1, 1, 1, 0, 0};
-    int claimed[TS_AXIS_COUNT] = {0};
-    if (world < 1) return ts_error(TS_ERR_INVALID, "plugins: world %d < 1", world);
-    for (int i = 0; i < reg->naxes; i++) {
-        ts_mesh_axis a;
-        TS_ASSERT(ts_mesh_axis_from_name(reg->axes[i].name, &a) == TS_OK);
-        s[a] = reg->axes[i].size;
-        claimed[a] = 1;
-    }
-    static const ts_mesh_axis dense[] = {TS_AXIS_TP, TS_AXIS_CP, TS_AXIS_DP, TS_AXIS_PP};
-    static const ts_mesh_axis expert[] = {TS_AXIS_ETP, TS_AXIS_EP, TS_AXIS_EDP, TS_AXIS_PP};
-    for (int m = 0; m < 2; m++) {
-        const ts_mesh_axis *ax = m == 0 ? dense : expert;
-        int nauto = 0, which = -1;
+/* The size of definition k once folds are resolved (0: derived). */
+static int plg_def_size(const plg_mesh_defs *m, int k) {
+    if (m->d[k].size != TS_MESH_SIZE_OF_FOLD) return m->d[k].size;
+    int f = plg_def_index(m, m->d[k].fold);
+    return f >= 0 && m->d[f].size > 0 ? m->d[f].size : 1;
+}
+
+/* An auto axis: at most one per mesh, and the others must divide the world
+ * (the message lists them as the mesh will). */
+static ts_status plg_mesh_auto(plg_mesh_defs *m, int world) {
+    for (int kind = 0; kind < 2; kind++) {
+        int nauto = 0, which = -1, derived = -1;
         long prod = 1;
         char desc[256] = "";
         size_t j = 0;
-        for (int k = 0; k < 4; k++) {
-            int v = s[ax[k]];
-            if (ax[k] == TS_AXIS_ETP && v == 0) v = s[TS_AXIS_TP] > 0 ? s[TS_AXIS_TP] : 1;
-            if (v == TS_PLUGIN_AXIS_AUTO) {
+        for (int k = 0; k < m->n; k++) {
+            const ts_mesh_axis_def *d = &m->d[k];
+            if (!((int)d->mesh == kind || d->pipeline)) continue;
+            int v = plg_def_size(m, k);
+            if (v == 0 && m->claimed[k]) {
                 nauto++;
-                which = ax[k];
+                which = k;
                 continue;
             }
-            if (v == 0) continue; /* edp: derived by the mesh */
+            if (v == 0) { /* derived by the mesh: no plugin asked for it */
+                derived = k;
+                continue;
+            }
             prod *= v;
-            j += (size_t)snprintf(desc + j, sizeof desc - j, "%s%s %d", j ? " x " : "",
-                                  ts_mesh_axis_name(ax[k]), v);
+            j += (size_t)snprintf(desc + j, sizeof desc - j, "%s%s %d", j ? " x " : "", d->name, v);
         }
         if (nauto == 0) continue;
+        const char *mname = kind ? "expert" : "dense";
         if (nauto > 1)
             return ts_error(TS_ERR_CONFIG,
-                            "plugins: %d axes of the %s mesh are auto; at most one "
-                            "may be",
-                            nauto, m ? "expert" : "dense");
-        if (m == 1 && which != TS_AXIS_EDP && !claimed[TS_AXIS_EDP])
+                            "plugins: %d axes of the %s mesh are auto; at most one may be", nauto,
+                            mname);
+        if (derived >= 0)
             return ts_error(TS_ERR_CONFIG,
-                            "plugins: axis '%s' is auto, but edp is derived too (no plugin "
-                            "claims it); give one of them a size",
-                            ts_mesh_axis_name((ts_mesh_axis)which));
+                            "plugins: axis '%s' is auto, but %s is derived too (no plugin claims "
+                            "it); give one of them a size",
+                            m->d[which].name, m->d[derived].name);
         if (world % prod)
             return ts_error(TS_ERR_CONFIG,
                             "plugins: axis '%s' is auto, but the other axes of the %s mesh (%s = "
                             "%ld) do not divide the world of %d ranks",
-                            ts_mesh_axis_name((ts_mesh_axis)which), m ? "expert" : "dense",
-                            j ? desc : "none", prod, world);
-        s[which] = (int)(world / prod);
+                            m->d[which].name, mname, j ? desc : "none", prod, world);
+        m->d[which].size = (int)(world / prod);
     }
-    memset(out, 0, sizeof *out);
-    out->world = world;
-    out->tp = s[TS_AXIS_TP];
-    out->cp = s[TS_AXIS_CP];
-    out->dp = s[TS_AXIS_DP];
-    out->pp = s[TS_AXIS_PP];
-    out->ep = s[TS_AXIS_EP];
-    out->etp = s[TS_AXIS_ETP];
-    out->edp = s[TS_AXIS_EDP];
     return TS_OK;
+}
+
+ts_status ts_plugins_mesh(const ts_plugins *reg, int world, const char *order, ts_mesh **out) {
+    *out = NULL;
+    /* [parallel] order when the configuration gives it; else the axes'
+     * default order (a plugin's axes in the places it chose). */
+    if (!order && reg->cfg && ts_config_has(reg->cfg, "parallel", "order"))
+        order = ts_config_str(reg->cfg, "parallel", "order");
+    if (world < 1) return ts_error(TS_ERR_INVALID, "plugins: world %d < 1", world);
+    plg_mesh_defs m;
+    TS_TRY(plg_mesh_defs_build(reg, &m));
+    /* An auto axis is derived here, so that a failure's message speaks of
+     * the plugins' axes. */
+    TS_TRY(plg_mesh_auto(&m, world));
+    const char *tokens[64] = {TS_MESH_JSON_TOKENS};
+    int ntok = 0;
+    while (ntok < 64 && tokens[ntok])
+        ntok++;
+    for (int k = 0; k < m.n && ntok < 64; k++) {
+        int listed = 0;
+        for (int t = 0; t < ntok; t++)
+            listed |= strcmp(tokens[t], m.d[k].name) == 0;
+        if (!listed) tokens[ntok++] = m.d[k].name;
+    }
+    return ts_mesh_create_axes(world, m.d, m.n, order, tokens, ntok, out);
 }
 
 void ts_plugins_set_comm_source(ts_plugins *reg, ts_plugins_comm_fn fn, void *source) {
@@ -194,12 +256,32 @@ ts_status ts_plugins_apply_transforms(ts_plugins *reg, ts_layout_plan *plan) {
                 return plg_wrap(st, "plugin '%s': transform '%s' (phase %s): ", t->ctx->name,
                                 t->name, ts_plugin_phase_name(t->phase));
             }
-            for (int e = 0; e < reg->origin_count; e++)
-                for (int a = 0; a < plan->entries[e].layout.naxes; a++)
-                    if (!ts_placement_equal(before[e * TS_LAYOUT_MAX_AXES + a],
-                                            plan->entries[e].layout.axes[a].placement))
-                        reg->origin[e * TS_LAYOUT_MAX_AXES + a] = i;
+            /* A placement belongs to the plugin that set it: another
+             * plugin changing it is a conflict (two in one phase are not). */
+            for (int e = 0; e < reg->origin_count && st == TS_OK; e++)
+                for (int a = 0; a < plan->entries[e].layout.naxes && st == TS_OK; a++) {
+                    int k = e * TS_LAYOUT_MAX_AXES + a;
+                    ts_placement was = before[k], now = plan->entries[e].layout.axes[a].placement;
+                    if (ts_placement_equal(was, now)) continue;
+                    int o = reg->origin[k];
+                    if (o >= 0 && reg->transforms[o].ctx != t->ctx) {
+                        char p0[16], p1[16];
+                        ts_placement_str(was, p0, sizeof p0);
+                        ts_placement_str(now, p1, sizeof p1);
+                        st = ts_error(TS_ERR_PLUGIN,
+                                      "transforms conflict: plugin '%s' (transform '%s', phase "
+                                      "%s) places %s %s over %s, which plugin '%s' (transform "
+                                      "'%s') placed %s; a placement of a tensor over an axis "
+                                      "belongs to one plugin",
+                                      t->ctx->name, t->name, ts_plugin_phase_name(t->phase),
+                                      plan->entries[e].name, p1,
+                                      plan->entries[e].layout.axes[a].name,
+                                      reg->transforms[o].ctx->name, reg->transforms[o].name, p0);
+                    }
+                    reg->origin[k] = i;
+                }
             free(before);
+            if (st != TS_OK) return st;
         }
     return TS_OK;
 }

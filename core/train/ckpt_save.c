@@ -186,13 +186,18 @@ static ts_status trainer_writers(ts_trainer *t, unsigned char *writes) {
         for (int a = 0; a < e->layout.naxes && !st; a++) {
             const ts_layout_axis *ax = &e->layout.axes[a];
             if (ax->size == 1 || ax->placement.kind == TS_PLACEMENT_SHARD ||
-                strcmp(ax->name, ts_mesh_axis_name(TS_AXIS_PP)) == 0)
+                ts_mesh_axis_is_pipeline(t->par->mesh, ts_mesh_find_axis(t->par->mesh, ax->name)) ==
+                    1)
                 continue;
             if (t->opt_cut && strcmp(ax->name, m->axes[t->opt_axis].name) == 0) continue;
-            ts_mesh_axis axis;
-            st = ts_mesh_axis_from_name(ax->name, &axis);
+            int axis = ts_mesh_find_axis(t->par->mesh, ax->name);
+            if (axis < 0) {
+                st = ts_error(TS_ERR_INTERNAL, "checkpoint: %s is placed over '%s', no mesh axis",
+                              q->value.name, ax->name);
+                break;
+            }
             it.sig |= 1u << axis;
-            it.mine = it.mine * ax->size + ts_parallel_coord(t->par, axis);
+            it.mine = it.mine * ax->size + ts_parallel_coord(t->par, ax->name);
             it.replicas *= ax->size;
         }
         int64_t off[3], ext[3], cnt = trainer_param_box(q, off, ext), lo, hi;

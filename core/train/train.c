@@ -311,15 +311,19 @@ static ts_status trainer_batch_split(ts_trainer *t) {
     for (int i = 0; i < e->layout.naxes; i++) {
         const ts_layout_axis *a = &e->layout.axes[i];
         if (a->placement.kind != TS_PLACEMENT_SHARD || a->size == 1) continue;
-        ts_mesh_axis axis;
-        TS_TRY(ts_mesh_axis_from_name(a->name, &axis));
+        int coord = ts_parallel_coord(t->par, a->name);
+        if (coord < 0)
+            return ts_error(TS_ERR_PLUGIN, "data.tokens is cut over '%s', which is no mesh axis",
+                            a->name);
         len += (size_t)snprintf(token + len, sizeof token - len, "%s%s", len ? "-" : "", a->name);
         if (a->placement.dim == 0) {
-            t->part = t->part * a->size + ts_parallel_coord(t->par, axis);
+            t->part = t->part * a->size + coord;
             t->parts *= a->size;
         }
     }
     if (!len) return TS_OK;
+    /* Every rank has the same plan, so every rank adds the same group. */
+    TS_TRY(ts_parallel_add_group(t->par, token));
     t->batch_comm = ts_parallel_comm(t->par, token);
     if (!t->batch_comm)
         return ts_error(TS_ERR_PLUGIN,
@@ -465,11 +469,11 @@ static ts_status trainer_model_axes(ts_trainer *t, ts_model_shard *shard) {
     shard->plan = &t->plan;
     const ts_layout_plan_entry *data = ts_layout_plan_find(&t->plan, "data.tokens");
     if (!data) return ts_error(TS_ERR_INTERNAL, "trainer: the plan has no data.tokens");
-    for (int a = 0; a < TS_AXIS_COUNT; a++) {
-        ts_mesh_axis axis = (ts_mesh_axis)a;
-        int size = ts_mesh_axis_size(t->par->mesh, axis);
-        if (axis == TS_AXIS_PP || size <= 1) continue;
-        const char *name = ts_mesh_axis_name(axis);
+    const ts_mesh *mesh = t->par->mesh;
+    for (int a = 0; a < ts_mesh_num_axes(mesh); a++) {
+        int size = ts_mesh_axis_size_at(mesh, a);
+        if (ts_mesh_axis_is_pipeline(mesh, a) || size <= 1) continue;
+        const char *name = ts_mesh_axis_at(mesh, a);
         int i = ts_layout_axis_index(&data->layout, name);
         /* An axis of the other mesh counts where it cuts parameters (the
          * experts' weights over the expert mesh). */
@@ -480,7 +484,7 @@ static ts_status trainer_model_axes(ts_trainer *t, ts_model_shard *shard) {
         ts_model_axis *ax = &shard->axes[shard->naxes++];
         snprintf(ax->name, sizeof ax->name, "%s", name);
         ax->size = size;
-        ax->coord = ts_parallel_coord(t->par, axis);
+        ax->coord = ts_parallel_coord(t->par, name);
         ax->cuts_batch = i >= 0 && data->layout.axes[i].placement.kind == TS_PLACEMENT_SHARD;
         ax->cuts_sequence = ax->cuts_batch && data->layout.axes[i].placement.dim == 1;
         if (ax->cuts_sequence) {
@@ -509,17 +513,16 @@ static ts_status trainer_model_axes(ts_trainer *t, ts_model_shard *shard) {
         ax->comm = ts_parallel_data_comm(t->par, name);
         ax->host = ts_parallel_comm(t->par, name);
     }
-    shard->stages = ts_mesh_axis_size(t->par->mesh, TS_AXIS_PP);
-    shard->stage = ts_parallel_coord(t->par, TS_AXIS_PP);
+    const char *pipe = ts_mesh_pipeline_axis(mesh);
+    shard->stages = pipe ? ts_mesh_size(mesh, pipe) : 1;
+    shard->stage = pipe ? ts_parallel_coord(t->par, pipe) : 0;
     shard->stage_order = ts_plugins_stage_order(t->reg);
     /* This rank's tokens of each sequence (its block of data.tokens along
      * the sequence). */
     int coords[TS_LAYOUT_MAX_AXES];
     for (int i = 0; i < data->layout.naxes; i++) {
-        ts_mesh_axis axis;
-        coords[i] = ts_mesh_axis_from_name(data->layout.axes[i].name, &axis) == TS_OK
-                        ? ts_parallel_coord(t->par, axis)
-                        : 0;
+        int c = ts_parallel_coord(t->par, data->layout.axes[i].name);
+        coords[i] = c < 0 ? 0 : c;
     }
     int64_t off[TS_MAX_DIMS], shp[TS_MAX_DIMS];
     TS_TRY(ts_layout_local_block(&data->layout, coords, off, shp));
@@ -551,10 +554,11 @@ static ts_status trainer_model_axes(ts_trainer *t, ts_model_shard *shard) {
 static void trainer_pipeline(ts_trainer *t) {
     t->stages = t->model->stages;
     t->chunks = t->model->chunks;
-    t->stage = t->par ? ts_parallel_coord(t->par, TS_AXIS_PP) : 0;
-    if (t->par && t->stages > 1) {
-        t->stage_comm = ts_parallel_data_comm(t->par, "pp");
-        t->stage_host = ts_parallel_comm(t->par, "pp");
+    const char *pipe = t->par ? ts_mesh_pipeline_axis(t->par->mesh) : NULL;
+    t->stage = pipe ? ts_parallel_coord(t->par, pipe) : 0;
+    if (pipe && t->stages > 1) {
+        t->stage_comm = ts_parallel_data_comm(t->par, pipe);
+        t->stage_host = ts_parallel_comm(t->par, pipe);
     }
 }
 
@@ -948,7 +952,7 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
     t->stages = 1;
     t->chunks = 1;
     t->binding = (ts_binding){.parts = 1, .stages = 1, .chunks = 1, .mirror = -1, .optim_axis = -1};
-    int dp = par ? ts_mesh_axis_size(par->mesh, TS_AXIS_DP) : 1;
+    int dp = par ? ts_mesh_batch_width(par->mesh) : 1;
     if (par) {
         t->snap = calloc(1, sizeof *t->snap);
         if (!t->snap) {

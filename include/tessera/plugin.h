@@ -114,7 +114,7 @@ extern "C" {
  * knows (TS_HOST_HAS below).
  * ======================================================================== */
 #define TS_PLUGIN_ABI_MAJOR 1
-#define TS_PLUGIN_ABI_MINOR 1
+#define TS_PLUGIN_ABI_MINOR 2
 #define TS_PLUGIN_ABI_MAKE(major, minor)                                                           \
     ((uint32_t)(((uint32_t)(major) << 16) | ((uint32_t)(minor)&0xffffu)))
 /* The minor a plugin declares (its descriptor's abi_version): this header's
@@ -189,10 +189,12 @@ typedef struct ts_plugin_key {
 
 /* Layout-transform phases, applied in this fixed order (then, within a
  * phase, in registration order: the order of `[parallel] plugins`, then the
- * order of register_transform calls inside one plugin). A phase marked
- * "owned" may hold the transforms of one plugin only: a second plugin
- * registering in it conflicts with the first (two plugins assigning pipeline
- * stages, or both sharding by tensor columns, cannot both be right).
+ * order of register_transform calls inside one plugin). Two plugins may act
+ * in one phase; they conflict when one changes a placement (a tensor over an
+ * axis) that the other set — start-up stops naming both transforms. Only
+ * PIPELINE holds the transforms of one plugin (stages are no placement: two
+ * plugins assigning them cannot both be right). The phases marked "owned"
+ * below were owned by one plugin before ABI 1.2.
  * A phase only orders the edits of the plan: what a placement does is the
  * core's rule or a provider's (the binder, docs/plugins.md), whatever phase
  * set it, and a placement nothing implements stops start-up. */
@@ -663,6 +665,25 @@ typedef enum ts_plugin_log_level {
     TS_LOG_DEBUG = 3,
 } ts_plugin_log_level;
 
+/* ABI 1.2: an axis a plugin claims (host->register_axis_spec). */
+typedef struct ts_plugin_axis_spec {
+    uint32_t struct_size; /* sizeof(ts_plugin_axis_spec)                   */
+    const char *name;     /* [a-z][a-z0-9_]*, under TS_MESH_NAME_MAX bytes;
+                             a standard name (tp, cp, dp, pp, ep, etp, edp)
+                             keeps its standard place                      */
+    int size;             /* >= 1 or TS_PLUGIN_AXIS_AUTO (world / the other
+                             axes of its mesh; one auto axis per mesh)     */
+    ts_mesh_kind mesh;    /* dense or expert; a new axis of the dense mesh
+                             has size 1 in the expert one and the reverse   */
+    const char *before;   /* its place in the default order: just before
+                             the axis of this name (NULL: just before the
+                             pipeline's, i.e. after the others)            */
+    int cuts_batch;       /* 1: its ranks read different sequences, so it
+                             counts in the data-parallel width: the global
+                             batch is micro_batch x (the product of such
+                             axes) x the micro-batches                     */
+} ts_plugin_axis_spec;
+
 /* ===========================================================================
  * The host table: the core's services, handed to init. Function pointers
  * only, so a plugin links against nothing of tessera's. Every pointer is
@@ -717,11 +738,14 @@ typedef struct ts_host {
      * remembers the first failed registration and fails the start-up with
      * its message after init returns. */
 
-    /* Claims a mesh axis: name one of tp, cp, dp, pp (dense mesh; pp is in
-     * both), ep, etp, edp (expert mesh); size >= 1 or TS_PLUGIN_AXIS_AUTO.
-     * `mesh` must be the axis's mesh (either for pp). Fails when
-     * another plugin (or this one) already claimed the axis. An axis no
-     * plugin claims has size 1 (etp: tp's size; edp: derived). */
+    /* Claims a mesh axis: a standard one — tp, cp, dp, pp (dense mesh; pp
+     * is in both), ep, etp, edp (expert mesh) — or, from ABI 1.2, a name
+     * of the plugin's own ([a-z][a-z0-9_]*), placed just before the
+     * pipeline in the default order (register_axis_spec chooses the place);
+     * size >= 1 or TS_PLUGIN_AXIS_AUTO. `mesh` must be a standard axis's
+     * mesh (either for pp). Fails when another plugin (or this one) already
+     * claimed the axis. A standard axis no plugin claims has size 1 (etp:
+     * tp's size; edp: derived). */
     ts_status (*register_axis)(ts_plugin_ctx *ctx, const char *name, int size, ts_mesh_kind mesh);
     /* Adds a layout transform in `phase`. `name` (unique among all plugins'
      * transforms) appears in messages and `tessera plugins`. Fails for a
@@ -954,7 +978,15 @@ typedef struct ts_host {
      * INTERLEAVED). Fails for an unknown order, or when another plugin set
      * it already. */
     ts_status (*set_stage_order)(ts_plugin_ctx *ctx, int order);
-    /* ABI 1.2 and later append here. */
+    /* --- ABI 1.2: axes of a plugin's own --------------------------------- */
+    /* Claims a mesh axis as register_axis does, with its place in the
+     * default order and its role (ts_plugin_axis_spec). A name other than
+     * the standard ones makes a new axis of the plugin's: a slot of the
+     * order string of its own ([parallel] order may name it), groups and a
+     * communicator of its own (host->comm(ctx, name)), and placements over
+     * it in the layout plan. */
+    ts_status (*register_axis_spec)(ts_plugin_ctx *ctx, const ts_plugin_axis_spec *spec);
+    /* ABI 1.3 and later append here. */
 } ts_host;
 
 /* 1 if the host table `h` has field `field` (a plugin built against a newer

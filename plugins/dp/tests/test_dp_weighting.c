@@ -49,9 +49,9 @@ int main(int argc, char **argv) {
               check(ts_plugins_create(&reg), "registry") ||
               check(ts_plugins_load(reg, cfg), "load dp");
     unlink(ini);
-    ts_mesh_sizes sizes;
-    bad = bad || check(ts_plugins_mesh_sizes(reg, 2, &sizes), "sizes") ||
-          check(ts_parallel_create(world, &sizes, "tp-cp-ep-dp-pp", &par), "mesh");
+    ts_mesh *mesh = NULL;
+    bad = bad || check(ts_plugins_mesh(reg, 2, "tp-cp-ep-dp-pp", &mesh), "mesh") ||
+          check(ts_parallel_create_mesh(world, mesh, &par), "parallel");
     if (bad) return 1;
     ts_plugins_set_comm_source(reg, ts_parallel_plugin_comm, par);
 

@@ -81,18 +81,22 @@ static void fixture_free(fixture *fx) {
 }
 
 static ts_model_config model_of(int layers) {
-    ts_model_config c = {.layers = layers, .d_model = 16, .heads = 2, .vocab = 50, .padded_vocab = 64, .context = 16};
+    ts_model_config c = {.layers = layers,
+                         .d_model = 16,
+                         .heads = 2,
+                         .vocab = 50,
+                         .padded_vocab = 64,
+                         .context = 16};
     return c;
 }
 
 /* Builds the mesh from the registered axes on `world` ranks and the GPT-2
  * plan of `layers` layers, then applies the transforms. */
 static ts_status fixture_apply(fixture *fx, int world, int layers) {
-    ts_mesh_sizes ms;
     ts_model_config c = model_of(layers);
     ts_layout_plan_init(&fx->plan);
     ts_layout_plan_init(&fx->pristine);
-    if (ts_plugins_mesh_sizes(fx->reg, world, &ms) || ts_mesh_create(&ms, NULL, &fx->mesh) ||
+    if (ts_plugins_mesh(fx->reg, world, NULL, &fx->mesh) ||
         ts_model_layout_plan(&c, 4, 8, fx->mesh, &fx->plan) ||
         ts_model_layout_plan(&c, 4, 8, fx->mesh, &fx->pristine)) {
         fprintf(stderr, "cannot build the plan: %s\n", ts_last_error());
