@@ -9,8 +9,13 @@ if(Python3_FOUND)
   add_test(NAME core_layers_checker_refuses_an_arrow_up
     COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/check_layers.py --self-test
       ${PROJECT_SOURCE_DIR})
+  # core/ names no mesh axis (the standard ones are the SDK's table, the
+  # plugins claim them): no TS_AXIS_* and no axis-name string in its code.
+  add_test(NAME core_names_no_mesh_axis
+    COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/check_core_axis_names.py
+      ${PROJECT_SOURCE_DIR})
   set_tests_properties(core_layers_point_down core_layers_checker_refuses_an_arrow_up
-    PROPERTIES LABELS core TIMEOUT 60)
+    core_names_no_mesh_axis PROPERTIES LABELS core TIMEOUT 60)
 else()
   message(STATUS "core_layers_point_down: no python3: not registered")
 endif()

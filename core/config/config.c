@@ -16,7 +16,8 @@
  */
 #include "config.h"
 
-#include "file.h" /* ts_file_open_read */
+#include "file.h"         /* ts_file_open_read */
+#include "tessera/mesh.h" /* TS_MESH_DEFAULT_ORDER, the standard axes' order */
 
 #include <ctype.h>
 #include <errno.h>
@@ -392,8 +393,9 @@ static const ts_key_spec cfg_core_keys[] = {
 
     {"parallel", "plugins", TS_KEY_STRING, "", 1, 0, NULL,
      "comma-separated plugins to load (dp, tp, ...)"},
-    {"parallel", "order", TS_KEY_STRING, "tp-cp-ep-dp-pp", 1, 0, NULL,
-     "mesh axes, fastest-varying first"},
+    {"parallel", "order", TS_KEY_STRING, TS_MESH_DEFAULT_ORDER, 1, 0, NULL,
+     "mesh axes, fastest-varying first (not given: the standard ones, a plugin's own where "
+     "it placed them)"},
     {"parallel", "plugin_path", TS_KEY_STRING, "", 1, 0, NULL,
      "directory of tessera-<name>.so; empty = the built-in one"},
 
