@@ -97,10 +97,10 @@ add_dependencies(test_dispatch ${TESSERA_TEST_PLUGIN_TARGETS})
 # examples/hsdp (a strategy with axes of its own, ABI 1.2) built against the
 # installed SDK and run on 8 ranks against one rank and its plan
 # (tests/hsdp.sh).
-add_test(NAME hsdp_example_matches_one_rank_and_its_plan
+add_test(NAME sdk_hsdp_example_matches_one_rank_and_its_plan
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/hsdp.sh ${CMAKE_BINARY_DIR} ${PROJECT_SOURCE_DIR}
     $<TARGET_FILE:tessera_cli>)
-set_tests_properties(hsdp_example_matches_one_rank_and_its_plan PROPERTIES LABELS "core;hsdp"
+set_tests_properties(sdk_hsdp_example_matches_one_rank_and_its_plan PROPERTIES LABELS "core;hsdp"
   TIMEOUT 300 ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
 
 # Token dispatchers (label ep): the ep plugin's built-in "all_to_all" and
