@@ -537,8 +537,17 @@ static void cf_load(cf_opts *o, cf_row *abi, cf_row *init) {
     ts_plugins *reg = NULL;
     ts_status st = cli_config_create(&cfg);
     if (!st) st = ts_config_load(cfg, ini);
-    for (int i = 0; i < o->nsets && !st; i++)
-        if (strncmp(o->sets[i], "parallel.plugins=", 17) != 0) st = ts_config_set(cfg, o->sets[i]);
+    /* The plugin alone: the --set values of the core's sections and its own
+     * (those of plugins named beside it are for the runs). */
+    static const char *core[] = {"model", "data", "train", "comm", "parallel", "cluster"};
+    for (int i = 0; i < o->nsets && !st; i++) {
+        const char *a = o->sets[i], *dot = strchr(a, '.');
+        size_t len = dot ? (size_t)(dot - a) : 0;
+        int keep = len == strlen(o->name) && !strncmp(a, o->name, len);
+        for (size_t k = 0; k < sizeof core / sizeof core[0]; k++)
+            keep |= len == strlen(core[k]) && !strncmp(a, core[k], len);
+        if (keep && strncmp(a, "parallel.plugins=", 17) != 0) st = ts_config_set(cfg, a);
+    }
     if (!st) st = ts_plugins_create(&reg);
     if (!st) ts_plugins_set_log(reg, stderr, TS_LOG_WARN);
     if (!st) st = ts_plugins_open(reg, cfg);
