@@ -56,7 +56,8 @@ add_test(NAME conform_sdk_examples_pass COMMAND ${conform_cmd} examples ${CMAKE_
   hello-plugin module-hook attention-provider token-dispatcher flex-dispatcher)
 set_tests_properties(conform_sdk_examples_pass PROPERTIES LABELS "core;conform" TIMEOUT 600
   ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
-# examples/hsdp (axes shard and replicate of its own) on 2 and 4 ranks.
+# examples/hsdp (axes shard and replicate of its own) on 2 and 4 ranks, and
+# beside tp 2 on 4 ranks.
 add_test(NAME conform_hsdp_example_passes COMMAND ${conform_cmd} examples ${CMAKE_BINARY_DIR}
   hsdp)
 set_tests_properties(conform_hsdp_example_passes PROPERTIES LABELS "core;conform;hsdp"

@@ -10,7 +10,8 @@
 #   examples BUILD_DIR NAME...  installs BUILD_DIR into a temporary prefix,
 #                           builds each examples/NAME against it alone, and
 #                           conforms it (on 2 ranks; hsdp, a strategy with
-#                           axes of its own, with shard 2 on 2 and 4 ranks)
+#                           axes of its own, with shard 2 on 2 and 4 ranks,
+#                           and beside tp 2 on 4)
 #   cli TEST_PLUGIN_DIR     bad command lines exit 2 naming what is wrong; a
 #                           plugin of another ABI major or a newer minor fails
 #                           abi naming both versions and runs nothing else
@@ -128,6 +129,12 @@ examples)
         rc=$?
         [ $rc = 0 ] || { cat "$name.err"; fail "examples/$name: exit status $rc"; }
         check - "$name.txt" "" "${skips[@]}" || fail "examples/$name: unexpected results"
+        if [ "$name" = hsdp ]; then
+            # Beside tp (the plugins named by --set, tp's key only for the runs).
+            conform_run "$so" hsdp_tp --world 4 --set hsdp.shard=2 --set parallel.plugins=hsdp,tp \
+                --set tp.size=2 || { cat hsdp_tp.err; fail "examples/hsdp with tp 2"; }
+            check - hsdp_tp.txt "" || fail "examples/hsdp with tp 2: unexpected results"
+        fi
     done
     # hello-plugin is built for ABI 1.0: an older minor, loaded.
     [ ! -f hello-plugin.txt ] || grep -qE "^abi +PASS +plugin hello .* built for ABI 1\.0 \(this core 1\.[0-9]+: an older minor, loaded\)" \
