@@ -401,6 +401,91 @@ static ts_status etp_scatter(ts_model *m, const moe_saved *s, int El, float *all
     return st;
 }
 
+/* The batch's expert counts and token total (summed over the ranks holding
+ * its other rows), the auxiliary and z losses they give (added to the
+ * step's, per micro-batch), and the step's per-expert and dropped counts.
+ * `logits` is scratch of E floats. */
+static ts_status moe_batch_losses(ts_model *m, ts_step_ctx *ctx, moe_saved *s, float *logits, int N,
+                                  int64_t dropped) {
+    const ts_model_config *c = &m->cfg;
+    int E = c->experts, k = c->top_k;
+    size_t rows = (size_t)N * k;
+    ts_moe_stats *st_ = &m->moe_stats;
+    /* The batch's counts and token total, for the losses. */
+    int32_t nt = N;
+    TS_TRY(moe_sum_i32(ctx, s->counts, (size_t)E));
+    TS_TRY(moe_sum_i32(ctx, &nt, 1));
+    s->tokens = nt;
+    int M = ctx->micro_batches > 0 ? ctx->micro_batches : 1;
+    if (c->aux_loss_coeff > 0.0f) {
+        float *P = logits; /* the logits are no longer needed */
+        for (int e = 0; e < E; e++) {
+            double sum = 0.0;
+            for (int t = 0; t < N; t++)
+                sum += s->probs[(size_t)t * E + e];
+            P[e] = (float)sum;
+        }
+        TS_TRY(moe_sum_f32(ctx, P, (size_t)E));
+        double aux = 0.0;
+        for (int e = 0; e < E; e++)
+            aux += (double)P[e] * s->counts[e];
+        st_->aux_loss += c->aux_loss_coeff * E * aux / (s->tokens * s->tokens * k) / M;
+    }
+    if (c->z_loss_coeff > 0.0f) {
+        double sum = 0.0;
+        for (int t = 0; t < N; t++)
+            sum += (double)s->lse[t] * s->lse[t];
+        float z2 = (float)sum;
+        TS_TRY(moe_sum_f32(ctx, &z2, 1));
+        st_->z_loss += c->z_loss_coeff * z2 / s->tokens / M;
+    }
+    for (size_t r = 0; r < rows; r++)
+        if (s->dest[r] >= 0) st_->tokens[s->dest[r]]++;
+    st_->dropped += dropped;
+    return TS_OK;
+}
+
+/* The experts' MLPs over the rows they received (s->loop[e] rows for local
+ * expert e, in order): fc, GELU and proj into yexp; cut over etp, the
+ * products are partial sums and rank 0 adds the bias. Timed and counted in
+ * *st_; runs nothing when `st` (a failure before) is not TS_OK. */
+static ts_status moe_experts_mlp(ts_module *mod, int first, moe_saved *s, float *yexp,
+                                 ts_moe_stats *st_, ts_status st) {
+    ts_model *m = mod->model;
+    const ts_backend *be = m->be;
+    int C = m->cfg.d_model, El = m->moe.ops ? m->moe.local_experts : m->cfg.experts;
+    const ts_param *fc = ts_module_param(mod, first + FC);
+    int F = (int)fc->value.shape[1];
+    int tp = m->moe.tp_ranks > 1;
+    size_t R = (size_t)s->Rall;
+    double t0 = moe_now();
+    st_->expert_rows += (int64_t)R;
+    const float *w1 = ts_layer_weight(m, fc, 1);
+    const float *b1 = ts_layer_weight(m, ts_module_param(mod, first + FCB), 2);
+    size_t o = 0;
+    for (int e = 0; !st && e < El; o += (size_t)s->loop[e++]) {
+        int n = (int)s->loop[e];
+        if (!n) continue;
+        st = be->matmul_forward(s->hpre + o * F, s->xin + o * C, w1 + (size_t)e * F * C,
+                                b1 + (size_t)e * F, n, C, F);
+        if (!st) st = be->gelu_forward(s->hact + o * F, s->hpre + o * F, (size_t)n * F);
+    }
+    if (!st) st = ts_layer_round(m, s->hact, R * F);
+    const float *w2 = ts_layer_weight(m, ts_module_param(mod, first + PROJ), 3);
+    const float *b2 = ts_layer_weight(m, ts_module_param(mod, first + PROJB), 0);
+    /* Cut over etp, the products are partial sums: the bias once. */
+    int bias = !tp || m->moe.tp_rank == 0;
+    o = 0;
+    for (int e = 0; !st && e < El; o += (size_t)s->loop[e++]) {
+        int n = (int)s->loop[e];
+        if (n)
+            st = be->matmul_forward(yexp + o * C, s->hact + o * F, w2 + (size_t)e * C * F,
+                                    bias ? b2 + (size_t)e * C : NULL, n, F, C);
+    }
+    st_->expert_s += moe_now() - t0;
+    return st;
+}
+
 ts_status ts_moe_forward(ts_module *mod, ts_step_ctx *ctx, int first, const float *x, float *y,
                          int N) {
     ts_model *m = mod->model;
@@ -471,37 +556,7 @@ ts_status ts_moe_forward(ts_module *mod, ts_step_ctx *ctx, int first, const floa
     int64_t dropped = moe_drop(c, s, N);
     for (size_t r = 0; r < rows; r++)
         src_index[r] = (int32_t)(r / (size_t)k);
-    /* The batch's counts and token total, for the losses. */
-    int32_t nt = N;
-    TS_TRY(moe_sum_i32(ctx, s->counts, (size_t)E));
-    TS_TRY(moe_sum_i32(ctx, &nt, 1));
-    s->tokens = nt;
-    int M = ctx->micro_batches > 0 ? ctx->micro_batches : 1;
-    if (c->aux_loss_coeff > 0.0f) {
-        float *P = logits; /* the logits are no longer needed */
-        for (int e = 0; e < E; e++) {
-            double sum = 0.0;
-            for (int t = 0; t < N; t++)
-                sum += s->probs[(size_t)t * E + e];
-            P[e] = (float)sum;
-        }
-        TS_TRY(moe_sum_f32(ctx, P, (size_t)E));
-        double aux = 0.0;
-        for (int e = 0; e < E; e++)
-            aux += (double)P[e] * s->counts[e];
-        st_->aux_loss += c->aux_loss_coeff * E * aux / (s->tokens * s->tokens * k) / M;
-    }
-    if (c->z_loss_coeff > 0.0f) {
-        double sum = 0.0;
-        for (int t = 0; t < N; t++)
-            sum += (double)s->lse[t] * s->lse[t];
-        float z2 = (float)sum;
-        TS_TRY(moe_sum_f32(ctx, &z2, 1));
-        st_->z_loss += c->z_loss_coeff * z2 / s->tokens / M;
-    }
-    for (size_t r = 0; r < rows; r++)
-        if (s->dest[r] >= 0) st_->tokens[s->dest[r]]++;
-    st_->dropped += dropped;
+    TS_TRY(moe_batch_losses(m, ctx, s, logits, N, dropped));
 
 experts:;
     /* Dispatch, experts, combine. A recomputed forward counts nothing in
@@ -530,31 +585,7 @@ experts:;
         st = etp_gather(m, s, El, a.expert_rows, s->xin, C);
     else if (!st && R)
         st = be->copy(s->xin, a.expert_rows, R * C * sizeof(float));
-    double t0 = moe_now();
-    st_->expert_rows += (int64_t)R;
-    const float *w1 = ts_layer_weight(m, fc, 1);
-    const float *b1 = ts_layer_weight(m, ts_module_param(mod, first + FCB), 2);
-    size_t o = 0;
-    for (int e = 0; !st && e < El; o += (size_t)s->loop[e++]) {
-        int n = (int)s->loop[e];
-        if (!n) continue;
-        st = be->matmul_forward(s->hpre + o * F, s->xin + o * C, w1 + (size_t)e * F * C,
-                                b1 + (size_t)e * F, n, C, F);
-        if (!st) st = be->gelu_forward(s->hact + o * F, s->hpre + o * F, (size_t)n * F);
-    }
-    if (!st) st = ts_layer_round(m, s->hact, R * F);
-    const float *w2 = ts_layer_weight(m, ts_module_param(mod, first + PROJ), 3);
-    const float *b2 = ts_layer_weight(m, ts_module_param(mod, first + PROJB), 0);
-    /* Cut over etp, the products are partial sums: the bias once. */
-    int bias = !tp || m->moe.tp_rank == 0;
-    o = 0;
-    for (int e = 0; !st && e < El; o += (size_t)s->loop[e++]) {
-        int n = (int)s->loop[e];
-        if (n)
-            st = be->matmul_forward(yexp + o * C, s->hact + o * F, w2 + (size_t)e * C * F,
-                                    bias ? b2 + (size_t)e * C : NULL, n, F, C);
-    }
-    st_->expert_s += moe_now() - t0;
+    st = moe_experts_mlp(mod, first, s, yexp, st_, st);
     if (!st && tp) st = etp_scatter(m, s, El, yexp, yown, C);
     if (!st) {
         a.expert_rows_in = yown;

@@ -331,6 +331,138 @@ ts_status ts_model_create(const ts_model_config *cfg, ts_dtype dtype, uint64_t s
     return ts_model_create_arch(NULL, cfg, dtype, seed, shard, be, out);
 }
 
+/* This rank's parameters among the `ndecl` declared: those its modules
+ * read (a module's chunk >= 0), each with its block from the plan (`blk`,
+ * `on`), its offset in the flat buffers and its global offset (which counts
+ * every parameter, local or not). local[p]: p's index in m->params, -1 when
+ * it is not here. Sets nparams, numel and global_numel. */
+static void model_local_params(ts_model *m, const ts_param_decl *decl, int ndecl,
+                               const ts_module_decl *mods, const int *owner, const int *users,
+                               const param_blocks *blk, ts_placement (*on)[TS_MODEL_MAX_AXES],
+                               int *local) {
+    int nmods = m->nmodules;
+    size_t global = 0, total = 0;
+    int n = 0;
+    for (int p = 0; p < ndecl; p++) {
+        size_t gcnt = 1, cnt = 1;
+        for (int d = 0; d < decl[p].ndim; d++) {
+            gcnt *= (size_t)decl[p].shape[d];
+            cnt *= (size_t)blk[p].store_shape[d];
+        }
+        int here = 0, all = 1;
+        for (int i = 0; i < nmods; i++)
+            for (int k = 0; k < mods[i].nparams; k++)
+                if (mods[i].params[k] == p) {
+                    here |= m->module_chunk[i] >= 0;
+                    all &= m->module_chunk[i] >= 0;
+                }
+        local[p] = -1;
+        if (here) {
+            ts_param *q = &m->params[n];
+            local[p] = n++;
+            q->global_offset = global;
+            q->tied_copy = m->module_chunk[owner[p]] < 0;
+            q->tied_split = users[p] > 1 && !all;
+            if (q->tied_split) m->tied_split = 1;
+            q->global_ndim = decl[p].ndim;
+            for (int d = 0; d < 3; d++) {
+                q->global_shape[d] = d < decl[p].ndim ? decl[p].shape[d] : 1;
+                q->block_offset[d] = blk[p].use_off[d];
+                q->value.shape[d] = blk[p].use_shape[d];
+                q->store_offset[d] = blk[p].store_off[d];
+                q->store.shape[d] = blk[p].store_shape[d];
+            }
+            q->provided = blk[p].provided;
+            memcpy(q->on, on[p], sizeof q->on);
+            q->offset = total;
+            q->decay = decl[p].decay;
+            q->expert = decl[p].expert;
+            q->init = decl[p].init;
+            q->init_std = decl[p].std;
+            q->init_rows = decl[p].rows;
+            snprintf(q->value.name, sizeof q->value.name, "%s", decl[p].name);
+            total += cnt;
+        }
+        global += gcnt;
+    }
+    m->nparams = n;
+    m->numel = total;
+    m->global_numel = global;
+}
+
+/* The parameters' tensors over the flat buffers (allocated here): what this
+ * rank stores and the layers' view of it, for the values and the
+ * gradients; and which gradients are partial sums over an axis. */
+static ts_status model_param_tensors(ts_model *m) {
+    ts_dtype dtype = m->dtype;
+    /* A replicated parameter applied to rows that an axis cuts has a
+     * partial gradient over it. */
+    for (int i = 0; i < m->nparams; i++)
+        for (int a = 0; a < m->naxes; a++)
+            if (m->params[i].on[a].kind == TS_PLACEMENT_REPLICATE && !m->axes[a].cuts_batch &&
+                m->act[a].kind == TS_PLACEMENT_SHARD)
+                m->params[i].grad_partial |= 1u << a;
+    size_t esz = ts_dtype_size(dtype);
+    m->param_data = m->be->alloc(TS_MEM_PARAMS, m->numel * esz);
+    m->grad_data = m->be->alloc(TS_MEM_GRADS, m->numel * sizeof(float));
+    if (!m->param_data || !m->grad_data) return TS_ERR_NOMEM;
+    for (int i = 0; i < m->nparams; i++) {
+        ts_param *p = &m->params[i];
+        int64_t shape[3] = {p->value.shape[0], p->value.shape[1], p->value.shape[2]};
+        int64_t sshape[3] = {p->store.shape[0], p->store.shape[1], p->store.shape[2]};
+        char name[TS_NAME_MAX];
+        snprintf(name, sizeof name, "%s", p->value.name);
+        ts_tensor_view(&p->store, name, dtype, p->global_ndim, sshape,
+                       (char *)m->param_data + p->offset * esz, TS_MEM_PARAMS);
+        ts_tensor_view(&p->store_grad, name, TS_F32, p->global_ndim, sshape,
+                       m->grad_data + p->offset, TS_MEM_GRADS);
+        /* The layers' tensors: the stored ones, or (provided whole) empty
+         * until the provider's module hook fills them. */
+        ts_tensor_view(&p->value, name, dtype, p->global_ndim, shape,
+                       p->provided ? NULL : p->store.data, TS_MEM_PARAMS);
+        ts_tensor_view(&p->grad, name, TS_F32, p->global_ndim, shape,
+                       p->provided ? NULL : p->store_grad.data, TS_MEM_GRADS);
+        p->value.device = p->grad.device = p->store.device = p->store_grad.device = m->be->kind;
+    }
+    return TS_OK;
+}
+
+/* The parameters' initial values (seeded by `seed`, drawn as the
+ * declarations say). */
+static ts_status model_init_values(ts_model *m, uint64_t seed) {
+    ts_dtype dtype = m->dtype;
+    size_t esz = ts_dtype_size(dtype);
+    /* Initialise on the host: f32 directly, or through a staging copy rounded
+     * to bf16; on a device, into a host image of the parameters uploaded at
+     * the end. A dry run (`tessera plan`) has no values to draw. */
+    if (m->be->kind == TS_DEVICE_PLAN) return TS_OK;
+    int on_host = m->be->kind == TS_DEVICE_CPU;
+    char *image = on_host ? m->param_data : ts_mem_alloc(TS_MEM_OTHER, m->numel * esz);
+    if (!image) return TS_ERR_NOMEM;
+    ts_status st = TS_OK;
+    for (int i = 0; i < m->nparams && !st; i++) {
+        ts_param *p = &m->params[i];
+        int64_t cnt = ts_tensor_numel(&p->store);
+        void *dst = image + p->offset * esz;
+        if (dtype == TS_F32) {
+            param_init_values(dst, p, seed);
+        } else {
+            float *tmp = ts_mem_alloc(TS_MEM_OTHER, (size_t)cnt * sizeof(float));
+            if (!tmp) {
+                st = TS_ERR_NOMEM;
+                break;
+            }
+            param_init_values(tmp, p, seed);
+            /* Host memory either way: the CPU's conversion. */
+            st = ts_backend_cpu()->f32_to_bf16(dst, tmp, (size_t)cnt);
+            ts_mem_free(tmp);
+        }
+    }
+    if (!on_host && !st) st = m->be->from_host(m->param_data, image, m->numel * esz);
+    if (!on_host) ts_mem_free(image);
+    return st;
+}
+
 ts_status ts_model_create_arch(const ts_arch *arch, const ts_model_config *cfg, ts_dtype dtype,
                                uint64_t seed, const ts_model_shard *shard, const ts_backend *be,
                                ts_model **out) {
@@ -395,123 +527,16 @@ ts_status ts_model_create_arch(const ts_arch *arch, const ts_model_config *cfg, 
     if (!st)
         st = model_stages(m, mods, pstage, owner, shard ? shard->stages : 1,
                           shard ? shard->stage : 0);
-    /* This rank's parameters: those its modules read. The global offsets
-     * count every parameter, local or not. */
-    size_t global = 0, total = 0;
-    int n = 0;
-    for (int p = 0; p < ndecl && !st; p++) {
-        size_t gcnt = 1, cnt = 1;
-        for (int d = 0; d < decl[p].ndim; d++) {
-            gcnt *= (size_t)decl[p].shape[d];
-            cnt *= (size_t)blk[p].store_shape[d];
-        }
-        int here = 0, all = 1;
-        for (int i = 0; i < nmods; i++)
-            for (int k = 0; k < mods[i].nparams; k++)
-                if (mods[i].params[k] == p) {
-                    here |= m->module_chunk[i] >= 0;
-                    all &= m->module_chunk[i] >= 0;
-                }
-        local[p] = -1;
-        if (here) {
-            ts_param *q = &m->params[n];
-            local[p] = n++;
-            q->global_offset = global;
-            q->tied_copy = m->module_chunk[owner[p]] < 0;
-            q->tied_split = users[p] > 1 && !all;
-            if (q->tied_split) m->tied_split = 1;
-            q->global_ndim = decl[p].ndim;
-            for (int d = 0; d < 3; d++) {
-                q->global_shape[d] = d < decl[p].ndim ? decl[p].shape[d] : 1;
-                q->block_offset[d] = blk[p].use_off[d];
-                q->value.shape[d] = blk[p].use_shape[d];
-                q->store_offset[d] = blk[p].store_off[d];
-                q->store.shape[d] = blk[p].store_shape[d];
-            }
-            q->provided = blk[p].provided;
-            memcpy(q->on, on[p], sizeof q->on);
-            q->offset = total;
-            q->decay = decl[p].decay;
-            q->expert = decl[p].expert;
-            q->init = decl[p].init;
-            q->init_std = decl[p].std;
-            q->init_rows = decl[p].rows;
-            snprintf(q->value.name, sizeof q->value.name, "%s", decl[p].name);
-            total += cnt;
-        }
-        global += gcnt;
-    }
+    if (!st) model_local_params(m, decl, ndecl, mods, owner, users, blk, on, local);
     free(blk);
     free(on);
     if (st) goto done;
-    m->nparams = n;
-    m->numel = total;
-    m->global_numel = global;
-    /* A replicated parameter applied to rows that an axis cuts has a
-     * partial gradient over it. */
-    for (int i = 0; i < n; i++)
-        for (int a = 0; a < m->naxes; a++)
-            if (m->params[i].on[a].kind == TS_PLACEMENT_REPLICATE && !m->axes[a].cuts_batch &&
-                m->act[a].kind == TS_PLACEMENT_SHARD)
-                m->params[i].grad_partial |= 1u << a;
-    size_t esz = ts_dtype_size(dtype);
-    m->param_data = m->be->alloc(TS_MEM_PARAMS, total * esz);
-    m->grad_data = m->be->alloc(TS_MEM_GRADS, total * sizeof(float));
-    if (!m->param_data || !m->grad_data) {
-        st = TS_ERR_NOMEM;
-        goto done;
-    }
-    for (int i = 0; i < n; i++) {
-        ts_param *p = &m->params[i];
-        int64_t shape[3] = {p->value.shape[0], p->value.shape[1], p->value.shape[2]};
-        int64_t sshape[3] = {p->store.shape[0], p->store.shape[1], p->store.shape[2]};
-        char name[TS_NAME_MAX];
-        snprintf(name, sizeof name, "%s", p->value.name);
-        ts_tensor_view(&p->store, name, dtype, p->global_ndim, sshape,
-                       (char *)m->param_data + p->offset * esz, TS_MEM_PARAMS);
-        ts_tensor_view(&p->store_grad, name, TS_F32, p->global_ndim, sshape,
-                       m->grad_data + p->offset, TS_MEM_GRADS);
-        /* The layers' tensors: the stored ones, or (provided whole) empty
-         * until the provider's module hook fills them. */
-        ts_tensor_view(&p->value, name, dtype, p->global_ndim, shape,
-                       p->provided ? NULL : p->store.data, TS_MEM_PARAMS);
-        ts_tensor_view(&p->grad, name, TS_F32, p->global_ndim, shape,
-                       p->provided ? NULL : p->store_grad.data, TS_MEM_GRADS);
-        p->value.device = p->grad.device = p->store.device = p->store_grad.device = m->be->kind;
-    }
+    st = model_param_tensors(m);
+    if (st) goto done;
     st = model_build_modules(m, mods, local);
     if (!st && arch->check) st = arch->check(m);
     if (st) goto done;
-    /* Initialise on the host: f32 directly, or through a staging copy rounded
-     * to bf16; on a device, into a host image of the parameters uploaded at
-     * the end. A dry run (`tessera plan`) has no values to draw. */
-    if (m->be->kind == TS_DEVICE_PLAN) goto done;
-    int on_host = m->be->kind == TS_DEVICE_CPU;
-    char *image = on_host ? m->param_data : ts_mem_alloc(TS_MEM_OTHER, total * esz);
-    if (!image) {
-        st = TS_ERR_NOMEM;
-        goto done;
-    }
-    for (int i = 0; i < n && !st; i++) {
-        ts_param *p = &m->params[i];
-        int64_t cnt = ts_tensor_numel(&p->store);
-        void *dst = image + p->offset * esz;
-        if (dtype == TS_F32) {
-            param_init_values(dst, p, seed);
-        } else {
-            float *tmp = ts_mem_alloc(TS_MEM_OTHER, (size_t)cnt * sizeof(float));
-            if (!tmp) {
-                st = TS_ERR_NOMEM;
-                break;
-            }
-            param_init_values(tmp, p, seed);
-            /* Host memory either way: the CPU's conversion. */
-            st = ts_backend_cpu()->f32_to_bf16(dst, tmp, (size_t)cnt);
-            ts_mem_free(tmp);
-        }
-    }
-    if (!on_host && !st) st = m->be->from_host(m->param_data, image, total * esz);
-    if (!on_host) ts_mem_free(image);
+    st = model_init_values(m, seed);
 done:
     free(decl);
     free(mods);

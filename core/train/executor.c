@@ -237,6 +237,81 @@ static ts_status trainer_wait_wire(ts_trainer *t, ts_comm_request **req, void **
     return st;
 }
 
+/* FORWARD(mb, chunk): the micro-batch's context on its first forward here
+ * (and the BEFORE_FORWARD hooks), the chunk's forward from its input (the
+ * received activations in `slot`; the tokens on the first chunk), the input
+ * released where the chunk keeps its own copy; *loss_sum grows by the loss
+ * the chunk computed. */
+static ts_status trainer_action_forward(ts_trainer *t, int mb, int chunk, size_t slot,
+                                        const int64_t shape[3], int64_t valid, double *loss_sum) {
+    ts_model *m = t->model;
+    ts_step_ctx *c = &t->ctx[mb];
+    ts_status st = TS_OK;
+    if (c->B == 0) { /* the micro-batch's first forward on this rank */
+        size_t off = (size_t)mb * t->B * t->T_local;
+        *c = (ts_step_ctx){.mb = mb,
+                           .B = t->B,
+                           .T = t->T_local,
+                           .pos0 = t->seq0,
+                           .positions = t->positions,
+                           .micro_batches = t->micro_batches,
+                           .batch_comm = t->rows_comm,
+                           .tokens = t->tokens_dev + off,
+                           .targets = t->targets_dev + off,
+                           .targets_host = t->targets + off,
+                           .dloss = valid > 0 ? 1.0f / (float)valid : 0.0f,
+                           .module_done = trainer_module_done,
+                           .module_hook = trainer_module_hook,
+                           .module_done_user = t};
+        st = trainer_hook(t, TS_HOOK_BEFORE_FORWARD, mb, NULL);
+    }
+    ts_tensor x;
+    ts_tensor_view(&x, "act.in", TS_F32, 3, shape, t->act_in[slot], TS_MEM_ACTS);
+    x.device = t->be->kind;
+    double before = c->loss_sum;
+    if (!st)
+        st = ts_model_forward_chunk(m, c, chunk, ts_model_chunk_first(m, chunk) ? NULL : &x,
+                                    &t->chunk_out[slot]);
+    if (!st && !ts_model_chunk_first(m, chunk)) { /* bf16: the chunk keeps it packed */
+        int kept;
+        st = ts_model_keep_input(m, c, chunk, &kept);
+        if (!st && kept) {
+            t->be->free(t->act_in[slot]);
+            t->act_in[slot] = NULL;
+        }
+    }
+    *loss_sum += c->loss_sum - before;
+    return st;
+}
+
+/* BACKWARD or BACKWARD_INPUT of (mb, chunk) in `slot`: from the received
+ * gradient (none on the last chunk) into the gradient sent upstream (none
+ * on the first), the hooks on when it is the chunk's last backward of the
+ * step; its inputs freed, and AFTER_BACKWARD run after a whole one. */
+static ts_status trainer_action_backward(ts_trainer *t, const ts_action *a, int index, size_t slot,
+                                         const int64_t shape[3], const int *last_backward) {
+    ts_model *m = t->model;
+    int chunk = a->chunk, mb = a->mb;
+    ts_step_ctx *c = &t->ctx[mb];
+    ts_status st;
+    ts_tensor dy, dx;
+    ts_tensor_view(&dy, "grad.in", TS_F32, 3, shape, t->grad_in[slot], TS_MEM_ACTS);
+    dy.device = t->be->kind;
+    int first = ts_model_chunk_first(m, chunk);
+    ts_tensor_view(&dx, "grad.out", TS_F32, 3, shape, t->grad_out[slot], TS_MEM_ACTS);
+    dx.device = t->be->kind;
+    t->hooks_on = index == last_backward[chunk];
+    int whole = a->kind == TS_ACT_BACKWARD;
+    st = (whole ? ts_model_backward_chunk : ts_model_backward_input_chunk)(
+        m, c, chunk, ts_model_chunk_last(m, chunk) ? NULL : &dy, first ? NULL : &dx);
+    t->hooks_on = 0;
+    t->be->free(t->grad_in[slot]);
+    t->be->free(t->act_in[slot]);
+    t->grad_in[slot] = t->act_in[slot] = NULL;
+    if (!st && whole) st = trainer_hook(t, TS_HOOK_AFTER_BACKWARD, mb, NULL);
+    return st;
+}
+
 /* Runs one action of the schedule. */
 static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, int64_t valid,
                                 const int *last_backward, double *loss_sum) {
@@ -270,45 +345,11 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
         span = "recv";
         cat = TS_TRACE_CAT_P2P;
         break;
-    case TS_ACT_FORWARD: {
-        if (c->B == 0) { /* the micro-batch's first forward on this rank */
-            size_t off = (size_t)mb * t->B * t->T_local;
-            *c = (ts_step_ctx){.mb = mb,
-                               .B = t->B,
-                               .T = t->T_local,
-                               .pos0 = t->seq0,
-                               .positions = t->positions,
-                               .micro_batches = t->micro_batches,
-                               .batch_comm = t->rows_comm,
-                               .tokens = t->tokens_dev + off,
-                               .targets = t->targets_dev + off,
-                               .targets_host = t->targets + off,
-                               .dloss = valid > 0 ? 1.0f / (float)valid : 0.0f,
-                               .module_done = trainer_module_done,
-                               .module_hook = trainer_module_hook,
-                               .module_done_user = t};
-            st = trainer_hook(t, TS_HOOK_BEFORE_FORWARD, mb, NULL);
-        }
-        ts_tensor x;
-        ts_tensor_view(&x, "act.in", TS_F32, 3, shape, t->act_in[slot], TS_MEM_ACTS);
-        x.device = t->be->kind;
-        double before = c->loss_sum;
-        if (!st)
-            st = ts_model_forward_chunk(m, c, chunk, ts_model_chunk_first(m, chunk) ? NULL : &x,
-                                        &t->chunk_out[slot]);
-        if (!st && !ts_model_chunk_first(m, chunk)) { /* bf16: the chunk keeps it packed */
-            int kept;
-            st = ts_model_keep_input(m, c, chunk, &kept);
-            if (!st && kept) {
-                t->be->free(t->act_in[slot]);
-                t->act_in[slot] = NULL;
-            }
-        }
-        *loss_sum += c->loss_sum - before;
+    case TS_ACT_FORWARD:
+        st = trainer_action_forward(t, mb, chunk, slot, shape, valid, loss_sum);
         t->compute_s += now_seconds() - t0;
         span = "forward";
         break;
-    }
     case TS_ACT_SEND_ACT:
         if (self) { /* a copy the next chunk's RECV takes, as a receive would make it */
             t->mail_act[other] = trainer_acts(t, n * sizeof(float), "pipeline inputs (f32)");
@@ -340,28 +381,14 @@ static ts_status trainer_action(ts_trainer *t, const ts_action *a, int index, in
     case TS_ACT_BACKWARD_INPUT: {
         /* The chunk's output is freed by its backward: its send must be done. */
         TS_TRY(trainer_wait_wire(t, &t->act_req[slot], &t->act_wire[slot]));
-        ts_tensor dy, dx;
-        ts_tensor_view(&dy, "grad.in", TS_F32, 3, shape, t->grad_in[slot], TS_MEM_ACTS);
-        dy.device = t->be->kind;
-        int first = ts_model_chunk_first(m, chunk);
-        if (!first) {
+        if (!ts_model_chunk_first(m, chunk)) {
             TS_TRY(trainer_reap_grads(t));
             t->grad_out[slot] = trainer_acts(t, n * sizeof(float), "pipeline gradients (f32)");
             if (!t->grad_out[slot]) return TS_ERR_NOMEM;
         }
-        ts_tensor_view(&dx, "grad.out", TS_F32, 3, shape, t->grad_out[slot], TS_MEM_ACTS);
-        dx.device = t->be->kind;
-        t->hooks_on = index == last_backward[chunk];
-        int whole = a->kind == TS_ACT_BACKWARD;
-        st = (whole ? ts_model_backward_chunk : ts_model_backward_input_chunk)(
-            m, c, chunk, ts_model_chunk_last(m, chunk) ? NULL : &dy, first ? NULL : &dx);
-        t->hooks_on = 0;
-        t->be->free(t->grad_in[slot]);
-        t->be->free(t->act_in[slot]);
-        t->grad_in[slot] = t->act_in[slot] = NULL;
-        if (!st && whole) st = trainer_hook(t, TS_HOOK_AFTER_BACKWARD, mb, NULL);
+        st = trainer_action_backward(t, a, index, slot, shape, last_backward);
         t->compute_s += now_seconds() - t0;
-        span = whole ? "backward" : "backward_input";
+        span = a->kind == TS_ACT_BACKWARD ? "backward" : "backward_input";
         break;
     }
     case TS_ACT_BACKWARD_WEIGHT:

@@ -4,6 +4,10 @@
  * schedule to the executor (executor.c). The training state's files are
  * state_io.c's, progress lines and metrics report.c's (trainer_impl.h).
  *
+ * What the plan decided is read from the binding (binder.h); the shape
+ * from the configuration is shape.c's, the set-up of the run (device,
+ * data, schedule, buffers, resume) and the teardown trainer_setup.c's.
+ *
  * A step reads the global batch as consecutive data windows starting at the
  * data cursor, splits it into micro-batches, and runs the schedule; the loss
  * is normalised by the number of valid target tokens of the whole global
@@ -21,19 +25,14 @@
  */
 #include "trainer_impl.h"
 
-#include <dirent.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "arch.h"
 #include "backend_plan.h"
 #include "binder.h"
-#include "cpu_kernels.h"
 #include "tessera/device.h"
 
 ts_status trainer_key_error(const ts_config *cfg, const char *section, const char *key,
@@ -45,253 +44,6 @@ ts_status trainer_key_error(const ts_config *cfg, const char *section, const cha
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     return ts_error(TS_ERR_CONFIG, "%s: %s", where, msg);
-}
-
-/* The shape `file` (an llm.c checkpoint, raw weights or a safetensors file,
- * what it says of the shape in *h) gives the model *mc: each key the INI
- * sets must agree with it (an error naming the key), the others are taken
- * from it. The blocks first: where the INI's experts or moe_every make a
- * block an MLP of experts that the file has dense, or the reverse, the
- * error names the first such block. */
-static ts_status trainer_shape_from_file(const ts_config *cfg, ts_model_config *mc,
-                                         const ts_model_config *h, const char *what,
-                                         const char *file) {
-    ts_model_config ini = *h;
-    if (ts_config_has(cfg, "model", "experts")) ini.experts = mc->experts;
-    if (ts_config_has(cfg, "model", "moe_every")) ini.moe_every = mc->moe_every;
-    int layers = ts_config_has(cfg, "model", "layers") ? mc->layers : h->layers;
-    char said[64] = "no experts";
-    if (h->experts > 0)
-        snprintf(said, sizeof said, "experts = %d, moe_every = %d", h->experts, h->moe_every);
-    for (int l = 0; l < layers && l < h->layers; l++)
-        if (ts_model_config_moe_block(&ini, l) != ts_model_config_moe_block(h, l))
-            return trainer_key_error(
-                cfg, "model", (ini.experts > 0) != (h->experts > 0) ? "experts" : "moe_every",
-                "block h.%d is %s here (experts = %d, moe_every = %d) and %s in %s %s (%s)", l,
-                ts_model_config_moe_block(&ini, l) ? "a mixture of experts" : "a dense MLP",
-                ini.experts, ini.moe_every,
-                ts_model_config_moe_block(h, l) ? "a mixture of experts" : "a dense MLP", what,
-                file, said);
-    /* experts_only: a key a dense file says nothing of. */
-    struct {
-        const char *key;
-        int *ini;
-        int file, experts_only;
-    } keys[] = {{"layers", &mc->layers, h->layers, 0},
-                {"d_model", &mc->d_model, h->d_model, 0},
-                {"heads", &mc->heads, h->heads, 0},
-                {"vocab", &mc->vocab, h->vocab, 0},
-                {"padded_vocab", &mc->padded_vocab, h->padded_vocab, 0},
-                {"context", &mc->context, h->context, 0},
-                {"experts", &mc->experts, h->experts, 0},
-                {"moe_every", &mc->moe_every, h->moe_every, 1},
-                {"expert_hidden", &mc->expert_hidden, h->expert_hidden, 1},
-                {"top_k", &mc->top_k, h->top_k, 1}};
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        if (h->experts == 0 && keys[i].experts_only) continue;
-        if (ts_config_has(cfg, "model", keys[i].key) && *keys[i].ini != keys[i].file)
-            return trainer_key_error(cfg, "model", keys[i].key, "%d conflicts with %d in %s %s",
-                                     *keys[i].ini, keys[i].file, what, file);
-        *keys[i].ini = keys[i].file;
-    }
-    return TS_OK;
-}
-
-/* The model shape from [model], or from the file of weights it starts from
- * (then any shape key given in the INI must agree with the file, and a
- * shape the file alone sets that does not fit is blamed on the file). */
-static ts_status trainer_model_config(const ts_config *cfg, ts_model_config *mc) {
-    mc->layers = (int)ts_config_int(cfg, "model", "layers");
-    mc->d_model = (int)ts_config_int(cfg, "model", "d_model");
-    mc->heads = (int)ts_config_int(cfg, "model", "heads");
-    mc->vocab = (int)ts_config_int(cfg, "model", "vocab");
-    mc->padded_vocab = (int)ts_config_int(cfg, "model", "padded_vocab");
-    mc->context = (int)ts_config_int(cfg, "model", "context");
-    mc->experts = (int)ts_config_int(cfg, "model", "experts");
-    mc->moe_every = (int)ts_config_int(cfg, "model", "moe_every");
-    mc->expert_hidden = (int)ts_config_int(cfg, "model", "expert_hidden");
-    mc->top_k = (int)ts_config_int(cfg, "model", "top_k");
-    mc->aux_loss_coeff = (float)ts_config_float(cfg, "model", "aux_loss_coeff");
-    mc->z_loss_coeff = (float)ts_config_float(cfg, "model", "z_loss_coeff");
-    mc->capacity_factor = (float)ts_config_float(cfg, "model", "capacity_factor");
-    mc->drop_by_position = strcmp(ts_config_str(cfg, "model", "drop_policy"), "position") == 0;
-    const char *init = ts_config_str(cfg, "model", "init");
-    int safetensors = strncmp(init, "safetensors:", 12) == 0;
-    if (strncmp(init, "llmc:", 5) == 0 || safetensors) {
-        const char *file = strchr(init, ':') + 1;
-        ts_model_config h = *mc;
-        /* heads and top_k, which a safetensors file may not say (its
-         * metadata, config.json beside it): 0 unless the INI sets them, and
-         * then none is taken by default. */
-        if (safetensors && !ts_config_has(cfg, "model", "heads")) h.heads = 0;
-        if (safetensors && !ts_config_has(cfg, "model", "top_k")) h.top_k = 0;
-        if ((safetensors ? ts_safetensors_read_config(file, &h) : ts_llmc_read_config(file, &h)) !=
-            TS_OK)
-            return trainer_key_error_last(cfg, "model", "init", TS_ERR_FORMAT);
-        if (h.heads == 0)
-            return trainer_key_error(cfg, "model", "heads",
-                                     "the safetensors file %s does not say it (no __metadata__ "
-                                     "heads, no n_head in a config.json beside it): set it",
-                                     file);
-        if (h.experts > 0 && h.top_k == 0)
-            return trainer_key_error(cfg, "model", "top_k",
-                                     "the safetensors file %s of %d experts does not say it (no "
-                                     "__metadata__ top_k): set it",
-                                     file, h.experts);
-        if (h.experts == 0) h.top_k = mc->top_k;
-        if (safetensors)
-            h.padded_vocab = mc->padded_vocab ? mc->padded_vocab : (h.vocab + 127) / 128 * 128;
-        /* (Raw weights are written for a mixture of experts alone.) */
-        const char *what = safetensors     ? "the safetensors file"
-                           : h.experts > 0 ? "the raw weights"
-                                           : "the llm.c checkpoint";
-        TS_TRY(trainer_shape_from_file(cfg, mc, &h, what, file));
-    } else if (strcmp(init, "random") != 0) {
-        return trainer_key_error(cfg, "model", "init",
-                                 "'%s' is none of 'random', 'llmc:PATH', 'safetensors:PATH'", init);
-    }
-    if (mc->experts > 0 && mc->expert_hidden == 0) mc->expert_hidden = 4 * mc->d_model;
-    if (mc->experts > 0 && mc->top_k > mc->experts)
-        return trainer_key_error(cfg, "model", "top_k",
-                                 "top_k = %d is more than experts = %d: a token cannot choose more "
-                                 "experts than there are",
-                                 mc->top_k, mc->experts);
-    if (mc->padded_vocab == 0) mc->padded_vocab = (mc->vocab + 127) / 128 * 128;
-    if (mc->d_model % mc->heads != 0)
-        return trainer_key_error(cfg, "model", "heads", "heads = %d does not divide d_model = %d",
-                                 mc->heads, mc->d_model);
-    if (mc->padded_vocab < mc->vocab)
-        return trainer_key_error(cfg, "model", "padded_vocab",
-                                 "padded_vocab = %d is below vocab = %d", mc->padded_vocab,
-                                 mc->vocab);
-    return ts_model_config_check(mc);
-}
-
-/* a * b into *out; 0 when it does not fit an int64 (or either is negative). */
-static int mul_fits(int64_t a, int64_t b, int64_t *out) {
-    return a >= 0 && b >= 0 && !__builtin_mul_overflow(a, b, out);
-}
-
-/* Every size derived from the shape keys is checked before anything grows
- * with it: dimensions the kernels take as int (rows B*T, B*heads, 4*C,
- * padded vocabulary), the element counts of the parameters and of the
- * largest activations, and the data cursor after the last step; none may
- * wrap. (Whether the memory exists is the allocator's check.) */
-static ts_status trainer_check_sizes(const ts_config *cfg, const ts_train_shape *s) {
-    const ts_model_config *c = &s->model;
-    int64_t C = c->d_model, L = c->layers, V = c->padded_vocab, P = c->context;
-    int64_t B = s->B, T = s->T, NH = c->heads, v, w, params = 0;
-    if (!mul_fits(B, T, &v) || v > INT32_MAX)
-        return trainer_key_error(cfg, "train", "micro_batch",
-                                 "micro_batch x seq_len = %lld x %lld rows exceeds %d",
-                                 (long long)B, (long long)T, INT32_MAX);
-    if (!mul_fits(B, NH, &v) || v > INT32_MAX)
-        return trainer_key_error(cfg, "model", "heads",
-                                 "micro_batch x heads = %lld x %lld exceeds %d", (long long)B,
-                                 (long long)NH, INT32_MAX);
-    if (4 * C > INT32_MAX)
-        return trainer_key_error(cfg, "model", "d_model", "d_model = %lld: 4 x d_model exceeds %d",
-                                 (long long)C, INT32_MAX);
-    /* Parameters: wte, wpe, L blocks of 12C^2 + 13C, the final LayerNorm;
-     * 16 bytes each with gradients and both moments. */
-    int ok = mul_fits(V, C, &v) && !__builtin_add_overflow(params, v, &params) &&
-             mul_fits(P, C, &v) && !__builtin_add_overflow(params, v, &params) &&
-             mul_fits(C, C, &v) && mul_fits(v, 12, &v) && !__builtin_add_overflow(v, 13 * C, &v) &&
-             mul_fits(v, L, &v) && !__builtin_add_overflow(params, v, &params) &&
-             mul_fits(params, 16, &v);
-    if (!ok)
-        return trainer_key_error(
-            cfg, "model", "d_model",
-            "d_model = %lld with layers = %lld, context = %lld and padded vocabulary "
-            "%lld: the parameter count does not fit 64 bits",
-            (long long)C, (long long)L, (long long)P, (long long)V);
-    /* The logits (B, T, Vp) and the attention scores (B, heads, T, T). */
-    if (!mul_fits(B * T, V, &v) || !mul_fits(v, 4, &v) || !mul_fits(B * NH, T, &v) ||
-        !mul_fits(v, T, &v) || !mul_fits(v, 4, &v))
-        return trainer_key_error(
-            cfg, "train", "seq_len",
-            "seq_len = %lld with micro_batch = %lld: the activations' sizes do not "
-            "fit 64 bits",
-            (long long)T, (long long)B);
-    /* The step's batch on one rank (tokens and targets, 4 bytes each) must
-     * fit in memory, and its schedule stay a list a person could read. */
-    int64_t rows = (int64_t)s->micro_batches * B, bytes;
-    if (s->micro_batches > TS_TRAIN_MAX_MICRO_BATCHES || !mul_fits(rows, T, &v) ||
-        !mul_fits(v, 8, &bytes) || (ts_physical_memory() && (uint64_t)bytes > ts_physical_memory()))
-        return trainer_key_error(
-            cfg, "train", "global_batch",
-            "global_batch = %d makes %d micro-batches of %lld x %lld tokens per rank "
-            "and step (at most %d micro-batches, and the batch must fit in memory)",
-            s->global_batch, s->micro_batches, (long long)B, (long long)T,
-            TS_TRAIN_MAX_MICRO_BATCHES);
-    int64_t steps = ts_config_int(cfg, "train", "steps");
-    if (!mul_fits(steps, s->global_batch, &w))
-        return trainer_key_error(
-            cfg, "train", "steps",
-            "steps = %lld x global_batch = %d sequences overflow the data cursor", (long long)steps,
-            s->global_batch);
-    return TS_OK;
-}
-
-ts_status ts_train_shape_resolve(const ts_config *cfg, int dp, ts_train_shape *out) {
-    memset(out, 0, sizeof *out);
-    const char *arch = ts_config_str(cfg, "model", "arch");
-    out->arch = ts_arch_find(arch);
-    if (!out->arch) {
-        char names[256];
-        return trainer_key_error(cfg, "model", "arch", "'%s' is not a registered architecture (%s)",
-                                 arch, ts_arch_names(names, sizeof names));
-    }
-    TS_TRY(trainer_model_config(cfg, &out->model));
-    out->T = (int)ts_config_int(cfg, "train", "seq_len");
-    if (out->T == 0) out->T = out->model.context;
-    if (out->T > out->model.context)
-        return trainer_key_error(cfg, "train", "seq_len",
-                                 "seq_len = %d exceeds the model's context = %d", out->T,
-                                 out->model.context);
-    out->B = (int)ts_config_int(cfg, "train", "micro_batch");
-    int64_t gb = ts_config_int(cfg, "train", "global_batch"), per_step;
-    if (!mul_fits(out->B, dp, &per_step) || per_step > INT32_MAX)
-        return trainer_key_error(cfg, "train", "micro_batch",
-                                 "micro_batch x dp = %d x %d sequences per step exceeds %d", out->B,
-                                 dp, INT32_MAX);
-    if (gb == 0) gb = per_step;
-    if (gb % per_step != 0)
-        return trainer_key_error(
-            cfg, "train", "global_batch",
-            "global_batch = %lld is not a multiple of micro_batch x dp = %d x %d", (long long)gb,
-            out->B, dp);
-    out->global_batch = (int)gb;
-    /* Megatron-LM's rule: m = global_batch / (micro_batch * dp). */
-    out->micro_batches = out->global_batch / (out->B * dp);
-    return trainer_check_sizes(cfg, out);
-}
-
-/* [train] threads = 0: OMP_NUM_THREADS when it is set (a whole number from
- * 1 to 4096, threads of each rank; anything else is refused naming it),
- * else the cores divided among the node's ranks (at least 1). */
-static ts_status trainer_default_threads(int *out) {
-    const char *omp = getenv("OMP_NUM_THREADS");
-    if (omp) {
-        char *end = NULL;
-        long n = omp[0] >= '0' && omp[0] <= '9' ? strtol(omp, &end, 10) : 0;
-        if (!end || *end || n < 1 || n > 4096)
-            return ts_error(TS_ERR_CONFIG,
-                            "OMP_NUM_THREADS = '%s' (environment): a whole number of threads "
-                            "from 1 to 4096 is required, or unset it ([train] threads = N "
-                            "overrides it)",
-                            omp);
-        *out = (int)n;
-        return TS_OK;
-    }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    long ranks = local ? atol(local) : 1;
-    if (cores < 1) cores = 1;
-    if (ranks < 1) ranks = 1;
-    long n = cores / ranks;
-    *out = n < 1 ? 1 : (int)n;
-    return TS_OK;
 }
 
 /* Reads from the plan how the batch is cut: the axes on which data.tokens
@@ -785,145 +537,6 @@ ts_status trainer_key_error_last(const ts_config *cfg, const char *section, cons
     return code ? code : st;
 }
 
-/* Creates [train] checkpoint_dir (with parents), checks that files can be
- * made in it, locks it for this run, and removes the temporary files a
- * killed writer left there (no writer can be active: we hold the lock). */
-static ts_status trainer_claim_dir(ts_trainer *t) {
-    ts_status st = ts_file_make_dir(t->ckpt_dir, "directory");
-    if (!st) st = ts_dir_lock_acquire(&t->ckpt_lock, t->ckpt_dir, "directory");
-    if (st) return trainer_key_error_last(t->cfg, "train", "checkpoint_dir", st);
-    DIR *d = opendir(t->ckpt_dir);
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, "ckpt-", 5) != 0 || !strstr(e->d_name, ".tmp.")) continue;
-        char path[8192];
-        snprintf(path, sizeof path, "%s/%s", t->ckpt_dir, e->d_name);
-        struct stat sb;
-        int dir = lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-        if (dir ? ts_ckpt_remove_dir(path) == TS_OK : unlink(path) == 0)
-            printf("checkpoint_dir: removed %s, left by an interrupted save\n", path);
-    }
-    if (d) closedir(d);
-    return TS_OK;
-}
-
-/* An output file named by [train] KEY must be creatable at start-up, not
- * found unwritable at the end of the run. */
-static ts_status trainer_check_output(ts_trainer *t, const char *key, const char *what) {
-    const char *path = ts_config_str(t->cfg, "train", key);
-    if (!path[0]) return TS_OK;
-    ts_status st = ts_file_probe_output(path, what);
-    return st ? trainer_key_error_last(t->cfg, "train", key, st) : TS_OK;
-}
-
-/* Opens [train] metrics. A resumed run keeps the lines of the steps up to
- * the checkpoint and drops those after it (written before a kill, and about
- * to be written again), so the file holds every step once. */
-static ts_status trainer_open_metrics(ts_trainer *t, int resumed) {
-    const char *path = ts_config_str(t->cfg, "train", "metrics");
-    if (!path[0]) return TS_OK;
-    ts_status st = TS_OK;
-    struct stat sb;
-    if (resumed && stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
-        st = ts_file_truncate_steps_after(path, t->state.step);
-    if (!st) st = ts_file_stream_open(&t->metrics, path, "metrics", resumed ? "a" : "w");
-    return st ? trainer_key_error_last(t->cfg, "train", "metrics", st) : TS_OK;
-}
-
-/* A failure to build the model, with where the [model] keys its message
- * names were set. */
-static ts_status trainer_model_error(const ts_config *cfg, ts_status st) {
-    char msg[1024], where[1024] = "", w[256];
-    snprintf(msg, sizeof msg, "%s", ts_last_error_bare());
-    static const char *keys[] = {"layers", "d_model", "heads", "vocab", "padded_vocab", "context"};
-    size_t j = 0;
-    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
-        char name[32];
-        snprintf(name, sizeof name, "[model] %s ", keys[k]);
-        if (strstr(msg, name) && ts_config_has(cfg, "model", keys[k]))
-            j += (size_t)snprintf(where + j, sizeof where - j, "%s%s", j ? "; " : "",
-                                  ts_config_where(cfg, "model", keys[k], w, (int)sizeof w));
-    }
-    return ts_error(st, "%s%s%s%s", msg, j ? " (" : "", where, j ? ")" : "");
-}
-
-/* Every rank's list of the registered scheduler, simulated together before
- * any step (core/base/schedule.h): a schedule that misses an action,
- * mismatches a transfer or deadlocks stops start-up naming the rank and the
- * action, on every rank alike. */
-static ts_status trainer_check_schedule(ts_trainer *t, ts_plugins *reg) {
-    int p = t->stages;
-    ts_schedule *all = calloc((size_t)p, sizeof *all);
-    if (!all) return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
-    const char *name = ts_plugins_scheduler_name(reg, 0);
-    ts_status st = TS_OK;
-    for (int s = 0; s < p && !st; s++) {
-        ts_plugin_schedule_args args = {.struct_size = sizeof args,
-                                        .stages = p,
-                                        .stage = s,
-                                        .micro_batches = t->micro_batches,
-                                        .chunks = t->chunks};
-        st = ts_plugins_schedule(reg, name, &args, &all[s]);
-    }
-    ts_schedule_shape shape = {p, t->micro_batches, t->chunks, 1, 1, 1, t->model->stage_order};
-    ts_schedule_sim sim;
-    if (!st) {
-        st = ts_schedule_simulate_shape(&shape, all, &sim);
-        if (st)
-            st = ts_error(st, "pipeline schedule '%s' (%d stages, %d micro-batches): %s", name, p,
-                          t->micro_batches, ts_last_error_bare());
-        else
-            ts_schedule_sim_free(&sim);
-    }
-    for (int s = 0; s < p; s++)
-        ts_schedule_free(&all[s]);
-    free(all);
-    return st;
-}
-
-/* Activation recomputation from [train] recompute, recompute_layers and
- * recompute_method (model.h: ts_model_set_recompute). */
-static ts_status trainer_recompute(ts_trainer *t) {
-    const ts_config *cfg = t->cfg;
-    static const char *modes[] = {"none", "selective", "full"};
-    const char *name = ts_config_str(cfg, "train", "recompute");
-    ts_recompute mode = TS_RECOMPUTE_NONE;
-    for (int k = 0; k < 3; k++)
-        if (strcmp(name, modes[k]) == 0) mode = (ts_recompute)k;
-    int layers = (int)ts_config_int(cfg, "train", "recompute_layers");
-    const char *method = ts_config_str(cfg, "train", "recompute_method");
-    int block = strcmp(method, "block") == 0;
-    if (mode != TS_RECOMPUTE_NONE) {
-        int most = ts_model_recompute_modules(t->model, mode);
-        if (most == 0 && t->stages <= 1)
-            return trainer_key_error(cfg, "train", "recompute",
-                                     "recompute = %s: no module of architecture %s can recompute "
-                                     "so",
-                                     name, t->model->arch->name);
-        if (layers > most && t->stages > 1)
-            return trainer_key_error(cfg, "train", "recompute_layers",
-                                     "%d blocks (recompute_method = %s), but a model chunk of "
-                                     "pipeline stage %d has %d",
-                                     layers, method, t->stage, most);
-        if (layers > most)
-            return trainer_key_error(cfg, "train", "recompute_layers",
-                                     "%d blocks (recompute_method = %s), but the model has %d",
-                                     layers, method, most);
-    }
-    ts_status st = ts_model_set_recompute(t->model, mode, layers, block);
-    return st ? trainer_key_error_last(cfg, "train", "recompute", st) : TS_OK;
-}
-
-/* The backend of a dry run on [train] device: the device's sizing rules
- * (attention state, GEMM scratch), nothing computed; for device = cuda
- * without loading the CUDA backend (cuda_sizes.h). */
-static ts_status trainer_plan_backend(const ts_config *cfg, const ts_backend **out) {
-    const ts_backend *target = strcmp(ts_config_str(cfg, "train", "device"), "cuda") == 0
-                                   ? ts_backend_cuda_sizes()
-                                   : ts_backend_cpu();
-    return ts_backend_plan(target, out);
-}
-
 static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *reg, int plan,
                                 ts_trainer **out);
 
@@ -935,6 +548,87 @@ ts_status ts_trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *
 ts_status ts_trainer_create_plan(const ts_config *cfg, ts_parallel *par, ts_plugins *reg,
                                  ts_trainer **out) {
     return trainer_create(cfg, par, reg, 1, out);
+}
+
+/* The model as the plan cuts it: the layout plan and the plugins'
+ * transforms, the binding (binder.h), the batch's split and the axes the
+ * layers see; then the model, its pipeline, expert routing and
+ * recomputation, and the per-stage statistics. */
+static ts_status trainer_build_model(ts_trainer *t, int dp, ts_dtype dtype, uint64_t seed,
+                                     int partial_bf16) {
+    ts_parallel *par = t->par;
+    ts_plugins *reg = t->reg;
+    /* The layout plan, after the plugins' transforms, says how the model is
+     * cut: the batch over dp, the tensors over tp (and, with act.x cut along
+     * T, sequence parallelism). */
+    ts_model_shard shard;
+    if (par) {
+        TS_TRY(ts_model_layout_plan_arch(t->arch, &t->mcfg, t->global_batch, t->T, par->mesh,
+                                         &t->plan));
+        if (reg) TS_TRY(ts_plugins_apply_transforms(reg, &t->plan));
+        TS_TRY(ts_bind(&t->plan, par->mesh, reg, par->rank, &t->binding));
+        TS_TRY(trainer_batch_split(t));
+        if (t->parts != dp)
+            return ts_error(TS_ERR_CONFIG,
+                            "data.tokens is cut in %d blocks of sequences, but the data-parallel "
+                            "axis has %d ranks (each of them must read its own block)",
+                            t->parts, dp);
+        TS_TRY(trainer_model_axes(t, &shard));
+    }
+    ts_status st =
+        ts_model_create_arch(t->arch, &t->mcfg, dtype, seed, par ? &shard : NULL, t->be, &t->model);
+    if (st) return trainer_model_error(t->cfg, st);
+    t->model->partial_bf16 = partial_bf16;
+    trainer_pipeline(t);
+    if (par) TS_TRY(trainer_moe_routing(t));
+    TS_TRY(trainer_recompute(t));
+    t->stage_bubble = calloc((size_t)t->stages, sizeof *t->stage_bubble);
+    t->stage_peak_kib = calloc((size_t)t->stages, sizeof *t->stage_peak_kib);
+    if (!t->stage_bubble || !t->stage_peak_kib)
+        return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
+    return TS_OK;
+}
+
+/* The optimizer over the model (AdamW from [train]; its state cut where a
+ * plugin provides it), the plugins' views of the model, and the weights the
+ * model starts from ([model] init). */
+static ts_status trainer_build_optimizer(ts_trainer *t, uint64_t seed) {
+    const ts_config *cfg = t->cfg;
+    ts_plugins *reg = t->reg;
+    int plan = t->plan_only;
+    ts_optim_config oc = {
+        .lr = (float)ts_config_float(cfg, "train", "lr"),
+        .min_lr = (float)ts_config_float(cfg, "train", "min_lr"),
+        .warmup = ts_config_int(cfg, "train", "warmup"),
+        .decay_steps = ts_config_int(cfg, "train", "decay_steps"),
+        .beta1 = (float)ts_config_float(cfg, "train", "beta1"),
+        .beta2 = (float)ts_config_float(cfg, "train", "beta2"),
+        .eps = (float)ts_config_float(cfg, "train", "eps"),
+        .weight_decay = (float)ts_config_float(cfg, "train", "weight_decay"),
+        .grad_clip = (float)ts_config_float(cfg, "train", "grad_clip"),
+    };
+    if (oc.decay_steps == 0) oc.decay_steps = t->steps;
+    /* The plugins see the model (its views, the device) from here on: an
+     * optimizer-state provider's partition may read them. */
+    t->state.seed = seed;
+    if (reg) ts_plugins_set_device(reg, t->be);
+    TS_TRY(trainer_views(t));
+    ts_optim_shard oshard;
+    TS_TRY(trainer_optim_shard(t, &oshard));
+    TS_TRY(ts_optimizer_create_shard(&oc, t->model, &oshard, &t->optim));
+    const char *init = ts_config_str(cfg, "model", "init");
+    int safetensors = strncmp(init, "safetensors:", 12) == 0;
+    if (!plan && (strncmp(init, "llmc:", 5) == 0 || safetensors)) {
+        float *full = ts_mem_alloc(TS_MEM_OTHER, t->model->global_numel * sizeof(float));
+        if (!full) return TS_ERR_NOMEM;
+        ts_status st = safetensors ? ts_safetensors_load(init + 12, t->model, full)
+                                   : ts_llmc_load(init + 5, t->model, full);
+        if (!st) st = trainer_set_master(t, full);
+        ts_mem_free(full);
+        return st;
+    }
+
+    return TS_OK;
 }
 
 static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugins *reg, int plan,
@@ -976,49 +670,8 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
     t->global_batch = shape.global_batch;
     t->micro_batches = shape.micro_batches;
 
-    int threads = (int)ts_config_int(cfg, "train", "threads");
-    if (!plan && threads == 0) CHECK(trainer_default_threads(&threads));
-    if (!plan) ts_cpu_set_threads(threads);
-
-    const char *device = ts_config_str(cfg, "train", "device");
-    if (plan) {
-        CHECK(trainer_plan_backend(cfg, &t->be));
-    } else if (strcmp(device, "cpu") == 0) {
-        t->be = ts_backend_cpu();
-    } else {
-        /* One GPU per rank (the launcher's local rank); with several ranks
-         * the model's tensors travel over NCCL, host scalars over MPI. */
-        st = ts_backend_open(TS_DEVICE_CUDA, &t->be);
-        if (!st && par) st = ts_parallel_open_device(par);
-        if (st) {
-            char msg[1024];
-            snprintf(msg, sizeof msg, "%s", ts_last_error_bare());
-            CHECK(trainer_key_error(cfg, "train", "device", "device = %s: %s", device, msg));
-        }
-    }
-
-    t->epochs = ts_config_int(cfg, "data", "epochs");
-    t->steps = ts_config_int(cfg, "train", "steps");
-    t->log_every = (int)ts_config_int(cfg, "train", "log_every");
-    t->ckpt_dir = ts_config_str(cfg, "train", "checkpoint_dir");
-    t->ckpt_every = ts_config_int(cfg, "train", "checkpoint_every");
-    t->ckpt_async = ts_config_bool(cfg, "train", "checkpoint_async");
-    t->max_skipped = ts_config_int(cfg, "train", "max_skipped_steps");
-    if (t->ckpt_every > 0 && !t->ckpt_dir[0])
-        CHECK(trainer_key_error(cfg, "train", "checkpoint_every",
-                                "checkpoints every %lld steps need [train] checkpoint_dir",
-                                (long long)t->ckpt_every));
-    const char *resume = ts_config_str(cfg, "train", "resume");
-    if (strcmp(resume, "auto") == 0 && !t->ckpt_dir[0])
-        CHECK(trainer_key_error(
-            cfg, "train", "resume",
-            "resume = auto needs [train] checkpoint_dir (the directory to resume from)"));
-    /* The outputs are checked before any work: the checkpoint directory is
-     * created, checked writable and locked by the rank that writes it. */
-    if (t->rank0 && !plan && t->ckpt_dir[0]) CHECK(trainer_claim_dir(t));
-    if (t->rank0 && !plan) CHECK(trainer_check_output(t, "trace", "trace"));
-    if (t->rank0 && !plan) CHECK(trainer_check_output(t, "summary", "summary"));
-
+    CHECK(trainer_setup_device(t));
+    CHECK(trainer_setup_run(t));
     uint64_t seed = (uint64_t)ts_config_int(cfg, "train", "seed");
     ts_dtype dtype = strcmp(ts_config_str(cfg, "train", "dtype"), "bf16") == 0 ? TS_BF16 : TS_F32;
     int partial_bf16 = strcmp(ts_config_str(cfg, "train", "partial_dtype"), "bf16") == 0;
@@ -1027,129 +680,9 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
                                 "partial_dtype = bf16 needs dtype = bf16 (an f32 run keeps "
                                 "its sums in f32)"));
 
-    ts_data_opts dopts = {
-        .source = ts_config_str(cfg, "data", "source"),
-        .vocab = t->mcfg.vocab,
-        .seed = seed,
-        .shuffle = ts_config_bool(cfg, "data", "shuffle"),
-        .synthetic_tokens = ts_config_int(cfg, "data", "synthetic_tokens"),
-        .synthetic_branching = (int)ts_config_int(cfg, "data", "synthetic_branching"),
-        .ignore_token = (int)ts_config_int(cfg, "data", "ignore_token"),
-    };
-    const char *val_source = ts_config_str(cfg, "data", "val_source");
-    dopts.split = ts_config_float(cfg, "data", "split");
-    t->eval_every = ts_config_int(cfg, "train", "eval_every");
-    t->eval_batches = ts_config_int(cfg, "train", "eval_batches");
-    t->sample_every = ts_config_int(cfg, "train", "sample_every");
-    t->sample_tokens = ts_config_int(cfg, "train", "sample_tokens");
-    if (dopts.split > 0 && val_source[0])
-        CHECK(trainer_key_error(cfg, "data", "split",
-                                "split = %g holds out part of source, and val_source names other "
-                                "held-out data: set one of them",
-                                dopts.split));
-    if (t->eval_every > 0 && !(dopts.split > 0) && !val_source[0])
-        CHECK(trainer_key_error(cfg, "train", "eval_every",
-                                "eval_every = %lld needs held-out data: [data] val_source or split",
-                                (long long)t->eval_every));
-    /* A dry run reads no data (its batches are zeros). */
-    if (!plan) st = ts_dataset_open(&t->data, &dopts);
-    if (!st && !plan && (dopts.split > 0 || val_source[0])) {
-        ts_data_opts vopts = dopts;
-        vopts.held_out = 1;
-        if (val_source[0]) {
-            vopts.source = val_source;
-            vopts.split = 0;
-        }
-        st = ts_dataset_open(&t->val_data, &vopts);
-        if (st) {
-            char msg[2048];
-            snprintf(msg, sizeof msg, "%s", ts_last_error_bare());
-            CHECK(
-                trainer_key_error(cfg, "data", val_source[0] ? "val_source" : "split", "%s", msg));
-        }
-    }
-    if (st) {
-        char where[512];
-        ts_config_where(cfg, "data", "source", where, sizeof where);
-        char msg[2048];
-        snprintf(msg, sizeof msg, "%s", ts_last_error_bare());
-        st = ts_error(st, "%s: %s", where, msg);
-        goto fail;
-    }
-    if (!plan && t->val_data && t->eval_every > 0 &&
-        ts_dataset_num_windows(t->val_data, t->T) < t->eval_batches * t->global_batch)
-        CHECK(trainer_key_error(
-            cfg, "train", "eval_batches",
-            "eval_batches = %lld global batches of %d sequences need %lld held-out windows of "
-            "seq_len %d; %s holds %lld",
-            (long long)t->eval_batches, t->global_batch,
-            (long long)(t->eval_batches * t->global_batch), t->T, ts_dataset_describe(t->val_data),
-            (long long)ts_dataset_num_windows(t->val_data, t->T)));
-    if (!plan && ts_dataset_num_windows(t->data, t->T) < 1)
-        CHECK(trainer_key_error(
-            cfg, "data", "source", "%s holds %lld tokens, fewer than seq_len + 1 = %d",
-            ts_dataset_describe(t->data), (long long)ts_dataset_num_tokens(t->data), t->T + 1));
-
-    /* The layout plan, after the plugins' transforms, says how the model is
-     * cut: the batch over dp, the tensors over tp (and, with act.x cut along
-     * T, sequence parallelism). */
-    ts_model_shard shard;
-    if (par) {
-        CHECK(ts_model_layout_plan_arch(t->arch, &t->mcfg, t->global_batch, t->T, par->mesh,
-                                        &t->plan));
-        if (reg) CHECK(ts_plugins_apply_transforms(reg, &t->plan));
-        CHECK(ts_bind(&t->plan, par->mesh, reg, par->rank, &t->binding));
-        CHECK(trainer_batch_split(t));
-        if (t->parts != dp)
-            CHECK(ts_error(TS_ERR_CONFIG,
-                           "data.tokens is cut in %d blocks of sequences, but the data-parallel "
-                           "axis has %d ranks (each of them must read its own block)",
-                           t->parts, dp));
-        CHECK(trainer_model_axes(t, &shard));
-    }
-    st =
-        ts_model_create_arch(t->arch, &t->mcfg, dtype, seed, par ? &shard : NULL, t->be, &t->model);
-    if (st) CHECK(trainer_model_error(cfg, st));
-    t->model->partial_bf16 = partial_bf16;
-    trainer_pipeline(t);
-    if (par) CHECK(trainer_moe_routing(t));
-    CHECK(trainer_recompute(t));
-    t->stage_bubble = calloc((size_t)t->stages, sizeof *t->stage_bubble);
-    t->stage_peak_kib = calloc((size_t)t->stages, sizeof *t->stage_peak_kib);
-    if (!t->stage_bubble || !t->stage_peak_kib)
-        CHECK(ts_error(TS_ERR_NOMEM, "trainer: out of memory"));
-    ts_optim_config oc = {
-        .lr = (float)ts_config_float(cfg, "train", "lr"),
-        .min_lr = (float)ts_config_float(cfg, "train", "min_lr"),
-        .warmup = ts_config_int(cfg, "train", "warmup"),
-        .decay_steps = ts_config_int(cfg, "train", "decay_steps"),
-        .beta1 = (float)ts_config_float(cfg, "train", "beta1"),
-        .beta2 = (float)ts_config_float(cfg, "train", "beta2"),
-        .eps = (float)ts_config_float(cfg, "train", "eps"),
-        .weight_decay = (float)ts_config_float(cfg, "train", "weight_decay"),
-        .grad_clip = (float)ts_config_float(cfg, "train", "grad_clip"),
-    };
-    if (oc.decay_steps == 0) oc.decay_steps = t->steps;
-    /* The plugins see the model (its views, the device) from here on: an
-     * optimizer-state provider's partition may read them. */
-    t->state.seed = seed;
-    if (reg) ts_plugins_set_device(reg, t->be);
-    CHECK(trainer_views(t));
-    ts_optim_shard oshard;
-    CHECK(trainer_optim_shard(t, &oshard));
-    CHECK(ts_optimizer_create_shard(&oc, t->model, &oshard, &t->optim));
-    const char *init = ts_config_str(cfg, "model", "init");
-    int safetensors = strncmp(init, "safetensors:", 12) == 0;
-    if (!plan && (strncmp(init, "llmc:", 5) == 0 || safetensors)) {
-        float *full = ts_mem_alloc(TS_MEM_OTHER, t->model->global_numel * sizeof(float));
-        if (!full) CHECK(TS_ERR_NOMEM);
-        st = safetensors ? ts_safetensors_load(init + 12, t->model, full)
-                         : ts_llmc_load(init + 5, t->model, full);
-        if (!st) st = trainer_set_master(t, full);
-        ts_mem_free(full);
-        if (st) goto fail;
-    }
-
+    CHECK(trainer_setup_data(t, seed));
+    CHECK(trainer_build_model(t, dp, dtype, seed, partial_bf16));
+    CHECK(trainer_build_optimizer(t, seed));
     t->state = (ts_train_state){t->model, t->optim, 0, 0, seed};
     CHECK(trainer_ready_after(t));
     CHECK(trainer_norm_owners(t));
@@ -1162,146 +695,15 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
                                 (long long)t->sample_every));
     CHECK(trainer_core_reductions(t));
     if (par) t->tie_comm = ts_parallel_data_comm(par, "embedding");
-    if (ts_plugins_num_schedulers(reg) > 1)
-        CHECK(ts_error(TS_ERR_CONFIG, "%d schedulers are registered; one is expected",
-                       ts_plugins_num_schedulers(reg)));
-    if (ts_plugins_num_schedulers(reg) == 1) {
-        ts_plugin_schedule_args args = {.struct_size = sizeof args,
-                                        .stages = t->stages ? t->stages : 1,
-                                        .stage = t->stage,
-                                        .micro_batches = t->micro_batches,
-                                        .chunks = t->chunks};
-        CHECK(ts_plugins_schedule(reg, ts_plugins_scheduler_name(reg, 0), &args, &t->schedule));
-        if (t->stages > 1) CHECK(trainer_check_schedule(t, reg));
-    } else if (t->stages > 1) {
-        CHECK(ts_error(TS_ERR_PLUGIN,
-                       "pp = %d needs a pipeline schedule; no plugin registers one (nothing "
-                       "implements the pipeline axis)",
-                       t->stages));
-    } else {
-        CHECK(ts_schedule_default(t->micro_batches, &t->schedule));
-    }
-    size_t slots = (size_t)t->micro_batches * t->chunks;
-    t->act_in = calloc(slots, sizeof *t->act_in);
-    t->grad_in = calloc(slots, sizeof *t->grad_in);
-    t->grad_out = calloc(slots, sizeof *t->grad_out);
-    t->chunk_out = calloc(slots, sizeof *t->chunk_out);
-    t->act_req = calloc(slots, sizeof *t->act_req);
-    t->grad_req = calloc(slots, sizeof *t->grad_req);
-    t->grad_pending = calloc(slots, sizeof *t->grad_pending);
-    t->act_wire = calloc(slots, sizeof *t->act_wire);
-    t->grad_wire = calloc(slots, sizeof *t->grad_wire);
-    t->mail_act = calloc(slots, sizeof *t->mail_act);
-    t->mail_grad = calloc(slots, sizeof *t->mail_grad);
-    if (!t->act_in || !t->grad_in || !t->grad_out || !t->chunk_out || !t->act_req || !t->grad_req ||
-        !t->grad_pending || !t->act_wire || !t->grad_wire || !t->mail_act || !t->mail_grad)
-        CHECK(ts_error(TS_ERR_NOMEM, "trainer: out of memory"));
-    t->trace_path = plan ? "" : ts_config_str(cfg, "train", "trace");
-    if (t->trace_path[0]) {
-        CHECK(ts_trace_create(par ? par->rank : 0, 0, &t->trace));
-        if (par)
-            CHECK(ts_trace_sync_epoch(t->trace, par->world));
-        else
-            ts_trace_set_epoch(t->trace, ts_trace_now());
-    }
-
-    size_t toks = (size_t)t->micro_batches * t->B * t->T_local;
-    t->window = malloc(2 * (size_t)t->T * sizeof *t->window);
-    if (!t->window) CHECK(ts_error(TS_ERR_NOMEM, "trainer: out of memory for batches"));
-    t->tokens = ts_mem_alloc(TS_MEM_OTHER, toks * sizeof(int32_t));
-    t->targets = ts_mem_alloc(TS_MEM_OTHER, toks * sizeof(int32_t));
-    t->ctx = calloc((size_t)t->micro_batches, sizeof *t->ctx);
-    if (!t->tokens || !t->targets || !t->ctx)
-        CHECK(ts_error(TS_ERR_NOMEM, "trainer: out of memory for batches"));
-    if (t->be->kind == TS_DEVICE_CPU) {
-        t->tokens_dev = t->tokens;
-        t->targets_dev = t->targets;
-    } else {
-        t->tokens_dev = t->be->alloc(TS_MEM_OTHER, toks * sizeof(int32_t));
-        t->targets_dev = t->be->alloc(TS_MEM_OTHER, toks * sizeof(int32_t));
-        if (!t->tokens_dev || !t->targets_dev) CHECK(TS_ERR_NOMEM);
-    }
-
-    int resumed = 0;
-    if (!plan && strcmp(resume, "auto") == 0) {
-        char path[4096];
-        int found = 0;
-        CHECK(ts_checkpoint_latest(t->ckpt_dir, path, sizeof path, &found));
-        if (found) {
-            CHECK(ts_trainer_load(t, path));
-            if (t->rank0)
-                printf("resumed from %s at step %lld (rank 0 read %.2f MiB of %.2f; resident "
-                       "memory of a rank grew by at most %.2f MiB)\n",
-                       path, (long long)t->state.step, (double)t->ckpt_read / (1 << 20),
-                       (double)t->ckpt_bytes / (1 << 20), t->ckpt_grew_kib / 1024.0);
-            resumed = 1;
-        } else if (t->rank0) {
-            printf("resume = auto: no checkpoint in %s, starting from step 0\n", t->ckpt_dir);
-        }
-    }
-    if (t->rank0 && !plan) CHECK(trainer_open_metrics(t, resumed));
+    CHECK(trainer_setup_schedule(t));
+    CHECK(trainer_setup_buffers(t));
+    CHECK(trainer_setup_resume(t));
     *out = t;
     return TS_OK;
 fail:
 #undef CHECK
     ts_trainer_destroy(t);
     return st;
-}
-
-void ts_trainer_destroy(ts_trainer *t) {
-    if (!t) return;
-    ts_file_stream_close(&t->metrics);
-    trainer_ckpt_abandon(t);
-    ts_mem_free(t->ckpt_snapshot);
-    ts_dir_lock_release(&t->ckpt_lock);
-    free(t->snap);
-    size_t slots = (size_t)t->micro_batches * (t->chunks > 0 ? t->chunks : 1);
-    for (size_t i = 0; t->be && t->act_in && i < slots; i++) {
-        t->be->free(t->act_in[i]);
-        t->be->free(t->grad_in[i]);
-        t->be->free(t->grad_out[i]);
-        if (t->mail_act) t->be->free(t->mail_act[i]);
-        if (t->mail_grad) t->be->free(t->mail_grad[i]);
-    }
-    free(t->mail_act);
-    free(t->mail_grad);
-    free(t->act_in);
-    free(t->grad_in);
-    free(t->grad_out);
-    free(t->chunk_out);
-    free(t->act_req);
-    free(t->grad_req);
-    free(t->grad_pending);
-    free(t->act_wire);
-    free(t->grad_wire);
-    ts_trace_destroy(t->trace);
-    free(t->ready_after);
-    free(t->norm_owner);
-    free(t->window);
-    free(t->positions);
-    if (t->reg) ts_plugins_set_model(t->reg, NULL);
-    free(t->pviews);
-    free(t->pview_ptrs);
-    free(t->mviews);
-    free(t->core_reduce);
-    free(t->opt_counts);
-    free(t->stage_bubble);
-    free(t->stage_peak_kib);
-    ts_layout_plan_free(&t->plan);
-    ts_schedule_free(&t->schedule);
-    if (t->be && t->be->kind != TS_DEVICE_CPU) {
-        t->be->free(t->tokens_dev);
-        t->be->free(t->targets_dev);
-    }
-    ts_mem_free(t->tokens);
-    ts_mem_free(t->targets);
-    free(t->ctx);
-    ts_optimizer_destroy(t->optim);
-    ts_model_destroy(t->model);
-    if (t->be && t->be->kind != TS_DEVICE_PLAN) ts_backend_close(t->be);
-    ts_dataset_close(t->data);
-    ts_dataset_close(t->val_data);
-    free(t);
 }
 
 ts_train_state *ts_trainer_state(ts_trainer *t) {
@@ -1323,7 +725,7 @@ ts_status trainer_have_data(ts_trainer *t, int *have) {
     int32_t ok = 1;
     if (t->epochs > 0) {
         int64_t limit;
-        if (!mul_fits(t->epochs, ts_dataset_num_windows(t->data, t->T), &limit))
+        if (!trainer_mul_fits(t->epochs, ts_dataset_num_windows(t->data, t->T), &limit))
             limit = INT64_MAX; /* more windows than any run reads */
         int64_t last = trainer_window(t, t->state.data_cursor, t->micro_batches - 1, t->B - 1);
         ok = last < limit;

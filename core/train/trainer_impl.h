@@ -2,8 +2,12 @@
  * trainer_impl.h — what the trainer's files share (not installed, not for
  * plugins): the trainer itself and the functions one file calls in another.
  *
- *   train.c     configuration to model, data, optimizer and schedule; the
- *               batch of a step; ts_trainer_step
+ *   train.c     the trainer from the binding: the model's axes, the batch's
+ *               split, the optimizer's shard, the norm owners and
+ *               reductions; the batch of a step; ts_trainer_step
+ *   shape.c     the model's and the batch's shape from the configuration
+ *   trainer_setup.c  the rest of the set-up (device, run keys, data,
+ *               schedule, buffers, resume) and the teardown
  *   executor.c  runs a step's schedule: actions, pipeline sends, hooks, the
  *               gradient reductions nobody provides, the optimizer step
  *   state_io.c  the training state in: checkpoints loaded (any topology's),
@@ -149,6 +153,28 @@ TS_INTERNAL ts_status trainer_key_error(const ts_config *cfg, const char *sectio
  * when it is not TS_OK. */
 TS_INTERNAL ts_status trainer_key_error_last(const ts_config *cfg, const char *section,
                                              const char *key, ts_status code);
+
+/* a * b into *out; 0 when it does not fit an int64 (or either is negative). */
+static inline int trainer_mul_fits(int64_t a, int64_t b, int64_t *out) {
+    return a >= 0 && b >= 0 && !__builtin_mul_overflow(a, b, out);
+}
+
+/* trainer_setup.c: the parts of ts_trainer_create, in its order, each
+ * failing with the message naming the key: threads and the device; the
+ * run's keys and outputs; the data; the schedule; the step's buffers and
+ * trace; resume = auto and the metrics file. */
+TS_INTERNAL ts_status trainer_setup_device(ts_trainer *t);
+TS_INTERNAL ts_status trainer_setup_run(ts_trainer *t);
+TS_INTERNAL ts_status trainer_setup_data(ts_trainer *t, uint64_t seed);
+TS_INTERNAL ts_status trainer_setup_schedule(ts_trainer *t);
+TS_INTERNAL ts_status trainer_setup_buffers(ts_trainer *t);
+TS_INTERNAL ts_status trainer_setup_resume(ts_trainer *t);
+/* trainer_setup.c: a failure to build the model, with where the [model]
+ * keys its message names were set (returns st). */
+TS_INTERNAL ts_status trainer_model_error(const ts_config *cfg, ts_status st);
+/* trainer_setup.c: activation recomputation from [train] recompute,
+ * recompute_layers and recompute_method, checked against the model. */
+TS_INTERNAL ts_status trainer_recompute(ts_trainer *t);
 
 /* train.c: the memory counters of the model's device for `cat`. */
 TS_INTERNAL ts_mem_counter trainer_mem(const ts_trainer *t, ts_mem_category cat);
