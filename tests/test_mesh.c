@@ -558,6 +558,96 @@ static void test_json_write(void) {
     ts_mesh_destroy(m);
 }
 
+/* Axes by name: a strategy's own axes (hsdp's shard and replicate) beside
+ * the standard ones, and the definitions the mesh refuses. */
+static void test_named_axes(void) {
+    const ts_mesh_axis_def defs[] = {{"tp", 2, TS_MESH_DENSE, 0, NULL, 0},
+                                     {"shard", 2, TS_MESH_DENSE, 0, NULL, 1},
+                                     {"replicate", 0, TS_MESH_DENSE, 0, NULL, 1},
+                                     {"pp", 1, TS_MESH_DENSE, 1, NULL, 0},
+                                     {"etp", TS_MESH_SIZE_OF_FOLD, TS_MESH_EXPERT, 0, "tp", 0},
+                                     {"edp", 0, TS_MESH_EXPERT, 0, "shard", 0}};
+    ts_mesh *m = NULL;
+    CHECK(ts_mesh_create_axes(8, defs, 6, NULL, NULL, 0, &m) == TS_OK, "named: %s",
+          ts_last_error());
+    if (!m) return;
+    CHECK(!strcmp(ts_mesh_order(m), "tp-shard-replicate-pp"), "named order %s", ts_mesh_order(m));
+    CHECK(ts_mesh_size(m, "replicate") == 2 && ts_mesh_size(m, "etp") == 2 &&
+              ts_mesh_size(m, "edp") == 4 && ts_mesh_size(m, "nope") == -1,
+          "named sizes: derived replicate 2, etp tp's 2, edp derived 4");
+    CHECK(ts_mesh_batch_width(m) == 4, "batch width shard x replicate = %d",
+          ts_mesh_batch_width(m));
+    CHECK(!strcmp(ts_mesh_pipeline_axis(m), "pp"), "the pipeline axis");
+    /* rank = tp + 2 shard + 4 replicate */
+    CHECK(ts_mesh_coord_of(m, 6, "shard") == 1 && ts_mesh_coord_of(m, 6, "replicate") == 1 &&
+              ts_mesh_coord_of(m, 6, "tp") == 0 && ts_mesh_coord_of(m, 6, "edp") == 3,
+          "named coordinates of rank 6");
+    CHECK(ts_mesh_rank_along(m, 6, "replicate", 0) == 2 &&
+              ts_mesh_rank_along(m, 6, "shard", 2) == -1,
+          "rank along");
+    ts_mesh_groups g;
+    CHECK(ts_mesh_groups_init(&g, m, "shard") == TS_OK && g.count == 4 && g.size == 2 &&
+              g.ranks[0] == 0 && g.ranks[1] == 2 && g.ranks[2] == 1 && g.ranks[3] == 3,
+          "shard groups [0,2] [1,3] ...");
+    ts_mesh_groups_free(&g);
+    CHECK(ts_mesh_groups_init(&g, m, "replicate-shard") == TS_OK && g.count == 2 && g.size == 4 &&
+              g.ranks[0] == 0 && g.ranks[1] == 2 && g.ranks[2] == 4 && g.ranks[3] == 6,
+          "shard-replicate groups [0,2,4,6] [1,3,5,7]");
+    ts_mesh_groups_free(&g);
+    CHECK(ts_mesh_groups_init(&g, m, "shard-etp") == TS_ERR_INVALID &&
+              strstr(ts_last_error(), "mixes dense axes (tp, shard, replicate) with expert axes "
+                                      "(etp, edp)"),
+          "a token mixing meshes: %s", ts_last_error());
+    const char *names[8];
+    CHECK(ts_mesh_axes_of(m, TS_MESH_DENSE, names, 8) == 4 && !strcmp(names[1], "shard") &&
+              !strcmp(names[3], "pp"),
+          "dense axes in their places");
+    CHECK(ts_mesh_axes_of(m, TS_MESH_EXPERT, names, 8) == 3 && !strcmp(names[0], "etp") &&
+              !strcmp(names[1], "edp") && !strcmp(names[2], "pp"),
+          "expert axes in their places: etp edp pp");
+    CHECK(ts_mesh_num_tokens(m) == 6 && !strcmp(ts_mesh_token_at(m, 1), "shard"),
+          "without a token list every axis alone");
+    ts_mesh_destroy(m);
+    /* An order naming the plugin's axes; leaving one out that is above 1. */
+    CHECK(ts_mesh_create_axes(8, defs, 6, "replicate-tp-shard", NULL, 0, &m) == TS_OK &&
+              !strcmp(ts_mesh_order(m), "replicate-tp-shard-pp") &&
+              ts_mesh_coord_of(m, 1, "replicate") == 1,
+          "named order given: %s", ts_last_error());
+    ts_mesh_destroy(m);
+    m = NULL;
+    CHECK(ts_mesh_create_axes(8, defs, 6, "tp-pp", NULL, 0, &m) == TS_ERR_INVALID && !m &&
+              strstr(ts_last_error(), "leaves out shard, whose size is 2 in the dense mesh"),
+          "order leaving out shard: %s", ts_last_error());
+    struct {
+        ts_mesh_axis_def d[3];
+        int n;
+        const char *needle;
+    } bad[] = {
+        {{{"Shard", 2, TS_MESH_DENSE, 0, NULL, 0}}, 1, "names are [a-z][a-z0-9_]*"},
+        {{{"a", 2, TS_MESH_DENSE, 0, NULL, 0}, {"a", 4, TS_MESH_DENSE, 0, NULL, 0}},
+         2,
+         "axis \"a\" is defined twice"},
+        {{{"a", 2, TS_MESH_DENSE, 1, NULL, 0}, {"b", 4, TS_MESH_DENSE, 1, NULL, 0}},
+         2,
+         "2 axes are the pipeline"},
+        {{{"a", 0, TS_MESH_DENSE, 0, NULL, 0}, {"b", 0, TS_MESH_DENSE, 0, NULL, 0}},
+         2,
+         "both a and b are to be derived"},
+        {{{"a", 8, TS_MESH_DENSE, 0, NULL, 0}, {"e", 8, TS_MESH_EXPERT, 0, "z", 0}},
+         2,
+         "folds onto \"z\""},
+        {{{"a", 2, TS_MESH_DENSE, 0, NULL, 0}, {"b", 3, TS_MESH_DENSE, 0, NULL, 0}},
+         2,
+         "dense mesh: a 2 x b 3 = 6, but the world has 8 ranks"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        m = NULL;
+        ts_status st = ts_mesh_create_axes(8, bad[i].d, bad[i].n, NULL, NULL, 0, &m);
+        CHECK(st == TS_ERR_INVALID && !m && strstr(ts_last_error(), bad[i].needle),
+              "bad definition %zu: %s", i, ts_last_error());
+    }
+}
+
 int main(void) {
     test_megatron_16_tp2_pp4();
     test_megatron_cp_example();
@@ -567,6 +657,7 @@ int main(void) {
     test_non_default_orders();
     test_errors();
     test_json_write();
+    test_named_axes();
     printf("test_mesh: %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }
