@@ -39,11 +39,13 @@
 #include "comm_plan.h"
 #include "model.h"
 #include "plan_run.h"
+#include "run_config.h" /* ts_recompute_word */
 
 /* --- layouts ------------------------------------------------------------------ */
 
 enum { REC_NONE, REC_SELECTIVE, REC_FULL, REC_KINDS };
-static const char *rec_names[REC_KINDS] = {"none", "selective", "full"};
+/* REC_* follow ts_recompute; their words are the schema's (run_config.h). */
+#define rec_names(mode) ts_recompute_word(mode)
 
 typedef struct layout {
     int tp, cp, pp, dp, ep;
@@ -207,7 +209,7 @@ static void layout_sets(const search *S, const layout *L, char *buf, size_t size
                       " --set pp.size=%d --set pp.schedule=%s --set pp.virtual_stages=%d", L->pp,
                       L->schedule, L->v);
     if (n < (int)size)
-        snprintf(buf + n, size - n, " --set train.recompute=%s", rec_names[L->recompute]);
+        snprintf(buf + n, size - n, " --set train.recompute=%s", rec_names(L->recompute));
     (void)S;
 }
 
@@ -220,7 +222,7 @@ static void layout_name(const layout *L, char *buf, size_t size) {
     char ep[16] = "";
     if (L->ep > 1) snprintf(ep, sizeof ep, " ep %d", L->ep);
     snprintf(buf, size, "tp %d cp %d pp %d dp %d%s%s mb %d zero %d %s", L->tp, L->cp, L->pp, L->dp,
-             ep, sched, L->mb, L->zero, rec_names[L->recompute]);
+             ep, sched, L->mb, L->zero, rec_names(L->recompute));
 }
 
 /* --- one layout's dry run (in a child) -------------------------------------------- */
@@ -858,7 +860,7 @@ static void print_json(const search *S, const int *order, double secs) {
                "\"virtual_stages\":%d,\"micro_batch\":%d,\"micro_batches\":%d,\"zero\":%d,"
                "\"recompute\":\"%s\",\"status\":\"%s\"",
                k ? "," : "", L->tp, L->cp, L->pp, L->dp, L->ep, L->schedule, L->v, L->mb, L->m,
-               L->zero, rec_names[L->recompute], status_name(r->status));
+               L->zero, rec_names(L->recompute), status_name(r->status));
         if (r->status == RES_REFUSED) {
             printf(",\"why\":");
             json_str(r->why);

@@ -27,6 +27,7 @@
 
 #include "config.h"
 #include "cpu_kernels.h"
+#include "run_config.h" /* ts_recompute_word */
 #include "train.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -51,7 +52,6 @@ static double recomputed_flops(const ts_model_config *c, int mode, double B, dou
 }
 
 int main(int argc, char **argv) {
-    static const char *modes[3] = {"none", "selective", "full"};
     if (argc < 2) {
         fprintf(stderr,
                 "usage: bench_recompute CONFIG [--rounds N] [--set section.key=value ...]\n");
@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
             }
         }
         char set[64];
-        snprintf(set, sizeof set, "train.recompute=%s", modes[m]);
+        snprintf(set, sizeof set, "train.recompute=%s", ts_recompute_word(m));
         if (!st) st = ts_config_set(cfg[m], set);
         if (!st) st = ts_config_set(cfg[m], "train.steps=1000000");
         if (!st) st = ts_config_validate(cfg[m]);
@@ -145,8 +145,9 @@ int main(int argc, char **argv) {
     for (int m = 0; m < 3; m++) {
         double med = median(ms[m], rounds), x = median(ratio[m], rounds);
         double re = recomputed_flops(mc, m, gb, T), predicted = re / rate * 1e3;
-        printf("%-10s %10.1f %9.3f %12.1f %11.3f GF %9.1f ms %12.3f %9.1f MiB\n", modes[m], med, x,
-               (x - 1.0) * none_ms, re * 1e-9, predicted, 1.0 + re / flops, peak[m] / 1048576.0);
+        printf("%-10s %10.1f %9.3f %12.1f %11.3f GF %9.1f ms %12.3f %9.1f MiB\n",
+               ts_recompute_word(m), med, x, (x - 1.0) * none_ms, re * 1e-9, predicted,
+               1.0 + re / flops, peak[m] / 1048576.0);
     }
     printf("(x none: the median over the rounds of each step over none's of the same round; extra "
            "ms: (x none - 1) times none's median; predicted: the recomputed FLOPs at none's "

@@ -15,6 +15,7 @@
  * place with ts_config_where), or merge several files.
  */
 #include "config.h"
+#include "run_config.h" /* the core's keys, one table */
 
 #include "file.h"         /* ts_file_open_read */
 #include "tessera/mesh.h" /* TS_MESH_DEFAULT_ORDER, the standard axes' order */
@@ -266,186 +267,11 @@ static int cfg_check_value(const ts_key_spec *sp, const char *value, char *why, 
 /* ------------------------------------------------------------------------- */
 /* schema                                                                     */
 
-#define CFG_ANY_MAX INFINITY
-#define CFG_INT_MAX 2147483647.0      /* a key stored in an int                  */
-#define CFG_I64_MAX 9.2e18            /* below INT64_MAX, exactly representable  */
-#define CFG_FLT_MAX 3.4e38            /* a key stored in a float (< FLT_MAX)     */
-#define CFG_POSITIVE DBL_TRUE_MIN     /* min of a range "> 0" */
-#define CFG_BELOW_ONE (1.0 - 0x1p-53) /* max of a range "< 1" */
-
 static const ts_key_spec cfg_core_keys[] = {
-    /* section, name, type, default, min, max, choices, help */
-    {"model", "arch", TS_KEY_ENUM, "gpt2", 1, 0, "gpt2", "model architecture"},
-    {"model", "layers", TS_KEY_INT, "2", 1, 1024, NULL, "number of transformer blocks"},
-    {"model", "d_model", TS_KEY_INT, "64", 1, CFG_INT_MAX, NULL, "width of the residual stream"},
-    {"model", "heads", TS_KEY_INT, "4", 1, CFG_INT_MAX, NULL,
-     "attention heads (must divide d_model)"},
-    {"model", "vocab", TS_KEY_INT, "256", 2, 65536, NULL,
-     "vocabulary size (token ids are stored as uint16)"},
-    {"model", "padded_vocab", TS_KEY_INT, "0", 0, CFG_INT_MAX, NULL,
-     "embedding rows; 0 = vocab rounded up to a multiple of 128"},
-    {"model", "context", TS_KEY_INT, "64", 1, CFG_INT_MAX, NULL,
-     "maximum sequence length (positions)"},
-    {"model", "init", TS_KEY_STRING, "random", 1, 0, NULL,
-     "initial weights: random, llmc:PATH (an llm.c checkpoint or raw weights) or "
-     "safetensors:PATH (a file, a transformers checkpoint's directory or sharded index)"},
-    {"model", "experts", TS_KEY_INT, "0", 0, 65536, NULL,
-     "mixture of experts: experts per MoE block (0 = dense MLP everywhere)"},
-    {"model", "moe_every", TS_KEY_INT, "1", 1, 1024, NULL,
-     "blocks 0, moe_every, 2 moe_every, ... are MoE blocks"},
-    {"model", "expert_hidden", TS_KEY_INT, "0", 0, CFG_INT_MAX, NULL,
-     "width of each expert's hidden layer (0 = 4 d_model)"},
-    {"model", "top_k", TS_KEY_INT, "2", 1, 65536, NULL, "experts each token is routed to"},
-    {"model", "aux_loss_coeff", TS_KEY_FLOAT, "0", 0, CFG_FLT_MAX, NULL,
-     "load-balancing loss coefficient (Switch/GShard)"},
-    {"model", "z_loss_coeff", TS_KEY_FLOAT, "0", 0, CFG_FLT_MAX, NULL, "router z-loss coefficient"},
-    {"model", "capacity_factor", TS_KEY_FLOAT, "0", 0, CFG_FLT_MAX, NULL,
-     "0 = never drop; else each expert takes at most capacity_factor * tokens * top_k / experts "
-     "rows of a rank's micro-batch"},
-    {"model", "drop_policy", TS_KEY_ENUM, "probs", 1, 0, "probs|position",
-     "which rows an expert over capacity keeps: the most probable or the first"},
-
-    {"data", "source", TS_KEY_STRING, "synthetic", 1, 0, NULL,
-     "synthetic, text:PATH (bytes) or tokens:PATH (llm.c token file)"},
-    {"data", "shuffle", TS_KEY_BOOL, "false", 1, 0, NULL, "permute window order every epoch"},
-    {"data", "synthetic_tokens", TS_KEY_INT, "1048576", 1024, 1e9, NULL,
-     "length of the synthetic corpus"},
-    {"data", "synthetic_branching", TS_KEY_INT, "4", 1, 64, NULL,
-     "successors per state of the synthetic Markov chain"},
-    {"data", "ignore_token", TS_KEY_INT, "-1", -1, 65535, NULL,
-     "targets equal to this id are masked: no loss, no gradient (-1 = none)"},
-    {"data", "val_source", TS_KEY_STRING, "", 1, 0, NULL,
-     "held-out data for [train] eval_every (the forms of source); empty = none"},
-    {"data", "split", TS_KEY_FLOAT, "0", 0, 0.99, NULL,
-     "hold out the last fraction of source as the held-out data (0 < split < 1); 0 = none"},
-    {"train", "eval_every", TS_KEY_INT, "0", 0, CFG_I64_MAX, NULL,
-     "steps between held-out losses (forward only, the same mesh); 0 = never"},
-    {"train", "sample_every", TS_KEY_INT, "0", 0, CFG_I64_MAX, NULL,
-     "steps between samples of text printed by rank 0 (the model whole on it); 0 = never"},
-    {"train", "sample_tokens", TS_KEY_INT, "64", 1, 1e5, NULL,
-     "tokens of each sample (sample_every)"},
-    {"data", "tokenizer", TS_KEY_STRING, "", 1, 0, NULL,
-     "an llm.c tokenizer file to print samples as text; empty = bytes or token ids"},
-    {"train", "eval_batches", TS_KEY_INT, "4", 1, 1e6, NULL,
-     "global batches of held-out data per evaluation (the same ones each time)"},
-    {"data", "epochs", TS_KEY_INT, "0", 0, CFG_I64_MAX, NULL,
-     "passes over the data before training stops cleanly (0 = wrap around forever)"},
-
-    {"train", "steps", TS_KEY_INT, "20", 0, CFG_I64_MAX, NULL, "optimizer steps to run"},
-    {"train", "seq_len", TS_KEY_INT, "0", 0, CFG_INT_MAX, NULL, "tokens per sequence; 0 = context"},
-    {"train", "micro_batch", TS_KEY_INT, "4", 1, CFG_INT_MAX, NULL,
-     "sequences per micro-batch per rank"},
-    {"train", "global_batch", TS_KEY_INT, "0", 0, CFG_INT_MAX, NULL,
-     "sequences per step; 0 = micro_batch x data-parallel size"},
-    {"train", "lr", TS_KEY_FLOAT, "1e-3", 0, CFG_FLT_MAX, NULL, "peak learning rate"},
-    {"train", "warmup", TS_KEY_INT, "0", 0, CFG_I64_MAX, NULL, "linear warm-up steps"},
-    {"train", "min_lr", TS_KEY_FLOAT, "0", 0, CFG_FLT_MAX, NULL,
-     "learning rate at the end of the cosine decay"},
-    {"train", "decay_steps", TS_KEY_INT, "0", 0, CFG_I64_MAX, NULL,
-     "cosine decay length; 0 = steps"},
-    {"train", "beta1", TS_KEY_FLOAT, "0.9", 0, CFG_BELOW_ONE, NULL, "AdamW first-moment decay"},
-    {"train", "beta2", TS_KEY_FLOAT, "0.95", 0, CFG_BELOW_ONE, NULL, "AdamW second-moment decay"},
-    {"train", "eps", TS_KEY_FLOAT, "1e-8", CFG_POSITIVE, CFG_FLT_MAX, NULL, "AdamW epsilon"},
-    {"train", "weight_decay", TS_KEY_FLOAT, "0.1", 0, CFG_FLT_MAX, NULL,
-     "AdamW decoupled weight decay"},
-    {"train", "grad_clip", TS_KEY_FLOAT, "1.0", 0, CFG_FLT_MAX, NULL,
-     "global gradient-norm clip; 0 = off"},
-    {"train", "seed", TS_KEY_INT, "1337", 0, CFG_I64_MAX, NULL, "seed of every random stream"},
-    {"train", "dtype", TS_KEY_ENUM, "fp32", 1, 0, "fp32|bf16", "compute precision"},
-    {"train", "partial_dtype", TS_KEY_ENUM, "f32", 1, 0, "f32|bf16",
-     "bf16 runs: the type partial sums and activation gradients cross the model's axes in "
-     "(tensor and sequence parallelism, the experts' rows); bf16 halves those bytes and "
-     "rounds them"},
-    {"train", "device", TS_KEY_ENUM, "cpu", 1, 0, "cpu|cuda", "where the kernels run"},
-    {"train", "threads", TS_KEY_INT, "0", 0, 4096, NULL,
-     "CPU threads per rank; 0 = OMP_NUM_THREADS when set, else cores / ranks on the node"},
-    {"train", "metrics", TS_KEY_STRING, "", 1, 0, NULL, "JSON-lines metrics file; empty = none"},
-    {"train", "trace", TS_KEY_STRING, "", 1, 0, NULL, "trace file; empty = none"},
-    {"train", "summary", TS_KEY_STRING, "", 1, 0, NULL,
-     "JSON file written at the end: every rank's memory by category and mean step and "
-     "compute times (tessera verify reads it); empty = none"},
-    {"train", "checkpoint_dir", TS_KEY_STRING, "", 1, 0, NULL,
-     "checkpoint directory; empty = none"},
-    {"train", "checkpoint_every", TS_KEY_INT, "0", 0, CFG_I64_MAX, NULL,
-     "steps between checkpoints; 0 = only at the end"},
-    {"train", "checkpoint_async", TS_KEY_BOOL, "false", 1, 0, NULL,
-     "copy each checkpoint's shards to host memory and write them in a background thread "
-     "while training goes on"},
-    {"train", "checkpoint_timeout_s", TS_KEY_FLOAT, "1800", CFG_POSITIVE, 604800, NULL,
-     "seconds a save waits for its slowest rank to write (or rank 0 to publish), and a load "
-     "for its slowest reader, before the job ends naming that rank; [comm] timeout_s does "
-     "not bound these waits"},
-    {"train", "resume", TS_KEY_ENUM, "no", 1, 0, "no|auto",
-     "auto = resume from the latest checkpoint"},
-    {"train", "log_every", TS_KEY_INT, "1", 1, CFG_INT_MAX, NULL, "steps between progress lines"},
-    {"train", "recompute", TS_KEY_ENUM, "none", 1, 0, "none|selective|full",
-     "activation recomputation: selective recomputes each block's attention core in its "
-     "backward, full keeps only each block's input and runs its forward again"},
-    {"train", "recompute_layers", TS_KEY_INT, "0", 0, 1024, NULL,
-     "uniform: blocks per recomputed group (0 = 1); block: blocks recomputed per pipeline "
-     "chunk (0 = all)"},
-    {"train", "recompute_method", TS_KEY_ENUM, "uniform", 1, 0, "uniform|block",
-     "uniform: every block, full recomputation in groups of recompute_layers; block: only the "
-     "first recompute_layers blocks of each chunk (Megatron-LM's methods)"},
-    {"train", "max_skipped_steps", TS_KEY_INT, "3", 1, 1e6, NULL,
-     "steps in a row whose loss or gradient norm is not finite (each skipped, not applied) "
-     "before the run stops"},
-
-    {"parallel", "plugins", TS_KEY_STRING, "", 1, 0, NULL,
-     "comma-separated plugins to load (dp, tp, ...)"},
-    {"parallel", "order", TS_KEY_STRING, TS_MESH_DEFAULT_ORDER, 1, 0, NULL,
-     "mesh axes, fastest-varying first (not given: the standard ones, a plugin's own where "
-     "it placed them)"},
-    {"parallel", "plugin_path", TS_KEY_STRING, "", 1, 0, NULL,
-     "directory of tessera-<name>.so; empty = the built-in one"},
-
-    {"comm", "timeout_s", TS_KEY_FLOAT, "300", CFG_POSITIVE, CFG_ANY_MAX, NULL,
-     "seconds a collective may wait before the job fails"},
-
-    /* The machine `tessera plan --search` predicts for (docs/search.md);
-     * training ignores it. The keys marked required are required there.
-     * Each rate, size and time has a range a real machine lies in, so that
-     * every prediction made of them is finite (1 MFLOP/s .. 10 EFLOP/s a
-     * device, a link's 1 kB/s up to 1e9 GB/s: a collective of one rank, as
-     * calibrated, moves nothing; latencies up to 100 s); the devices,
-     * nodes x gpus_per_node, are checked by the search (apps/cluster.c). */
-    {"cluster", "gpus_per_node", TS_KEY_INT, "1", 1, 1 << 20, NULL,
-     "devices (GPUs, or ranks) per node; required"},
-    {"cluster", "nodes", TS_KEY_INT, "1", 1, 1 << 20, NULL, "nodes; required"},
-    {"cluster", "cores_per_node", TS_KEY_INT, "0", 0, 1 << 20, NULL,
-     "CPU cores a node's ranks share (CPU ranks; calibrate sets it when ranks outnumber "
-     "cores): a rank idling in the pipeline lends its share to the busy ones; 0: a device "
-     "each"},
-    {"cluster", "memory_gb", TS_KEY_FLOAT, "1", 1e-6, 1e6, NULL,
-     "memory of one device, GB (1e9 bytes); required"},
-    {"cluster", "memory_reserve_gb", TS_KEY_FLOAT, "0", 0, 1e6, NULL,
-     "memory of each device a run cannot use (the runtime's own, fragmentation), GB"},
-    {"cluster", "flops_fp32", TS_KEY_FLOAT, "1e12", 1e6, 1e19, NULL,
-     "peak FLOP/s of one device's f32 GEMMs; required"},
-    {"cluster", "flops_bf16", TS_KEY_FLOAT, "1e12", 1e6, 1e19, NULL,
-     "peak FLOP/s of one device's bf16 GEMMs (dense); required"},
-    {"cluster", "matmul_efficiency", TS_KEY_FLOAT, "1", 1e-3, 1, NULL,
-     "fraction of the peak a large GEMM reaches"},
-    {"cluster", "attention_efficiency", TS_KEY_FLOAT, "1", 1e-3, 16, NULL,
-     "the attention products' rate over flops_bf16 (default: matmul_efficiency; above 1 where "
-     "attention outruns the bf16 GEMM, as calibrated CPU kernels may)"},
-    {"cluster", "attention_block_efficiency", TS_KEY_FLOAT, "1", 1e-3, 16, NULL,
-     "ring attention's blocks' rate (cp) over flops_bf16 (default: attention_efficiency)"},
-    {"cluster", "memory_bandwidth_gbs", TS_KEY_FLOAT, "1", 1e-3, 1e6, NULL,
-     "GB/s a memory-bound kernel streams on one device; required"},
-    {"cluster", "comm_overlap", TS_KEY_BOOL, "true", 1, 0, NULL,
-     "communication progresses beside the kernels (NCCL's own kernels); false: only "
-     "while a rank waits for it (MPI on CPUs), so none is hidden"},
-    {"cluster", "kernel_us", TS_KEY_FLOAT, "0", 0, 1e6, NULL,
-     "fixed microseconds each kernel costs (its launch)"},
-    {"cluster", "intra_bandwidth_gbs", TS_KEY_FLOAT, "1", 1e-6, 1e9, NULL,
-     "bus bandwidth of a collective inside a node, GB/s per device; required"},
-    {"cluster", "intra_latency_us", TS_KEY_FLOAT, "0", 0, 1e8, NULL,
-     "latency of a collective inside a node, microseconds; required"},
-    {"cluster", "inter_bandwidth_gbs", TS_KEY_FLOAT, "1", 1e-6, 1e9, NULL,
-     "bus bandwidth of a collective across nodes, GB/s per device; required"},
-    {"cluster", "inter_latency_us", TS_KEY_FLOAT, "0", 0, 1e8, NULL,
-     "latency of a collective across nodes, microseconds; required"},
+#define CFG_SPEC_(sec, key, type, def, min, max, choices, help)                                    \
+    {#sec, #key, TS_KEY_##type, def, min, max, choices, help},
+    TS_RUN_KEYS(CFG_SPEC_)
+#undef CFG_SPEC_
 #define CFG_CLUSTER_OP(link, op)                                                                   \
     {"cluster",                                                                                    \
      link "_" op "_bandwidth_gbs",                                                                 \
@@ -459,7 +285,7 @@ static const ts_key_spec cfg_core_keys[] = {
         "cluster", link "_" op "_latency_us", TS_KEY_FLOAT, "0", 0, 1e8, NULL,                     \
             "this collective's latency " link "-node, us (default: " link "_latency_us)"           \
     }
-    CFG_CLUSTER_OP("intra", "all_reduce"),
+        CFG_CLUSTER_OP("intra", "all_reduce"),
     CFG_CLUSTER_OP("intra", "all_gather"),
     CFG_CLUSTER_OP("intra", "reduce_scatter"),
     CFG_CLUSTER_OP("intra", "all_to_all"),
@@ -473,6 +299,37 @@ static const ts_key_spec cfg_core_keys[] = {
     CFG_CLUSTER_OP("inter", "send_recv"),
 #undef CFG_CLUSTER_OP
 };
+
+#define CFG_GET_INT ts_config_int
+#define CFG_GET_FLOAT ts_config_float
+#define CFG_GET_BOOL ts_config_bool
+#define CFG_GET_STRING ts_config_str
+#define CFG_GET_ENUM ts_config_str
+
+void ts_run_config_fill(const ts_config *cfg, ts_run_config *out) {
+#define CFG_FILL_(sec, key, type, def, min, max, choices, help)                                    \
+    out->sec##_##key = CFG_GET_##type(cfg, #sec, #key);
+    TS_RUN_KEYS(CFG_FILL_)
+#undef CFG_FILL_
+}
+
+static const char *const cfg_recompute_words[] = {
+#define CFG_WORD_(name, word) word,
+    TS_RECOMPUTE_WORDS(CFG_WORD_)
+#undef CFG_WORD_
+};
+
+const char *ts_recompute_word(int mode) {
+    int n = (int)(sizeof cfg_recompute_words / sizeof cfg_recompute_words[0]);
+    return mode >= 0 && mode < n ? cfg_recompute_words[mode] : "?";
+}
+
+int ts_recompute_from_word(const char *word) {
+    int n = (int)(sizeof cfg_recompute_words / sizeof cfg_recompute_words[0]);
+    for (int i = 0; word && i < n; i++)
+        if (strcmp(word, cfg_recompute_words[i]) == 0) return i;
+    return -1;
+}
 
 const ts_key_spec *ts_config_core_keys(int *n) {
     if (n) *n = (int)(sizeof cfg_core_keys / sizeof cfg_core_keys[0]);

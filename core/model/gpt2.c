@@ -25,7 +25,8 @@
 
 #include "arch.h"
 #include "layers.h"
-#include "phase.h" /* ts_phase_recompute: a selective backward's recomputed core */
+#include "phase.h"      /* ts_phase_recompute: a selective backward's recomputed core */
+#include "run_config.h" /* ts_recompute_word */
 
 /* The placement of the hidden state between modules. */
 static ts_place hidden_place(const ts_model *m) {
@@ -531,7 +532,7 @@ static ts_status block_can_recompute(const ts_module *mod, ts_recompute mode) {
                         "%s cannot recompute (%s): its attention over %s comes from plugin '%s', "
                         "whose attention ops have no release (ts_plugin_attention_ops.release), "
                         "so their state cannot be dropped and made again",
-                        mod->name, mode == TS_RECOMPUTE_FULL ? "full" : "selective", ax->name,
+                        mod->name, ts_recompute_word(mode), ax->name,
                         ax->attention_plugin ? ax->attention_plugin : "?");
     return TS_OK;
 }

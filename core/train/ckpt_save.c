@@ -502,7 +502,7 @@ static ts_status ckpt_roll_call(ts_trainer *t, ts_status st, const char *subject
     if (!t->par || t->par->size == 1) return st;
     ts_comm *w = t->par->world;
     int n = ts_comm_size(w), me = ts_comm_rank(w);
-    double bound = ts_config_float(t->cfg, "train", "checkpoint_timeout_s");
+    double bound = t->rc.train_checkpoint_timeout_s;
     char where[256];
     ts_config_where(t->cfg, "train", "checkpoint_timeout_s", where, sizeof where);
     /* msg: the reports [0, n), the notice [n], the verdict [n+1]. On the heap
@@ -631,7 +631,7 @@ static ts_status job_publish(ts_trainer *t, trainer_ckpt_job *j, ts_status st) {
                "longer than [comm] timeout_s = %g (a save waits up to [train] "
                "checkpoint_timeout_s = %g)\n",
                (long long)j->meta.step, roll.waited_s, roll.slowest, ts_comm_timeout(t->par->world),
-               ts_config_float(t->cfg, "train", "checkpoint_timeout_s"));
+               t->rc.train_checkpoint_timeout_s);
         fflush(stdout);
     }
     enum { W = sizeof(ts_ckpt_shard) / sizeof(int32_t) };

@@ -151,7 +151,7 @@ static void trainer_print_header(ts_trainer *t) {
  * time over the steps after the first. */
 static ts_status trainer_write_summary(ts_trainer *t, double step_ms, double compute_ms,
                                        int64_t steps) {
-    const char *path = ts_config_str(t->cfg, "train", "summary");
+    const char *path = t->rc.train_summary;
     if (!path[0]) return TS_OK;
     enum { NC = TS_MEM_NCAT + 1, W = 3 * NC + 2 };
     double mine[W], *all = mine;
@@ -209,7 +209,7 @@ static ts_status trainer_print_sample(ts_trainer *t, int64_t step) {
     int32_t prompt = t->mcfg.vocab >= 256 ? '\n' : 0;
     ts_sample_opts o = {n, 1.0, 0, t->state.seed + (uint64_t)step};
     ts_tokenizer *tk = NULL;
-    const char *path = ts_config_str(t->cfg, "data", "tokenizer");
+    const char *path = t->rc.data_tokenizer;
     ts_status st = path[0] ? ts_tokenizer_open(path, &tk) : TS_OK;
     if (!st) st = ts_trainer_sample(t, &prompt, 1, &o, out);
     if (!st) {

@@ -65,22 +65,23 @@ static ts_status trainer_shape_from_file(const ts_config *cfg, ts_model_config *
 /* The model shape from [model], or from the file of weights it starts from
  * (then any shape key given in the INI must agree with the file, and a
  * shape the file alone sets that does not fit is blamed on the file). */
-static ts_status trainer_model_config(const ts_config *cfg, ts_model_config *mc) {
-    mc->layers = (int)ts_config_int(cfg, "model", "layers");
-    mc->d_model = (int)ts_config_int(cfg, "model", "d_model");
-    mc->heads = (int)ts_config_int(cfg, "model", "heads");
-    mc->vocab = (int)ts_config_int(cfg, "model", "vocab");
-    mc->padded_vocab = (int)ts_config_int(cfg, "model", "padded_vocab");
-    mc->context = (int)ts_config_int(cfg, "model", "context");
-    mc->experts = (int)ts_config_int(cfg, "model", "experts");
-    mc->moe_every = (int)ts_config_int(cfg, "model", "moe_every");
-    mc->expert_hidden = (int)ts_config_int(cfg, "model", "expert_hidden");
-    mc->top_k = (int)ts_config_int(cfg, "model", "top_k");
-    mc->aux_loss_coeff = (float)ts_config_float(cfg, "model", "aux_loss_coeff");
-    mc->z_loss_coeff = (float)ts_config_float(cfg, "model", "z_loss_coeff");
-    mc->capacity_factor = (float)ts_config_float(cfg, "model", "capacity_factor");
-    mc->drop_by_position = strcmp(ts_config_str(cfg, "model", "drop_policy"), "position") == 0;
-    const char *init = ts_config_str(cfg, "model", "init");
+static ts_status trainer_model_config(const ts_config *cfg, const ts_run_config *rc,
+                                      ts_model_config *mc) {
+    mc->layers = (int)rc->model_layers;
+    mc->d_model = (int)rc->model_d_model;
+    mc->heads = (int)rc->model_heads;
+    mc->vocab = (int)rc->model_vocab;
+    mc->padded_vocab = (int)rc->model_padded_vocab;
+    mc->context = (int)rc->model_context;
+    mc->experts = (int)rc->model_experts;
+    mc->moe_every = (int)rc->model_moe_every;
+    mc->expert_hidden = (int)rc->model_expert_hidden;
+    mc->top_k = (int)rc->model_top_k;
+    mc->aux_loss_coeff = (float)rc->model_aux_loss_coeff;
+    mc->z_loss_coeff = (float)rc->model_z_loss_coeff;
+    mc->capacity_factor = (float)rc->model_capacity_factor;
+    mc->drop_by_position = strcmp(rc->model_drop_policy, "position") == 0;
+    const char *init = rc->model_init;
     int safetensors = strncmp(init, "safetensors:", 12) == 0;
     if (strncmp(init, "llmc:", 5) == 0 || safetensors) {
         const char *file = strchr(init, ':') + 1;
@@ -137,7 +138,8 @@ static ts_status trainer_model_config(const ts_config *cfg, ts_model_config *mc)
  * padded vocabulary), the element counts of the parameters and of the
  * largest activations, and the data cursor after the last step; none may
  * wrap. (Whether the memory exists is the allocator's check.) */
-static ts_status trainer_check_sizes(const ts_config *cfg, const ts_train_shape *s) {
+static ts_status trainer_check_sizes(const ts_config *cfg, const ts_run_config *rc,
+                                     const ts_train_shape *s) {
     const ts_model_config *c = &s->model;
     int64_t C = c->d_model, L = c->layers, V = c->padded_vocab, P = c->context;
     int64_t B = s->B, T = s->T, NH = c->heads, v, w, params = 0;
@@ -186,7 +188,7 @@ static ts_status trainer_check_sizes(const ts_config *cfg, const ts_train_shape 
             "and step (at most %d micro-batches, and the batch must fit in memory)",
             s->global_batch, s->micro_batches, (long long)B, (long long)T,
             TS_TRAIN_MAX_MICRO_BATCHES);
-    int64_t steps = ts_config_int(cfg, "train", "steps");
+    int64_t steps = rc->train_steps;
     if (!trainer_mul_fits(steps, s->global_batch, &w))
         return trainer_key_error(
             cfg, "train", "steps",
@@ -197,22 +199,25 @@ static ts_status trainer_check_sizes(const ts_config *cfg, const ts_train_shape 
 
 ts_status ts_train_shape_resolve(const ts_config *cfg, int dp, ts_train_shape *out) {
     memset(out, 0, sizeof *out);
-    const char *arch = ts_config_str(cfg, "model", "arch");
+    ts_run_config rcv;
+    ts_run_config_fill(cfg, &rcv);
+    const ts_run_config *rc = &rcv;
+    const char *arch = rc->model_arch;
     out->arch = ts_arch_find(arch);
     if (!out->arch) {
         char names[256];
         return trainer_key_error(cfg, "model", "arch", "'%s' is not a registered architecture (%s)",
                                  arch, ts_arch_names(names, sizeof names));
     }
-    TS_TRY(trainer_model_config(cfg, &out->model));
-    out->T = (int)ts_config_int(cfg, "train", "seq_len");
+    TS_TRY(trainer_model_config(cfg, rc, &out->model));
+    out->T = (int)rc->train_seq_len;
     if (out->T == 0) out->T = out->model.context;
     if (out->T > out->model.context)
         return trainer_key_error(cfg, "train", "seq_len",
                                  "seq_len = %d exceeds the model's context = %d", out->T,
                                  out->model.context);
-    out->B = (int)ts_config_int(cfg, "train", "micro_batch");
-    int64_t gb = ts_config_int(cfg, "train", "global_batch"), per_step;
+    out->B = (int)rc->train_micro_batch;
+    int64_t gb = rc->train_global_batch, per_step;
     if (!trainer_mul_fits(out->B, dp, &per_step) || per_step > INT32_MAX)
         return trainer_key_error(cfg, "train", "micro_batch",
                                  "micro_batch x dp = %d x %d sequences per step exceeds %d", out->B,
@@ -226,5 +231,5 @@ ts_status ts_train_shape_resolve(const ts_config *cfg, int dp, ts_train_shape *o
     out->global_batch = (int)gb;
     /* Megatron-LM's rule: m = global_batch / (micro_batch * dp). */
     out->micro_batches = out->global_batch / (out->B * dp);
-    return trainer_check_sizes(cfg, out);
+    return trainer_check_sizes(cfg, rc, out);
 }

@@ -593,19 +593,18 @@ static ts_status trainer_build_model(ts_trainer *t, int dp, ts_dtype dtype, uint
  * plugin provides it), the plugins' views of the model, and the weights the
  * model starts from ([model] init). */
 static ts_status trainer_build_optimizer(ts_trainer *t, uint64_t seed) {
-    const ts_config *cfg = t->cfg;
     ts_plugins *reg = t->reg;
     int plan = t->plan_only;
     ts_optim_config oc = {
-        .lr = (float)ts_config_float(cfg, "train", "lr"),
-        .min_lr = (float)ts_config_float(cfg, "train", "min_lr"),
-        .warmup = ts_config_int(cfg, "train", "warmup"),
-        .decay_steps = ts_config_int(cfg, "train", "decay_steps"),
-        .beta1 = (float)ts_config_float(cfg, "train", "beta1"),
-        .beta2 = (float)ts_config_float(cfg, "train", "beta2"),
-        .eps = (float)ts_config_float(cfg, "train", "eps"),
-        .weight_decay = (float)ts_config_float(cfg, "train", "weight_decay"),
-        .grad_clip = (float)ts_config_float(cfg, "train", "grad_clip"),
+        .lr = (float)t->rc.train_lr,
+        .min_lr = (float)t->rc.train_min_lr,
+        .warmup = t->rc.train_warmup,
+        .decay_steps = t->rc.train_decay_steps,
+        .beta1 = (float)t->rc.train_beta1,
+        .beta2 = (float)t->rc.train_beta2,
+        .eps = (float)t->rc.train_eps,
+        .weight_decay = (float)t->rc.train_weight_decay,
+        .grad_clip = (float)t->rc.train_grad_clip,
     };
     if (oc.decay_steps == 0) oc.decay_steps = t->steps;
     /* The plugins see the model (its views, the device) from here on: an
@@ -616,7 +615,7 @@ static ts_status trainer_build_optimizer(ts_trainer *t, uint64_t seed) {
     ts_optim_shard oshard;
     TS_TRY(trainer_optim_shard(t, &oshard));
     TS_TRY(ts_optimizer_create_shard(&oc, t->model, &oshard, &t->optim));
-    const char *init = ts_config_str(cfg, "model", "init");
+    const char *init = t->rc.model_init;
     int safetensors = strncmp(init, "safetensors:", 12) == 0;
     if (!plan && (strncmp(init, "llmc:", 5) == 0 || safetensors)) {
         float *full = ts_mem_alloc(TS_MEM_OTHER, t->model->global_numel * sizeof(float));
@@ -639,6 +638,7 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
     t->ckpt_lock.fd = -1;
     t->plan_only = plan;
     t->cfg = cfg;
+    ts_run_config_fill(cfg, &t->rc);
     t->par = par;
     t->reg = reg;
     ts_layout_plan_init(&t->plan);
@@ -672,9 +672,9 @@ static ts_status trainer_create(const ts_config *cfg, ts_parallel *par, ts_plugi
 
     CHECK(trainer_setup_device(t));
     CHECK(trainer_setup_run(t));
-    uint64_t seed = (uint64_t)ts_config_int(cfg, "train", "seed");
-    ts_dtype dtype = strcmp(ts_config_str(cfg, "train", "dtype"), "bf16") == 0 ? TS_BF16 : TS_F32;
-    int partial_bf16 = strcmp(ts_config_str(cfg, "train", "partial_dtype"), "bf16") == 0;
+    uint64_t seed = (uint64_t)t->rc.train_seed;
+    ts_dtype dtype = strcmp(t->rc.train_dtype, "bf16") == 0 ? TS_BF16 : TS_F32;
+    int partial_bf16 = strcmp(t->rc.train_partial_dtype, "bf16") == 0;
     if (partial_bf16 && dtype != TS_BF16)
         CHECK(trainer_key_error(cfg, "train", "partial_dtype",
                                 "partial_dtype = bf16 needs dtype = bf16 (an f32 run keeps "

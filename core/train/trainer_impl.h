@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "binder.h"
+#include "run_config.h"
 #include "data.h"
 #include "file.h"
 #include "internal.h"
@@ -32,6 +33,7 @@
 
 struct ts_trainer {
     const ts_config *cfg;
+    ts_run_config rc;          /* cfg typed (run_config.h), filled first    */
     ts_parallel *par;          /* borrowed; NULL on one rank without MPI      */
     ts_plugins *reg;           /* borrowed; NULL when no plugin is loaded     */
     ts_layout_plan plan;       /* placements of every tensor after transforms */

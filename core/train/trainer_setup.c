@@ -70,8 +70,8 @@ static ts_status trainer_claim_dir(ts_trainer *t) {
 
 /* An output file named by [train] KEY must be creatable at start-up, not
  * found unwritable at the end of the run. */
-static ts_status trainer_check_output(ts_trainer *t, const char *key, const char *what) {
-    const char *path = ts_config_str(t->cfg, "train", key);
+static ts_status trainer_check_output(ts_trainer *t, const char *key, const char *path,
+                                      const char *what) {
     if (!path[0]) return TS_OK;
     ts_status st = ts_file_probe_output(path, what);
     return st ? trainer_key_error_last(t->cfg, "train", key, st) : TS_OK;
@@ -81,7 +81,7 @@ static ts_status trainer_check_output(ts_trainer *t, const char *key, const char
  * the checkpoint and drops those after it (written before a kill, and about
  * to be written again), so the file holds every step once. */
 static ts_status trainer_open_metrics(ts_trainer *t, int resumed) {
-    const char *path = ts_config_str(t->cfg, "train", "metrics");
+    const char *path = t->rc.train_metrics;
     if (!path[0]) return TS_OK;
     ts_status st = TS_OK;
     struct stat sb;
@@ -146,13 +146,11 @@ static ts_status trainer_check_schedule(ts_trainer *t, ts_plugins *reg) {
  * recompute_method (model.h: ts_model_set_recompute). */
 ts_status trainer_recompute(ts_trainer *t) {
     const ts_config *cfg = t->cfg;
-    static const char *modes[] = {"none", "selective", "full"};
-    const char *name = ts_config_str(cfg, "train", "recompute");
-    ts_recompute mode = TS_RECOMPUTE_NONE;
-    for (int k = 0; k < 3; k++)
-        if (strcmp(name, modes[k]) == 0) mode = (ts_recompute)k;
-    int layers = (int)ts_config_int(cfg, "train", "recompute_layers");
-    const char *method = ts_config_str(cfg, "train", "recompute_method");
+    const char *name = t->rc.train_recompute;
+    int word = ts_recompute_from_word(name);
+    ts_recompute mode = word < 0 ? TS_RECOMPUTE_NONE : (ts_recompute)word;
+    int layers = (int)t->rc.train_recompute_layers;
+    const char *method = t->rc.train_recompute_method;
     int block = strcmp(method, "block") == 0;
     if (mode != TS_RECOMPUTE_NONE) {
         int most = ts_model_recompute_modules(t->model, mode);
@@ -178,10 +176,9 @@ ts_status trainer_recompute(ts_trainer *t) {
 /* The backend of a dry run on [train] device: the device's sizing rules
  * (attention state, GEMM scratch), nothing computed; for device = cuda
  * without loading the CUDA backend (cuda_sizes.h). */
-static ts_status trainer_plan_backend(const ts_config *cfg, const ts_backend **out) {
-    const ts_backend *target = strcmp(ts_config_str(cfg, "train", "device"), "cuda") == 0
-                                   ? ts_backend_cuda_sizes()
-                                   : ts_backend_cpu();
+static ts_status trainer_plan_backend(const char *device, const ts_backend **out) {
+    const ts_backend *target =
+        strcmp(device, "cuda") == 0 ? ts_backend_cuda_sizes() : ts_backend_cpu();
     return ts_backend_plan(target, out);
 }
 
@@ -190,12 +187,12 @@ static ts_status trainer_plan_backend(const ts_config *cfg, const ts_backend **o
 ts_status trainer_setup_device(ts_trainer *t) {
     const ts_config *cfg = t->cfg;
     int plan = t->plan_only;
-    int threads = (int)ts_config_int(cfg, "train", "threads");
+    int threads = (int)t->rc.train_threads;
     if (!plan && threads == 0) TS_TRY(trainer_default_threads(&threads));
     if (!plan) ts_cpu_set_threads(threads);
 
-    const char *device = ts_config_str(cfg, "train", "device");
-    if (plan) return trainer_plan_backend(cfg, &t->be);
+    const char *device = t->rc.train_device;
+    if (plan) return trainer_plan_backend(t->rc.train_device, &t->be);
     if (strcmp(device, "cpu") == 0) {
         t->be = ts_backend_cpu();
         return TS_OK;
@@ -218,18 +215,18 @@ ts_status trainer_setup_device(ts_trainer *t) {
 ts_status trainer_setup_run(ts_trainer *t) {
     const ts_config *cfg = t->cfg;
     int plan = t->plan_only;
-    t->epochs = ts_config_int(cfg, "data", "epochs");
-    t->steps = ts_config_int(cfg, "train", "steps");
-    t->log_every = (int)ts_config_int(cfg, "train", "log_every");
-    t->ckpt_dir = ts_config_str(cfg, "train", "checkpoint_dir");
-    t->ckpt_every = ts_config_int(cfg, "train", "checkpoint_every");
-    t->ckpt_async = ts_config_bool(cfg, "train", "checkpoint_async");
-    t->max_skipped = ts_config_int(cfg, "train", "max_skipped_steps");
+    t->epochs = t->rc.data_epochs;
+    t->steps = t->rc.train_steps;
+    t->log_every = (int)t->rc.train_log_every;
+    t->ckpt_dir = t->rc.train_checkpoint_dir;
+    t->ckpt_every = t->rc.train_checkpoint_every;
+    t->ckpt_async = t->rc.train_checkpoint_async;
+    t->max_skipped = t->rc.train_max_skipped_steps;
     if (t->ckpt_every > 0 && !t->ckpt_dir[0])
         return trainer_key_error(cfg, "train", "checkpoint_every",
                                  "checkpoints every %lld steps need [train] checkpoint_dir",
                                  (long long)t->ckpt_every);
-    const char *resume = ts_config_str(cfg, "train", "resume");
+    const char *resume = t->rc.train_resume;
     if (strcmp(resume, "auto") == 0 && !t->ckpt_dir[0])
         return trainer_key_error(
             cfg, "train", "resume",
@@ -237,8 +234,9 @@ ts_status trainer_setup_run(ts_trainer *t) {
     /* The outputs are checked before any work: the checkpoint directory is
      * created, checked writable and locked by the rank that writes it. */
     if (t->rank0 && !plan && t->ckpt_dir[0]) TS_TRY(trainer_claim_dir(t));
-    if (t->rank0 && !plan) TS_TRY(trainer_check_output(t, "trace", "trace"));
-    if (t->rank0 && !plan) TS_TRY(trainer_check_output(t, "summary", "summary"));
+    if (t->rank0 && !plan) TS_TRY(trainer_check_output(t, "trace", t->rc.train_trace, "trace"));
+    if (t->rank0 && !plan)
+        TS_TRY(trainer_check_output(t, "summary", t->rc.train_summary, "summary"));
 
     return TS_OK;
 }
@@ -249,20 +247,20 @@ ts_status trainer_setup_data(ts_trainer *t, uint64_t seed) {
     const ts_config *cfg = t->cfg;
     int plan = t->plan_only;
     ts_data_opts dopts = {
-        .source = ts_config_str(cfg, "data", "source"),
+        .source = t->rc.data_source,
         .vocab = t->mcfg.vocab,
         .seed = seed,
-        .shuffle = ts_config_bool(cfg, "data", "shuffle"),
-        .synthetic_tokens = ts_config_int(cfg, "data", "synthetic_tokens"),
-        .synthetic_branching = (int)ts_config_int(cfg, "data", "synthetic_branching"),
-        .ignore_token = (int)ts_config_int(cfg, "data", "ignore_token"),
+        .shuffle = t->rc.data_shuffle,
+        .synthetic_tokens = t->rc.data_synthetic_tokens,
+        .synthetic_branching = (int)t->rc.data_synthetic_branching,
+        .ignore_token = (int)t->rc.data_ignore_token,
     };
-    const char *val_source = ts_config_str(cfg, "data", "val_source");
-    dopts.split = ts_config_float(cfg, "data", "split");
-    t->eval_every = ts_config_int(cfg, "train", "eval_every");
-    t->eval_batches = ts_config_int(cfg, "train", "eval_batches");
-    t->sample_every = ts_config_int(cfg, "train", "sample_every");
-    t->sample_tokens = ts_config_int(cfg, "train", "sample_tokens");
+    const char *val_source = t->rc.data_val_source;
+    dopts.split = t->rc.data_split;
+    t->eval_every = t->rc.train_eval_every;
+    t->eval_batches = t->rc.train_eval_batches;
+    t->sample_every = t->rc.train_sample_every;
+    t->sample_tokens = t->rc.train_sample_tokens;
     if (dopts.split > 0 && val_source[0])
         return trainer_key_error(cfg, "data", "split",
                                  "split = %g holds out part of source, and val_source names other "
@@ -344,7 +342,6 @@ ts_status trainer_setup_schedule(ts_trainer *t) {
  * trace, and the batch's tokens and targets (on the host, and on the
  * device when it is not the CPU). */
 ts_status trainer_setup_buffers(ts_trainer *t) {
-    const ts_config *cfg = t->cfg;
     ts_parallel *par = t->par;
     int plan = t->plan_only;
     size_t slots = (size_t)t->micro_batches * t->chunks;
@@ -362,7 +359,7 @@ ts_status trainer_setup_buffers(ts_trainer *t) {
     if (!t->act_in || !t->grad_in || !t->grad_out || !t->chunk_out || !t->act_req || !t->grad_req ||
         !t->grad_pending || !t->act_wire || !t->grad_wire || !t->mail_act || !t->mail_grad)
         return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
-    t->trace_path = plan ? "" : ts_config_str(cfg, "train", "trace");
+    t->trace_path = plan ? "" : t->rc.train_trace;
     if (t->trace_path[0]) {
         TS_TRY(ts_trace_create(par ? par->rank : 0, 0, &t->trace));
         if (par)
@@ -395,7 +392,7 @@ ts_status trainer_setup_buffers(ts_trainer *t) {
  * then [train] metrics opened (kept up to the checkpoint's step). */
 ts_status trainer_setup_resume(ts_trainer *t) {
     int plan = t->plan_only;
-    const char *resume = ts_config_str(t->cfg, "train", "resume");
+    const char *resume = t->rc.train_resume;
     int resumed = 0;
     if (!plan && strcmp(resume, "auto") == 0) {
         char path[4096];
