@@ -737,18 +737,38 @@ static void plan_bytes(double b, char *buf, size_t size) {
     snprintf(buf, size, "%.4g %s", b, unit[u]);
 }
 
-static void plan_state_text(const plan_result *r, int dp) {
+/* "dp 4", or "shard 4 x replicate 2 = 8": the axes of the data-parallel
+ * width (those of more than one rank; all of them when none has). */
+static void plan_batch_axes(const ts_mesh *mesh, char *buf, size_t size) {
+    size_t j = 0;
+    int n = 0, wide = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < ts_mesh_num_axes(mesh); i++)
+        wide |= ts_mesh_axis_cuts_batch_at(mesh, i) == 1 && ts_mesh_axis_size_at(mesh, i) > 1;
+    for (int i = 0; i < ts_mesh_num_axes(mesh) && j < size; i++) {
+        if (ts_mesh_axis_cuts_batch_at(mesh, i) != 1) continue;
+        if (wide && ts_mesh_axis_size_at(mesh, i) == 1) continue;
+        j += (size_t)snprintf(buf + j, size - j, "%s%s %d", n++ ? " x " : "",
+                              ts_mesh_axis_at(mesh, i), ts_mesh_axis_size_at(mesh, i));
+    }
+    if (n > 1 && j < size) snprintf(buf + j, size - j, " = %d", ts_mesh_batch_width(mesh));
+    if (n == 0) snprintf(buf, size, "1 rank");
+}
+
+static void plan_state_text(const plan_result *r, const ts_mesh *mesh) {
     double w, st;
-    char a[32], b[32], c[32];
+    int dp = ts_mesh_batch_width(mesh);
+    char a[32], b[32], c[32], over[256];
     plan_state_numbers(r, &w, &st);
     plan_bytes(w, a, sizeof a);
     plan_bytes(st, b, sizeof b);
     plan_bytes(st / dp, c, sizeof c);
+    plan_batch_axes(mesh, over, sizeof over);
     printf("model state (P = %zu parameters, %s): weights %s (%gP), model state %s (16P: "
-           "weights, gradients, f32 master weights and Adam moments), fully sharded over dp %d "
+           "weights, gradients, f32 master weights and Adam moments), fully sharded over %s "
            "%s per rank (16P/%d); this run keeps per rank %zu bytes (params + grads + "
            "optimizer)\n",
-           r->numel, ts_dtype_name(r->dtype), a, w / (double)r->numel, b, dp, c, dp,
+           r->numel, ts_dtype_name(r->dtype), a, w / (double)r->numel, b, over, c, dp,
            r->params + r->grads + r->optim);
 }
 
@@ -998,7 +1018,7 @@ static int cmd_plan(int argc, char **argv) {
         if (!unbound[0]) {
             printf("  peak during a step: params %zu, grads %zu, optimizer %zu, all %zu bytes\n",
                    est.params_peak, est.grads_peak, est.optim_peak, est.total_peak);
-            plan_state_text(&est, ts_mesh_batch_width(mesh));
+            plan_state_text(&est, mesh);
             plan_flops_text(&est, opts.rank);
             printf("communication of rank %d per step:\n", opts.rank);
             plan_each_comm(&est, world, 0, plan_comm_text);

@@ -481,6 +481,10 @@ int ts_mesh_axes_of(const ts_mesh *mesh, ts_mesh_kind kind, const char **names, 
     return n;
 }
 
+int ts_mesh_axis_cuts_batch_at(const ts_mesh *mesh, int i) {
+    return i >= 0 && i < mesh->naxes ? mesh->axes[i].batch : -1;
+}
+
 int ts_mesh_batch_width(const ts_mesh *mesh) {
     int w = 1;
     for (int a = 0; a < mesh->naxes; a++)

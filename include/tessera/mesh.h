@@ -163,6 +163,9 @@ int ts_mesh_axes_of(const ts_mesh *mesh, ts_mesh_kind kind, const char **names, 
 /* The data-parallel width: the product of the sizes of the batch axes (1
  * when there are none). A global batch is cut into this many parts. */
 int ts_mesh_batch_width(const ts_mesh *mesh);
+/* 1 when axis i cuts the batch (counts in the width), 0 if not, -1 out of
+ * range. */
+int ts_mesh_axis_cuts_batch_at(const ts_mesh *mesh, int i);
 /* The pipeline axis's name, or NULL when the mesh has none. */
 const char *ts_mesh_pipeline_axis(const ts_mesh *mesh);
 /* By name: the size (-1 for an unknown name), the rank's coordinate (-1 for
