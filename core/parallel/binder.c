@@ -227,7 +227,8 @@ static ts_status bind_providers(ts_binding *b, const ts_plugins *reg) {
 
 /* The batch: its blocks of sequences, this rank's block and part of every
  * sequence, the groups the loss and the experts' counts are summed over. */
-static ts_status bind_batch(ts_binding *b, const ts_layout_plan *plan) {
+static ts_status bind_batch(ts_binding *b, const ts_layout_plan *plan, const ts_mesh *mesh,
+                            int rank) {
     const ts_layout_plan_entry *data = ts_layout_plan_find((ts_layout_plan *)plan, "data.tokens");
     if (!data) return ts_error(TS_ERR_INTERNAL, "binder: the plan has no data.tokens");
     b->parts = 1;
@@ -238,6 +239,9 @@ static ts_status bind_batch(ts_binding *b, const ts_layout_plan *plan) {
         int k = ts_binding_find(b, a->name);
         coords[i] = k >= 0 ? b->axes[k].coord : 0;
         if (a->placement.kind != TS_PLACEMENT_SHARD || a->size == 1) continue;
+        if (mesh && ts_mesh_coord_of(mesh, rank, a->name) < 0)
+            return ts_error(TS_ERR_PLUGIN, "data.tokens is cut over '%s', which is no mesh axis",
+                            a->name);
         bind_token_add(b->loss_group, a->name);
         if (a->placement.dim == 0) {
             b->part = b->part * a->size + coords[i];
@@ -265,7 +269,7 @@ ts_status ts_bind(const ts_layout_plan *plan, const ts_mesh *mesh, const ts_plug
     TS_TRY(bind_axes_used(plan, mesh, reg));
     TS_TRY(bind_collect_axes(out, plan, mesh, rank));
     TS_TRY(bind_providers(out, reg));
-    TS_TRY(bind_batch(out, plan));
+    TS_TRY(bind_batch(out, plan, mesh, rank));
     out->stages = mesh && *out->pipeline ? ts_mesh_size(mesh, out->pipeline) : 1;
     out->chunks = ts_binding_chunks(plan, out->stages);
     return TS_OK;

@@ -46,34 +46,17 @@ ts_status trainer_key_error(const ts_config *cfg, const char *section, const cha
     return ts_error(TS_ERR_CONFIG, "%s: %s", where, msg);
 }
 
-/* Reads from the plan how the batch is cut: the axes on which data.tokens
- * is S(0) split it into blocks of sequences (nested in layout order), and
- * every axis on which it is cut at all (along the batch or the sequence)
- * holds a disjoint part of it, so the loss is summed over their group (the
- * token joining their names in layout order, e.g. "dp-cp"). */
+/* How the batch is cut, as the binding has it (docs/binder.md): this rank's
+ * block of sequences, and the communicator of the loss group. */
 static ts_status trainer_batch_split(ts_trainer *t) {
     t->parts = 1;
     t->part = 0;
     t->batch_comm = NULL;
     if (!t->par) return TS_OK;
-    const ts_layout_plan_entry *e = ts_layout_plan_find(&t->plan, "data.tokens");
-    if (!e) return ts_error(TS_ERR_INTERNAL, "trainer: the plan has no data.tokens");
-    char token[64] = "";
-    size_t len = 0;
-    for (int i = 0; i < e->layout.naxes; i++) {
-        const ts_layout_axis *a = &e->layout.axes[i];
-        if (a->placement.kind != TS_PLACEMENT_SHARD || a->size == 1) continue;
-        int coord = ts_parallel_coord(t->par, a->name);
-        if (coord < 0)
-            return ts_error(TS_ERR_PLUGIN, "data.tokens is cut over '%s', which is no mesh axis",
-                            a->name);
-        len += (size_t)snprintf(token + len, sizeof token - len, "%s%s", len ? "-" : "", a->name);
-        if (a->placement.dim == 0) {
-            t->part = t->part * a->size + coord;
-            t->parts *= a->size;
-        }
-    }
-    if (!len) return TS_OK;
+    t->parts = t->binding.parts;
+    t->part = t->binding.part;
+    const char *token = t->binding.loss_group;
+    if (!token[0]) return TS_OK;
     /* Every rank has the same plan, so every rank adds the same group. */
     TS_TRY(ts_parallel_add_group(t->par, token));
     t->batch_comm = ts_parallel_comm(t->par, token);
@@ -87,17 +70,11 @@ static ts_status trainer_batch_split(ts_trainer *t) {
 
 /* The position of each of this rank's T_local tokens of every sequence, by
  * the binding's rule (ts_binding_positions). */
-static ts_status trainer_positions(ts_trainer *t, const ts_model_shard *shard,
-                                   const ts_layout_plan_entry *data) {
-    (void)shard, (void)data;
+static ts_status trainer_positions(ts_trainer *t) {
     const ts_binding *b = &t->binding;
     free(t->positions);
     t->positions = malloc((size_t)(t->T_local > 0 ? t->T_local : 1) * sizeof *t->positions);
     if (!t->positions) return ts_error(TS_ERR_NOMEM, "trainer: out of memory");
-    if (b->seq_local != t->T_local || b->seq0 != t->seq0)
-        return ts_error(TS_ERR_INTERNAL,
-                        "trainer: the binding holds tokens [%d, +%d), not [%d, +%d)", b->seq0,
-                        b->seq_local, t->seq0, t->T_local);
     if (b->mirror >= 0 && b->sequence_cuts != 1)
         return ts_error(TS_ERR_PLUGIN,
                         "data.tokens is cut along the sequence over %d axes; mirrored chunks "
@@ -269,18 +246,10 @@ static ts_status trainer_model_axes(ts_trainer *t, ts_model_shard *shard) {
     shard->stages = pipe ? ts_mesh_size(mesh, pipe) : 1;
     shard->stage = pipe ? ts_parallel_coord(t->par, pipe) : 0;
     shard->stage_order = ts_plugins_stage_order(t->reg);
-    /* This rank's tokens of each sequence (its block of data.tokens along
-     * the sequence). */
-    int coords[TS_LAYOUT_MAX_AXES];
-    for (int i = 0; i < data->layout.naxes; i++) {
-        int c = ts_parallel_coord(t->par, data->layout.axes[i].name);
-        coords[i] = c < 0 ? 0 : c;
-    }
-    int64_t off[TS_MAX_DIMS], shp[TS_MAX_DIMS];
-    TS_TRY(ts_layout_local_block(&data->layout, coords, off, shp));
-    t->seq0 = (int)off[1];
-    t->T_local = (int)shp[1];
-    TS_TRY(trainer_positions(t, shard, data));
+    /* This rank's tokens of each sequence (the binding's). */
+    t->seq0 = t->binding.seq0;
+    t->T_local = t->binding.seq_local;
+    TS_TRY(trainer_positions(t));
     /* A hidden state cut along the sequence by an axis that reads the same
      * tokens (sequence parallelism) must cut this rank's rows evenly. */
     const ts_layout_plan_entry *act = ts_layout_plan_find(&t->plan, "act.x");
