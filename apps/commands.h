@@ -29,6 +29,15 @@ ts_status cli_config_finish(ts_status st, ts_config *cfg, ts_config **out_cfg,
 ts_status cli_parse_int(const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out);
 ts_status cli_parse_number(const char *flag, const char *text, double lo, double hi, double *out);
 
+/* Runs argv in a process group of its own with stdout to `out` and stderr
+ * to `err` (the same file when equal), `env` (NAME=VALUE or NULL) added to
+ * its environment; kills the group past `timeout_s`. Returns the exit
+ * status, 128 + the signal that ended it, or -1 when it could not start or
+ * ran past the timeout. `who` names the command in a failed exec's message.
+ * (verify.c) */
+int cli_run_child(const char *who, char **argv, const char *out, const char *err, const char *env,
+                  double timeout_s);
+
 /* tessera verify CONFIG --world N ... (verify.c) */
 int cmd_verify(int argc, char **argv);
 /* tessera conform PLUGIN.so [--kind K] ... (conform.c) */

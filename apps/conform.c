@@ -167,37 +167,9 @@ static void rsay(cf_row *r, const char *fmt, ...) {
 /* --- children ------------------------------------------------------------ */
 
 /* Runs argv with stdout to `out` and stderr to `err` (the same file when
- * equal), within the timeout. Returns the exit status, 128 + the signal,
- * or -1 when it could not start or ran past the timeout. */
+ * equal); verify runs its own runs within its timeout: allow it their sum. */
 static int cf_run(const cf_opts *o, char **argv, const char *out, const char *err) {
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        setpgid(0, 0);
-        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int fe = strcmp(out, err) == 0 ? fo : open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fo >= 0) dup2(fo, 1);
-        if (fe >= 0) dup2(fe, 2);
-        execvp(argv[0], argv);
-        fprintf(stderr, "tessera conform: cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    /* verify runs its own runs within its timeout; allow it their sum. */
-    double waited = 0.0, limit = 8 * o->timeout_s;
-    for (;;) {
-        int status;
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        if (r < 0) return -1;
-        if (waited > limit) {
-            kill(-pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            return -1;
-        }
-        struct timespec d = {0, 20 * 1000 * 1000};
-        nanosleep(&d, NULL);
-        waited += 0.02;
-    }
+    return cli_run_child("conform", argv, out, err, NULL, 8 * o->timeout_s);
 }
 
 static char *cf_slurp(const char *path) {

@@ -131,23 +131,21 @@ static void jsay(ledger *l, const char *fmt, ...) {
 
 /* --- running the programs ------------------------------------------------ */
 
-/* Runs argv with stdout and stderr to `log`, `env` (NAME=VALUE or NULL) in
- * its environment, within the timeout. Returns its exit status, 128 + the
- * signal that ended it, or -1 when it could not start or timed out. */
-static int run_logged(const verify_opts *o, char **argv, const char *log, const char *env) {
+int cli_run_child(const char *who, char **argv, const char *out, const char *err, const char *env,
+                  double timeout_s) {
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
         setpgid(0, 0);
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
+        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int fe = strcmp(out, err) == 0 ? fo : open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fo >= 0) dup2(fo, 1);
+        if (fe >= 0) dup2(fe, 2);
+        if (fo > 2) close(fo);
+        if (fe > 2 && fe != fo) close(fe);
         if (env) putenv((char *)env);
         execvp(argv[0], argv);
-        fprintf(stderr, "tessera verify: cannot run %s: %s\n", argv[0], strerror(errno));
+        fprintf(stderr, "tessera %s: cannot run %s: %s\n", who, argv[0], strerror(errno));
         _exit(127);
     }
     double waited = 0.0;
@@ -156,7 +154,7 @@ static int run_logged(const verify_opts *o, char **argv, const char *log, const 
         pid_t r = waitpid(pid, &status, WNOHANG);
         if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         if (r < 0) return -1;
-        if (waited > o->timeout_s) {
+        if (waited > timeout_s) {
             kill(-pid, SIGKILL);
             waitpid(pid, &status, 0);
             return -1;
@@ -165,6 +163,12 @@ static int run_logged(const verify_opts *o, char **argv, const char *log, const 
         nanosleep(&d, NULL);
         waited += 0.02;
     }
+}
+
+/* Runs argv with stdout and stderr to `log`, `env` (NAME=VALUE or NULL) in
+ * its environment, within the run timeout. */
+static int run_logged(const verify_opts *o, char **argv, const char *log, const char *env) {
+    return cli_run_child("verify", argv, log, log, env, o->timeout_s);
 }
 
 /* Builds the command line of a `tessera train` (np > 1: under the
