@@ -38,6 +38,10 @@ ts_status cli_parse_number(const char *flag, const char *text, double lo, double
 int cli_run_child(const char *who, char **argv, const char *out, const char *err, const char *env,
                   double timeout_s);
 
+/* A whole small file into memory (NUL-terminated; free it), NULL when it
+ * cannot be read. (verify.c) */
+char *cli_slurp(const char *path);
+
 /* tessera verify CONFIG --world N ... (verify.c) */
 int cmd_verify(int argc, char **argv);
 /* tessera conform PLUGIN.so [--kind K] ... (conform.c) */

@@ -172,22 +172,6 @@ static int cf_run(const cf_opts *o, char **argv, const char *out, const char *er
     return cli_run_child("conform", argv, out, err, NULL, 8 * o->timeout_s);
 }
 
-static char *cf_slurp(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 /* The last line of `path` that begins "tessera" (the program's own
  * message), else its first line with words; "" when empty. */
 static void cf_tail(const char *path, char *out, size_t size) {
@@ -324,7 +308,7 @@ static int cf_routed_group(const char *key) {
 
 static int cf_comm_check(const char *plan_json, const char *jsonl, int steps, int routed,
                          double *routed_dev, int *entries, char *why, size_t size) {
-    char *plan = cf_slurp(plan_json);
+    char *plan = cli_slurp(plan_json);
     const char *pc = plan ? strstr(plan, "\"comm\":{") : NULL;
     cf_comm *want = calloc(1, sizeof *want), *got = calloc(1, sizeof *got);
     int ok = pc && want && got;
@@ -779,9 +763,9 @@ static void cf_point_sets(const cf_opts *o, cf_point *p) {
 static void cf_peaks(const char *keep, int r, char *out, size_t size) {
     char path[PATH_MAX + 64], key[32];
     snprintf(path, sizeof path, "%s/par.summary.json", keep);
-    char *sum = cf_slurp(path);
+    char *sum = cli_slurp(path);
     snprintf(path, sizeof path, "%s/plan%d.json", keep, r);
-    char *plan = cf_slurp(path);
+    char *plan = cli_slurp(path);
     snprintf(key, sizeof key, "{\"rank\":%d,", r);
     const char *m = sum ? strstr(sum, key) : NULL, *pm = plan ? strstr(plan, "\"memory\":") : NULL;
     out[0] = 0;
@@ -1002,7 +986,7 @@ static void cf_grid(cf_opts *o, cf_row *rows) {
             snprintf(out, sizeof out, "%s/w%d_s%d.json", o->tmp, p->world, si);
             snprintf(err, sizeof err, "%s/w%d_s%d.err", o->tmp, p->world, si);
             int rc = cf_verify(o, p, out, err);
-            char *json = cf_slurp(out);
+            char *json = cli_slurp(out);
             const char *num = cf_ledger(json, "numerics"), *mem = cf_ledger(json, "memory"),
                        *rec = cf_ledger(json, "recovery");
             size_t len = strlen(t->labels);

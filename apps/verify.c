@@ -343,8 +343,7 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* A whole small file into memory (NUL-terminated), NULL when unreadable. */
-static char *slurp(const char *path) {
+char *cli_slurp(const char *path) {
     FILE *f = fopen(path, "r");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
@@ -453,7 +452,7 @@ typedef struct mem_rec {
 static void ledger_memory(const verify_opts *o, ledger *l, double *bubble_theory) {
     char path[1200];
     snprintf(path, sizeof path, "%s/par.summary.json", o->dir);
-    char *sum = slurp(path);
+    char *sum = cli_slurp(path);
     l->pass = sum != NULL;
     if (!sum) {
         say(l, "no summary from the N-rank run");
@@ -484,7 +483,7 @@ static void ledger_memory(const verify_opts *o, ledger *l, double *bubble_theory
             argv[n++] = (char *)o->sets[i];
         }
         argv[n] = NULL;
-        char *plan = run_logged(o, argv, log, NULL) == 0 ? slurp(log) : NULL;
+        char *plan = run_logged(o, argv, log, NULL) == 0 ? cli_slurp(log) : NULL;
         char key[32];
         snprintf(key, sizeof key, "{\"rank\":%d,", r);
         const char *m = strstr(sum, key), *pm = plan ? strstr(plan, "\"memory\":") : NULL;
@@ -560,7 +559,7 @@ static void ledger_speed(const verify_opts *o, ledger *l, double bubble_theory) 
     double mt = median(tok, k), mm = median(ms, k), mc = median(share, k), mb = median(bub, k);
     /* The slowest rank's compute time against the median rank's. */
     snprintf(path, sizeof path, "%s/par.summary.json", o->dir);
-    char *sum = slurp(path);
+    char *sum = cli_slurp(path);
     double comp[4096];
     int nr = 0, slow = -1;
     for (const char *q = sum; q && nr < 4096 && (q = strstr(q, "\"compute_ms\":")); q++)
