@@ -147,7 +147,6 @@ ts_status reg_end(ts_plugin_ctx *ctx, ts_status st) {
 static ts_status host_claim_axis(ts_plugin_ctx *ctx, const char *name, int size, ts_mesh_kind mesh,
                                  const char *before, int cuts_batch) {
     ts_plugins *reg = ctx->reg;
-    static const ts_mesh_axis_def standard[TS_MESH_STANDARD_COUNT] = TS_MESH_STANDARD_AXES;
     int ok = name && *name && strlen(name) < TS_MESH_NAME_MAX && islower((unsigned char)*name);
     for (const char *c = name; ok && *c; c++)
         ok = islower((unsigned char)*c) || isdigit((unsigned char)*c) || *c == '_';
@@ -156,9 +155,7 @@ static ts_status host_claim_axis(ts_plugin_ctx *ctx, const char *name, int size,
                                      "registers axis '%s' (an axis name is [a-z][a-z0-9_]*, under "
                                      "%d characters)",
                                      name ? name : "(null)", TS_MESH_NAME_MAX));
-    const ts_mesh_axis_def *std = NULL;
-    for (int i = 0; i < TS_MESH_STANDARD_COUNT; i++)
-        if (strcmp(standard[i].name, name) == 0) std = &standard[i];
+    const ts_mesh_axis_def *std = ts_plugins_standard_axis(name);
     if (!std && TS_PLUGIN_ABI_MINOR_OF(ctx->desc.abi_version) < 2)
         return reg_end(ctx, ts_error(TS_ERR_PLUGIN,
                                      "registers axis '%s', which is not a mesh axis (tp, cp, dp, "
@@ -630,19 +627,17 @@ static ts_status host_register_module_hook(ts_plugin_ctx *ctx, ts_plugin_module_
     return TS_OK;
 }
 
-/* A provision entry for (what, axis), checked: a mesh axis, not provided by
- * another plugin. */
 /* A standard axis, or one a plugin has registered so far. */
 static int host_axis_known(const ts_plugins *reg, const char *axis) {
-    static const ts_mesh_axis_def standard[TS_MESH_STANDARD_COUNT] = TS_MESH_STANDARD_AXES;
     if (!axis) return 0;
-    for (int i = 0; i < TS_MESH_STANDARD_COUNT; i++)
-        if (strcmp(standard[i].name, axis) == 0) return 1;
+    if (ts_plugins_standard_axis(axis)) return 1;
     for (int i = 0; i < reg->naxes; i++)
         if (strcmp(reg->axes[i].name, axis) == 0) return 1;
     return 0;
 }
 
+/* A provision entry for (what, axis), checked: a mesh axis, not provided by
+ * another plugin. */
 static ts_status host_provide(ts_plugin_ctx *ctx, ts_plugin_provision what, const char *axis,
                               plg_provider **out) {
     ts_plugins *reg = ctx->reg;

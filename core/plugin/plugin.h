@@ -105,6 +105,8 @@ ts_status ts_plugins_mesh(const ts_plugins *reg, int world, const char *order, t
  * plugin's section has a `size` key, where that key was set; then the
  * dense axes no plugin claims (size 1). Writes into buf and returns it. */
 const char *ts_plugins_axes_origin(const ts_plugins *reg, char *buf, size_t size);
+/* The standard axis called `name` (TS_MESH_STANDARD_AXES), or NULL. */
+const ts_mesh_axis_def *ts_plugins_standard_axis(const char *name);
 
 /* host->comm resolves tokens through this function (e.g. a wrapper around
  * ts_parallel_comm). Until it is set, host->comm answers NULL. */

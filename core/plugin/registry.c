@@ -45,7 +45,6 @@ typedef struct plg_mesh_defs {
     int n;
     ts_mesh_axis_def d[TS_MESH_MAX_AXES];
     int claimed[TS_MESH_MAX_AXES];
-    int standard; /* how many of d are standard                        */
 } plg_mesh_defs;
 
 static int plg_def_index(const plg_mesh_defs *m, const char *name) {
@@ -54,11 +53,18 @@ static int plg_def_index(const plg_mesh_defs *m, const char *name) {
     return -1;
 }
 
+static const ts_mesh_axis_def plg_standard[TS_MESH_STANDARD_COUNT] = TS_MESH_STANDARD_AXES;
+
+const ts_mesh_axis_def *ts_plugins_standard_axis(const char *name) {
+    for (int i = 0; name && i < TS_MESH_STANDARD_COUNT; i++)
+        if (strcmp(plg_standard[i].name, name) == 0) return &plg_standard[i];
+    return NULL;
+}
+
 static ts_status plg_mesh_defs_build(const ts_plugins *reg, plg_mesh_defs *m) {
-    static const ts_mesh_axis_def standard[TS_MESH_STANDARD_COUNT] = TS_MESH_STANDARD_AXES;
     memset(m, 0, sizeof *m);
-    m->n = m->standard = TS_MESH_STANDARD_COUNT;
-    memcpy(m->d, standard, sizeof standard);
+    m->n = TS_MESH_STANDARD_COUNT;
+    memcpy(m->d, plg_standard, sizeof plg_standard);
     for (int i = 0; i < reg->naxes; i++) {
         const ts_plugin_axis_entry *a = &reg->axes[i];
         int k = plg_def_index(m, a->name);
