@@ -366,6 +366,9 @@ static ts_status build_mesh(const ts_config *cfg, ts_plugins *reg, int world, ts
     char msg[2048], axes[1024], where[512];
     snprintf(msg, sizeof msg, "%s", ts_last_error_bare());
     ts_plugins_axes_origin(reg, axes, sizeof axes);
+    if (!ts_config_has(cfg, "parallel", "order"))
+        return ts_error(st, "%s (axis sizes: %s; [parallel] order not given: the axes' default)",
+                        msg, axes);
     ts_config_where(cfg, "parallel", "order", where, sizeof where);
     return ts_error(st, "%s (axis sizes: %s; %s = %s)", msg, axes, where, order);
 }

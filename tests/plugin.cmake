@@ -12,7 +12,7 @@ set(TESSERA_TEST_PLUGINS
   good:good wrong_major:wrong_major newer_minor:newer_minor wrong_name:misnamed
   no_symbol:no_symbol small_struct:small_struct dup_axis:dup_axis conflict:conflict
   fail_init:fail_init meshaxes:meshaxes poison:poison shardall:shardall optshard:optshard
-  skew:skew oldattn:oldattn)
+  skew:skew oldattn:oldattn axisspec:axisspec)
 set(TESSERA_TEST_PLUGIN_TARGETS)
 foreach(pair ${TESSERA_TEST_PLUGINS})
   string(REPLACE ":" ";" pair ${pair})
@@ -24,7 +24,7 @@ foreach(pair ${TESSERA_TEST_PLUGINS})
   # loading them (poison and optshard, written with this ABI, declare the
   # current one).
   if(NOT src STREQUAL "poison" AND NOT src STREQUAL "optshard" AND NOT src STREQUAL "skew"
-      AND NOT src STREQUAL "oldattn")
+      AND NOT src STREQUAL "oldattn" AND NOT src STREQUAL "axisspec")
     target_compile_definitions(test_plugin_${name} PRIVATE TS_PLUGIN_TARGET_MINOR=0)
   endif()
   # --no-undefined: a plugin that calls into libtessera directly fails to link.
@@ -173,3 +173,27 @@ add_test(NAME plugin_placement_conflict_names_both_transforms
     --set conflict.stages=false)
 set_tests_properties(plugin_placement_conflict_names_both_transforms PROPERTIES LABELS core
   TIMEOUT 60 ENVIRONMENT "${TESSERA_TEST_ENV}")
+
+# An axis of a plugin's own (register_axis_spec, ABI 1.2): placed where it
+# asked (before dp) in the order and the groups tessera plan prints; bad
+# claims refused naming the axis (a place before no axis, a bad name, a
+# struct too small).
+foreach(case good before_nothing bad_name small)
+  set(want_good "order tp-cp-ep-own-dp-pp")
+  set(want_before_nothing "plugin 'axisspec' places axis 'own' before 'nothing', which is no mesh axis")
+  set(want_bad_name "registers axis 'Own' \\(an axis name is")
+  set(want_small "register_axis_spec: struct_size 4, the core knows")
+  set(cmd $<TARGET_FILE:tessera_cli> plan ${CMAKE_BINARY_DIR}/tests/conflict_model.ini --world 2
+    --set parallel.plugins=axisspec --set "parallel.plugin_path=${TESSERA_TEST_PLUGIN_DIR}"
+    --set axisspec.how=${case})
+  if(case STREQUAL "good")
+    add_test(NAME plugin_axis_spec_${case} COMMAND ${cmd})
+    set_tests_properties(plugin_axis_spec_${case} PROPERTIES
+      PASS_REGULAR_EXPRESSION "${want_good}.*own +1 group +of +2, the first \\[0, 1\\]")
+  else()
+    add_test(NAME plugin_axis_spec_${case}
+      COMMAND bash ${PROJECT_SOURCE_DIR}/tests/run_expect_fail.sh 20 "${want_${case}}" -- ${cmd})
+  endif()
+  set_tests_properties(plugin_axis_spec_${case} PROPERTIES LABELS core TIMEOUT 60
+    ENVIRONMENT "${TESSERA_TEST_ENV}")
+endforeach()

@@ -39,8 +39,8 @@ const ts_plugin_axis_entry *ts_plugins_axis(const ts_plugins *reg, int i) {
 }
 
 /* The standard axes (their place, standard size and fold), then the claimed
- * axes of other names, each inserted before the axis it names. `names` and
- * `folds` hold the strings the definitions point to. */
+ * axes of other names, each inserted before the axis it names; whether a
+ * plugin claims each. The names point into the registry's entries. */
 typedef struct plg_mesh_defs {
     int n;
     ts_mesh_axis_def d[TS_MESH_MAX_AXES];
