@@ -44,10 +44,10 @@ static ts_status plan_set_links(const cluster *cl, const ts_mesh *mesh, int rank
     return st;
 }
 
-ts_status plan_dry_run(const ts_config *cfg, ts_plugins *reg, int ranks, int rank,
+ts_status plan_dry_run(ts_dry_run *dr, const ts_config *cfg, ts_plugins *reg, int ranks, int rank,
                        const cluster *cl, const ts_mesh *mesh, ts_comm **world, ts_parallel **par,
                        plan_result *r) {
-    TS_TRY(ts_comm_plan_create("world", rank, ranks, world));
+    TS_TRY(ts_comm_plan_create(dr, "world", rank, ranks, world));
     ts_mesh *own = NULL;
     TS_TRY(ts_plugins_mesh(reg, ranks, NULL, &own));
     TS_TRY(ts_parallel_create_plan_mesh(*world, own, par));
@@ -56,7 +56,7 @@ ts_status plan_dry_run(const ts_config *cfg, ts_plugins *reg, int ranks, int ran
     ts_plugins_set_coord_source(reg, ts_parallel_plugin_coord);
     ts_trainer *t = NULL;
     TS_TRY(ts_trainer_create_plan(cfg, *par, reg, &t));
-    ts_plan_clock_enable(cl ? &cl->rates : NULL);
+    ts_plan_clock_enable(dr, cl ? &cl->rates : NULL);
     /* Two steps: the second holds the workspace the first grew while it
      * saves its activations, the steady state a run reaches. The traffic
      * counted is the second's (every step's is the same). */
@@ -65,30 +65,30 @@ ts_status plan_dry_run(const ts_config *cfg, ts_plugins *reg, int ranks, int ran
     for (int i = 0; i < (*par)->ncomms; i++)
         ts_comm_counters_reset((*par)->comms[i]);
     ts_comm_counters_reset(*world);
-    ts_backend_plan_reset_flops();
-    ts_plan_clock_reset();
+    ts_backend_plan_reset_flops(dr);
+    ts_plan_clock_reset(dr);
     if (!st) st = ts_trainer_step(t, &stats);
     if (!st) {
-        r->params = ts_backend_plan_stats(TS_MEM_PARAMS).allocated;
-        r->grads = ts_backend_plan_stats(TS_MEM_GRADS).allocated;
-        r->optim = ts_backend_plan_stats(TS_MEM_OPTIM).allocated;
-        r->acts = ts_backend_plan_stats(TS_MEM_ACTS).peak;
-        r->comm = ts_backend_plan_stats(TS_MEM_COMM).peak;
-        r->batch = ts_backend_plan_stats(TS_MEM_OTHER).peak;
-        r->params_peak = ts_backend_plan_stats(TS_MEM_PARAMS).peak;
-        r->grads_peak = ts_backend_plan_stats(TS_MEM_GRADS).peak;
-        r->optim_peak = ts_backend_plan_stats(TS_MEM_OPTIM).peak;
-        r->total_peak = ts_backend_plan_stats(TS_MEM_NCAT).peak;
-        r->nact = ts_backend_plan_peak_items(r->act_tag, r->act_bytes, 16);
+        r->params = ts_backend_plan_stats(dr, TS_MEM_PARAMS).allocated;
+        r->grads = ts_backend_plan_stats(dr, TS_MEM_GRADS).allocated;
+        r->optim = ts_backend_plan_stats(dr, TS_MEM_OPTIM).allocated;
+        r->acts = ts_backend_plan_stats(dr, TS_MEM_ACTS).peak;
+        r->comm = ts_backend_plan_stats(dr, TS_MEM_COMM).peak;
+        r->batch = ts_backend_plan_stats(dr, TS_MEM_OTHER).peak;
+        r->params_peak = ts_backend_plan_stats(dr, TS_MEM_PARAMS).peak;
+        r->grads_peak = ts_backend_plan_stats(dr, TS_MEM_GRADS).peak;
+        r->optim_peak = ts_backend_plan_stats(dr, TS_MEM_OPTIM).peak;
+        r->total_peak = ts_backend_plan_stats(dr, TS_MEM_NCAT).peak;
+        r->nact = ts_backend_plan_peak_items(dr, r->act_tag, r->act_bytes, 16);
         const ts_train_state *ts = ts_trainer_state(t);
         r->numel = ts->model->global_numel;
         r->dtype = ts->model->dtype;
         r->par = *par;
-        ts_backend_plan_flops(&r->flops_fwd, &r->flops_bwd, &r->flops_re);
+        ts_backend_plan_flops(dr, &r->flops_fwd, &r->flops_bwd, &r->flops_re);
         r->recompute = ts_config_str(cfg, "train", "recompute");
-        ts_plan_clock_read(&r->clock);
+        ts_plan_clock_read(dr, &r->clock);
     }
-    ts_plan_clock_enable(NULL);
+    ts_plan_clock_enable(dr, NULL);
     ts_trainer_destroy(t);
     return st;
 }

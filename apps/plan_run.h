@@ -39,8 +39,9 @@ typedef struct plan_result {
  * backend and communicators (nothing computed, nothing exchanged), so the
  * prediction and the run cannot drift apart. With `cl` (and `mesh`, the
  * layout's), the clock runs: each group's communicator gets the link its
- * ranks use. */
-ts_status plan_dry_run(const ts_config *cfg, ts_plugins *reg, int ranks, int rank,
+ * ranks use. Everything it counts and times is `dr`'s (dry_run.h), which
+ * must outlive *world and *par; the calling thread runs it. */
+ts_status plan_dry_run(ts_dry_run *dr, const ts_config *cfg, ts_plugins *reg, int ranks, int rank,
                        const cluster *cl, const ts_mesh *mesh, ts_comm **world, ts_parallel **par,
                        plan_result *r);
 

@@ -353,7 +353,9 @@ static ts_status layout_run(const search *S, const layout *L, int last_stage, co
         snprintf(a, sizeof a, "model.layers=%d", cut->blocks * L->pp * L->v);
         st = ts_config_set(cfg, a);
     }
-    if (!st) st = plan_dry_run(cfg, reg, S->world, rank, &S->cl, mesh, &world, &par, &r);
+    ts_dry_run *dr = NULL;
+    if (!st) st = ts_dry_run_create(&dr);
+    if (!st) st = plan_dry_run(dr, cfg, reg, S->world, rank, &S->cl, mesh, &world, &par, &r);
     int predicted = 0;
     if (!st) {
         plan_numbers_of(&r, &out->numbers);
@@ -388,6 +390,7 @@ static ts_status layout_run(const search *S, const layout *L, int last_stage, co
     }
     ts_parallel_destroy(par);
     ts_comm_free(world);
+    ts_dry_run_destroy(dr);
     ts_mesh_destroy(mesh);
     ts_plugins_destroy(reg);
     ts_config_destroy(cfg);

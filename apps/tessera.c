@@ -915,9 +915,11 @@ static int cmd_plan(int argc, char **argv) {
         st = opts.cluster ? cluster_load(opts.cluster, &cl) : cluster_from_config(cfg, &cl);
         timed = !st;
     }
+    ts_dry_run *dr = NULL;
+    if (!st) st = ts_dry_run_create(&dr);
     if (!st) {
-        st = plan_dry_run(cfg, reg, opts.world, opts.rank, timed ? &cl : NULL, mesh, &world, &par,
-                          &est);
+        st = plan_dry_run(dr, cfg, reg, opts.world, opts.rank, timed ? &cl : NULL, mesh, &world,
+                          &par, &est);
         if (st == TS_ERR_PLUGIN) {
             snprintf(unbound, sizeof unbound, "%s", ts_last_error_bare());
             st = TS_OK;
@@ -1066,6 +1068,7 @@ static int cmd_plan(int argc, char **argv) {
     rc = st ? fail(st) : 0;
     ts_parallel_destroy(par);
     ts_comm_free(world);
+    ts_dry_run_destroy(dr);
     ts_mesh_destroy(mesh);
     ts_plugins_destroy(reg);
     ts_config_destroy(cfg);

@@ -283,8 +283,9 @@ const ts_backend *ts_backend_cuda(void);
  * initialisation. */
 ts_status ts_backend_open(ts_device device, const ts_backend **out);
 /* What the next allocations hold, until the next call (a static string;
- * NULL: unnamed). The dry run of `tessera plan` itemises the activations'
- * peak by it; the other backends ignore it. */
+ * NULL: unnamed). The dry run of `tessera plan` bound to the calling thread
+ * (backend_plan.h) itemises the activations' peak by it; the other backends
+ * ignore it. */
 void ts_backend_tag(const char *what);
 /* What the live block `ptr` holds from now on (the dry run moves its bytes
  * to that tag; nothing happens elsewhere, or for a block it did not make). */

@@ -3,61 +3,58 @@
  * memory and kernels that run nothing.
  */
 #include "backend_plan.h"
-#include "phase.h"      /* ts_phase_recomputing: recomputed FLOPs apart */
-#include "plan_clock.h" /* each kernel charges its time */
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
-/* 4 TiB of address space, reserved but never backed. */
-#define PLAN_REGION ((size_t)1 << 42)
+#include "dry_run_impl.h" /* the dry run's fields */
+#include "phase.h"        /* ts_phase_recomputing: recomputed FLOPs apart */
+#include "plan_clock.h"   /* each kernel charges its time */
+
 #define PLAN_ALIGN 256
 
-typedef struct plan_block {
-    char *ptr;
-    size_t bytes;
-    ts_mem_category cat;
-    int live;
-    int tag;       /* index into plan_tags */
-    int next_free; /* the next free block of this size, -1 at the end */
-} plan_block;
+/* The dry run the calling thread's kernels charge (ts_backend_plan binds
+ * it): the table's functions take no context. */
+static _Thread_local ts_dry_run *plan_bound;
 
-/* The activations by tag: live bytes now, and at the activations' peak. */
-#define PLAN_TAGS 16
-static const char *plan_tags[PLAN_TAGS] = {"other"};
-static int plan_ntags = 1, plan_tag_now;
-static size_t plan_tag_live[PLAN_TAGS], plan_tag_at_peak[PLAN_TAGS];
+static ts_dry_run *plan_dr(void) {
+    TS_ASSERT(plan_bound && "plan: a dry-run kernel called on a thread with no dry run");
+    return plan_bound;
+}
+
+void plan_unbind(const ts_dry_run *dr) {
+    if (plan_bound == dr) plan_bound = NULL;
+}
 
 /* The index of tag `what` (added when new; "other" when the table is full). */
-static int plan_tag_index(const char *what) {
+static int plan_tag_index(ts_dry_run *dr, const char *what) {
     if (!what) return 0;
-    for (int i = 0; i < plan_ntags; i++) /* tags are mostly literals: same pointer */
-        if (plan_tags[i] == what) return i;
-    for (int i = 0; i < plan_ntags; i++)
-        if (!strcmp(plan_tags[i], what)) return i;
-    if (plan_ntags == PLAN_TAGS) return 0; /* counted as "other" */
-    plan_tags[plan_ntags] = what;
-    return plan_ntags++;
+    for (int i = 0; i < dr->ntags; i++) /* tags are mostly literals: same pointer */
+        if (dr->tags[i] == what) return i;
+    for (int i = 0; i < dr->ntags; i++)
+        if (!strcmp(dr->tags[i], what)) return i;
+    if (dr->ntags == PLAN_TAGS) return 0; /* counted as "other" */
+    dr->tags[dr->ntags] = what;
+    return dr->ntags++;
 }
 
 void ts_backend_tag(const char *what) {
-    plan_tag_now = plan_tag_index(what);
+    if (plan_bound) plan_bound->tag_now = plan_tag_index(plan_bound, what);
 }
 
-int ts_backend_plan_peak_items(const char **tags, size_t *bytes, int max) {
+int ts_backend_plan_peak_items(const ts_dry_run *dr, const char **tags, size_t *bytes, int max) {
     int n = 0;
-    for (int i = 0; i < plan_ntags && n < max; i++) {
-        if (!plan_tag_at_peak[i]) continue;
+    for (int i = 0; i < dr->ntags && n < max; i++) {
+        if (!dr->tag_at_peak[i]) continue;
         int k = n++;
-        while (k > 0 && bytes[k - 1] < plan_tag_at_peak[i]) {
+        while (k > 0 && bytes[k - 1] < dr->tag_at_peak[i]) {
             tags[k] = tags[k - 1];
             bytes[k] = bytes[k - 1];
             k--;
         }
-        tags[k] = plan_tags[i];
-        bytes[k] = plan_tag_at_peak[i];
+        tags[k] = dr->tags[i];
+        bytes[k] = dr->tag_at_peak[i];
     }
     return n;
 }
@@ -65,38 +62,40 @@ int ts_backend_plan_peak_items(const char **tags, size_t *bytes, int max) {
 /* FLOPs of the GEMMs and attention products the dry run was asked for, 2 per
  * multiply-add: forward, backward, and forwards recomputed inside a
  * backward (phase.h). */
-static double plan_flops_fwd, plan_flops_bwd, plan_flops_re;
-
 static void plan_forward_flops(double f) {
+    ts_dry_run *dr = plan_dr();
     if (ts_phase_recomputing())
-        plan_flops_re += f;
+        dr->flops_re += f;
     else
-        plan_flops_fwd += f;
+        dr->flops_fwd += f;
+}
+static void plan_backward_flops(double f) {
+    plan_dr()->flops_bwd += f;
+}
+static void plan_recomputed_flops(double f) {
+    plan_dr()->flops_re += f;
 }
 
 /* The clock's charges (plan_clock.h): activations stream as f32 (4 bytes),
  * as the layers keep them. */
 #define F4 4.0
+static void plan_kernel(int kind, double flops, double bytes) {
+    ts_plan_clock_kernel(plan_dr(), kind, flops, bytes);
+}
 static void plan_mem(double bytes) {
-    ts_plan_clock_kernel(TS_PLAN_F32, 0.0, bytes);
+    plan_kernel(TS_PLAN_F32, 0.0, bytes);
 }
 
-void ts_backend_plan_flops(double *forward, double *backward, double *recomputed) {
-    *forward = plan_flops_fwd;
-    *backward = plan_flops_bwd;
-    *recomputed = plan_flops_re;
+void ts_backend_plan_flops(const ts_dry_run *dr, double *forward, double *backward,
+                           double *recomputed) {
+    *forward = dr->flops_fwd;
+    *backward = dr->flops_bwd;
+    *recomputed = dr->flops_re;
 }
 
-void ts_backend_plan_reset_flops(void) {
-    plan_flops_fwd = plan_flops_bwd = plan_flops_re = 0.0;
+void ts_backend_plan_reset_flops(ts_dry_run *dr) {
+    dr->flops_fwd = dr->flops_bwd = dr->flops_re = 0.0;
 }
-
-static char *plan_base;
-static size_t plan_used;
-static plan_block *plan_blocks;
-static int plan_nblocks, plan_capblocks;
-static size_t plan_allocated[TS_MEM_NCAT + 1], plan_reserved[TS_MEM_NCAT + 1],
-    plan_peak[TS_MEM_NCAT + 1];
 
 /* What the accounted host allocator holds for `bytes`: a 64-byte header and
  * the payload rounded up to 64 (alloc.c). */
@@ -104,71 +103,64 @@ static size_t plan_reserved_bytes(size_t bytes) {
     return 64 + (bytes + 63) / 64 * 64;
 }
 
-static void plan_count(ts_mem_category cat, int tag, size_t bytes, int sign) {
+static void plan_count(ts_dry_run *dr, ts_mem_category cat, int tag, size_t bytes, int sign) {
     if (cat == TS_MEM_ACTS) {
         if (sign > 0) {
-            plan_tag_live[tag] += bytes;
-            if (plan_allocated[cat] + bytes > plan_peak[cat])
-                memcpy(plan_tag_at_peak, plan_tag_live, sizeof plan_tag_at_peak);
+            dr->tag_live[tag] += bytes;
+            if (dr->allocated[cat] + bytes > dr->peak[cat])
+                memcpy(dr->tag_at_peak, dr->tag_live, sizeof dr->tag_at_peak);
         } else {
-            plan_tag_live[tag] -= bytes;
+            dr->tag_live[tag] -= bytes;
         }
     }
     for (int i = 0; i < 2; i++) {
         int c = i ? TS_MEM_NCAT : (int)cat;
         if (sign > 0) {
-            plan_allocated[c] += bytes;
-            plan_reserved[c] += plan_reserved_bytes(bytes);
-            if (plan_allocated[c] > plan_peak[c]) plan_peak[c] = plan_allocated[c];
+            dr->allocated[c] += bytes;
+            dr->reserved[c] += plan_reserved_bytes(bytes);
+            if (dr->allocated[c] > dr->peak[c]) dr->peak[c] = dr->allocated[c];
         } else {
-            plan_allocated[c] -= bytes;
-            plan_reserved[c] -= plan_reserved_bytes(bytes);
+            dr->allocated[c] -= bytes;
+            dr->reserved[c] -= plan_reserved_bytes(bytes);
         }
     }
 }
 
 /* Free blocks by size (activations repeat: a freed block of the same size is
- * reused): an open-addressed table of sizes, each the head of its list. */
-typedef struct plan_size {
-    size_t bytes; /* 0: an empty slot */
-    int head;     /* first free block, -1 when none */
-} plan_size;
-static plan_size *plan_sizes;
-static size_t plan_sizecap, plan_nsizes;
-
-static plan_size *plan_size_slot(size_t bytes) {
-    if (plan_nsizes * 2 >= plan_sizecap) {
-        size_t cap = plan_sizecap ? 2 * plan_sizecap : 256;
+ * reused). */
+static plan_size *plan_size_slot(ts_dry_run *dr, size_t bytes) {
+    if (dr->nsizes * 2 >= dr->sizecap) {
+        size_t cap = dr->sizecap ? 2 * dr->sizecap : 256;
         plan_size *t = calloc(cap, sizeof *t);
         if (!t) return NULL;
-        for (size_t i = 0; i < plan_sizecap; i++) {
-            if (!plan_sizes[i].bytes) continue;
-            size_t k = plan_sizes[i].bytes * 0x9E3779B97F4A7C15ull & (cap - 1);
+        for (size_t i = 0; i < dr->sizecap; i++) {
+            if (!dr->sizes[i].bytes) continue;
+            size_t k = dr->sizes[i].bytes * 0x9E3779B97F4A7C15ull & (cap - 1);
             while (t[k].bytes)
                 k = (k + 1) & (cap - 1);
-            t[k] = plan_sizes[i];
+            t[k] = dr->sizes[i];
         }
-        free(plan_sizes);
-        plan_sizes = t;
-        plan_sizecap = cap;
+        free(dr->sizes);
+        dr->sizes = t;
+        dr->sizecap = cap;
     }
-    size_t k = bytes * 0x9E3779B97F4A7C15ull & (plan_sizecap - 1);
-    while (plan_sizes[k].bytes && plan_sizes[k].bytes != bytes)
-        k = (k + 1) & (plan_sizecap - 1);
-    if (!plan_sizes[k].bytes) {
-        plan_sizes[k] = (plan_size){bytes, -1};
-        plan_nsizes++;
+    size_t k = bytes * 0x9E3779B97F4A7C15ull & (dr->sizecap - 1);
+    while (dr->sizes[k].bytes && dr->sizes[k].bytes != bytes)
+        k = (k + 1) & (dr->sizecap - 1);
+    if (!dr->sizes[k].bytes) {
+        dr->sizes[k] = (plan_size){bytes, -1};
+        dr->nsizes++;
     }
-    return &plan_sizes[k];
+    return &dr->sizes[k];
 }
 
 /* The block at `ptr`: blocks lie in the region in the order they were made. */
-static plan_block *plan_block_at(const void *ptr) {
-    int lo = 0, hi = plan_nblocks - 1;
+static plan_block *plan_block_at(ts_dry_run *dr, const void *ptr) {
+    int lo = 0, hi = dr->nblocks - 1;
     while (lo <= hi) {
         int mid = lo + (hi - lo) / 2;
-        const char *p = plan_blocks[mid].ptr;
-        if (p == (const char *)ptr) return &plan_blocks[mid];
+        const char *p = dr->blocks[mid].ptr;
+        if (p == (const char *)ptr) return &dr->blocks[mid];
         if (p < (const char *)ptr)
             lo = mid + 1;
         else
@@ -178,92 +170,95 @@ static plan_block *plan_block_at(const void *ptr) {
 }
 
 static void *plan_alloc(ts_mem_category cat, size_t bytes) {
+    ts_dry_run *dr = plan_dr();
     if ((int)cat < 0 || cat >= TS_MEM_NCAT) {
         ts_error(TS_ERR_INVALID, "plan: unknown memory category %d", (int)cat);
         return NULL;
     }
-    plan_size *sz = plan_size_slot(bytes ? bytes : (size_t)-1);
+    plan_size *sz = plan_size_slot(dr, bytes ? bytes : (size_t)-1);
     if (!sz) {
         ts_error(TS_ERR_NOMEM, "plan: out of memory");
         return NULL;
     }
     if (sz->head >= 0) {
-        plan_block *b = &plan_blocks[sz->head];
+        plan_block *b = &dr->blocks[sz->head];
         sz->head = b->next_free;
         b->live = 1;
         b->cat = cat;
-        b->tag = plan_tag_now;
-        plan_count(cat, b->tag, bytes, +1);
+        b->tag = dr->tag_now;
+        plan_count(dr, cat, b->tag, bytes, +1);
         return b->ptr;
     }
     size_t span = (bytes + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
     if (span == 0) span = PLAN_ALIGN;
-    if (span > PLAN_REGION - plan_used) {
+    if (span > dr->region - dr->used) {
         ts_error(TS_ERR_NOMEM,
-                 "plan: %zu bytes of %s do not fit the dry run's 4 TiB of address space", bytes,
-                 ts_mem_category_name(cat));
+                 "plan: %zu bytes of %s do not fit the dry run's %.0f GiB of address space", bytes,
+                 ts_mem_category_name(cat), (double)dr->region / (double)((size_t)1 << 30));
         return NULL;
     }
-    if (plan_nblocks == plan_capblocks) {
-        int cap = plan_capblocks ? 2 * plan_capblocks : 256;
-        plan_block *nb = realloc(plan_blocks, (size_t)cap * sizeof *nb);
+    if (dr->nblocks == dr->capblocks) {
+        int cap = dr->capblocks ? 2 * dr->capblocks : 256;
+        plan_block *nb = realloc(dr->blocks, (size_t)cap * sizeof *nb);
         if (!nb) {
             ts_error(TS_ERR_NOMEM, "plan: out of memory");
             return NULL;
         }
-        plan_blocks = nb;
-        plan_capblocks = cap;
+        dr->blocks = nb;
+        dr->capblocks = cap;
     }
-    plan_block *b = &plan_blocks[plan_nblocks++];
-    *b = (plan_block){plan_base + plan_used, bytes, cat, 1, plan_tag_now, -1};
-    plan_used += span;
-    plan_count(cat, b->tag, bytes, +1);
+    plan_block *b = &dr->blocks[dr->nblocks++];
+    *b = (plan_block){dr->base + dr->used, bytes, cat, 1, dr->tag_now, -1};
+    dr->used += span;
+    plan_count(dr, cat, b->tag, bytes, +1);
     return b->ptr;
 }
 
 static void plan_free(void *ptr) {
     if (!ptr) return;
-    plan_block *b = plan_block_at(ptr);
+    ts_dry_run *dr = plan_dr();
+    plan_block *b = plan_block_at(dr, ptr);
     TS_ASSERT(b && "plan: freeing a block the dry run did not allocate");
     TS_ASSERT(b->live);
     b->live = 0;
-    plan_count(b->cat, b->tag, b->bytes, -1);
-    plan_size *sz = plan_size_slot(b->bytes ? b->bytes : (size_t)-1);
+    plan_count(dr, b->cat, b->tag, b->bytes, -1);
+    plan_size *sz = plan_size_slot(dr, b->bytes ? b->bytes : (size_t)-1);
     TS_ASSERT(sz);
     b->next_free = sz->head;
-    sz->head = (int)(b - plan_blocks);
+    sz->head = (int)(b - dr->blocks);
 }
 
 void ts_backend_retag(const void *ptr, const char *what) {
-    if (!ptr || !plan_base) return;
-    plan_block *b = plan_block_at(ptr);
+    ts_dry_run *dr = plan_bound;
+    if (!ptr || !dr || !ts_backend_plan_owns(dr, ptr)) return;
+    plan_block *b = plan_block_at(dr, ptr);
     if (b && b->live) {
         if (b->cat == TS_MEM_ACTS) {
-            int tag = plan_tag_index(what);
-            plan_tag_live[b->tag] -= b->bytes;
-            plan_tag_live[tag] += b->bytes;
+            int tag = plan_tag_index(dr, what);
+            dr->tag_live[b->tag] -= b->bytes;
+            dr->tag_live[tag] += b->bytes;
             b->tag = tag;
         }
     }
 }
 
-int ts_backend_plan_owns(const void *p) {
-    return plan_base && (const char *)p >= plan_base && (const char *)p < plan_base + PLAN_REGION;
+int ts_backend_plan_owns(const ts_dry_run *dr, const void *p) {
+    return dr && (const char *)p >= dr->base && (const char *)p < dr->base + dr->region;
 }
 
-ts_mem_counter ts_backend_plan_stats(ts_mem_category cat) {
+ts_mem_counter ts_backend_plan_stats(const ts_dry_run *dr, ts_mem_category cat) {
     ts_mem_counter c = {0, 0, 0};
     if ((int)cat < 0 || cat > TS_MEM_NCAT) return c;
-    c.allocated = plan_allocated[cat];
-    c.reserved = plan_reserved[cat];
-    c.peak = plan_peak[cat];
+    c.allocated = dr->allocated[cat];
+    c.reserved = dr->reserved[cat];
+    c.peak = dr->peak[cat];
     return c;
 }
 
-void ts_backend_plan_reset_peak(void) {
+void ts_backend_plan_reset_peak(ts_dry_run *dr) {
     for (int i = 0; i <= TS_MEM_NCAT; i++)
-        plan_peak[i] = plan_allocated[i];
-    memcpy(plan_tag_at_peak, plan_tag_live, sizeof plan_tag_at_peak);
+        dr->peak[i] = dr->allocated[i];
+    memcpy(dr->tag_at_peak, dr->tag_live, sizeof dr->tag_at_peak);
 }
 
 /* --- the kernels: nothing runs ---------------------------------------------- */
@@ -305,7 +300,7 @@ static ts_status plan_to_host(void *host, const void *src, size_t n) {
  * each). The backward is two GEMMs, either of which may be skipped (a split
  * backward's input part, then its weight part). */
 static void plan_matmul_time(int kind, double flops, double N, double C, double OC, double wb) {
-    ts_plan_clock_kernel(kind, flops, F4 * (N * C + N * OC) + wb * C * OC);
+    plan_kernel(kind, flops, F4 * (N * C + N * OC) + wb * C * OC);
 }
 static ts_status plan_matmul_fwd(int kind, const float *b, int N, int C, int OC) {
     double f = 2.0 * N * C * OC;
@@ -318,11 +313,11 @@ static ts_status plan_matmul_bwd(int kind, const float *di, const float *dw, con
                                  int C, int OC) {
     double f = 2.0 * N * C * OC, wb = kind == TS_PLAN_BF16 ? 2.0 : F4;
     if (di) {
-        plan_flops_bwd += f;
+        plan_backward_flops(f);
         plan_matmul_time(kind, f, N, C, OC, wb);
     }
     if (dw) {
-        plan_flops_bwd += f;
+        plan_backward_flops(f);
         plan_matmul_time(kind, f, N, C, OC, F4 * 2.0); /* f32 gradients, accumulated */
     }
     if (db) plan_mem(F4 * (double)N * OC);
@@ -407,8 +402,6 @@ static ts_status plan_bias(float *o, const float *b, int N, int C) {
     plan_mem(F4 * 2.0 * N * C);
     return TS_OK;
 }
-/* The backend the dry run stands for: its attention's saved state. */
-static const ts_backend *plan_target;
 
 /* An attention kernel's bytes: q, k, v and the output (f32), and `sweeps`
  * passes over the state the target keeps per head (T x T on a CPU, the
@@ -429,11 +422,12 @@ static double plan_visible(int Tq, int Tk, int64_t offset) {
 }
 
 static void plan_attention_time(double flops, int B, int T, int C, int NH, double sweeps) {
-    double state = plan_target && plan_target->attention_saved_floats
-                       ? (double)plan_target->attention_saved_floats(B, NH, T)
+    const ts_backend *target = plan_dr()->target;
+    double state = target && target->attention_saved_floats
+                       ? (double)target->attention_saved_floats(B, NH, T)
                        : 0.0;
-    ts_plan_clock_kernel(TS_PLAN_ATTENTION, flops * plan_visible(T, T, 0),
-                         F4 * (4.0 * B * T * C + sweeps * state));
+    plan_kernel(TS_PLAN_ATTENTION, flops * plan_visible(T, T, 0),
+                F4 * (4.0 * B * T * C + sweeps * state));
 }
 
 /* Attention counts the whole T x T square of both products (QK^T and AV),
@@ -449,7 +443,7 @@ static ts_status plan_attention_backward(float *dq, float *s, const float *d, co
                                          const float *o, const float *sv, int B, int T, int C,
                                          int NH) {
     (void)dq, (void)s, (void)d, (void)q, (void)o, (void)sv;
-    plan_flops_bwd += 8.0 * B * T * T * C;
+    plan_backward_flops(8.0 * B * T * T * C);
     plan_attention_time(8.0 * B * T * T * C, B, T, C, NH, 2.0);
     return TS_OK;
 }
@@ -461,8 +455,8 @@ static ts_status plan_attention_forward_unsaved(float *o, float *s, const float 
 static ts_status plan_attention_backward_recompute(float *dq, float *s, const float *d,
                                                    const float *q, int B, int T, int C, int NH) {
     (void)dq, (void)s, (void)d, (void)q;
-    plan_flops_re += 2.0 * B * T * T * C;
-    plan_flops_bwd += 8.0 * B * T * T * C;
+    plan_recomputed_flops(2.0 * B * T * T * C);
+    plan_backward_flops(8.0 * B * T * T * C);
     plan_attention_time(10.0 * B * T * T * C, B, T, C, NH, 3.0);
     return TS_OK;
 }
@@ -471,8 +465,8 @@ static ts_status plan_attention_block_forward(float *o, float *l, const float *q
                                               int qs, int kvs, int os, int64_t off) {
     (void)o, (void)l, (void)q, (void)k, (void)v, (void)NH, (void)qs, (void)kvs, (void)os, (void)off;
     plan_forward_flops(4.0 * B * Tq * Tk * C);
-    ts_plan_clock_kernel(TS_PLAN_ATTENTION_BLOCK, 4.0 * B * Tq * Tk * C * plan_visible(Tq, Tk, off),
-                         F4 * (2.0 * B * Tq * C + 2.0 * B * Tk * C));
+    plan_kernel(TS_PLAN_ATTENTION_BLOCK, 4.0 * B * Tq * Tk * C * plan_visible(Tq, Tk, off),
+                F4 * (2.0 * B * Tq * C + 2.0 * B * Tk * C));
     return TS_OK;
 }
 static ts_status plan_attention_block_merge(float *o, float *l, const float *o2, const float *l2,
@@ -488,9 +482,9 @@ static ts_status plan_attention_block_backward(float *dq, float *dk, float *dv, 
                                                int64_t off) {
     (void)dq, (void)dk, (void)dv, (void)q, (void)k, (void)v, (void)o, (void)d, (void)l, (void)NH,
         (void)qs, (void)kvs, (void)os, (void)off;
-    plan_flops_bwd += 8.0 * B * Tq * Tk * C;
-    ts_plan_clock_kernel(TS_PLAN_ATTENTION_BLOCK, 8.0 * B * Tq * Tk * C * plan_visible(Tq, Tk, off),
-                         F4 * (4.0 * B * Tq * C + 4.0 * B * Tk * C));
+    plan_backward_flops(8.0 * B * Tq * Tk * C);
+    plan_kernel(TS_PLAN_ATTENTION_BLOCK, 8.0 * B * Tq * Tk * C * plan_visible(Tq, Tk, off),
+                F4 * (4.0 * B * Tq * C + 4.0 * B * Tk * C));
     return TS_OK;
 }
 static ts_status plan_ce_max(float *r, const float *l, int N, int V, int Vp) {
@@ -553,19 +547,11 @@ static ts_status plan_stage(float *a, const float *b, int tp, int B, int T, int 
     return TS_OK;
 }
 
-static ts_backend plan_table;
-
-ts_status ts_backend_plan(const ts_backend *target, const ts_backend **out) {
+ts_status ts_backend_plan(ts_dry_run *dr, const ts_backend *target, const ts_backend **out) {
     *out = NULL;
-    if (!plan_base) {
-        void *p =
-            mmap(NULL, PLAN_REGION, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (p == MAP_FAILED)
-            return ts_error(TS_ERR_NOMEM, "plan: cannot reserve the dry run's address space");
-        plan_base = p;
-    }
-    plan_target = target;
-    plan_table = (ts_backend){
+    if (!dr) return ts_error(TS_ERR_INVALID, "plan: the dry-run backend needs a dry run");
+    dr->target = target;
+    dr->table = (ts_backend){
         .kind = TS_DEVICE_PLAN,
         .name = "plan",
         .alloc = plan_alloc,
@@ -622,6 +608,7 @@ ts_status ts_backend_plan(const ts_backend *target, const ts_backend **out) {
         .attention_backward_recompute =
             target->attention_backward_recompute ? plan_attention_backward_recompute : NULL,
     };
-    *out = &plan_table;
+    plan_bound = dr;
+    *out = &dr->table;
     return TS_OK;
 }

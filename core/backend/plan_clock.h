@@ -19,8 +19,9 @@
  * simulated: the pipeline's idle time comes from the schedule's simulation
  * (schedule.h) with the per-action times kept here.
  *
- * The time is attributed to the schedule action running (phase.h), so that
- * a forward, a backward and a weight-gradient part get their own averages.
+ * The time is attributed to the schedule action running (the dry run's,
+ * dry_run.h), so that a forward, a backward and a weight-gradient part get
+ * their own averages. The clock is the dry run's: every function takes it.
  *
  * What it does not do: contention between links, a hierarchy inside a
  * collective that spans nodes, kernels overlapping kernels.
@@ -29,6 +30,8 @@
 #define TESSERA_CORE_PLAN_CLOCK_H
 
 #include "tessera/comm.h"
+
+#include "dry_run.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,16 +56,16 @@ typedef struct ts_plan_link {
 } ts_plan_link;
 
 /* Turns the clock on with `rates` (copied), or off (NULL), and resets it. */
-void ts_plan_clock_enable(const ts_plan_rates *rates);
-int ts_plan_clock_on(void);
+void ts_plan_clock_enable(ts_dry_run *dr, const ts_plan_rates *rates);
+int ts_plan_clock_on(const ts_dry_run *dr);
 /* Zero time, empty tallies; links keep their costs. */
-void ts_plan_clock_reset(void);
+void ts_plan_clock_reset(ts_dry_run *dr);
 
 /* A kernel: `flops` at the rate of `kind` (0 f32 GEMM, 1 bf16 GEMM, 2
  * attention, 3 a block of ring attention; flops 0 for a memory-bound
  * kernel) and `bytes` it streams. */
 enum { TS_PLAN_F32 = 0, TS_PLAN_BF16 = 1, TS_PLAN_ATTENTION = 2, TS_PLAN_ATTENTION_BLOCK = 3 };
-void ts_plan_clock_kernel(int kind, double flops, double bytes);
+void ts_plan_clock_kernel(ts_dry_run *dr, int kind, double flops, double bytes);
 
 /* The seconds an operation `op` of `bytes` takes on a group of `size` over
  * `link` (0 for a group of one). */
@@ -74,12 +77,12 @@ typedef struct ts_plan_busy {
 } ts_plan_busy;
 /* Starts an operation of `seconds` on a link busy until *busy: returns its
  * end and marks the link busy until then. */
-double ts_plan_clock_start(ts_plan_busy *busy, double seconds);
+double ts_plan_clock_start(ts_dry_run *dr, ts_plan_busy *busy, double seconds);
 /* The compute stream waits for an operation that ends at `end`. */
-void ts_plan_clock_wait(double end);
+void ts_plan_clock_wait(ts_dry_run *dr, double end);
 
 /* Where the time went: per schedule action kind (ts_action_kind, the one
- * phase.h says runs), its seconds; the rest (before, between and after the
+ * the dry run says runs), its seconds; the rest (before, between and after the
  * actions: the optimizer step, the waits for gradients) in `outside`;
  * `total` is the compute stream's time, of which `compute_s` in kernels and
  * `exposed_s` waiting for communication. */
@@ -90,7 +93,7 @@ typedef struct ts_plan_time {
     double compute_s, exposed_s;
     double outside_compute_s; /* the kernels of `outside` */
 } ts_plan_time;
-void ts_plan_clock_read(ts_plan_time *out);
+void ts_plan_clock_read(const ts_dry_run *dr, ts_plan_time *out);
 
 #ifdef __cplusplus
 }

@@ -1,10 +1,9 @@
 /*
- * phase.c — the recomputing phase and the action running (phase.h).
+ * phase.c — the recomputing phase (phase.h), per thread.
  */
 #include "phase.h"
 
-static int phase_recomputing;
-static int phase_action = -1;
+static _Thread_local int phase_recomputing;
 
 int ts_phase_recompute(int on) {
     int was = phase_recomputing;
@@ -14,14 +13,4 @@ int ts_phase_recompute(int on) {
 
 int ts_phase_recomputing(void) {
     return phase_recomputing;
-}
-
-int ts_phase_set_action(int kind) {
-    int was = phase_action;
-    phase_action = kind;
-    return was;
-}
-
-int ts_phase_action(void) {
-    return phase_action;
 }

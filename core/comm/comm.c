@@ -19,7 +19,7 @@
  * Names, clocks
  * ------------------------------------------------------------------------- */
 
-int comm_wall_clock = 1;
+_Thread_local int comm_wall_clock = 1;
 
 void ts_comm_plan_untimed(void) {
     comm_wall_clock = 0;

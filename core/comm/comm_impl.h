@@ -54,8 +54,9 @@ struct ts_comm_request {
     int32_t scratch;    /* the core's barrier fallback reduces this */
 };
 
-/* 0 after ts_comm_plan_untimed: no wall clock is read (timings stay 0). */
-TS_INTERNAL extern int comm_wall_clock;
+/* 0 on a thread after ts_comm_plan_untimed: no wall clock is read there
+ * (timings stay 0) and no recent operation recorded. */
+TS_INTERNAL extern _Thread_local int comm_wall_clock;
 
 static inline double comm_now(void) {
     if (!comm_wall_clock) return 0.0;

@@ -4,7 +4,8 @@
  * core like any other, so that a dry run's counters are the traffic a run
  * would have.
  *
- * Buffers of the dry run's memory (backend_plan.h) are never touched. Host
+ * Each has its dry run (dry_run.h) as its context: the clock its operations
+ * occupy and the region whose buffers are never touched (backend_plan.h). Host
  * buffers get what one rank alone would see (a sum of one, its own block
  * everywhere, zeros received), so host-side arithmetic stays finite.
  */
@@ -18,6 +19,7 @@
 #include "plan_clock.h" /* each operation occupies its link */
 
 typedef struct plan_ctx {
+    ts_dry_run *dr; /* whose clock and memory it sees */
     int rank, size;
     int has_link;
     ts_plan_link link;
@@ -34,25 +36,26 @@ typedef struct plan_req {
  * the clock is off or the group has no link. */
 static void *plan_charge(void *vctx, ts_comm_op op, double bytes) {
     plan_ctx *c = vctx;
-    if (!c || !c->has_link || !ts_plan_clock_on()) return NULL;
+    if (!c || !c->has_link || !ts_plan_clock_on(c->dr)) return NULL;
     plan_req *r = malloc(sizeof *r);
     if (!r) return NULL; /* counted as instantaneous rather than failing */
-    r->end = ts_plan_clock_start(&c->busy, ts_plan_link_seconds(&c->link, op, c->size, bytes));
+    r->end =
+        ts_plan_clock_start(c->dr, &c->busy, ts_plan_link_seconds(&c->link, op, c->size, bytes));
     return r;
 }
 
-static int plan_host(const void *p) {
-    return p && !ts_backend_plan_owns(p);
+static int plan_host(const plan_ctx *c, const void *p) {
+    return p && !ts_backend_plan_owns(c->dr, p);
 }
 
-static void plan_copy(void *dst, const void *src, size_t bytes) {
-    if (plan_host(dst) && plan_host(src) && dst != src) memmove(dst, src, bytes);
+static void plan_copy(const plan_ctx *c, void *dst, const void *src, size_t bytes) {
+    if (plan_host(c, dst) && plan_host(c, src) && dst != src) memmove(dst, src, bytes);
 }
 
 static ts_status plan_all_reduce(void *ctx, const void *send, void *recv, size_t count,
                                  ts_dtype dtype, ts_reduce_op op, void **req) {
     (void)op;
-    plan_copy(recv, send, count * ts_dtype_size(dtype));
+    plan_copy(ctx, recv, send, count * ts_dtype_size(dtype));
     *req = plan_charge(ctx, TS_COMM_ALL_REDUCE, (double)count * ts_dtype_size(dtype));
     return TS_OK;
 }
@@ -62,7 +65,7 @@ static ts_status plan_all_gather(void *vctx, const void *send, void *recv, size_
     plan_ctx *ctx = vctx;
     size_t bytes = count * ts_dtype_size(dtype);
     for (int r = 0; r < ctx->size; r++)
-        plan_copy((char *)recv + (size_t)r * bytes, send, bytes);
+        plan_copy(ctx, (char *)recv + (size_t)r * bytes, send, bytes);
     *req = plan_charge(ctx, TS_COMM_ALL_GATHER, (double)bytes * ctx->size);
     return TS_OK;
 }
@@ -71,7 +74,7 @@ static ts_status plan_all_gatherv(void *vctx, const void *send, void *recv, cons
                                   const size_t *displs, ts_dtype dtype, void **req) {
     plan_ctx *ctx = vctx;
     size_t es = ts_dtype_size(dtype);
-    plan_copy((char *)recv + displs[ctx->rank] * es, send, counts[ctx->rank] * es);
+    plan_copy(ctx, (char *)recv + displs[ctx->rank] * es, send, counts[ctx->rank] * es);
     double total = 0.0;
     for (int r = 0; r < ctx->size; r++)
         total += (double)counts[r] * es;
@@ -84,7 +87,7 @@ static ts_status plan_reduce_scatter(void *vctx, const void *send, void *recv, s
     plan_ctx *ctx = vctx;
     (void)op;
     size_t bytes = count * ts_dtype_size(dtype);
-    plan_copy(recv, (const char *)send + (size_t)ctx->rank * bytes, bytes);
+    plan_copy(ctx, recv, (const char *)send + (size_t)ctx->rank * bytes, bytes);
     *req = plan_charge(ctx, TS_COMM_REDUCE_SCATTER, (double)bytes * ctx->size);
     return TS_OK;
 }
@@ -100,7 +103,7 @@ static ts_status plan_reduce_scatter_v(void *vctx, const void *send, void *recv,
         if (r < ctx->rank) off += counts[r];
         total += (double)counts[r] * es;
     }
-    plan_copy(recv, (const char *)send + off * es, counts[ctx->rank] * es);
+    plan_copy(ctx, recv, (const char *)send + off * es, counts[ctx->rank] * es);
     *req = plan_charge(ctx, TS_COMM_REDUCE_SCATTER, total);
     return TS_OK;
 }
@@ -108,7 +111,7 @@ static ts_status plan_reduce_scatter_v(void *vctx, const void *send, void *recv,
 static ts_status plan_all_to_all(void *ctx, const void *send, void *recv, size_t count,
                                  ts_dtype dtype, void **req) {
     plan_ctx *c = ctx;
-    plan_copy(recv, send, count * (size_t)c->size * ts_dtype_size(dtype));
+    plan_copy(c, recv, send, count * (size_t)c->size * ts_dtype_size(dtype));
     *req = plan_charge(ctx, TS_COMM_ALL_TO_ALL, (double)count * c->size * ts_dtype_size(dtype));
     return TS_OK;
 }
@@ -121,7 +124,7 @@ static ts_status plan_all_to_allv(void *ctx, const void *send, const size_t *sen
     plan_ctx *c = ctx;
     double total = 0.0;
     for (int r = 0; r < c->size; r++) {
-        if (plan_host(recv)) memset((char *)recv + recv_displs[r] * es, 0, recv_counts[r] * es);
+        if (plan_host(c, recv)) memset((char *)recv + recv_displs[r] * es, 0, recv_counts[r] * es);
         total += (double)send_counts[r] * es;
     }
     *req = plan_charge(ctx, TS_COMM_ALL_TO_ALL, total);
@@ -145,7 +148,7 @@ static ts_status plan_send(void *ctx, const void *buf, size_t count, ts_dtype dt
 static ts_status plan_recv(void *ctx, void *buf, size_t count, ts_dtype dtype, int peer, int tag,
                            void **req) {
     (void)peer, (void)tag;
-    if (plan_host(buf)) memset(buf, 0, count * ts_dtype_size(dtype));
+    if (plan_host(ctx, buf)) memset(buf, 0, count * ts_dtype_size(dtype));
     *req = plan_charge(ctx, TS_COMM_RECV, (double)count * ts_dtype_size(dtype));
     return TS_OK;
 }
@@ -159,9 +162,8 @@ static ts_status plan_barrier(void *ctx, void **req) {
 /* Every operation is complete when asked: the compute stream moves to its
  * end (an early wait exposes what the link has left). */
 static ts_status plan_test(void *ctx, void *req, int *done) {
-    (void)ctx;
     if (req) {
-        ts_plan_clock_wait(((plan_req *)req)->end);
+        ts_plan_clock_wait(((plan_ctx *)ctx)->dr, ((plan_req *)req)->end);
         free(req);
     }
     *done = 1;
@@ -170,12 +172,12 @@ static ts_status plan_test(void *ctx, void *req, int *done) {
 
 static ts_status plan_split(void *ctx, int color, int key, const int *members, int new_size,
                             int new_rank, void **new_ctx) {
-    (void)ctx, (void)key, (void)members;
+    (void)key, (void)members;
     *new_ctx = NULL;
     if (color < 0) return TS_OK;
     plan_ctx *c = malloc(sizeof *c);
     if (!c) return ts_error(TS_ERR_NOMEM, "plan: out of memory");
-    *c = (plan_ctx){.rank = new_rank, .size = new_size};
+    *c = (plan_ctx){.dr = ((plan_ctx *)ctx)->dr, .rank = new_rank, .size = new_size};
     *new_ctx = c;
     return TS_OK;
 }
@@ -204,10 +206,12 @@ static const ts_comm_ops comm_plan_ops = {
     .abort = NULL,
 };
 
-ts_status ts_comm_plan_create(const char *name, int rank, int size, ts_comm **out) {
+ts_status ts_comm_plan_create(ts_dry_run *dr, const char *name, int rank, int size, ts_comm **out) {
+    *out = NULL;
+    if (!dr) return ts_error(TS_ERR_INVALID, "plan: a dry run's communicator needs its dry run");
     plan_ctx *c = malloc(sizeof *c);
     if (!c) return ts_error(TS_ERR_NOMEM, "plan: out of memory");
-    *c = (plan_ctx){.rank = rank, .size = size};
+    *c = (plan_ctx){.dr = dr, .rank = rank, .size = size};
     return ts_comm_create(&comm_plan_ops, c, name, rank, size, NULL, 1e9, out);
 }
 
@@ -219,4 +223,9 @@ ts_status ts_comm_plan_set_link(ts_comm *comm, const ts_plan_link *link) {
     if (link) c->link = *link;
     c->busy = (ts_plan_busy){0};
     return TS_OK;
+}
+
+ts_dry_run *ts_comm_plan_dry_run(const ts_comm *comm) {
+    if (!comm || comm->ops != &comm_plan_ops || !comm->ctx) return NULL;
+    return ((const plan_ctx *)comm->ctx)->dr;
 }

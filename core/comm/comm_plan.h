@@ -14,11 +14,19 @@
 
 #include "tessera/comm.h"
 
+#include "dry_run.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-ts_status ts_comm_plan_create(const char *name, int rank, int size, ts_comm **out);
+/* A dry run's communicator: rank `rank` of `size`, its context `dr` (whose
+ * clock its operations occupy, whose memory it leaves alone). */
+ts_status ts_comm_plan_create(ts_dry_run *dr, const char *name, int rank, int size,
+                              ts_comm **out);
+/* The dry run of a dry run's communicator (or of one split from it); NULL
+ * for any other communicator. */
+ts_dry_run *ts_comm_plan_dry_run(const ts_comm *comm);
 
 /* The part of ts_comm_counter(comm, op) started while a forward ran again
  * inside a backward (activation recomputation, phase.h), on any
@@ -32,9 +40,10 @@ ts_comm_op_counter ts_comm_counter_recompute(const ts_comm *comm, ts_comm_op op)
 struct ts_plan_link;
 ts_status ts_comm_plan_set_link(ts_comm *comm, const struct ts_plan_link *link);
 
-/* For a process that only dry-runs (the layout search's): communicators
- * stop reading the wall clock, so their timings are 0 and nothing times
- * out. Not to be undone. */
+/* For a thread that only dry-runs (the layout search's): the communicators
+ * it drives stop reading the wall clock, so their timings are 0, nothing
+ * times out and the record of recent operations (for a real run's
+ * timeout) is left alone. Not to be undone; the calling thread only. */
 void ts_comm_plan_untimed(void);
 
 #ifdef __cplusplus

@@ -50,6 +50,7 @@ static comm_recent comm_recent_ops[TS_COMM_RECENT];
 static uint64_t comm_recent_last; /* id of the newest entry */
 
 static uint64_t comm_recent_add(const ts_comm *comm, const ts_comm_request *r, uint64_t bytes) {
+    if (!comm_wall_clock) return 0; /* a dry-run thread's: no record (ts_comm_plan_untimed) */
     uint64_t id = ++comm_recent_last;
     comm_recent *e = &comm_recent_ops[id % TS_COMM_RECENT];
     memset(e, 0, sizeof *e);
@@ -67,6 +68,7 @@ static uint64_t comm_recent_add(const ts_comm *comm, const ts_comm_request *r, u
 }
 
 static void comm_recent_mark(uint64_t id, int state) {
+    if (!id) return; /* not recorded */
     comm_recent *e = &comm_recent_ops[id % TS_COMM_RECENT];
     if (e->id != id) return; /* already overwritten by newer operations */
     e->state = state;

@@ -50,7 +50,7 @@ static ts_status parallel_open(ts_parallel *p, const char *token) {
     TS_TRY(ts_mesh_group_of(p->mesh, token, p->rank, &g, NULL, 0));
     ts_comm *c = NULL;
     if (p->plan)
-        TS_TRY(ts_comm_plan_create(token, g.position, g.size, &c));
+        TS_TRY(ts_comm_plan_create(ts_comm_plan_dry_run(p->world), token, g.position, g.size, &c));
     else
         TS_TRY(ts_comm_split(p->world, g.index, g.position, token, &c));
     return parallel_add(p, token, c);
@@ -78,7 +78,9 @@ static ts_status parallel_build(ts_comm *world, ts_mesh *mesh, int plan, ts_para
         int color, key, first, size;
         ts_comm *c = NULL;
         st = parallel_embedding(p, &color, &key, &first, &size);
-        if (!st && plan) st = ts_comm_plan_create("embedding", size == 2 && !first, size, &c);
+        if (!st && plan)
+            st = ts_comm_plan_create(ts_comm_plan_dry_run(world), "embedding", size == 2 && !first,
+                                     size, &c);
         if (!st && !plan) st = ts_comm_split(world, color, key, "embedding", &c);
         if (!st) st = parallel_add(p, "embedding", c);
     }

@@ -49,7 +49,8 @@ typedef struct ts_parallel {
 /* The same for one rank of a dry run (`tessera plan`): `world` is a dry-run
  * communicator (comm_plan.h) of the world's size with this rank's number,
  * and every group's communicator is a dry-run one of the group's size with
- * this rank's place in it, made from the mesh (no exchange). */
+ * this rank's place in it, made from the mesh (no exchange), of the same
+ * dry run as `world` (ts_comm_plan_dry_run). */
 ts_status ts_parallel_create_plan(ts_comm *world, const ts_mesh_sizes *sizes, const char *order,
                                   ts_parallel **out);
 

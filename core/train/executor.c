@@ -9,7 +9,7 @@
  * or the default one), or print (report.c).
  */
 #include "trainer_impl.h"
-#include "phase.h" /* ts_phase_set_action: the dry run's clock per action */
+#include "dry_run.h" /* ts_dry_run_set_action: the dry run's clock per action */
 
 #include <math.h>
 #include <stdlib.h>
@@ -485,9 +485,9 @@ ts_status trainer_execute(ts_trainer *t, int64_t valid, double *loss_sum, double
     for (int i = 0; i < t->schedule.nactions; i++) {
         const ts_action *a = &t->schedule.actions[i];
         if (a->kind != TS_ACT_OPTIMIZER_STEP) {
-            int was = ts_phase_set_action((int)a->kind); /* the dry run's clock */
+            int was = t->dry ? ts_dry_run_set_action(t->dry, (int)a->kind) : -1;
             ts_status st = trainer_action(t, a, i, valid, last_backward, loss_sum);
-            ts_phase_set_action(was);
+            if (t->dry) ts_dry_run_set_action(t->dry, was);
             TS_TRY(st);
             continue;
         }

@@ -743,7 +743,7 @@ static ts_status trainer_load_batch(ts_trainer *t, const ts_dataset *ds, int64_t
 /* Memory counters of the model's device: the host allocator's on the CPU,
  * the device allocator's on a GPU, the dry run's counts in a plan. */
 ts_mem_counter trainer_mem(const ts_trainer *t, ts_mem_category cat) {
-    if (t->be->kind == TS_DEVICE_PLAN) return ts_backend_plan_stats(cat);
+    if (t->be->kind == TS_DEVICE_PLAN) return ts_backend_plan_stats(t->dry, cat);
     return t->be->kind == TS_DEVICE_CPU ? ts_mem_stats(cat) : ts_device_mem_stats(cat);
 }
 

@@ -133,6 +133,7 @@ struct ts_trainer {
     int ckpt_due;  /* a checkpoint is due at the next applied step      */
     int plan_only; /* a dry run (ts_trainer_create_plan): no data, no
                       outputs, the dry-run backend                      */
+    struct ts_dry_run *dry; /* that dry run (its world communicator's)  */
 
     const ts_backend *be;      /* the model's device (opened here)      */
     int32_t *tokens, *targets; /* (global_batch, T) of the current step,

@@ -16,6 +16,7 @@
 
 #include "arch.h"
 #include "backend_plan.h"
+#include "comm_plan.h" /* ts_comm_plan_dry_run */
 #include "cpu_kernels.h"
 #include "tessera/device.h"
 
@@ -176,10 +177,14 @@ ts_status trainer_recompute(ts_trainer *t) {
 /* The backend of a dry run on [train] device: the device's sizing rules
  * (attention state, GEMM scratch), nothing computed; for device = cuda
  * without loading the CUDA backend (cuda_sizes.h). */
-static ts_status trainer_plan_backend(const char *device, const ts_backend **out) {
+static ts_status trainer_plan_backend(ts_trainer *t, const char *device, const ts_backend **out) {
+    t->dry = ts_comm_plan_dry_run(t->par->world);
+    if (!t->dry)
+        return ts_error(TS_ERR_INVALID,
+                        "plan: a dry run's trainer needs a dry run's communicators");
     const ts_backend *target =
         strcmp(device, "cuda") == 0 ? ts_backend_cuda_sizes() : ts_backend_cpu();
-    return ts_backend_plan(target, out);
+    return ts_backend_plan(t->dry, target, out);
 }
 
 /* [train] threads and device: the CPU kernels' threads (a run's; a dry run
@@ -192,7 +197,7 @@ ts_status trainer_setup_device(ts_trainer *t) {
     if (!plan) ts_cpu_set_threads(threads);
 
     const char *device = t->rc.train_device;
-    if (plan) return trainer_plan_backend(t->rc.train_device, &t->be);
+    if (plan) return trainer_plan_backend(t, t->rc.train_device, &t->be);
     if (strcmp(device, "cpu") == 0) {
         t->be = ts_backend_cpu();
         return TS_OK;
