@@ -54,6 +54,9 @@ endif()
 function(tessera_plugin name)
   add_library(tessera_plugin_${name} MODULE ${ARGN})
   target_include_directories(tessera_plugin_${name} PRIVATE ${PROJECT_SOURCE_DIR}/include)
+  # In-tree plugins are ABI 1.3 plugins: the host's sub-tables and the
+  # descriptor's flags (include/tessera/plugin.h).
+  target_compile_definitions(tessera_plugin_${name} PRIVATE TS_PLUGIN_TARGET_MINOR=3)
   target_link_options(tessera_plugin_${name} PRIVATE -Wl,--no-undefined)
   set_target_properties(tessera_plugin_${name} PROPERTIES PREFIX "" SUFFIX ".so"
     OUTPUT_NAME tessera-${name} C_VISIBILITY_PRESET hidden

@@ -23,8 +23,15 @@ foreach(pair ${TESSERA_TEST_PLUGINS})
   # The loader's test plugins are ABI 1.0 plugins: every 1.x core keeps
   # loading them (poison and optshard, written with this ABI, declare the
   # current one).
-  if(NOT src STREQUAL "poison" AND NOT src STREQUAL "optshard" AND NOT src STREQUAL "skew"
-      AND NOT src STREQUAL "oldattn" AND NOT src STREQUAL "axisspec")
+  # skew and oldattn are ABI 1.2 plugins reading the flat host fields (skew
+  # asks host->comm and host->comm_rank in its hook, every step of a run);
+  # poison, optshard and axisspec, written with this ABI, declare it (1.3)
+  # and use the host's sub-tables.
+  if(src STREQUAL "skew" OR src STREQUAL "oldattn")
+    target_compile_definitions(test_plugin_${name} PRIVATE TS_PLUGIN_TARGET_MINOR=2)
+  elseif(src STREQUAL "poison" OR src STREQUAL "optshard" OR src STREQUAL "axisspec")
+    target_compile_definitions(test_plugin_${name} PRIVATE TS_PLUGIN_TARGET_MINOR=3)
+  else()
     target_compile_definitions(test_plugin_${name} PRIVATE TS_PLUGIN_TARGET_MINOR=0)
   endif()
   # --no-undefined: a plugin that calls into libtessera directly fails to link.

@@ -770,79 +770,179 @@ static const char *host_provider(ts_plugin_ctx *ctx, ts_plugin_provision what, c
     return ts_plugins_provider(ctx->reg, (ts_plugin_provision)(what & ~TS_PROVIDE_DEFAULT), axis);
 }
 
+/* ABI 1.3: the sub-tables, static and shared by every registry; the flat
+ * fields of ts_host are filled from them, so each pointer has its twin. */
+static const ts_host_comms host_comms = {
+    .struct_size = sizeof(ts_host_comms),
+    .get = host_comm,
+    .rank = ts_comm_rank,
+    .size = ts_comm_size,
+    .all_reduce = ts_comm_all_reduce,
+    .all_reduce_start = ts_comm_all_reduce_start,
+    .all_gather = ts_comm_all_gather,
+    .all_gather_start = ts_comm_all_gather_start,
+    .all_gatherv = ts_comm_all_gatherv,
+    .all_gatherv_start = ts_comm_all_gatherv_start,
+    .reduce_scatter = ts_comm_reduce_scatter,
+    .reduce_scatter_start = ts_comm_reduce_scatter_start,
+    .reduce_scatter_v = ts_comm_reduce_scatter_v,
+    .reduce_scatter_v_start = ts_comm_reduce_scatter_v_start,
+    .all_to_all = ts_comm_all_to_all,
+    .all_to_all_start = ts_comm_all_to_all_start,
+    .all_to_allv = ts_comm_all_to_allv,
+    .all_to_allv_start = ts_comm_all_to_allv_start,
+    .broadcast = ts_comm_broadcast,
+    .send = ts_comm_send,
+    .send_start = ts_comm_send_start,
+    .recv = ts_comm_recv,
+    .recv_start = ts_comm_recv_start,
+    .barrier = ts_comm_barrier,
+    .wait = ts_comm_wait,
+    .test = ts_comm_test,
+    .layout_local_block = ts_layout_local_block,
+    .layout_coords = host_layout_coords,
+    .redistribute = ts_redistribute,
+};
+
+static const ts_host_device host_dev = {
+    .struct_size = sizeof(ts_host_device),
+    .alloc = host_device_alloc,
+    .free = host_device_free,
+    .copy = host_device_copy,
+    .copy_2d = host_device_copy_2d,
+    .to_host = host_device_to_host,
+    .from_host = host_device_from_host,
+    .zero = host_device_zero,
+    .add = host_device_add,
+    .convert = host_device_convert,
+    .stream = host_device_stream,
+};
+
+static const ts_host_kernels host_kernels = {
+    .struct_size = sizeof(ts_host_kernels),
+    .attention_floats = host_attention_floats,
+    .attention_forward = host_attention_forward,
+    .attention_backward = host_attention_backward,
+    .attention_block_forward = host_attention_block_forward,
+    .attention_block_merge = host_attention_block_merge,
+    .attention_block_backward = host_attention_block_backward,
+};
+
+static const ts_host_registration host_reg = {
+    .struct_size = sizeof(ts_host_registration),
+    .axis = host_register_axis,
+    .axis_spec = host_register_axis_spec,
+    .transform = host_register_transform,
+    .hook = host_register_hook,
+    .module_hook = host_register_module_hook,
+    .scheduler = host_register_scheduler,
+    .dispatcher = host_register_dispatcher,
+    .provider = host_register_provider,
+    .attention = host_register_attention,
+    .optimizer_state = host_register_optimizer_state,
+    .experts = host_register_experts,
+    .stage_order = host_set_stage_order,
+};
+
+static const ts_host_config host_config = {
+    .struct_size = sizeof(ts_host_config),
+    .get_int = host_config_int,
+    .get_float = host_config_float,
+    .get_bool = host_config_bool,
+    .get_str = host_config_str,
+    .has = host_config_has,
+    .where = host_config_where,
+};
+
+/* The flat fields of ABI 1.0-1.2, from the sub-tables. */
+static void host_fill_flat(ts_host *h) {
+    const ts_host_comms *c = &host_comms;
+    h->comm = c->get;
+    h->comm_rank = c->rank;
+    h->comm_size = c->size;
+    h->all_reduce = c->all_reduce;
+    h->all_reduce_start = c->all_reduce_start;
+    h->all_gather = c->all_gather;
+    h->reduce_scatter = c->reduce_scatter;
+    h->all_to_all = c->all_to_all;
+    h->broadcast = c->broadcast;
+    h->send = c->send;
+    h->recv = c->recv;
+    h->barrier = c->barrier;
+    h->wait = c->wait;
+    h->test = c->test;
+    h->all_gather_start = c->all_gather_start;
+    h->reduce_scatter_start = c->reduce_scatter_start;
+    h->send_start = c->send_start;
+    h->recv_start = c->recv_start;
+    h->all_to_all_start = c->all_to_all_start;
+    h->all_gatherv = c->all_gatherv;
+    h->all_gatherv_start = c->all_gatherv_start;
+    h->reduce_scatter_v = c->reduce_scatter_v;
+    h->reduce_scatter_v_start = c->reduce_scatter_v_start;
+    h->all_to_allv = c->all_to_allv;
+    h->all_to_allv_start = c->all_to_allv_start;
+    h->layout_local_block = c->layout_local_block;
+    h->layout_coords = c->layout_coords;
+    h->redistribute = c->redistribute;
+    const ts_host_device *d = &host_dev;
+    h->device_alloc = d->alloc;
+    h->device_free = d->free;
+    h->device_copy = d->copy;
+    h->device_to_host = d->to_host;
+    h->device_from_host = d->from_host;
+    h->device_zero = d->zero;
+    h->device_add = d->add;
+    h->device_stream = d->stream;
+    h->device_copy_2d = d->copy_2d;
+    h->device_convert = d->convert;
+    const ts_host_kernels *k = &host_kernels;
+    h->attention_floats = k->attention_floats;
+    h->attention_forward = k->attention_forward;
+    h->attention_backward = k->attention_backward;
+    h->attention_block_forward = k->attention_block_forward;
+    h->attention_block_merge = k->attention_block_merge;
+    h->attention_block_backward = k->attention_block_backward;
+    const ts_host_registration *r = &host_reg;
+    h->register_axis = r->axis;
+    h->register_axis_spec = r->axis_spec;
+    h->register_transform = r->transform;
+    h->register_hook = r->hook;
+    h->register_scheduler = r->scheduler;
+    h->register_dispatcher = r->dispatcher;
+    h->register_module_hook = r->module_hook;
+    h->register_provider = r->provider;
+    h->register_attention = r->attention;
+    h->register_optimizer_state = r->optimizer_state;
+    h->register_experts = r->experts;
+    h->set_stage_order = r->stage_order;
+    const ts_host_config *g = &host_config;
+    h->config_int = g->get_int;
+    h->config_float = g->get_float;
+    h->config_bool = g->get_bool;
+    h->config_str = g->get_str;
+    h->config_has = g->has;
+    h->config_where = g->where;
+}
+
 void plg_host_fill(ts_host *h) {
     memset(h, 0, sizeof *h);
     h->abi_version = TS_PLUGIN_ABI_CORE;
     h->struct_size = (uint32_t)sizeof *h;
+    /* The top-level services, the same at every minor. */
     h->log = host_log;
     h->error = host_error;
     h->mem_alloc = ts_mem_alloc;
     h->mem_free = ts_mem_free;
-    h->config_int = host_config_int;
-    h->config_float = host_config_float;
-    h->config_bool = host_config_bool;
-    h->config_str = host_config_str;
-    h->config_has = host_config_has;
-    h->config_where = host_config_where;
-    h->register_axis = host_register_axis;
-    h->register_transform = host_register_transform;
-    h->register_hook = host_register_hook;
-    h->register_scheduler = host_register_scheduler;
-    h->register_dispatcher = host_register_dispatcher;
-    h->schedule_append = host_schedule_append;
-    h->comm = host_comm;
-    h->comm_rank = ts_comm_rank;
-    h->comm_size = ts_comm_size;
-    h->all_reduce = ts_comm_all_reduce;
-    h->all_reduce_start = ts_comm_all_reduce_start;
-    h->all_gather = ts_comm_all_gather;
-    h->reduce_scatter = ts_comm_reduce_scatter;
-    h->all_to_all = ts_comm_all_to_all;
-    h->broadcast = ts_comm_broadcast;
-    h->send = ts_comm_send;
-    h->recv = ts_comm_recv;
-    h->barrier = ts_comm_barrier;
-    h->wait = ts_comm_wait;
-    h->test = ts_comm_test;
-    h->all_gather_start = ts_comm_all_gather_start;
-    h->reduce_scatter_start = ts_comm_reduce_scatter_start;
-    h->send_start = ts_comm_send_start;
-    h->recv_start = ts_comm_recv_start;
     h->metric = host_metric;
-    /* ABI 1.1 */
-    h->all_to_all_start = ts_comm_all_to_all_start;
-    h->all_gatherv = ts_comm_all_gatherv;
-    h->all_gatherv_start = ts_comm_all_gatherv_start;
-    h->reduce_scatter_v = ts_comm_reduce_scatter_v;
-    h->reduce_scatter_v_start = ts_comm_reduce_scatter_v_start;
-    h->all_to_allv = ts_comm_all_to_allv;
-    h->all_to_allv_start = ts_comm_all_to_allv_start;
-    h->layout_local_block = ts_layout_local_block;
-    h->layout_coords = host_layout_coords;
-    h->redistribute = ts_redistribute;
-    h->device_alloc = host_device_alloc;
-    h->device_free = host_device_free;
-    h->device_copy = host_device_copy;
-    h->device_to_host = host_device_to_host;
-    h->device_from_host = host_device_from_host;
-    h->device_zero = host_device_zero;
-    h->device_add = host_device_add;
-    h->device_stream = host_device_stream;
-    h->attention_floats = host_attention_floats;
-    h->attention_forward = host_attention_forward;
-    h->attention_backward = host_attention_backward;
     h->model = host_model;
-    h->register_module_hook = host_register_module_hook;
-    h->register_provider = host_register_provider;
-    h->register_attention = host_register_attention;
-    h->register_optimizer_state = host_register_optimizer_state;
     h->provider = host_provider;
-    h->attention_block_forward = host_attention_block_forward;
-    h->attention_block_merge = host_attention_block_merge;
-    h->attention_block_backward = host_attention_block_backward;
-    h->device_copy_2d = host_device_copy_2d;
-    h->device_convert = host_device_convert;
-    h->register_experts = host_register_experts;
-    h->set_stage_order = host_set_stage_order;
-    h->register_axis_spec = host_register_axis_spec;
+    h->schedule_append = host_schedule_append;
+    host_fill_flat(h);
+    /* ABI 1.3 */
+    h->comms = &host_comms;
+    h->dev = &host_dev;
+    h->kernels = &host_kernels;
+    h->reg = &host_reg;
+    h->config = &host_config;
 }

@@ -76,6 +76,15 @@ int ts_plugins_count(const ts_plugins *reg);
 const char *ts_plugins_name(const ts_plugins *reg, int i);
 const char *ts_plugins_path(const ts_plugins *reg, int i);
 const char *ts_plugins_version(const ts_plugins *reg, int i);
+/* The descriptor's flags of plugin i (TS_PLUGIN_THREAD_LOCAL_STATE; 0 for a
+ * plugin of ABI 1.0-1.2 or one whose struct_size does not reach them). */
+uint32_t ts_plugins_flags(const ts_plugins *reg, int i);
+/* 1 when every loaded plugin declares TS_PLUGIN_THREAD_LOCAL_STATE (also
+ * when none is loaded, or reg is NULL): several trainers may then run in
+ * this process at once, each on its own thread with its own registry. 0
+ * otherwise, with *first_not (when not NULL) the name of the first plugin,
+ * in load order, that does not declare it. */
+int ts_plugins_thread_safe(const ts_plugins *reg, const char **first_not);
 
 typedef struct ts_plugin_axis_entry {
     char name[TS_MESH_NAME_MAX]; /* "tp", "ep", "shard", ...                 */

@@ -24,6 +24,7 @@ struct ts_plugin_ctx {
     char *path;
     void *handle;
     ts_plugin_descriptor desc; /* copy; fields past the plugin's size zeroed */
+    uint32_t flags;            /* the descriptor's flags (ABI 1.3), else 0     */
     int in_init, initialised;
     ts_status reg_status; /* first failed registration during init */
     char reg_msg[PLG_MSG];

@@ -31,6 +31,18 @@ const char *ts_plugins_path(const ts_plugins *reg, int i) {
 const char *ts_plugins_version(const ts_plugins *reg, int i) {
     return reg->plugins[i]->desc.version;
 }
+uint32_t ts_plugins_flags(const ts_plugins *reg, int i) {
+    return reg->plugins[i]->flags;
+}
+int ts_plugins_thread_safe(const ts_plugins *reg, const char **first_not) {
+    if (first_not) *first_not = NULL;
+    for (int i = 0; reg && i < reg->n; i++) {
+        if (reg->plugins[i]->flags & TS_PLUGIN_THREAD_LOCAL_STATE) continue;
+        if (first_not) *first_not = reg->plugins[i]->name;
+        return 0;
+    }
+    return 1;
+}
 int ts_plugins_num_axes(const ts_plugins *reg) {
     return reg->naxes;
 }

@@ -21,13 +21,13 @@
  *     };
  *     static ts_status hello_init(const ts_host *host, ts_plugin_ctx *ctx) {
  *         const char *g;
- *         TS_TRY(host->config_str(ctx, "greeting", &g));
- *         return host->register_hook(ctx, TS_HOOK_BEFORE_FORWARD, hello_hook, NULL);
+ *         TS_TRY(host->config->get_str(ctx, "greeting", &g));
+ *         return host->reg->hook(ctx, TS_HOOK_BEFORE_FORWARD, hello_hook, NULL);
  *     }
  *     static const ts_plugin_descriptor hello_descriptor = {
  *         TS_PLUGIN_ABI_VERSION, sizeof(ts_plugin_descriptor),
  *         "hello", "0.1.0", "says hello before every forward pass",
- *         hello_keys, 1, hello_init, NULL,
+ *         hello_keys, 1, hello_init, NULL, TS_PLUGIN_THREAD_LOCAL_STATE,
  *     };
  *     TS_PLUGIN_EXPORT const ts_plugin_descriptor *tessera_plugin_descriptor(void) {
  *         return &hello_descriptor;
@@ -86,7 +86,24 @@
  * failure during the run the core ends the whole job so no peer hangs.
  *
  * Threads: every callback is called on the thread that drives the run, one at
- * a time; the host functions may only be called from that thread.
+ * a time; the host functions may only be called from that thread. That is
+ * the thread that ran the plugin's init: no helper thread of the core (the
+ * asynchronous checkpoint writer writes bytes already copied out and calls
+ * nothing of a plugin; the kernels' OpenMP threads run inside a host call)
+ * ever calls a plugin. A plugin whose file-scope state is _Thread_local says
+ * so with TS_PLUGIN_THREAD_LOCAL_STATE (the descriptor's flags, ABI 1.3):
+ * then several trainers may use it at once, each on a thread of its own.
+ *
+ * What a plugin may include
+ * -------------------------
+ * This header, which brings the SDK's types (tessera/tessera_types.h,
+ * comm_types.h, mesh_types.h, layout_types.h: status codes, tensors,
+ * placements, layouts and the layout plan, with static inline helpers that
+ * call nothing of the library). It declares no function of libtessera
+ * (ctest sdk_plugin_headers_declare_no_library_function checks it); the
+ * other SDK headers (tessera.h, comm.h, mesh.h, layout.h, device.h) declare
+ * the library's functions for programs that link it, and a plugin has no
+ * use for them.
  */
 #ifndef TESSERA_PLUGIN_H
 #define TESSERA_PLUGIN_H
@@ -114,7 +131,7 @@ extern "C" {
  * knows (TS_HOST_HAS below).
  * ======================================================================== */
 #define TS_PLUGIN_ABI_MAJOR 1
-#define TS_PLUGIN_ABI_MINOR 2
+#define TS_PLUGIN_ABI_MINOR 3
 #define TS_PLUGIN_ABI_MAKE(major, minor)                                                           \
     ((uint32_t)(((uint32_t)(major) << 16) | ((uint32_t)(minor)&0xffffu)))
 /* The minor a plugin declares (its descriptor's abi_version): this header's
@@ -122,7 +139,16 @@ extern "C" {
  * before including it. A plugin targeting 1.0 loads in every 1.x core and
  * must not read host-table fields of later minors without TS_HOST_HAS. The
  * core's own version is TS_PLUGIN_ABI_MAJOR.TS_PLUGIN_ABI_MINOR. */
-#ifndef TS_PLUGIN_TARGET_MINOR
+/* The descriptor's fields of ABI 1.3 (flags) are declared only when the
+ * plugin asks for 1.3 or later by defining TS_PLUGIN_TARGET_MINOR: a source
+ * written for 1.0-1.2, which initialises the descriptor field by field in
+ * order, keeps compiling without a missing-initializer warning (it declares
+ * the current minor and leaves flags 0). The core reads flags by offset,
+ * only when the plugin's struct_size covers it. */
+#ifdef TS_PLUGIN_TARGET_MINOR
+#define TS_PLUGIN_DESCRIPTOR_MINOR TS_PLUGIN_TARGET_MINOR
+#else
+#define TS_PLUGIN_DESCRIPTOR_MINOR 2
 #define TS_PLUGIN_TARGET_MINOR TS_PLUGIN_ABI_MINOR
 #endif
 #define TS_PLUGIN_ABI_VERSION TS_PLUGIN_ABI_MAKE(TS_PLUGIN_ABI_MAJOR, TS_PLUGIN_TARGET_MINOR)
@@ -685,6 +711,178 @@ typedef struct ts_plugin_axis_spec {
 } ts_plugin_axis_spec;
 
 /* ===========================================================================
+ * ABI 1.3: the host's services in sub-tables by topic
+ *
+ * ts_host points (from ABI 1.3, at its end) at one const table per topic:
+ *     host->comms    communicators and their operations   ts_host_comms
+ *     host->dev      memory of the run's device           ts_host_device
+ *     host->kernels  the core's attention kernels          ts_host_kernels
+ *     host->reg      registration, during init only       ts_host_registration
+ *     host->config   the plugin's own INI keys             ts_host_config
+ * Messages (log, error), the accounted allocator (mem_alloc, mem_free),
+ * metric, model, provider and schedule_append stay top-level fields of
+ * ts_host itself, the same at every minor. Each sub-table holds the very
+ * function pointers of its flat twins earlier in ts_host (host->comms->
+ * all_reduce == host->all_reduce), with the meaning, inputs and failures
+ * documented at the flat field; a plugin of ABI 1.3 reads the sub-tables,
+ * one of 1.0-1.2 keeps reading the flat fields, which stay where they are.
+ * Each table starts with its own struct_size (the core's sizeof) and grows
+ * only at its end: check a field appended later with TS_COMMS_HAS(t, field)
+ * and its kin. The tables are the core's, static, and live as long as the
+ * host table; every pointer a table's struct_size covers is non-NULL.
+ * ======================================================================== */
+
+/* host->comms: "host->comms->all_reduce(host->comms->get(ctx, "dp"), ...)". */
+typedef struct ts_host_comms {
+    uint32_t struct_size; /* sizeof(ts_host_comms) of the core */
+    /* host->comm: the communicator of a mesh group token, or NULL. */
+    ts_comm *(*get)(ts_plugin_ctx *ctx, const char *token);
+    int (*rank)(const ts_comm *comm); /* host->comm_rank */
+    int (*size)(const ts_comm *comm); /* host->comm_size */
+    ts_status (*all_reduce)(ts_comm *comm, const void *send, void *recv, size_t count,
+                            ts_dtype dtype, ts_reduce_op op);
+    ts_status (*all_reduce_start)(ts_comm *comm, const void *send, void *recv, size_t count,
+                                  ts_dtype dtype, ts_reduce_op op, ts_comm_request **req);
+    ts_status (*all_gather)(ts_comm *comm, const void *send, void *recv, size_t count,
+                            ts_dtype dtype);
+    ts_status (*all_gather_start)(ts_comm *comm, const void *send, void *recv, size_t count,
+                                  ts_dtype dtype, ts_comm_request **req);
+    ts_status (*all_gatherv)(ts_comm *comm, const void *send, void *recv, const size_t *counts,
+                             ts_dtype dtype);
+    ts_status (*all_gatherv_start)(ts_comm *comm, const void *send, void *recv,
+                                   const size_t *counts, ts_dtype dtype, ts_comm_request **req);
+    ts_status (*reduce_scatter)(ts_comm *comm, const void *send, void *recv, size_t count,
+                                ts_dtype dtype, ts_reduce_op op);
+    ts_status (*reduce_scatter_start)(ts_comm *comm, const void *send, void *recv, size_t count,
+                                      ts_dtype dtype, ts_reduce_op op, ts_comm_request **req);
+    ts_status (*reduce_scatter_v)(ts_comm *comm, const void *send, void *recv, const size_t *counts,
+                                  ts_dtype dtype, ts_reduce_op op);
+    ts_status (*reduce_scatter_v_start)(ts_comm *comm, const void *send, void *recv,
+                                        const size_t *counts, ts_dtype dtype, ts_reduce_op op,
+                                        ts_comm_request **req);
+    ts_status (*all_to_all)(ts_comm *comm, const void *send, void *recv, size_t count,
+                            ts_dtype dtype);
+    ts_status (*all_to_all_start)(ts_comm *comm, const void *send, void *recv, size_t count,
+                                  ts_dtype dtype, ts_comm_request **req);
+    ts_status (*all_to_allv)(ts_comm *comm, const void *send, const size_t *send_counts,
+                             const size_t *send_displs, void *recv, const size_t *recv_counts,
+                             const size_t *recv_displs, ts_dtype dtype);
+    ts_status (*all_to_allv_start)(ts_comm *comm, const void *send, const size_t *send_counts,
+                                   const size_t *send_displs, void *recv, const size_t *recv_counts,
+                                   const size_t *recv_displs, ts_dtype dtype,
+                                   ts_comm_request **req);
+    ts_status (*broadcast)(ts_comm *comm, void *buf, size_t count, ts_dtype dtype, int root);
+    ts_status (*send)(ts_comm *comm, const void *buf, size_t count, ts_dtype dtype, int peer,
+                      int tag);
+    ts_status (*send_start)(ts_comm *comm, const void *buf, size_t count, ts_dtype dtype, int peer,
+                            int tag, ts_comm_request **req);
+    ts_status (*recv)(ts_comm *comm, void *buf, size_t count, ts_dtype dtype, int peer, int tag);
+    ts_status (*recv_start)(ts_comm *comm, void *buf, size_t count, ts_dtype dtype, int peer,
+                            int tag, ts_comm_request **req);
+    ts_status (*barrier)(ts_comm *comm);
+    ts_status (*wait)(ts_comm_request *req);
+    ts_status (*test)(ts_comm_request *req, int *done);
+    /* Which block of a group a rank holds, and moving blocks between
+     * placements (host->layout_local_block, layout_coords, redistribute). */
+    ts_status (*layout_local_block)(const struct ts_layout *l, const int *coords, int64_t *offset,
+                                    int64_t *shape);
+    ts_status (*layout_coords)(ts_plugin_ctx *ctx, const struct ts_layout *l, int *coords);
+    ts_status (*redistribute)(const struct ts_layout *from, const struct ts_layout *to, int axis,
+                              ts_comm *axis_comm, const int *coords, const ts_tensor *in,
+                              ts_tensor *out);
+} ts_host_comms;
+
+/* host->dev: the run's device memory (host->device_*), e.g.
+ * "float *buf = host->dev->alloc(ctx, TS_MEM_COMM, bytes)". */
+typedef struct ts_host_device {
+    uint32_t struct_size; /* sizeof(ts_host_device) of the core */
+    void *(*alloc)(ts_plugin_ctx *ctx, ts_mem_category cat, size_t bytes);
+    void (*free)(ts_plugin_ctx *ctx, void *ptr);
+    ts_status (*copy)(ts_plugin_ctx *ctx, void *dst, const void *src, size_t bytes);
+    ts_status (*copy_2d)(ts_plugin_ctx *ctx, void *dst, size_t dpitch, const void *src,
+                         size_t spitch, size_t width, size_t rows);
+    ts_status (*to_host)(ts_plugin_ctx *ctx, void *host, const void *src, size_t bytes);
+    ts_status (*from_host)(ts_plugin_ctx *ctx, void *dst, const void *host, size_t bytes);
+    ts_status (*zero)(ts_plugin_ctx *ctx, void *ptr, size_t bytes);
+    ts_status (*add)(ts_plugin_ctx *ctx, float *y, const float *x, size_t n);
+    ts_status (*convert)(ts_plugin_ctx *ctx, void *dst, ts_dtype dst_dtype, const void *src,
+                         ts_dtype src_dtype, size_t n);
+    void *(*stream)(ts_plugin_ctx *ctx);
+} ts_host_device;
+
+/* host->kernels: the core's attention, whole (host->attention_*) and by
+ * blocks of queries and keys (host->attention_block_*). */
+typedef struct ts_host_kernels {
+    uint32_t struct_size; /* sizeof(ts_host_kernels) of the core */
+    ts_status (*attention_floats)(ts_plugin_ctx *ctx, int B, int T, int NH, size_t *saved,
+                                  size_t *scratch);
+    ts_status (*attention_forward)(ts_plugin_ctx *ctx, float *out, float *saved, const float *qkv,
+                                   int B, int T, int C, int NH, int bf16);
+    ts_status (*attention_backward)(ts_plugin_ctx *ctx, float *dqkv, float *scratch,
+                                    const float *dout, const float *qkv, const float *out,
+                                    const float *saved, int B, int T, int C, int NH, int bf16);
+    ts_status (*attention_block_forward)(ts_plugin_ctx *ctx, float *out, float *lse, const float *q,
+                                         const float *k, const float *v, int B, int Tq, int Tk,
+                                         int C, int NH, int qs, int kvs, int os, int64_t offset);
+    ts_status (*attention_block_merge)(ts_plugin_ctx *ctx, float *out, float *lse,
+                                       const float *out2, const float *lse2, int B, int Tq, int C,
+                                       int NH, int os);
+    ts_status (*attention_block_backward)(ts_plugin_ctx *ctx, float *dq, float *dk, float *dv,
+                                          const float *q, const float *k, const float *v,
+                                          const float *out, const float *dout, const float *lse,
+                                          int B, int Tq, int Tk, int C, int NH, int qs, int kvs,
+                                          int os, int64_t offset);
+} ts_host_kernels;
+
+/* host->reg: what a plugin registers, during init only (the flat
+ * register_* fields and set_stage_order), e.g.
+ * "TS_TRY(host->reg->hook(ctx, TS_HOOK_GRAD_READY, dp_grad_ready, NULL))". */
+typedef struct ts_host_registration {
+    uint32_t struct_size; /* sizeof(ts_host_registration) of the core */
+    ts_status (*axis)(ts_plugin_ctx *ctx, const char *name, int size, ts_mesh_kind mesh);
+    ts_status (*axis_spec)(ts_plugin_ctx *ctx, const ts_plugin_axis_spec *spec);
+    ts_status (*transform)(ts_plugin_ctx *ctx, const char *name, ts_plugin_phase phase,
+                           ts_plugin_transform_fn fn, void *user);
+    ts_status (*hook)(ts_plugin_ctx *ctx, ts_plugin_hook_kind kind, ts_plugin_hook_fn fn,
+                      void *user);
+    ts_status (*module_hook)(ts_plugin_ctx *ctx, ts_plugin_module_hook_kind kind,
+                             ts_plugin_module_hook_fn fn, void *user);
+    ts_status (*scheduler)(ts_plugin_ctx *ctx, const char *name, ts_plugin_scheduler_fn fn,
+                           void *user);
+    ts_status (*dispatcher)(ts_plugin_ctx *ctx, const char *name,
+                            const ts_plugin_dispatcher_ops *ops, void *user);
+    ts_status (*provider)(ts_plugin_ctx *ctx, ts_plugin_provision what, const char *axis);
+    ts_status (*attention)(ts_plugin_ctx *ctx, const char *axis, const ts_plugin_attention_ops *ops,
+                           void *user);
+    ts_status (*optimizer_state)(ts_plugin_ctx *ctx, const char *axis,
+                                 const ts_plugin_optimizer_state_ops *ops, void *user);
+    ts_status (*experts)(ts_plugin_ctx *ctx, const char *axis, const char *dispatcher);
+    ts_status (*stage_order)(ts_plugin_ctx *ctx, int order);
+} ts_host_registration;
+
+/* host->config: the plugin's keys (host->config_int ... config_where), e.g.
+ * "TS_TRY(host->config->get_int(ctx, "size", &size))". */
+typedef struct ts_host_config {
+    uint32_t struct_size; /* sizeof(ts_host_config) of the core */
+    ts_status (*get_int)(ts_plugin_ctx *ctx, const char *key, int64_t *out);
+    ts_status (*get_float)(ts_plugin_ctx *ctx, const char *key, double *out);
+    ts_status (*get_bool)(ts_plugin_ctx *ctx, const char *key, int *out);
+    ts_status (*get_str)(ts_plugin_ctx *ctx, const char *key, const char **out);
+    ts_status (*has)(ts_plugin_ctx *ctx, const char *key, int *out);
+    const char *(*where)(ts_plugin_ctx *ctx, const char *key, char *buf, int size);
+} ts_host_config;
+
+/* 1 if sub-table `t` has field `field` (one appended after the table's first
+ * minor, 1.3, in a core of a later minor). */
+#define TS_TABLE_HAS_(type, t, field)                                                              \
+    ((t) && (t)->struct_size >= offsetof(type, field) + sizeof((t)->field))
+#define TS_COMMS_HAS(t, field) TS_TABLE_HAS_(ts_host_comms, t, field)
+#define TS_DEVICE_HAS(t, field) TS_TABLE_HAS_(ts_host_device, t, field)
+#define TS_KERNELS_HAS(t, field) TS_TABLE_HAS_(ts_host_kernels, t, field)
+#define TS_REGISTRATION_HAS(t, field) TS_TABLE_HAS_(ts_host_registration, t, field)
+#define TS_CONFIG_HAS(t, field) TS_TABLE_HAS_(ts_host_config, t, field)
+
+/* ===========================================================================
  * The host table: the core's services, handed to init. Function pointers
  * only, so a plugin links against nothing of tessera's. Every pointer is
  * non-NULL in a table whose struct_size covers it.
@@ -986,7 +1184,17 @@ typedef struct ts_host {
      * communicator of its own (host->comm(ctx, name)), and placements over
      * it in the layout plan. */
     ts_status (*register_axis_spec)(ts_plugin_ctx *ctx, const ts_plugin_axis_spec *spec);
-    /* ABI 1.3 and later append here. */
+    /* --- ABI 1.3: the sub-tables by topic (see "ABI 1.3" above) ---------- */
+    /* Everything from comm to register_axis_spec above that is no
+     * top-level service (log, error, mem_alloc, mem_free, metric, model,
+     * provider, schedule_append) is the flat form kept for plugins of ABI
+     * 1.0-1.2; a plugin of 1.3 calls the same functions through these. */
+    const ts_host_comms *comms;
+    const ts_host_device *dev;
+    const ts_host_kernels *kernels;
+    const ts_host_registration *reg;
+    const ts_host_config *config;
+    /* ABI 1.4 and later append here. */
 } ts_host;
 
 /* 1 if the host table `h` has field `field` (a plugin built against a newer
@@ -1020,8 +1228,38 @@ typedef struct ts_plugin_descriptor {
     /* Optional (NULL: nothing to do). Releases what init made. Called once,
      * in reverse load order, only after a successful init. Cannot fail. */
     void (*fini)(const ts_host *host, ts_plugin_ctx *ctx);
-    /* ABI 1.1 and later append here. */
+#if TS_PLUGIN_DESCRIPTOR_MINOR >= 3
+    /* --- ABI 1.3 (read only when struct_size covers it; older: 0) ------- */
+    uint32_t flags; /* TS_PLUGIN_THREAD_LOCAL_STATE, or 0                */
+#endif
+    /* ABI 1.4 and later append here. */
 } ts_plugin_descriptor;
+
+/* Where the descriptor's flags are (right after fini), and the smallest
+ * struct_size that holds them. */
+#define TS_PLUGIN_DESCRIPTOR_FLAGS_OFFSET                                                          \
+    (offsetof(ts_plugin_descriptor, fini) + sizeof(void (*)(void)))
+#define TS_PLUGIN_DESCRIPTOR_SIZE_1_3 (TS_PLUGIN_DESCRIPTOR_FLAGS_OFFSET + sizeof(uint32_t))
+#if TS_PLUGIN_DESCRIPTOR_MINOR >= 3 && !defined(__cplusplus)
+_Static_assert(offsetof(ts_plugin_descriptor, flags) == TS_PLUGIN_DESCRIPTOR_FLAGS_OFFSET,
+               "the descriptor's flags follow fini");
+#endif
+
+/* The plugin keeps its state per thread (or per ctx): several trainers may
+ * run in one process at once, each on its own thread, and the core calls a
+ * plugin's functions only from the thread that ran its init. A plugin sets
+ * it when every file-scope variable it writes is _Thread_local (or lives
+ * behind its ctx): the library is loaded once per process and shared by
+ * the trainers, and its _Thread_local state is each thread's own. What the
+ * core guarantees in return: init, every callback of
+ * one trainer (transforms, hooks, module hooks, schedulers, dispatchers,
+ * providers) and fini run on the thread that ran that trainer's init; no
+ * helper thread of the core (the asynchronous checkpoint writer included,
+ * which writes bytes the trainer copied out and calls nothing of a plugin)
+ * calls a plugin. Without the flag, the core runs at most one trainer per
+ * process with the plugin loaded (`tessera plan --search` runs its dry runs
+ * in processes; ts_plugins_thread_safe tells the core). */
+#define TS_PLUGIN_THREAD_LOCAL_STATE 1u
 
 /* The smallest struct_size the core accepts for ABI 1.x: through `fini`. */
 #define TS_PLUGIN_DESCRIPTOR_SIZE_1_0                                                              \

@@ -69,7 +69,7 @@ typedef enum cp_algorithm { CP_RING, CP_ALL_GATHER, CP_ALL_TO_ALL } cp_algorithm
 #define CP_TAG_BWD_KV 2
 #define CP_TAG_BWD_DKV 3
 
-static struct {
+static _Thread_local struct {
     const ts_host *host;
     ts_plugin_ctx *ctx;
     int size;
@@ -738,13 +738,13 @@ static ts_status cp_init(const ts_host *host, ts_plugin_ctx *ctx) {
     TS_TRY(
         host->register_transform(ctx, "sequence_cut", TS_PHASE_SHARD_SEQUENCE, cp_transform, NULL));
     TS_TRY(host->register_hook(ctx, TS_HOOK_AFTER_OPTIMIZER, cp_after_step, NULL));
-    static ts_plugin_attention_ops ops;
-    ops = (ts_plugin_attention_ops){.struct_size = sizeof ops,
-                                    .forward = cp_forward,
-                                    .backward = cp_backward,
-                                    .release = cp_release,
-                                    .order =
-                                        cp.balance ? TS_SEQUENCE_MIRRORED : TS_SEQUENCE_CONTIGUOUS};
+    /* Copied by the core: a local will do. */
+    int order = cp.balance ? TS_SEQUENCE_MIRRORED : TS_SEQUENCE_CONTIGUOUS;
+    ts_plugin_attention_ops ops = {.struct_size = sizeof ops,
+                                   .forward = cp_forward,
+                                   .backward = cp_backward,
+                                   .release = cp_release,
+                                   .order = order};
     return host->register_attention(ctx, "cp", &ops, NULL);
 }
 
@@ -758,6 +758,7 @@ static const ts_plugin_descriptor cp_descriptor = {
     sizeof cp_keys / sizeof cp_keys[0],
     cp_init,
     NULL,
+    TS_PLUGIN_THREAD_LOCAL_STATE, /* its state is _Thread_local */
 };
 
 TS_PLUGIN_EXPORT const ts_plugin_descriptor *tessera_plugin_descriptor(void) {

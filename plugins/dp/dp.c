@@ -89,7 +89,7 @@ typedef struct dp_state {
     dp_bucket buckets[DP_MAX_BUCKETS];
 } dp_state;
 
-static dp_state dp;
+static _Thread_local dp_state dp;
 
 static double dp_now(void) {
     struct timespec ts;
@@ -329,6 +329,7 @@ static const ts_plugin_descriptor dp_descriptor = {
     (int)(sizeof dp_keys / sizeof dp_keys[0]),
     dp_init,
     NULL,
+    TS_PLUGIN_THREAD_LOCAL_STATE, /* its state is _Thread_local */
 };
 
 TS_PLUGIN_EXPORT const ts_plugin_descriptor *tessera_plugin_descriptor(void) {

@@ -38,7 +38,7 @@ static const ts_plugin_key ep_keys[] = {
      "the token dispatcher: all_to_all, all_gather, or a name another plugin registers"},
 };
 
-static struct {
+static _Thread_local struct {
     const ts_host *host;
     ts_plugin_ctx *ctx;
 } ep;
@@ -107,6 +107,7 @@ static const ts_plugin_descriptor ep_descriptor = {
     sizeof ep_keys / sizeof ep_keys[0],
     ep_init,
     NULL,
+    TS_PLUGIN_THREAD_LOCAL_STATE, /* its state is _Thread_local */
 };
 
 TS_PLUGIN_EXPORT const ts_plugin_descriptor *tessera_plugin_descriptor(void) {

@@ -51,7 +51,7 @@ typedef struct pp_state {
     const char *layers_per_stage; /* owned by the core until fini */
 } pp_state;
 
-static pp_state pp;
+static _Thread_local pp_state pp;
 
 /* --- layers_per_stage --------------------------------------------------------- */
 
@@ -342,6 +342,7 @@ static const ts_plugin_descriptor pp_descriptor = {
     (int)(sizeof pp_keys / sizeof pp_keys[0]),
     pp_init,
     pp_fini,
+    TS_PLUGIN_THREAD_LOCAL_STATE, /* its state is _Thread_local */
 };
 
 TS_PLUGIN_EXPORT const ts_plugin_descriptor *tessera_plugin_descriptor(void) {

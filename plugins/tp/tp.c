@@ -38,7 +38,7 @@ typedef struct tp_state {
     int sequence_parallel;
 } tp_state;
 
-static tp_state tp;
+static _Thread_local tp_state tp;
 
 /* The dimension a parameter is cut along, by the last part of its name. */
 static int tp_cut(const char *name) {
@@ -119,6 +119,7 @@ static const ts_plugin_descriptor tp_descriptor = {
     (int)(sizeof tp_keys / sizeof tp_keys[0]),
     tp_init,
     NULL,
+    TS_PLUGIN_THREAD_LOCAL_STATE, /* its state is _Thread_local */
 };
 
 TS_PLUGIN_EXPORT const ts_plugin_descriptor *tessera_plugin_descriptor(void) {

@@ -107,7 +107,7 @@ typedef struct zero_bucket {
     ts_comm_request *req;
 } zero_bucket;
 
-static struct {
+static _Thread_local struct {
     const ts_host *host;
     ts_plugin_ctx *ctx;
     int stage, reshard, prefetch, overlap, offload;
@@ -849,6 +849,7 @@ static const ts_plugin_descriptor zero_descriptor = {
     sizeof zero_keys / sizeof zero_keys[0],
     zero_init,
     zero_fini,
+    TS_PLUGIN_THREAD_LOCAL_STATE, /* its state is _Thread_local */
 };
 
 TS_PLUGIN_EXPORT const ts_plugin_descriptor *tessera_plugin_descriptor(void) {
