@@ -55,6 +55,7 @@ typedef struct plan_search_opts {
     int world;           /* --world (0: the cluster's devices)       */
     int top;             /* --top: layouts printed                   */
     int jobs;            /* --jobs: dry runs at once (0: the CPUs)   */
+    int processes;       /* --processes: each dry run in a process   */
     int json;            /* --json: every layout                     */
     const char *cluster; /* --cluster FILE (NULL: CONFIG's [cluster]) */
 } plan_search_opts;

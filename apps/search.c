@@ -9,9 +9,11 @@
  * judged by the same code a run uses — plugin start-up, the binder, and a
  * dry run of rank 0 with the clock on (plan_run.h) — so a layout the
  * plugins refuse is refused here with their message, and memory and
- * communication are the ledger's. Each dry run runs in a child process of
- * its own (plugins keep state; the dry run's backend is process-wide), on
- * `jobs` workers.
+ * communication are the ledger's. The dry runs run on `jobs` threads of
+ * this process, each dry run its own object (dry_run.h) on its thread,
+ * when every strategy plugin keeps its state per thread
+ * (TS_PLUGIN_THREAD_LOCAL_STATE); else, as before that flag, each in a
+ * child process of its own on `jobs` worker processes.
  *
  * Two cuts keep it fast, neither dropping a layout that could win: a layout
  * whose model state alone (weights, gradients, optimizer, as sharded)
@@ -29,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -89,6 +92,8 @@ typedef struct search {
     int n, cap;
     int *fam; /* families' first layouts (add_family)       */
     int nfam, famcap;
+    int threads;             /* 1: dry runs on threads of this process */
+    const char *process_why; /* else: the plugin that keeps process state */
 } search;
 
 static int has_plugin(const search *S, const char *name) {
@@ -397,10 +402,18 @@ static ts_status layout_run(const search *S, const layout *L, int last_stage, co
     return st;
 }
 
-/* Runs layout_run in a child process; its result comes back through a pipe. */
+/* Runs layout_run on this thread (S->threads) or in a child process, whose
+ * result comes back through a pipe. */
 static void layout_child(const search *S, const layout *L, int last_stage, const run_cut *cut,
                          result *out) {
     memset(out, 0, sizeof *out);
+    if (S->threads) {
+        if (layout_run(S, L, last_stage, cut, out)) {
+            out->status = RES_REFUSED;
+            snprintf(out->why, sizeof out->why, "%s", ts_last_error_bare());
+        }
+        return;
+    }
     int fd[2];
     if (pipe(fd) != 0) {
         out->status = RES_REFUSED;
@@ -550,11 +563,42 @@ static void reopen_dominated(search *S, int i) {
     }
 }
 
-/* confirm_one of idx[0..n), `jobs` at a time, each in a process of its own
- * (whose dry runs fork their own). */
+/* confirm_one on a thread of this process. */
+typedef struct confirm_arg {
+    const search *S;
+    int i;
+    result r;
+} confirm_arg;
+
+static void *confirm_thread(void *p) {
+    confirm_arg *a = p;
+    ts_comm_plan_untimed(); /* this thread only dry-runs */
+    confirm_one(a->S, a->i, &a->r);
+    return NULL;
+}
+
+/* confirm_one of idx[0..n), `jobs` at a time, each on a thread of its own
+ * (S->threads) or in a process of its own (whose dry runs fork their own). */
 static void confirm_all(search *S, const int *idx, int n, int jobs) {
     if (jobs > 64) jobs = 64;
-    for (int b = 0; b < n; b += jobs) {
+    for (int b = 0; S->threads && b < n; b += jobs) {
+        int m = n - b < jobs ? n - b : jobs, started[64];
+        pthread_t th[64];
+        confirm_arg args[64];
+        for (int k = 0; k < m; k++) {
+            args[k] = (confirm_arg){.S = S, .i = idx[b + k]};
+            started[k] = pthread_create(&th[k], NULL, confirm_thread, &args[k]) == 0;
+        }
+        for (int k = 0; k < m; k++) {
+            if (started[k])
+                pthread_join(th[k], NULL);
+            else
+                confirm_thread(&args[k]);
+        }
+        for (int k = 0; k < m; k++) /* after every thread: each read its own entry */
+            S->res[idx[b + k]] = args[k].r;
+    }
+    for (int b = 0; !S->threads && b < n; b += jobs) {
         int m = n - b < jobs ? n - b : jobs, fds[64];
         pid_t pids[64];
         fflush(NULL);
@@ -632,8 +676,21 @@ static double state_floor(const search *S, const layout *L, double numel) {
     return numel / cut * per;
 }
 
-static void send_result(int fd, int i, const result *r) {
-    if (write(fd, &i, sizeof i) != sizeof i || write(fd, r, sizeof *r) != sizeof *r) _exit(1);
+/* Where a worker's results go: straight into the search's table (a
+ * thread's: the layouts of its families are its own) or down a pipe (a
+ * worker process's). */
+typedef struct sink {
+    result *res;
+    int fd;
+} sink;
+
+static void send_result(const sink *to, int i, const result *r) {
+    if (to->res) {
+        to->res[i] = *r;
+        return;
+    }
+    if (write(to->fd, &i, sizeof i) != sizeof i || write(to->fd, r, sizeof *r) != sizeof *r)
+        _exit(1);
 }
 
 /* One layout's dry run (or its state's floor when that alone is too big). */
@@ -666,7 +723,7 @@ static void eval_one(const search *S, double numel, int i, result *r) {
  * none; -1: refused), the smallest peak seen and each one's (`peaks`, may
  * be NULL; INFINITY where none was seen). */
 static int eval_group(const search *S, double numel, int g, int from, int to, const double *floor,
-                      int fd, double *smallest, double *peaks) {
+                      const sink *fd, double *smallest, double *peaks) {
     int fit = REC_KINDS;
     *smallest = INFINITY;
     for (int k = 0; peaks && k < REC_KINDS; k++)
@@ -720,7 +777,7 @@ static int eval_group(const search *S, double numel, int g, int from, int to, co
  *    zero stage holds at least what the next holds), with the failed peak
  *    as a floor.
  * Results go to `fd`. */
-static void search_worker(const search *S, double numel, int w, int jobs, int fd) {
+static void search_worker(const search *S, double numel, int w, int jobs, const sink *fd) {
     for (int f = w; f < S->nfam; f += jobs) {
         int end = S->fam[f + 1];
         int failed_zero = -1;   /* the highest zero stage found too big */
@@ -759,13 +816,47 @@ static void search_worker(const search *S, double numel, int w, int jobs, int fd
             g0 = g1;
         }
     }
-    _exit(0);
+}
+
+/* A worker on a thread of this process: its results go into S->res. */
+typedef struct worker_arg {
+    search *S;
+    double numel;
+    int w, jobs;
+} worker_arg;
+
+static void *worker_thread(void *p) {
+    const worker_arg *a = p;
+    ts_comm_plan_untimed(); /* this thread only dry-runs */
+    sink to = {a->S->res, -1};
+    search_worker(a->S, a->numel, a->w, a->jobs, &to);
+    return NULL;
+}
+
+/* `jobs` workers on threads; one that cannot start runs here, after. */
+static void run_worker_threads(search *S, double numel, int jobs) {
+    pthread_t th[64];
+    worker_arg args[64];
+    int started[64];
+    for (int w = 0; w < jobs; w++) {
+        args[w] = (worker_arg){S, numel, w, jobs};
+        started[w] = pthread_create(&th[w], NULL, worker_thread, &args[w]) == 0;
+    }
+    for (int w = 0; w < jobs; w++)
+        if (started[w])
+            pthread_join(th[w], NULL);
+        else
+            worker_thread(&args[w]);
 }
 
 static ts_status run_workers(search *S, double numel, int jobs) {
     int fds[64];
     pid_t pids[64];
     if (jobs > 64) jobs = 64;
+    if (S->threads) {
+        run_worker_threads(S, numel, jobs);
+        return TS_OK;
+    }
     fflush(NULL);
     for (int w = 0; w < jobs; w++) {
         int fd[2];
@@ -774,7 +865,9 @@ static ts_status run_workers(search *S, double numel, int jobs) {
         if (pids[w] < 0) return ts_error(TS_ERR_IO, "plan --search: fork: %s", strerror(errno));
         if (pids[w] == 0) {
             close(fd[0]);
-            search_worker(S, numel, w, jobs, fd[1]);
+            sink to = {NULL, fd[1]};
+            search_worker(S, numel, w, jobs, &to);
+            _exit(0);
         }
         close(fd[1]);
         fds[w] = fd[0];
@@ -929,6 +1022,11 @@ int cmd_plan_search(const ts_config *base, const plan_search_opts *o) {
         st = ts_error(TS_ERR_PLUGIN, "plan --search: the dp plugin is not installed");
         goto fail;
     }
+    /* Threads when every strategy keeps its state per thread; a dry run
+     * of this (main) thread then runs here too (reopen_dominated). */
+    S.threads = !o->processes && ts_plugins_thread_safe(S.found, &S.process_why);
+    if (o->processes) S.process_why = "--processes";
+    if (S.threads) ts_comm_plan_untimed();
     st = enumerate(&S);
     if (st) goto fail;
     if (S.n == 0) {
@@ -1026,6 +1124,11 @@ int cmd_plan_search(const ts_config *base, const plan_search_opts *o) {
                "recomputation than a fitting one, or zero 2/3 where zero 1 fits) (%.1f s, %d "
                "workers)\n",
                S.n, nfit, nbig, nref, ndom, secs, jobs);
+        if (!S.threads)
+            printf("  dry runs in processes, not threads: %s%s\n", S.process_why,
+                   strcmp(S.process_why, "--processes")
+                       ? " does not declare TS_PLUGIN_THREAD_LOCAL_STATE"
+                       : "");
         if (nref && why) printf("  e.g. refused: %s\n", why);
         if (nfit == 0) {
             char need[32];

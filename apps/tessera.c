@@ -151,11 +151,13 @@ static const char *usage_plan =
     "              otherwise): the dry run's clock predicts rank R's step on it\n"
     "\n"
     "usage: tessera plan CONFIG --search [--cluster FILE] [--world N] [--top N]\n"
-    "                    [--jobs N] [--json] [--set ...]\n"
+    "                    [--jobs N] [--processes] [--json] [--set ...]\n"
     "Every layout of CONFIG's model (tp, cp, pp and its schedule, dp, zero stage,\n"
     "ep, micro-batch, recomputation) on the cluster's devices, ranked by\n"
     "predicted step time; the top N (default 10) with memory per rank, step\n"
-    "time and its parts, tokens/s and MFU; --json gives every layout.\n"
+    "time and its parts, tokens/s and MFU; --json gives every layout. The dry\n"
+    "runs run on --jobs threads (default: the CPUs), or in processes with\n"
+    "--processes or when a plugin keeps process-wide state.\n"
     "  mpirun -np N tessera plan CONFIG --calibrate --cluster FILE [--search]\n"
     "measures this machine's kernels and MPI on N ranks side by side, writes\n"
     "FILE, and with --search ranks the layouts of N ranks on it (docs/search.md).\n";
@@ -213,6 +215,7 @@ typedef struct cli_opts {
     int search;                   /* plan --search           */
     const char *cluster;          /* plan --cluster          */
     int top, jobs;                /* plan --top, --jobs      */
+    int processes;                /* plan --processes        */
     int calibrate;                /* plan --calibrate        */
 } cli_opts;
 
@@ -328,6 +331,8 @@ static ts_status load_config(int argc, char **argv, cli_opts *opts, ts_config **
             opts->timeline = 1;
         } else if (opts && strcmp(argv[i], "--search") == 0) {
             opts->search = 1;
+        } else if (opts && strcmp(argv[i], "--processes") == 0) {
+            opts->processes = 1;
         } else if (opts && strcmp(argv[i], "--calibrate") == 0) {
             opts->calibrate = 1;
         } else if (opts && strcmp(argv[i], "--cluster") == 0 && i + 1 < argc) {
@@ -844,7 +849,13 @@ static int cmd_plan(int argc, char **argv) {
     ts_config *cfg = NULL;
     ts_plugins *reg = NULL;
     ts_status st = load_config(argc, argv, &opts, &cfg, &reg);
-    if (st) return fail(st);
+    if (!st && opts.processes && !opts.search)
+        st = ts_error(TS_ERR_CONFIG, "plan: --processes is an option of --search");
+    if (st) {
+        ts_plugins_destroy(reg);
+        ts_config_destroy(cfg);
+        return fail(st);
+    }
     if (opts.calibrate) {
         /* under mpirun: every rank measures; rank 0 writes --cluster FILE
          * and, with --search, searches the layouts of this world */
@@ -871,6 +882,7 @@ static int cmd_plan(int argc, char **argv) {
         plan_search_opts so = {.world = opts.world,
                                .top = opts.top,
                                .jobs = opts.jobs,
+                               .processes = opts.processes,
                                .json = opts.json,
                                .cluster = opts.cluster};
         ts_plugins_destroy(reg);

@@ -125,6 +125,35 @@ cluster c.ini memory_gb=0.02
 "$TESSERA" plan small.ini --search --cluster c.ini --top 10 --json > search.json ||
     fail "search --json"
 cat search.txt
+grep -q 'dry runs in processes' search.txt && fail "the in-tree strategies' dry runs ran in processes"
+# The same search in processes (--processes, and how a plugin without
+# TS_PLUGIN_THREAD_LOCAL_STATE makes it run): every layout the same.
+"$TESSERA" plan small.ini --search --cluster c.ini --top 10 --processes > search_proc.txt 2>&1 ||
+    { cat search_proc.txt; fail "search --processes"; }
+grep -q 'dry runs in processes, not threads: --processes' search_proc.txt ||
+    { cat search_proc.txt; fail "search --processes does not say it ran in processes"; }
+"$TESSERA" plan small.ini --search --cluster c.ini --top 10 --json --processes > search_proc.json ||
+    fail "search --json --processes"
+python3 - <<'PY' || fail "threads and processes disagree"
+import json
+t, p = json.load(open("search.json")), json.load(open("search_proc.json"))
+assert t["layouts"] == p["layouts"], [
+    (a["sets"], a["status"], b["status"]) for a, b in zip(t["layouts"], p["layouts"]) if a != b][:3]
+print("ok threads and processes: %d layouts the same (%.2f s on threads, %.2f s in processes)"
+      % (len(t["layouts"]), t["seconds"], p["seconds"]))
+PY
+# A plugin on the path that keeps its state per process (skew: no
+# TS_PLUGIN_THREAD_LOCAL_STATE) sends the dry runs to processes, naming it.
+mkdir -p noflag && cp "$(dirname "$(dirname "$TESSERA")")/tests/plugins/tessera-skew.so" noflag/
+"$TESSERA" plan small.ini --search --cluster c.ini --top 10 --set parallel.plugin_path=noflag \
+    > search_noflag.txt 2>&1 || { cat search_noflag.txt; fail "search beside skew"; }
+grep -q "dry runs in processes, not threads: skew does not declare TS_PLUGIN_THREAD_LOCAL_STATE" \
+    search_noflag.txt || { cat search_noflag.txt; fail "skew's process state not named"; }
+diff <(sed 1,2d search.txt) <(sed 1,2d search_noflag.txt | grep -v 'dry runs in processes') ||
+    fail "the search beside skew ranked otherwise"
+echo "ok a plugin without thread-local state: dry runs in processes, skew named"
+expect_rc processes_alone 2 'plan: --processes is an option of --search' \
+    plan small.ini --world 1 --processes
 python3 - <<'PY' || fail "search properties"
 import json, re
 s = json.load(open("search.json"))
