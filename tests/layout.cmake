@@ -11,7 +11,7 @@ endif()
 
 add_executable(test_layout
   ${PROJECT_SOURCE_DIR}/tests/test_layout.c
-  ${PROJECT_SOURCE_DIR}/core/parallel/layout.c
+  ${PROJECT_SOURCE_DIR}/core/mesh/layout.c
   ${PROJECT_SOURCE_DIR}/core/comm/comm.c
   ${PROJECT_SOURCE_DIR}/core/comm/comm_request.c
   ${PROJECT_SOURCE_DIR}/core/base/phase.c

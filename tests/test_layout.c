@@ -19,7 +19,7 @@
  * (every partial sum stays below 256 in magnitude, so bf16 sums are exact
  * too). Results are compared element for element, exactly, with the block
  * the test computes on its own (ref_block, written independently of
- * core/parallel/layout.c). For "-> P" the documented addend is checked, and the sum of
+ * core/mesh/layout.c). For "-> P" the documented addend is checked, and the sum of
  * the outputs over the axis is checked against X. The communicator's
  * counters must show exactly the one collective of the table in layout.h.
  */
@@ -52,7 +52,7 @@ static double now_s(void) {
 }
 
 /* ---------------------------------------------------------------------------
- * The reference: global values and blocks, computed without core/parallel/layout.c
+ * The reference: global values and blocks, computed without core/mesh/layout.c
  * ------------------------------------------------------------------------- */
 
 /* The global tensor X: small integers in [-8, 8]. */

@@ -2,7 +2,7 @@
  * test_mesh.c — guards the process mesh: that every group of every axis and
  * product of axes, in both meshes, is the group Megatron-LM would build.
  *
- * Expectations come from two places that do not share code with core/parallel/mesh.c:
+ * Expectations come from two places that do not share code with core/mesh/mesh.c:
  *   1. literal groups from Megatron-LM's documented examples
  *      (initialize_model_parallel and generate_masked_orthogonal_rank_groups);
  *   2. a deliberately different re-derivation in this file: each rank is
