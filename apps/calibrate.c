@@ -23,7 +23,9 @@
  *   - per collective of the world (and send/recv between neighbours): a
  *     small and a large call, latency = the small call's time, bus
  *     bandwidth = factor x (large - small bytes) / (large - small time), as
- *     nccl-tests count it.
+ *     nccl-tests count it; where that rate is over CAL_BW_OVER_FLOOR times
+ *     the large call's own (the small call nearly as slow as the large: a
+ *     disturbed measurement), the large call's rate, a floor, instead.
  * Each figure is the mean over the ranks (a collective's time: the slowest
  * rank's). The file says one node of `world` devices: every group is then
  * intra-node, and inter-node keys repeat the intra ones.
@@ -154,6 +156,10 @@ static ts_status time_kernel(ts_comm *w, cal_bufs *b, cal_fn fn, double *out) {
 /* --- collectives --------------------------------------------------------------- */
 
 enum { CAL_OPS = 6 };
+/* A difference rate above this many times the large call's rate means the
+ * small call took over 3/4 of the large one's time: not a latency any
+ * link has beside its bandwidth, but a preempted call. */
+#define CAL_BW_OVER_FLOOR 4.0
 static const char *cal_op_keys[CAL_OPS] = {"all_reduce", "all_gather", "reduce_scatter",
                                            "all_to_all", "broadcast",  "send_recv"};
 static const ts_comm_op cal_op_kind[CAL_OPS] = {TS_COMM_ALL_REDUCE,     TS_COMM_ALL_GATHER,
@@ -388,11 +394,14 @@ int cmd_plan_calibrate(const ts_config *cfg, int *argc, char ***argv, const char
         double factor = ts_comm_busbw_factor(cal_op_kind[k], n);
         lat[k] = ts;
         bw[k] = factor * (bl - bs) / (tl - ts);
-        if (!(tl > ts) || !(bw[k] > 0) || !isfinite(bw[k])) {
-            /* the small call no faster than the large (a disturbed run):
-             * the large call's rate alone, latency and all, a floor */
+        double floor = factor > 0 ? factor * bl / tl : bl / tl;
+        if (!(tl > ts) || !(bw[k] > 0) || !isfinite(bw[k]) || bw[k] > CAL_BW_OVER_FLOOR * floor) {
+            /* the small call no faster than the large, or nearly as slow
+             * (a disturbed run: a small call preempted makes the difference
+             * tiny and the rate absurd, 4e10 GB/s seen): the large call's
+             * rate alone, latency and all, a floor */
             lat[k] = fmin(ts, tl);
-            bw[k] = factor > 0 ? factor * bl / tl : bl / tl;
+            bw[k] = floor;
         }
     }
     int rc = 0;
