@@ -588,6 +588,23 @@ static void test_time(void) {
     printf("  gqa attention            fwd %8.3f ms  bwd %8.3f ms  (%.1f, %.1f GFLOP/s at 1x, 2x "
            "the forward's %.2f GFLOP)\n",
            1e3 * tf, 1e3 * tb, flops / tf * 1e-9, 2 * flops / tb * 1e-9, flops * 1e-9);
+    if (getenv("TS_BENCH_MHA")) { /* beside it, attention.c's MHA (12 kv heads, saving T x T) */
+        size_t natt = (size_t)b.B * b.NH * b.T * b.T, n3 = N * 3 * b.C;
+        float *q3 = falloc(n3), *d3 = falloc(n3), *att = falloc(natt), *scr = falloc(natt);
+        fill(q3, n3, 1);
+        double af = INFINITY, ab = INFINITY;
+        for (int r = 0; r < 3; r++) {
+            double t0 = omp_get_wtime();
+            ts_cpu_attention_forward(b.out, att, q3, b.B, b.T, b.C, b.NH);
+            double t1 = omp_get_wtime();
+            ts_cpu_attention_backward(d3, scr, b.dout, q3, att, b.B, b.T, b.C, b.NH);
+            af = fmin(af, t1 - t0), ab = fmin(ab, omp_get_wtime() - t1);
+        }
+        printf(
+            "  mha attention (SGEMM)    fwd %8.3f ms  bwd %8.3f ms  (ts_cpu_attention_*, NH %d)\n",
+            1e3 * af, 1e3 * ab, b.NH);
+        free(q3), free(d3), free(att), free(scr);
+    }
     free(b.x), free(b.y), free(b.dx), free(b.w), free(b.dw), free(b.rstd), free(b.qkv);
     free(b.dqkv), free(b.out), free(b.dout), free(b.lse), free(b.h), free(b.gu), free(b.dgu),
         free(b.inv_freq);

@@ -112,17 +112,19 @@ void ts_cpu_gqa_attention_backward(float *dqkv,       /* (B, T, (NH + 2 NKV) hs)
             size_t kvoff = (size_t)b * T * W + (size_t)(NH + g) * hs, voff = (size_t)NKV * hs;
             const float *kb = qkv + kvoff, *vb = kb + voff;
             float *dkb = dqkv + kvoff, *dvb = dkb + voff;
-            for (int h = g * rep; h < (g + 1) * rep; h++)
-                for (int t = 0; t < T; t++) {
-                    float L = lse[((size_t)b * NH + h) * T + t];
-                    size_t qoff = ((size_t)b * T + t) * W + (size_t)h * hs;
-                    size_t ooff = ((size_t)b * T + t) * OW + (size_t)h * hs;
-                    const float *qt = qkv + qoff, *dy = dout + ooff;
-                    float *dqt = dqkv + qoff;
-                    float D = gqa_dot(dy, out + ooff, hs); /* = sum_j P_tj dP_tj */
-                    float p[GQA_TILE], ds[GQA_TILE];
-                    for (int j0 = 0; j0 <= t; j0 += GQA_TILE) {
+            /* a tile of keys at a time: its k, v, dk, dv rows stay in cache
+             * while every query that sees it goes by */
+            for (int j0 = 0; j0 < T; j0 += GQA_TILE)
+                for (int h = g * rep; h < (g + 1) * rep; h++)
+                    for (int t = j0; t < T; t++) {
                         int nj = t + 1 - j0 < GQA_TILE ? t + 1 - j0 : GQA_TILE;
+                        float L = lse[((size_t)b * NH + h) * T + t];
+                        size_t qoff = ((size_t)b * T + t) * W + (size_t)h * hs;
+                        size_t ooff = ((size_t)b * T + t) * OW + (size_t)h * hs;
+                        const float *qt = qkv + qoff, *dy = dout + ooff;
+                        float *dqt = dqkv + qoff;
+                        float D = gqa_dot(dy, out + ooff, hs); /* = sum_j P_tj dP_tj */
+                        float p[GQA_TILE], ds[GQA_TILE];
                         for (int jj = 0; jj < nj; jj++) {
                             size_t row = (size_t)(j0 + jj) * W;
                             p[jj] = gqa_dot(qt, kb + row, hs) * scale - L;
@@ -145,6 +147,5 @@ void ts_cpu_gqa_attention_backward(float *dqkv,       /* (B, T, (NH + 2 NKV) hs)
                             }
                         }
                     }
-                }
         }
 }

@@ -18,17 +18,19 @@
 /* sigmoid(x) = 1 / (1 + exp(-x)) into *s and 1 - sigmoid(x) = sigmoid(-x)
  * into *sc, for any x, from e = exp(-|x|) (0 below -87, so never
  * overflowing): 1 / (1 + e) and e / (1 + e), one for each, by the sign of
- * x, so neither is computed by a cancelling subtraction. The sign is read
- * from the bits so that the select vectorizes. */
+ * x, so neither is computed by a cancelling subtraction. The sign selects
+ * on the bits (a mask, not a branch), so that the loops vectorize. */
 static inline void swiglu_sigmoid(float x, float *s, float *sc) {
     uint32_t b;
     memcpy(&b, &x, sizeof b);
-    uint32_t nb = b | 0x80000000u; /* -|x| */
+    uint32_t neg = (uint32_t)((int32_t)b >> 31), nb = b | 0x80000000u; /* -|x| */
     float nx;
     memcpy(&nx, &nb, sizeof nx);
     float e = ts_cpu_exp_neg(nx), r = 1.0f / (1.0f + e), er = e * r;
-    *s = (b >> 31) ? er : r;
-    *sc = (b >> 31) ? r : er;
+    uint32_t rb, erb;
+    memcpy(&rb, &r, sizeof rb), memcpy(&erb, &er, sizeof erb);
+    uint32_t sb = (rb & ~neg) | (erb & neg), scb = (erb & ~neg) | (rb & neg);
+    memcpy(s, &sb, sizeof sb), memcpy(sc, &scb, sizeof scb);
 }
 
 void ts_cpu_swiglu_forward(float *out,       /* (N, F) */
