@@ -1,5 +1,7 @@
 /*
- * cpu_kernels.h — the CPU reference kernels of a GPT-2 step.
+ * cpu_kernels.h — the CPU reference kernels of a GPT-2 step, and those a
+ * Llama-class block adds (RMSNorm, rotary embeddings, SwiGLU, grouped-query
+ * attention).
  *
  * Every kernel is a plain function over float arrays: `out` first, inputs
  * next, dimensions last (B batch, T time, C channels, NH heads, V vocabulary,
@@ -164,7 +166,8 @@ void ts_cpu_attention_block_backward(float *dq, float *dk, float *dv, const floa
 
 /* RMSNorm (Zhang & Sennrich 2019), no bias:
  * out (N, C) = inp * rstd * weight (C); rstd (N) = 1 / sqrt(mean_c(inp^2) + eps)
- * saved. backward: dinp (N, C) +=, dweight (C) += (rows summed in order). */
+ * saved; in float, as the LayerNorm. backward: dinp (N, C) +=, dweight (C)
+ * += (rows summed in order). */
 void ts_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
                             float eps, int N, int C);
 void ts_cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
@@ -180,7 +183,8 @@ void ts_cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, con
  * inp = qkv + col, is = the qkv row's width, picks the q or the k heads).
  * pos (N) is each row's position (int32): a chunk of a sequence or a
  * document that restarts at 0 is only other positions. The angle, its
- * cosine and sine are computed in double, per row, from inv_freq (hs/2).
+ * cosine and sine are computed in double, per row, from inv_freq (hs/2),
+ * then rounded to float: the same on any thread split.
  * forward   out (=); out may equal inp (in place) when os == is.
  * backward  dinp += the rotation by -a of dout (the transpose); dinp must
  *           not overlap dout. */
@@ -218,18 +222,20 @@ void ts_cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, in
 
 /* Grouped-query causal attention (Ainslie et al. 2023): NH query heads,
  * NKV key/value heads (NKV divides NH), query head h reading kv head
- * h / (NH / NKV); head size hs <= 2048, scores scaled by 1/sqrt(hs). The packed
- * row of qkv (B, T, W), W = (NH + 2 NKV) hs, holds q (NH hs), then k
- * (NKV hs), then v (NKV hs); with NKV = NH it is ts_cpu_attention_forward's
- * (B, T, 3C), C = NH hs. out (B, T, NH hs). K and V are never repeated.
- * forward   out (=), and lse (=) (B, NH, T), each row's log sum_j exp(s_ij)
- *           over its keys j <= t: the ts_cpu_gqa_attention_saved_floats
- *           the backward needs besides qkv and out (no (T, T) array).
- * backward  dqkv (B, T, W) += the gradient: P = exp(s - lse) made again, a
- *           tile of keys at a time. One task per (batch, kv head) is the
- *           only writer of its dk, dv, summing its NH/NKV query heads in
- *           order, then rows in order; so the same bits on any thread count
- *           (and at most B NKV threads busy). */
+ * h / (NH / NKV); head size hs (at most 2048), scores scaled by 1/sqrt(hs).
+ * The packed row of qkv (B, T, W), W = (NH + 2 NKV) hs, holds q (NH hs),
+ * then k (NKV hs), then v (NKV hs); with NKV = NH it is the (B, T, 3C) of
+ * ts_cpu_attention_forward, C = NH hs. out (B, T, NH hs). K and V are never
+ * repeated.
+ * forward   out (=), and lse (=) (B, NH, T), each row's log sum_j exp(s_tj)
+ *           over its keys j <= t: ts_cpu_gqa_attention_saved_floats, all
+ *           the backward keeps besides qkv and out (no (T, T) array).
+ * backward  dqkv (B, T, W) += the gradient of out against dout (B, T, NH hs),
+ *           P = exp(s - lse) made again a tile of keys at a time. One task
+ *           per (batch, kv head) is the only writer of its dk, dv, each
+ *           key's summed over its NH/NKV query heads in order, then rows in
+ *           order: the same bits on any thread count (and at most B NKV
+ *           threads busy). */
 size_t ts_cpu_gqa_attention_saved_floats(int B, int NH, int T);
 void ts_cpu_gqa_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
                                   int NKV, int hs);
