@@ -11,26 +11,25 @@
  * probabilities a product with the rows as they lie (gqa_rows_axpy): both
  * hold 32 sums in four vector registers (GNU C vector types) and sum each
  * element in a fixed order, so a result's bits depend on the shape only.
- * No BLAS. (Per-row dot products, or arrays the compiler keeps in memory,
- * were 2x slower: 1 thread, B 1, T 1024, NH 12, NKV 4, hs 64: forward 120
- * against 72 ms, backward 300 against 130 ms.)
+ * No BLAS. (Per-row dot products, or sums the compiler keeps in memory,
+ * were 2x slower.)
  *
- * Forward: a task is GQA_QROWS rows of one (batch, query head): it walks
- * the key tiles any of its rows sees, each row with an online softmax
- * (running max and sum; its output row is the accumulator, rescaled when the
- * max grows). Backward: a task is one (batch, kv head), the only writer of
- * its k and v columns of dqkv and of the q columns of its query heads. For
- * each key tile it takes its query heads in order and their rows from the
- * tile on, GQA_QB at a time, recomputing P = exp(s - lse): dq of a row
- * gathers the tile's keys; dk, dv of a key gather the GQA_QB rows, in row
- * order. So every gradient is summed in one fixed order whatever the
- * thread count.
+ * Forward: a task is GQA_QROWS rows of the query heads of one (batch, kv
+ * head), GQA_HEADS heads at a time: it walks the key tiles any of its rows
+ * sees, transposing each once for all of them, each (head, row) with an
+ * online softmax (running max and sum; its output row is the accumulator,
+ * rescaled when the max grows). Backward: a task is one (batch, kv head),
+ * the only writer of its k and v columns of dqkv and of the q columns of
+ * its query heads. For each key tile it takes its query heads in order and
+ * their rows from the tile on, GQA_QB at a time, recomputing P = exp(s -
+ * lse): dq of a row gathers the tile's keys; dk, dv of a key gather the
+ * GQA_QB rows, in row order. So every gradient is summed in one fixed order
+ * whatever the thread count.
  *
  * Not here: rotary embeddings (rope.c, applied to q and k before), a
  * sliding window, dropout, bf16.
  */
 #include <math.h>
-#include <string.h>
 
 #include "cpu_kernels.h"
 #include "tasks.h"
@@ -39,8 +38,9 @@
 #define GQA_TILE 64                      /* keys per tile, at most */
 #define GQA_TILE_FLOATS (GQA_TILE * 256) /* a transposed tile: 64 KiB */
 #define GQA_QROWS 16                     /* forward: query rows per task */
-#define GQA_QB 4                         /* backward: rows whose dk, dv go together */
-#define GQA_LANES 8                      /* floats of a vector register (gqa_v8) */
+#define GQA_HEADS 8 /* forward: query heads sharing a transposed tile, at most */
+#define GQA_QB 4    /* backward: rows whose dk, dv go together */
+#define GQA_LANES 8 /* floats of a vector register (gqa_v8) */
 
 size_t ts_cpu_gqa_attention_saved_floats(int B, int NH, int T) {
     return (size_t)B * NH * T;
@@ -55,26 +55,24 @@ static int gqa_tile_keys(int hs) {
 /* xT (hs, kw) = the n rows of x (W floats apart), transposed; columns
  * [n, kw) zero. */
 static void gqa_transpose(float *xT, const float *x, size_t W, int n, int kw, int hs) {
+    for (int j = 0; j < n; j++) /* rows read whole, columns written */
+        for (int d = 0; d < hs; d++)
+            xT[(size_t)d * kw + j] = x[(size_t)j * W + d];
     for (int d = 0; d < hs; d++)
-        for (int j = 0; j < kw; j++)
-            xT[(size_t)d * kw + j] = j < n ? x[(size_t)j * W + d] : 0.0f;
+        for (int j = n; j < kw; j++)
+            xT[(size_t)d * kw + j] = 0.0f;
 }
 
 /* Eight floats in one vector register (GNU C vector extension; AVX2's
  * ymm under -march=x86-64-v3): the helpers below keep their sums in such
  * variables, which the compiler holds in registers (a float array it keeps
- * in memory, and each sum then waits on a store). */
+ * in memory, and each sum then waits on a store). Memory is read and
+ * written through gqa_v8u, unaligned and allowed to alias floats, as
+ * immintrin.h's __m256_u. */
 typedef float gqa_v8 __attribute__((vector_size(32)));
-
-static inline gqa_v8 gqa_load(const float *p) {
-    gqa_v8 v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline void gqa_store(float *p, gqa_v8 v) {
-    memcpy(p, &v, sizeof v);
-}
+typedef float gqa_v8u __attribute__((vector_size(32), aligned(4), may_alias));
+#define GQA_AT(p) (*(gqa_v8u *)(p))
+#define GQA_AT_C(p) (*(const gqa_v8u *)(p))
 
 /* s (kw) = q (hs) . each column of xT (hs, kw), kw a multiple of 8, each
  * sum over d in order; 32 columns at a time in four independent sums, so
@@ -86,17 +84,17 @@ static inline void gqa_scores(float *s, const float *q, const float *xT, int kw,
         for (int d = 0; d < hs; d++) {
             const float *x = xT + (size_t)d * kw + j0;
             float qd = q[d];
-            a0 += qd * gqa_load(x), a1 += qd * gqa_load(x + 8);
-            a2 += qd * gqa_load(x + 16), a3 += qd * gqa_load(x + 24);
+            a0 += qd * GQA_AT_C(x), a1 += qd * GQA_AT_C(x + 8);
+            a2 += qd * GQA_AT_C(x + 16), a3 += qd * GQA_AT_C(x + 24);
         }
-        gqa_store(s + j0, a0), gqa_store(s + j0 + 8, a1);
-        gqa_store(s + j0 + 16, a2), gqa_store(s + j0 + 24, a3);
+        GQA_AT(s + j0) = a0, GQA_AT(s + j0 + 8) = a1;
+        GQA_AT(s + j0 + 16) = a2, GQA_AT(s + j0 + 24) = a3;
     }
     for (; j0 < kw; j0 += 8) {
         gqa_v8 a0 = {0};
         for (int d = 0; d < hs; d++)
-            a0 += q[d] * gqa_load(xT + (size_t)d * kw + j0);
-        gqa_store(s + j0, a0);
+            a0 += q[d] * GQA_AT_C(xT + (size_t)d * kw + j0);
+        GQA_AT(s + j0) = a0;
     }
 }
 
@@ -107,22 +105,22 @@ static inline void gqa_rows_axpy(float *y, const float *w, const float *x, size_
                                  int hs) {
     int d0 = 0;
     for (; d0 + 32 <= hs; d0 += 32) {
-        gqa_v8 a0 = gqa_load(y + d0), a1 = gqa_load(y + d0 + 8);
-        gqa_v8 a2 = gqa_load(y + d0 + 16), a3 = gqa_load(y + d0 + 24);
+        gqa_v8 a0 = GQA_AT(y + d0), a1 = GQA_AT(y + d0 + 8);
+        gqa_v8 a2 = GQA_AT(y + d0 + 16), a3 = GQA_AT(y + d0 + 24);
         for (int j = 0; j < n; j++) {
             const float *xj = x + (size_t)j * W + d0;
             float wj = w[j];
-            a0 += wj * gqa_load(xj), a1 += wj * gqa_load(xj + 8);
-            a2 += wj * gqa_load(xj + 16), a3 += wj * gqa_load(xj + 24);
+            a0 += wj * GQA_AT_C(xj), a1 += wj * GQA_AT_C(xj + 8);
+            a2 += wj * GQA_AT_C(xj + 16), a3 += wj * GQA_AT_C(xj + 24);
         }
-        gqa_store(y + d0, a0), gqa_store(y + d0 + 8, a1);
-        gqa_store(y + d0 + 16, a2), gqa_store(y + d0 + 24, a3);
+        GQA_AT(y + d0) = a0, GQA_AT(y + d0 + 8) = a1;
+        GQA_AT(y + d0 + 16) = a2, GQA_AT(y + d0 + 24) = a3;
     }
     for (; d0 + 8 <= hs; d0 += 8) {
-        gqa_v8 a0 = gqa_load(y + d0);
+        gqa_v8 a0 = GQA_AT(y + d0);
         for (int j = 0; j < n; j++)
-            a0 += w[j] * gqa_load(x + (size_t)j * W + d0);
-        gqa_store(y + d0, a0);
+            a0 += w[j] * GQA_AT_C(x + (size_t)j * W + d0);
+        GQA_AT(y + d0) = a0;
     }
     for (int d = d0; d < hs; d++) {
         float a = y[d];
@@ -140,56 +138,67 @@ void ts_cpu_gqa_attention_forward(float *out,       /* (B, T, NH hs) */
     size_t W = (size_t)(NH + 2 * NKV) * hs, OW = (size_t)NH * hs;
     float scale = 1.0f / sqrtf((float)hs);
     ts_cpu_tasks tq;
-    ts_cpu_tasks_init(&tq, (size_t)B * NH * nblk, 1);
+    ts_cpu_tasks_init(&tq, (size_t)B * NKV * nblk, 1);
 #pragma omp parallel num_threads(tq.shares)
     for (size_t lo, hi; ts_cpu_tasks_next(&tq, &lo, &hi);)
         for (size_t task = lo; task < hi; task++) {
-            int bh = (int)(task / nblk), b = bh / NH, h = bh % NH, g = h / rep;
+            int bg = (int)(task / nblk), b = bg / NKV, g = bg % NKV;
             int t0 = (int)(task % nblk) * GQA_QROWS;
             int t1 = t0 + GQA_QROWS < T ? t0 + GQA_QROWS : T;
             const float *kb = qkv + (size_t)b * T * W + (size_t)(NH + g) * hs;
             const float *vb = kb + (size_t)NKV * hs;
-            float m[GQA_QROWS], l[GQA_QROWS], kT[GQA_TILE_FLOATS], s[GQA_TILE];
-            for (int t = t0; t < t1; t++) {
-                float *o = out + ((size_t)b * T + t) * OW + (size_t)h * hs;
-                for (int d = 0; d < hs; d++)
-                    o[d] = 0.0f;
-                m[t - t0] = -INFINITY, l[t - t0] = 0.0f;
-            }
-            for (int j0 = 0; j0 < t1; j0 += kw) {
-                int nk = t1 - j0 < kw ? t1 - j0 : kw; /* keys the last row sees */
-                gqa_transpose(kT, kb + (size_t)j0 * W, W, nk, kw, hs);
-                for (int t = j0 > t0 ? j0 : t0; t < t1; t++) {
-                    int nj = t + 1 - j0 < nk ? t + 1 - j0 : nk; /* keys j0..t */
-                    const float *qt = qkv + ((size_t)b * T + t) * W + (size_t)h * hs;
-                    float *o = out + ((size_t)b * T + t) * OW + (size_t)h * hs;
-                    float *mt = &m[t - t0], *lt = &l[t - t0], mx = *mt;
-                    gqa_scores(s, qt, kT, kw, hs);
-                    for (int j = 0; j < nj; j++) {
-                        s[j] *= scale;
-                        mx = s[j] > mx ? s[j] : mx;
-                    }
-                    if (mx > *mt) { /* rescale what the earlier tiles summed */
-                        float corr = expf(*mt - mx);
-                        *lt *= corr;
+            /* running max and sum of (head h0 + i, row t0 + r) at [i][r] */
+            float m[GQA_HEADS][GQA_QROWS], l[GQA_HEADS][GQA_QROWS];
+            float kT[GQA_TILE_FLOATS], s[GQA_TILE];
+            /* the group's query heads, GQA_HEADS at a time, each transposed
+             * tile of keys serving all of them */
+            for (int h0 = g * rep; h0 < (g + 1) * rep; h0 += GQA_HEADS) {
+                int nh = (g + 1) * rep - h0 < GQA_HEADS ? (g + 1) * rep - h0 : GQA_HEADS;
+                for (int i = 0; i < nh; i++)
+                    for (int t = t0; t < t1; t++) {
+                        float *o = out + ((size_t)b * T + t) * OW + (size_t)(h0 + i) * hs;
                         for (int d = 0; d < hs; d++)
-                            o[d] *= corr;
-                        *mt = mx;
+                            o[d] = 0.0f;
+                        m[i][t - t0] = -INFINITY, l[i][t - t0] = 0.0f;
                     }
+                for (int j0 = 0; j0 < t1; j0 += kw) {
+                    int nk = t1 - j0 < kw ? t1 - j0 : kw; /* keys the last row sees */
+                    gqa_transpose(kT, kb + (size_t)j0 * W, W, nk, kw, hs);
+                    for (int i = 0; i < nh; i++)
+                        for (int t = j0 > t0 ? j0 : t0; t < t1; t++) {
+                            int nj = t + 1 - j0 < nk ? t + 1 - j0 : nk; /* keys j0..t */
+                            size_t row = (size_t)b * T + t;
+                            const float *qt = qkv + row * W + (size_t)(h0 + i) * hs;
+                            float *o = out + row * OW + (size_t)(h0 + i) * hs;
+                            float *mt = &m[i][t - t0], *lt = &l[i][t - t0], mx = *mt;
+                            gqa_scores(s, qt, kT, kw, hs);
+                            for (int j = 0; j < nj; j++) {
+                                s[j] *= scale;
+                                mx = s[j] > mx ? s[j] : mx;
+                            }
+                            if (mx > *mt) { /* rescale what the earlier tiles summed */
+                                float corr = expf(*mt - mx);
+                                *lt *= corr;
+                                for (int d = 0; d < hs; d++)
+                                    o[d] *= corr;
+                                *mt = mx;
+                            }
 #pragma omp simd
-                    for (int j = 0; j < nj; j++)
-                        s[j] = ts_cpu_exp_neg(s[j] - mx);
-                    for (int j = 0; j < nj; j++)
-                        *lt += s[j];
-                    gqa_rows_axpy(o, s, vb + (size_t)j0 * W, W, nj, hs);
+                            for (int j = 0; j < nj; j++)
+                                s[j] = ts_cpu_exp_neg(s[j] - mx);
+                            for (int j = 0; j < nj; j++)
+                                *lt += s[j];
+                            gqa_rows_axpy(o, s, vb + (size_t)j0 * W, W, nj, hs);
+                        }
                 }
-            }
-            for (int t = t0; t < t1; t++) {
-                float *o = out + ((size_t)b * T + t) * OW + (size_t)h * hs;
-                float inv = 1.0f / l[t - t0];
-                for (int d = 0; d < hs; d++)
-                    o[d] *= inv;
-                lse[(size_t)bh * T + t] = m[t - t0] + logf(l[t - t0]);
+                for (int i = 0; i < nh; i++)
+                    for (int t = t0; t < t1; t++) {
+                        float *o = out + ((size_t)b * T + t) * OW + (size_t)(h0 + i) * hs;
+                        float inv = 1.0f / l[i][t - t0];
+                        for (int d = 0; d < hs; d++)
+                            o[d] *= inv;
+                        lse[((size_t)b * NH + h0 + i) * T + t] = m[i][t - t0] + logf(l[i][t - t0]);
+                    }
             }
         }
 }
