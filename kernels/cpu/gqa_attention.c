@@ -38,9 +38,10 @@
 #define GQA_TILE 64                      /* keys per tile, at most */
 #define GQA_TILE_FLOATS (GQA_TILE * 256) /* a transposed tile: 64 KiB */
 #define GQA_QROWS 16                     /* forward: query rows per task */
-#define GQA_HEADS 8 /* forward: query heads sharing a transposed tile, at most */
-#define GQA_QB 4    /* backward: rows whose dk, dv go together */
-#define GQA_LANES 8 /* floats of a vector register (gqa_v8) */
+#define GQA_HEADS 8    /* forward: query heads sharing a transposed tile, at most */
+#define GQA_QB 4       /* backward: rows whose dk, dv go together */
+#define GQA_RCHUNK 256 /* backward: rows whose q, dq, dout stay in cache */
+#define GQA_LANES 8    /* floats of a vector register (gqa_v8) */
 
 size_t ts_cpu_gqa_attention_saved_floats(int B, int NH, int T) {
     return (size_t)B * NH * T;
@@ -203,15 +204,58 @@ void ts_cpu_gqa_attention_forward(float *out,       /* (B, T, NH hs) */
         }
 }
 
+/* The backward of one query head's rows [t0, t0 + nq), nq <= GQA_QB, against
+ * one tile of keys [j0, j0 + nk) whose k and v are transposed in kT, vT:
+ * q, dq the rows' q and dq columns (W apart), dy their dout (OW apart), L,
+ * D their lse and dout . out; k, dk, dv the tile's key rows (W apart). */
+typedef struct {
+    size_t W, OW;
+    int hs, kw;
+    float scale;
+} gqa_shape;
+
+static void gqa_backward_rows(float *dq, float *dk, float *dv, const float *q, const float *dy,
+                              const float *L, const float *D, const float *k, const float *kT,
+                              const float *vT, int t0, int nq, int j0, int nk,
+                              const gqa_shape *sh) {
+    int kw = sh->kw, hs = sh->hs;
+    float p[GQA_TILE], ds[GQA_TILE], pT[GQA_TILE * GQA_QB], dsT[GQA_TILE * GQA_QB];
+    for (int r = 0; r < nq; r++) {
+        int t = t0 + r, nj = t + 1 - j0 < nk ? t + 1 - j0 : nk; /* keys j0..t */
+        gqa_scores(p, q + r * sh->W, kT, kw, hs);
+        gqa_scores(ds, dy + r * sh->OW, vT, kw, hs);
+#pragma omp simd
+        for (int j = 0; j < kw; j++) {
+            p[j] = ts_cpu_exp_neg(p[j] * sh->scale - L[r]);
+            ds[j] = (ds[j] - D[r]) * p[j] * sh->scale;
+        }
+        for (int j = nj; j < kw; j++) /* keys past t */
+            p[j] = ds[j] = 0.0f;
+        gqa_rows_axpy(dq + r * sh->W, ds, k, sh->W, nj, hs);
+        for (int j = 0; j < kw; j++)
+            pT[j * GQA_QB + r] = p[j], dsT[j * GQA_QB + r] = ds[j];
+    }
+    int nkb = t0 + nq - j0 < nk ? t0 + nq - j0 : nk; /* keys any of the rows sees */
+    for (int j = 0; j < nkb; j++) {
+        gqa_rows_axpy(dk + j * sh->W, dsT + j * GQA_QB, q, sh->W, nq, hs);
+        gqa_rows_axpy(dv + j * sh->W, pT + j * GQA_QB, dy, sh->OW, nq, hs);
+    }
+}
+
 void ts_cpu_gqa_attention_backward(float *dqkv,       /* (B, T, (NH + 2 NKV) hs) */
                                    const float *dout, /* (B, T, NH hs) */
                                    const float *qkv,  /* (B, T, (NH + 2 NKV) hs) */
                                    const float *out,  /* (B, T, NH hs) */
                                    const float *lse,  /* (B, NH, T) */
                                    int B, int T, int NH, int NKV, int hs) {
-    int rep = NH / NKV, kw = gqa_tile_keys(hs);
-    size_t W = (size_t)(NH + 2 * NKV) * hs, OW = (size_t)NH * hs;
-    float scale = 1.0f / sqrtf((float)hs);
+    int rep = NH / NKV;
+    gqa_shape sh = {.W = (size_t)(NH + 2 * NKV) * hs,
+                    .OW = (size_t)NH * hs,
+                    .hs = hs,
+                    .kw = gqa_tile_keys(hs),
+                    .scale = 1.0f / sqrtf((float)hs)};
+    size_t W = sh.W, OW = sh.OW;
+    int kw = sh.kw;
     ts_cpu_tasks tq;
     ts_cpu_tasks_init(&tq, (size_t)B * NKV, 1);
 #pragma omp parallel num_threads(tq.shares)
@@ -221,47 +265,38 @@ void ts_cpu_gqa_attention_backward(float *dqkv,       /* (B, T, (NH + 2 NKV) hs)
             size_t kvoff = (size_t)b * T * W + (size_t)(NH + g) * hs, voff = (size_t)NKV * hs;
             const float *kb = qkv + kvoff, *vb = kb + voff;
             float *dkb = dqkv + kvoff, *dvb = dkb + voff;
-            float kT[GQA_TILE_FLOATS], vT[GQA_TILE_FLOATS];
-            float p[GQA_TILE], ds[GQA_TILE], pT[GQA_TILE * GQA_QB], dsT[GQA_TILE * GQA_QB];
-            for (int j0 = 0; j0 < T; j0 += kw) {
-                int nk = T - j0 < kw ? T - j0 : kw;
-                gqa_transpose(kT, kb + (size_t)j0 * W, W, nk, kw, hs);
-                gqa_transpose(vT, vb + (size_t)j0 * W, W, nk, kw, hs);
-                for (int h = g * rep; h < (g + 1) * rep; h++)
-                    for (int t0 = j0; t0 < T; t0 += GQA_QB) {
-                        int nq = T - t0 < GQA_QB ? T - t0 : GQA_QB;
-                        size_t q0 = ((size_t)b * T + t0) * W + (size_t)h * hs;
-                        size_t o0 = ((size_t)b * T + t0) * OW + (size_t)h * hs;
-                        for (int r = 0; r < nq; r++) {
-                            int t = t0 + r, nj = t + 1 - j0 < nk ? t + 1 - j0 : nk;
-                            const float *qt = qkv + q0 + (size_t)r * W;
-                            const float *dy = dout + o0 + (size_t)r * OW;
-                            float L = lse[((size_t)b * NH + h) * T + t], D = 0.0f;
-                            const float *ot = out + o0 + (size_t)r * OW;
-#pragma omp simd reduction(+ : D)
+            float kT[GQA_TILE_FLOATS], vT[GQA_TILE_FLOATS], D[GQA_HEADS][GQA_RCHUNK];
+            /* GQA_RCHUNK rows of GQA_HEADS heads at a time, so that their q,
+             * dq and dout stay in cache while the key tiles go by */
+            for (int c0 = 0; c0 < T; c0 += GQA_RCHUNK)
+                for (int h0 = g * rep; h0 < (g + 1) * rep; h0 += GQA_HEADS) {
+                    int c1 = c0 + GQA_RCHUNK < T ? c0 + GQA_RCHUNK : T;
+                    int nh = (g + 1) * rep - h0 < GQA_HEADS ? (g + 1) * rep - h0 : GQA_HEADS;
+                    for (int i = 0; i < nh; i++)
+                        for (int t = c0; t < c1; t++) {
+                            size_t o = ((size_t)b * T + t) * OW + (size_t)(h0 + i) * hs;
+                            float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
                             for (int d = 0; d < hs; d++)
-                                D += dy[d] * ot[d]; /* = sum_j P_tj dP_tj */
-                            gqa_scores(p, qt, kT, kw, hs);
-                            gqa_scores(ds, dy, vT, kw, hs);
-#pragma omp simd
-                            for (int j = 0; j < kw; j++) {
-                                p[j] = ts_cpu_exp_neg(p[j] * scale - L);
-                                ds[j] = (ds[j] - D) * p[j] * scale;
+                                acc += dout[o + d] * out[o + d];
+                            D[i][t - c0] = acc; /* = sum_j P_tj dP_tj */
+                        }
+                    for (int j0 = 0; j0 < c1; j0 += kw) {
+                        int nk = T - j0 < kw ? T - j0 : kw;
+                        gqa_transpose(kT, kb + (size_t)j0 * W, W, nk, kw, hs);
+                        gqa_transpose(vT, vb + (size_t)j0 * W, W, nk, kw, hs);
+                        for (int i = 0; i < nh; i++)
+                            for (int t0 = j0 > c0 ? j0 : c0; t0 < c1; t0 += GQA_QB) {
+                                int h = h0 + i, nq = c1 - t0 < GQA_QB ? c1 - t0 : GQA_QB;
+                                size_t q0 = ((size_t)b * T + t0) * W + (size_t)h * hs;
+                                size_t o0 = ((size_t)b * T + t0) * OW + (size_t)h * hs;
+                                size_t row = (size_t)j0 * W;
+                                gqa_backward_rows(dqkv + q0, dkb + row, dvb + row, qkv + q0,
+                                                  dout + o0, lse + ((size_t)b * NH + h) * T + t0,
+                                                  &D[i][t0 - c0], kb + row, kT, vT, t0, nq, j0, nk,
+                                                  &sh);
                             }
-                            for (int j = nj; j < kw; j++) /* keys past t */
-                                p[j] = ds[j] = 0.0f;
-                            gqa_rows_axpy(dqkv + q0 + (size_t)r * W, ds, kb + (size_t)j0 * W, W, nj,
-                                          hs);
-                            for (int j = 0; j < kw; j++)
-                                pT[j * GQA_QB + r] = p[j], dsT[j * GQA_QB + r] = ds[j];
-                        }
-                        int nkb = t0 + nq - j0 < nk ? t0 + nq - j0 : nk; /* keys any row sees */
-                        for (int j = 0; j < nkb; j++) {
-                            size_t row = (size_t)(j0 + j) * W;
-                            gqa_rows_axpy(dkb + row, dsT + j * GQA_QB, qkv + q0, W, nq, hs);
-                            gqa_rows_axpy(dvb + row, pT + j * GQA_QB, dout + o0, OW, nq, hs);
-                        }
                     }
-            }
+                }
         }
 }
