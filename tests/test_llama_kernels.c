@@ -429,13 +429,14 @@ static void test_gqa_attention(void) {
  * tiles of 64 keys); and head sizes that take the products' other paths: 40
  * (32 + 8 elements), 44 (32 + 8 + 4 one by one), 320 (tiles of 48 keys:
  * 32 + 16 columns); 10 query heads on one kv head (taken 8, then 2) at hs
- * 16 (8 + 8); and T 300, past the backward's chunk of 256 rows, at hs 64
- * and 320 (whose tiles of 48 keys straddle the chunk's first row). */
+ * 16 (8 + 8); T 300, past the backward's chunk of 256 rows, at hs 64 and
+ * 320 (whose tiles of 48 keys straddle the chunk's first row); and T 1. */
 static void test_gqa_attention_mha(void) {
     const int shapes[][5] = {{2, 70, 4, 1, 64},   {2, 70, 4, 2, 64},   {2, 70, 4, 4, 64},
                              {1, 130, 4, 1, 128}, {1, 130, 2, 1, 128}, {2, 70, 2, 2, 128},
                              {1, 70, 2, 1, 40},   {1, 70, 2, 1, 44},   {1, 100, 2, 1, 320},
-                             {2, 40, 10, 1, 16},  {1, 300, 4, 1, 64},  {1, 300, 2, 1, 320}};
+                             {2, 40, 10, 1, 16},  {1, 300, 4, 1, 64},  {1, 300, 2, 1, 320},
+                             {3, 1, 2, 1, 8}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         gqa_case(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4]);
 }

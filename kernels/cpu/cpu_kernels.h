@@ -180,7 +180,9 @@ void ts_cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, con
  *   out_{d+hs/2} = x_{d+hs/2} cos a + x_d sin a.
  * The heads sit inside packed rows: row n holds nheads heads of hs side by
  * side from its first float, rows `is` floats apart in inp, `os` in out (so
- * inp = qkv + col, is = the qkv row's width, picks the q or the k heads).
+ * inp = qkv + col, is = the qkv row's width, picks the q or the k heads; in
+ * the packed qkv of ts_cpu_gqa_attention_forward, inp = qkv and nheads =
+ * NH + NKV rotate q and k in one call).
  * pos (N) is each row's position (int32): a chunk of a sequence or a
  * document that restarts at 0 is only other positions. The angle, its
  * cosine and sine are computed in double, per row, from inv_freq (hs/2),
