@@ -427,10 +427,10 @@ static void test_gqa_attention(void) {
 
 /* NH:NKV = 4:1, 2:1, 1:1 at hs 64 and 128, T 70 and 130 (past one and two
  * tiles of 64 keys); and head sizes that take the products' other paths: 40
- * (32 + 8 elements), 44 (32 + 8 + 4 one by one), 320 (tiles of 48 keys:
- * 32 + 16 columns); 10 query heads on one kv head (taken 8, then 2) at hs
+ * (32 + 8 elements), 44 (32 + 8 + 4 one by one), 320 (tiles of 24 keys:
+ * 3 x 8 columns); 10 query heads on one kv head (taken 8, then 2) at hs
  * 16 (8 + 8); T 300, past the backward's chunk of 256 rows, at hs 64 and
- * 320 (whose tiles of 48 keys straddle the chunk's first row); and T 1. */
+ * 320 (whose tiles of 24 keys straddle the chunk's first row); and T 1. */
 static void test_gqa_attention_mha(void) {
     const int shapes[][5] = {{2, 70, 4, 1, 64},   {2, 70, 4, 2, 64},   {2, 70, 4, 4, 64},
                              {1, 130, 4, 1, 128}, {1, 130, 2, 1, 128}, {2, 70, 2, 2, 128},

@@ -224,7 +224,7 @@ void ts_cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, in
 
 /* Grouped-query causal attention (Ainslie et al. 2023): NH query heads,
  * NKV key/value heads (NKV divides NH), query head h reading kv head
- * h / (NH / NKV); head size hs (at most 2048), scores scaled by 1/sqrt(hs).
+ * h / (NH / NKV); head size hs (at most 1024), scores scaled by 1/sqrt(hs).
  * The packed row of qkv (B, T, W), W = (NH + 2 NKV) hs, holds q (NH hs),
  * then k (NKV hs), then v (NKV hs); with NKV = NH it is the (B, T, 3C) of
  * ts_cpu_attention_forward, C = NH hs. out (B, T, NH hs). K and V are never

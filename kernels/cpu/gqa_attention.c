@@ -4,9 +4,10 @@
  * log-sum-exp saved in place of the probabilities: no (T, T) array and no
  * repeated K or V anywhere. cpu_kernels.h states the semantics.
  *
- * Keys go by in tiles of kw (64; fewer when hs > 256, so that a tile of
- * keys transposed, hs x kw floats, stays within 64 KiB on the stack; hence
- * hs <= 2048). The scores of a query against a tile are a product with the
+ * Keys go by in tiles of kw (64; fewer when hs > 128, so that a tile of
+ * keys transposed, hs x kw floats, stays within 32 KiB on the stack; hence
+ * hs <= 1024; a thread's stack holds at most two such tiles and 12 KiB
+ * more). The scores of a query against a tile are a product with the
  * transposed tile (gqa_scores), and sums of rows weighted by a tile's
  * probabilities a product with the rows as they lie (gqa_rows_axpy): both
  * hold 32 sums in four vector registers (GNU C vector types) and sum each
@@ -36,7 +37,7 @@
 #include "fastmath.h" /* ts_cpu_exp_neg: a vectorizable exp */
 
 #define GQA_TILE 64                      /* keys per tile, at most */
-#define GQA_TILE_FLOATS (GQA_TILE * 256) /* a transposed tile: 64 KiB */
+#define GQA_TILE_FLOATS (GQA_TILE * 128) /* a transposed tile: 32 KiB */
 #define GQA_QROWS 16                     /* forward: query rows per task */
 #define GQA_HEADS 8    /* forward: query heads sharing a transposed tile, at most */
 #define GQA_QB 4       /* backward: rows whose dk, dv go together */
