@@ -205,15 +205,18 @@ void ts_cpu_gqa_attention_forward(float *out,       /* (B, T, NH hs) */
         }
 }
 
-/* The backward of one query head's rows [t0, t0 + nq), nq <= GQA_QB, against
- * one tile of keys [j0, j0 + nk) whose k and v are transposed in kT, vT:
- * q, dq the rows' q and dq columns (W apart), dy their dout (OW apart), L,
- * D their lse and dout . out; k, dk, dv the tile's key rows (W apart). */
+/* What every block of the backward shares: the qkv and out rows' widths,
+ * the head size, the keys per tile, 1/sqrt(hs). */
 typedef struct {
     size_t W, OW;
     int hs, kw;
     float scale;
 } gqa_shape;
+
+/* The backward of one query head's rows [t0, t0 + nq), nq <= GQA_QB, against
+ * one tile of keys [j0, j0 + nk) whose k and v are transposed in kT, vT:
+ * q, dq the rows' q and dq columns (W apart), dy their dout (OW apart), L,
+ * D their lse and dout . out; k, dk, dv the tile's key rows (W apart). */
 
 static void gqa_backward_rows(float *dq, float *dk, float *dv, const float *q, const float *dy,
                               const float *L, const float *D, const float *k, const float *kT,
