@@ -54,3 +54,25 @@ foreach(core SkylakeX Cooperlake Haswell Zen Sandybridge Nehalem Core2)
   set_tests_properties(cli_threads_same_bits_${core} PROPERTIES
     LABELS core SKIP_RETURN_CODE 77 TIMEOUT 300 ENVIRONMENT "${TESSERA_TEST_ENV}")
 endforeach()
+
+# The kernels of a Llama-class block (RMSNorm, rotary embeddings, SwiGLU,
+# grouped-query attention): their own executable, the same checks.
+add_executable(test_llama_kernels tests/test_llama_kernels.c)
+target_link_libraries(test_llama_kernels PRIVATE tessera_kernels_cpu OpenMP::OpenMP_C m
+  ${TESSERA_CBLAS_LIB})
+set(TESSERA_LLAMA_KERNEL_TESTS
+  "kernels_rmsnorm_grad rmsnorm"
+  "kernels_rope_grad rope"
+  "kernels_rope_inv_freq_llama3 rope_inv_freq"
+  "kernels_swiglu_grad swiglu"
+  "kernels_gqa_attention_grad gqa_attention"
+  "kernels_gqa_attention_matches_repeated_mha gqa_attention_mha"
+  "kernels_llama_same_bits_on_1_2_3_threads threads")
+foreach(entry ${TESSERA_LLAMA_KERNEL_TESTS})
+  separate_arguments(entry)
+  list(GET entry 0 test_name)
+  list(GET entry 1 kernel)
+  add_test(NAME ${test_name} COMMAND test_llama_kernels ${kernel})
+  set_tests_properties(${test_name} PROPERTIES
+    LABELS core ENVIRONMENT "${TESSERA_TEST_ENV}")
+endforeach()

@@ -1,5 +1,7 @@
 /*
- * cpu_kernels.h — the CPU reference kernels of a GPT-2 step.
+ * cpu_kernels.h — the CPU reference kernels of a GPT-2 step, and those a
+ * Llama-class block adds (RMSNorm, rotary embeddings, SwiGLU, grouped-query
+ * attention).
  *
  * Every kernel is a plain function over float arrays: `out` first, inputs
  * next, dimensions last (B batch, T time, C channels, NH heads, V vocabulary,
@@ -154,6 +156,94 @@ void ts_cpu_attention_block_backward(float *dq, float *dk, float *dv, const floa
                                      const float *k, const float *v, const float *out,
                                      const float *dout, const float *lse, int B, int Tq, int Tk,
                                      int C, int NH, int qs, int kvs, int os, int64_t offset);
+
+/* --- the kernels of a Llama-class block ---------------------------------------
+ * RMSNorm, rotary position embeddings (with Llama 3's rope scaling), the
+ * SwiGLU gate and grouped-query causal attention (rmsnorm.c, rope.c,
+ * swiglu.c, gqa_attention.c). Same rules as above: backward accumulates
+ * (+=), every task writes its own outputs, the same bits on any thread
+ * count. */
+
+/* RMSNorm (Zhang & Sennrich 2019), no bias:
+ * out (N, C) = inp * rstd * weight (C); rstd (N) = 1 / sqrt(mean_c(inp^2) + eps)
+ * saved; in float, as the LayerNorm. backward: dinp (N, C) +=, dweight (C)
+ * += (rows summed in order). */
+void ts_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
+                            float eps, int N, int C);
+void ts_cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, const float *rstd, int N, int C);
+
+/* Rotary position embeddings (Su et al. 2021) in Hugging Face transformers'
+ * "rotate_half" layout: within a head of hs (even) floats, element d < hs/2
+ * pairs with d + hs/2; with a = pos[n] * inv_freq[d],
+ *   out_d        = x_d cos a - x_{d+hs/2} sin a
+ *   out_{d+hs/2} = x_{d+hs/2} cos a + x_d sin a.
+ * The heads sit inside packed rows: row n holds nheads heads of hs side by
+ * side from its first float, rows `is` floats apart in inp, `os` in out (so
+ * inp = qkv + col, is = the qkv row's width, picks the q or the k heads; in
+ * the packed qkv of ts_cpu_gqa_attention_forward, inp = qkv and nheads =
+ * NH + NKV rotate q and k in one call).
+ * pos (N) is each row's position (int32): a chunk of a sequence or a
+ * document that restarts at 0 is only other positions. The angle, its
+ * cosine and sine are computed in double, per row, from inv_freq (hs/2),
+ * then rounded to float: the same on any thread split.
+ * forward   out (=); out may equal inp (in place) when os == is.
+ * backward  dinp += the rotation by -a of dout (the transpose); dinp must
+ *           not overlap dout. */
+void ts_cpu_rope_forward(float *out, const float *inp, const int32_t *pos, const float *inv_freq,
+                         int N, int nheads, int hs, int os, int is);
+void ts_cpu_rope_backward(float *dinp, const float *dout, const int32_t *pos, const float *inv_freq,
+                          int N, int nheads, int hs, int ds, int dos);
+
+/* Llama 3's rope scaling (transformers' _compute_llama3_parameters), the
+ * `rope_scaling` of a Llama 3.1 config: factor 8, low_freq_factor 1,
+ * high_freq_factor 4, original_max_position_embeddings 8192. */
+typedef struct {
+    double factor;
+    double low_freq_factor;
+    double high_freq_factor;
+    int original_max_position_embeddings;
+} ts_rope_scaling;
+
+/* inv_freq (hs/2) = theta^(-2d/hs), computed in double and rounded once.
+ * With s (may be NULL: no scaling), per frequency, wavelen = 2 pi / inv_freq,
+ * O = original_max_position_embeddings:
+ *   wavelen < O / high_freq_factor   unchanged
+ *   wavelen > O / low_freq_factor    inv_freq / factor
+ *   otherwise                        (1 - m) inv_freq / factor + m inv_freq,
+ *                                    m = (O / wavelen - low) / (high - low). */
+void ts_cpu_rope_inv_freq(float *inv_freq, int hs, double theta, const ts_rope_scaling *s);
+
+/* SwiGLU (Shazeer 2020) over one packed (N, 2F) input, a row's gate in its
+ * first F columns and up in the next F (one GEMM against [W_gate; W_up]):
+ *   out (N, F) = silu(gate) * up,  silu(x) = x / (1 + exp(-x))
+ * backward: dinp (N, 2F) += [dgate | dup]. Finite for any finite input
+ * (silu(-100) = -0, silu(100) = 100). */
+void ts_cpu_swiglu_forward(float *out, const float *inp, int N, int F);
+void ts_cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
+
+/* Grouped-query causal attention (Ainslie et al. 2023): NH query heads,
+ * NKV key/value heads (NKV divides NH), query head h reading kv head
+ * h / (NH / NKV); head size hs (at most 1024), scores scaled by 1/sqrt(hs).
+ * The packed row of qkv (B, T, W), W = (NH + 2 NKV) hs, holds q (NH hs),
+ * then k (NKV hs), then v (NKV hs); with NKV = NH it is the (B, T, 3C) of
+ * ts_cpu_attention_forward, C = NH hs. out (B, T, NH hs). K and V are never
+ * repeated.
+ * forward   out (=), and lse (=) (B, NH, T), each row's log sum_j exp(s_tj)
+ *           over its keys j <= t: ts_cpu_gqa_attention_saved_floats, all
+ *           the backward keeps besides qkv and out (no (T, T) array).
+ * backward  dqkv (B, T, W) += the gradient of out against dout (B, T, NH hs),
+ *           P = exp(s - lse) made again a tile of keys at a time. One task
+ *           per (batch, kv head) is the only writer of its dk, dv, each
+ *           key's summed over its NH/NKV query heads in order, then rows in
+ *           order: the same bits on any thread count (and at most B NKV
+ *           threads busy). */
+size_t ts_cpu_gqa_attention_saved_floats(int B, int NH, int T);
+void ts_cpu_gqa_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
+                                  int NKV, int hs);
+void ts_cpu_gqa_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                   const float *out, const float *lse, int B, int T, int NH,
+                                   int NKV, int hs);
 
 /* --- residual add -----------------------------------------------------------
  * out (n) = a + b;  backward: da += dout, db += dout (either may be NULL). */
