@@ -8,9 +8,13 @@
 
 /* 4 TiB of address space, reserved but never backed; halved while the
  * process has less left (dry runs on many threads at once), down to
- * 64 GiB. */
-#define DRY_RUN_REGION ((size_t)1 << 42)
-#define DRY_RUN_REGION_MIN ((size_t)1 << 36)
+ * 64 GiB. A build may ask for less (-DTS_DRY_RUN_REGION_LOG2=34: a
+ * ThreadSanitizer build, whose shadow memory leaves no room for 4 TiB). */
+#ifndef TS_DRY_RUN_REGION_LOG2
+#define TS_DRY_RUN_REGION_LOG2 42
+#endif
+#define DRY_RUN_REGION ((size_t)1 << TS_DRY_RUN_REGION_LOG2)
+#define DRY_RUN_REGION_MIN (DRY_RUN_REGION < ((size_t)1 << 36) ? DRY_RUN_REGION : (size_t)1 << 36)
 
 ts_status ts_dry_run_create(ts_dry_run **out) {
     *out = NULL;
