@@ -199,4 +199,30 @@ static inline int same_bits(const char *what, const char *ta, const float *a, co
     return 0;
 }
 
+/* A test binary's driver: runs the one test argv[1] names, prints whether
+ * it passed; exit 0, 1 on a failure, 2 for a bad command line. */
+typedef struct kernel_test {
+    const char *name;
+    void (*run)(void);
+} kernel_test;
+
+static inline int kernel_tests_main(int argc, char **argv, const kernel_test *tests, int ntests) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s <kernel>; kernels:", argv[0]);
+        for (int i = 0; i < ntests; i++)
+            fprintf(stderr, " %s", tests[i].name);
+        fprintf(stderr, "\n");
+        return 2;
+    }
+    for (int i = 0; i < ntests; i++) {
+        if (strcmp(argv[1], tests[i].name)) continue;
+        printf("%s:\n", tests[i].name);
+        tests[i].run();
+        printf("%s: %s\n", tests[i].name, failures ? "FAILED" : "passed");
+        return failures ? 1 : 0;
+    }
+    fprintf(stderr, "%s: no kernel test named '%s'\n", argv[0], argv[1]);
+    return 2;
+}
+
 #endif /* TESSERA_TESTS_KERNEL_CHECK_H */

@@ -1365,10 +1365,7 @@ static void test_time(void) {
 
 /* --- driver -------------------------------------------------------------------- */
 
-static const struct {
-    const char *name;
-    void (*run)(void);
-} TESTS[] = {
+static const kernel_test TESTS[] = {
     {"matmul", test_matmul},
     {"embedding", test_embedding},
     {"layernorm", test_layernorm},
@@ -1390,21 +1387,5 @@ static const struct {
 };
 
 int main(int argc, char **argv) {
-    int ntests = (int)(sizeof TESTS / sizeof TESTS[0]);
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s <kernel>; kernels:", argv[0]);
-        for (int i = 0; i < ntests; i++)
-            fprintf(stderr, " %s", TESTS[i].name);
-        fprintf(stderr, "\n");
-        return 2;
-    }
-    for (int i = 0; i < ntests; i++) {
-        if (strcmp(argv[1], TESTS[i].name)) continue;
-        printf("%s:\n", TESTS[i].name);
-        TESTS[i].run();
-        printf("%s: %s\n", TESTS[i].name, failures ? "FAILED" : "passed");
-        return failures ? 1 : 0;
-    }
-    fprintf(stderr, "%s: no kernel test named '%s'\n", argv[0], argv[1]);
-    return 2;
+    return kernel_tests_main(argc, argv, TESTS, (int)(sizeof TESTS / sizeof TESTS[0]));
 }
