@@ -111,9 +111,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tessera/comm.h"    /* ts_comm, ts_comm_request, ts_reduce_op */
-#include "tessera/mesh.h"    /* ts_mesh_kind                          */
-#include "tessera/tessera.h" /* ts_status, ts_tensor, ts_mem_category  */
+/* Types only: a plugin sees no function of libtessera (see "What a plugin
+ * may include" above). */
+#include "tessera/comm_types.h"    /* ts_comm, ts_comm_request, ts_reduce_op   */
+#include "tessera/layout_types.h"  /* ts_layout, ts_layout_plan, placements     */
+#include "tessera/mesh_types.h"    /* ts_mesh_kind, TS_MESH_NAME_MAX            */
+#include "tessera/tessera_types.h" /* ts_status, TS_TRY, ts_tensor, ts_dtype    */
 
 #ifdef __cplusplus
 extern "C" {

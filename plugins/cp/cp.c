@@ -47,7 +47,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "tessera/layout.h"
 #include "tessera/plugin.h"
 
 static const ts_plugin_key cp_keys[] = {

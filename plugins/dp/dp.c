@@ -37,7 +37,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "tessera/layout.h"
 #include "tessera/plugin.h"
 
 #define DP_MAX_BUCKETS 4096

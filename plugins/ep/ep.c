@@ -26,7 +26,6 @@
 #include <string.h>
 
 #include "dispatch.h"
-#include "tessera/layout.h"
 #include "tessera/plugin.h"
 
 static const ts_plugin_key ep_keys[] = {

@@ -23,7 +23,6 @@
 
 #include "schedule_file.h"
 #include "schedules.h"
-#include "tessera/layout.h"
 #include "tessera/plugin.h"
 
 static const ts_plugin_key pp_keys[] = {

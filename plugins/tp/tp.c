@@ -23,7 +23,6 @@
  */
 #include <string.h>
 
-#include "tessera/layout.h"
 #include "tessera/plugin.h"
 
 static const ts_plugin_key tp_keys[] = {

@@ -45,7 +45,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "tessera/layout.h"
 #include "tessera/plugin.h"
 
 static const ts_plugin_key zero_keys[] = {

@@ -10,7 +10,6 @@
  */
 #include <string.h>
 
-#include "tessera/layout.h"
 #include "tessera/plugin.h"
 
 static const ts_plugin_key dptwice_keys[] = {
