@@ -494,6 +494,13 @@ static void thread_safe_names_the_first_plugin_without_the_flag(void) {
         CHECK(safe == (runs[i].first_not == NULL));
         CHECK(runs[i].first_not ? first_not && strcmp(first_not, runs[i].first_not) == 0
                                 : first_not == NULL);
+        /* `tessera plugins` says which keep thread-local state. */
+        char text[8192] = "";
+        FILE *df = fmemopen(text, sizeof text, "w");
+        CHECK(ts_plugins_describe(reg, df) == TS_OK);
+        fclose(df);
+        CHECK((strstr(text, "thread-local state") != NULL) ==
+              (strstr(runs[i].plugins, "onethread") != NULL));
         for (int p = 0; p < ts_plugins_count(reg); p++)
             CHECK(ts_plugins_flags(reg, p) ==
                   (strcmp(ts_plugins_name(reg, p), "onethread") == 0 ? TS_PLUGIN_THREAD_LOCAL_STATE

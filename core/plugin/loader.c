@@ -577,6 +577,8 @@ ts_status ts_plugins_describe(const ts_plugins *reg, FILE *f) {
                 TS_PLUGIN_ABI_MAJOR_OF(d->abi_version), TS_PLUGIN_ABI_MINOR_OF(d->abi_version),
                 ctx->path);
         if (d->description) fprintf(f, "  %s\n", d->description);
+        if (ctx->flags & TS_PLUGIN_THREAD_LOCAL_STATE)
+            fprintf(f, "  thread-local state: trainers on several threads may use it\n");
         for (int k = 0; k < d->nkeys; k++) {
             const ts_plugin_key *key = &d->keys[k];
             char kind[256], def[300];
