@@ -4,11 +4,13 @@
  * that tessera loads at start-up because the INI file names it.
  *
  * This header is part of the SDK installed under include/tessera/. A plugin
- * includes it (and, for what it touches, tessera.h, mesh.h, comm.h, layout.h)
- * and links against NOTHING of tessera's: every service of the core reaches
- * it through the host table (ts_host) handed to init. Calling a function
- * declared in another SDK header (ts_error, ts_comm_all_reduce, ...) directly
- * would tie the plugin to one libtessera.so; use the host table's pointer.
+ * includes it alone (it brings the SDK's types, below) and links against
+ * NOTHING of tessera's: every service of the core reaches it through the
+ * host table (ts_host) handed to init, from ABI 1.3 grouped in sub-tables
+ * by topic (host->comms, host->dev, host->kernels, host->reg,
+ * host->config). The library's own functions (ts_error, ts_comm_all_reduce,
+ * ...) are declared only by the other SDK headers, for programs that link
+ * libtessera; a plugin calling one would be tied to one libtessera.so.
  * Build plugins with -Wl,--no-undefined to be sure (the CMake helper
  * tessera_add_plugin does).
  *
@@ -889,6 +891,14 @@ typedef struct ts_host_config {
  * The host table: the core's services, handed to init. Function pointers
  * only, so a plugin links against nothing of tessera's. Every pointer is
  * non-NULL in a table whose struct_size covers it.
+ *
+ * Its fields through register_axis_spec are those of ABI 1.0-1.2, in the
+ * order they were appended; they stay at their offsets forever. From ABI
+ * 1.3 the same functions are grouped in the sub-tables at the end (comms,
+ * dev, kernels, reg, config: "ABI 1.3" above), which a plugin of 1.3 uses;
+ * the flat fields other than the top-level services (log, error,
+ * mem_alloc, mem_free, metric, model, provider, schedule_append) are the
+ * flat form kept for plugins of ABI 1.0-1.2, documented here.
  * ======================================================================== */
 typedef struct ts_host {
     uint32_t abi_version; /* the core's TS_PLUGIN_ABI_VERSION              */
@@ -1202,7 +1212,9 @@ typedef struct ts_host {
 
 /* 1 if the host table `h` has field `field` (a plugin built against a newer
  * minor than the core it runs in cannot load, but one built against an older
- * one may check for newer fields this way). */
+ * one may check for newer fields this way). A plugin targeting 1.2 or older
+ * that wants the sub-tables checks TS_HOST_HAS(host, comms) first; fields
+ * appended to a sub-table: TS_COMMS_HAS and its kin. */
 #define TS_HOST_HAS(h, field) ((h)->struct_size >= offsetof(ts_host, field) + sizeof((h)->field))
 
 /* ===========================================================================

@@ -31,7 +31,7 @@
  * work; false: contiguous parts, rank cp-1 doing the most.
  *
  * Every attention is computed block by block by the core's kernels
- * (host->attention_block_*: a causal offset in, the log-sum-exp out); no
+ * (host->kernels->attention_block_*: a causal offset in, the log-sum-exp out); no
  * rank holds the scores of a whole sequence.
  *
  * In bf16 runs keys and values travel in two bytes (they are bf16 values:
