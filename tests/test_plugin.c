@@ -379,7 +379,7 @@ static void host_subtables_match_their_flat_fields(void) {
     do {                                                                                           \
         pairs++;                                                                                   \
         if (!h->table->field || (void (*)(void))h->table->field != (void (*)(void))h->flat) {      \
-            fprintf(stderr, "host->%s->%s is not host->%s\n", #table, #field, #flat);             \
+            fprintf(stderr, "host->%s->%s is not host->%s\n", #table, #field, #flat);              \
             failures++;                                                                            \
         }                                                                                          \
     } while (0)
@@ -454,11 +454,11 @@ static void host_subtables_match_their_flat_fields(void) {
     /* Every function pointer of every table was compared: a field added to
      * a table without a twin here changes its size. */
     size_t fn = sizeof(void (*)(void));
-    size_t listed = sizeof(ts_host_comms) - offsetof(ts_host_comms, get) +
-                    sizeof(ts_host_device) - offsetof(ts_host_device, alloc) +
-                    sizeof(ts_host_kernels) - offsetof(ts_host_kernels, attention_floats) +
-                    sizeof(ts_host_registration) - offsetof(ts_host_registration, axis) +
-                    sizeof(ts_host_config) - offsetof(ts_host_config, get_int);
+    size_t listed = sizeof(ts_host_comms) - offsetof(ts_host_comms, get);
+    listed += sizeof(ts_host_device) - offsetof(ts_host_device, alloc);
+    listed += sizeof(ts_host_kernels) - offsetof(ts_host_kernels, attention_floats);
+    listed += sizeof(ts_host_registration) - offsetof(ts_host_registration, axis);
+    listed += sizeof(ts_host_config) - offsetof(ts_host_config, get_int);
     if (listed != (size_t)pairs * fn) {
         fprintf(stderr, "the sub-tables hold %zu function pointers, %d compared\n", listed / fn,
                 pairs);
@@ -502,9 +502,9 @@ static void thread_safe_names_the_first_plugin_without_the_flag(void) {
         CHECK((strstr(text, "thread-local state") != NULL) ==
               (strstr(runs[i].plugins, "onethread") != NULL));
         for (int p = 0; p < ts_plugins_count(reg); p++)
-            CHECK(ts_plugins_flags(reg, p) ==
-                  (strcmp(ts_plugins_name(reg, p), "onethread") == 0 ? TS_PLUGIN_THREAD_LOCAL_STATE
-                                                                     : 0u));
+            CHECK(ts_plugins_flags(reg, p) == (strcmp(ts_plugins_name(reg, p), "onethread") == 0
+                                                   ? TS_PLUGIN_THREAD_LOCAL_STATE
+                                                   : 0u));
         ts_plugins_destroy(reg);
         ts_config_destroy(cfg);
     }

@@ -246,15 +246,15 @@ static ts_status cp_from_wire(float *x, const void *wire, size_t n) {
 
 /* k and v of qkv (B*T rows of 3C) packed as rows of 2C. */
 static ts_status cp_pack_kv(float *kv, const float *qkv, size_t rows, int C) {
-    return cp.host->dev->copy_2d(cp.ctx, kv, 2 * C * sizeof(float), qkv + C,
-                                   3 * C * sizeof(float), 2 * C * sizeof(float), rows);
+    return cp.host->dev->copy_2d(cp.ctx, kv, 2 * C * sizeof(float), qkv + C, 3 * C * sizeof(float),
+                                 2 * C * sizeof(float), rows);
 }
 
 /* dqkv's k and v columns += dkv (rows of 2C), through `work` (rows * 3C). */
 static ts_status cp_add_dkv(float *dqkv, const float *dkv, float *work, size_t rows, int C) {
     TS_TRY(cp.host->dev->zero(cp.ctx, work, rows * 3 * C * sizeof(float)));
     TS_TRY(cp.host->dev->copy_2d(cp.ctx, work + C, 3 * C * sizeof(float), dkv,
-                                   2 * C * sizeof(float), 2 * C * sizeof(float), rows));
+                                 2 * C * sizeof(float), 2 * C * sizeof(float), rows));
     return cp.host->dev->add(cp.ctx, dqkv, work, rows * 3 * C);
 }
 
@@ -352,7 +352,7 @@ static ts_status cp_ring_backward(ts_plugin_attention_args *a, cp_saved *s, cons
         /* The accumulator of this block so far (the ranks before us). */
         if (!st && step >= 2)
             st = cp.host->comms->recv_start(a->comm, din, kvn, gt, prev,
-                                     CP_TAG_BWD_DKV * CP_TAG_STRIDE + step, &drecv);
+                                            CP_TAG_BWD_DKV * CP_TAG_STRIDE + step, &drecv);
         if (!st && !cp.overlap) st = cp_wait(&recv);
         if (!st && !cp.overlap) st = cp_wait(&send);
         if (!st && !cp.overlap) st = cp_wait(&drecv);
@@ -378,7 +378,8 @@ static ts_status cp_ring_backward(ts_plugin_attention_args *a, cp_saved *s, cons
             if (!st && gb) st = cp_to_wire(out = gwire[cur], dkv[cur], kvn);
             if (!st)
                 st = cp.host->comms->send_start(a->comm, out, kvn, gt, next,
-                                         CP_TAG_BWD_DKV * CP_TAG_STRIDE + step + 1, &dsend[cur]);
+                                                CP_TAG_BWD_DKV * CP_TAG_STRIDE + step + 1,
+                                                &dsend[cur]);
         }
         ts_status w = cp_wait(&recv), w2 = cp_wait(&send);
         if (!st) st = w ? w : w2;
@@ -408,7 +409,7 @@ static ts_status cp_gather_kv(ts_plugin_attention_args *a, float *mine, void *wi
     if (cp_wire_bf16(a)) TS_TRY(cp_to_wire(wire, mine, kvn));
     double t0 = cp_now_ms();
     ts_status st = cp.host->comms->all_gather(a->comm, cp_wire_bf16(a) ? wire : mine, all, kvn,
-                                       cp_wire_dtype(a));
+                                              cp_wire_dtype(a));
     cp.wait_ms += cp_now_ms() - t0;
     return st;
 }
@@ -584,8 +585,8 @@ static ts_status cp_a2a_forward(ts_plugin_attention_args *a, cp_saved *s) {
         cp.blocks++;
         cp.scores += cp_visible(T, T, 0) * NHh * B;
         st = cp.host->kernels->attention_block_forward(cp.ctx, s->out, s->lse, s->qkv, s->qkv + Ch,
-                                              s->qkv + 2 * Ch, B, T, T, Ch, NHh, 3 * Ch, 3 * Ch, Ch,
-                                              0);
+                                                       s->qkv + 2 * Ch, B, T, T, Ch, NHh, 3 * Ch,
+                                                       3 * Ch, Ch, 0);
     }
     /* Back to this rank's rows, every head. */
     if (!st) st = cp_reorder(s->out, buf[0], n, B, T, Tl, Ch, 0);
@@ -740,8 +741,7 @@ static ts_status cp_init(const ts_host *host, ts_plugin_ctx *ctx) {
               : strcmp(algo, "all_gather") == 0 ? CP_ALL_GATHER
                                                 : CP_ALL_TO_ALL;
     TS_TRY(host->reg->axis(ctx, "cp", cp.size, TS_MESH_DENSE));
-    TS_TRY(
-        host->reg->transform(ctx, "sequence_cut", TS_PHASE_SHARD_SEQUENCE, cp_transform, NULL));
+    TS_TRY(host->reg->transform(ctx, "sequence_cut", TS_PHASE_SHARD_SEQUENCE, cp_transform, NULL));
     TS_TRY(host->reg->hook(ctx, TS_HOOK_AFTER_OPTIMIZER, cp_after_step, NULL));
     /* Copied by the core: a local will do. */
     int order = cp.balance ? TS_SEQUENCE_MIRRORED : TS_SEQUENCE_CONTIGUOUS;

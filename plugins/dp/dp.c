@@ -125,7 +125,7 @@ static ts_status dp_expert_grad(const ts_layout *l, const ts_tensor *grad, size_
                               DP_MAX_BUCKETS);
     dp.expert_bytes += n * sizeof(float);
     return dp.host->comms->all_reduce_start(dp.expert_comm, grad->data, grad->data, n, TS_F32,
-                                     TS_REDUCE_SUM, &dp.expert_reqs[dp.nexpert++]);
+                                            TS_REDUCE_SUM, &dp.expert_reqs[dp.nexpert++]);
 }
 
 static ts_status dp_start(dp_bucket *b) {
@@ -307,8 +307,7 @@ static ts_status dp_init(const ts_host *host, ts_plugin_ctx *ctx) {
                            "grad_dtype = bf16 needs a core with device_convert (ABI 1.1, later "
                            "build)");
     dp.bucket_bytes = mb * 1024.0 * 1024.0;
-    TS_TRY(
-        host->reg->axis(ctx, "dp", size < 0 ? TS_PLUGIN_AXIS_AUTO : (int)size, TS_MESH_DENSE));
+    TS_TRY(host->reg->axis(ctx, "dp", size < 0 ? TS_PLUGIN_AXIS_AUTO : (int)size, TS_MESH_DENSE));
     TS_TRY(host->reg->transform(ctx, "dp_batch", TS_PHASE_SHARD_DATA, dp_transform, NULL));
     TS_TRY(host->reg->hook(ctx, TS_HOOK_BEFORE_FORWARD, dp_before_forward, NULL));
     TS_TRY(host->reg->hook(ctx, TS_HOOK_GRAD_READY, dp_grad_ready, NULL));

@@ -179,7 +179,7 @@ static inline ts_status ep_dispatch_copy_rows(const ts_host *host, ts_plugin_ctx
                (src_idx ? src_idx[i + run] : i + run) == s + run)
             run++;
         TS_TRY(host->dev->copy(ctx, dst + (size_t)d * C, src + (size_t)s * C,
-                                 (size_t)run * C * sizeof(float)));
+                               (size_t)run * C * sizeof(float)));
         i += run;
     }
     return TS_OK;

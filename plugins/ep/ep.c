@@ -90,8 +90,7 @@ static ts_status ep_init(const ts_host *host, ts_plugin_ctx *ctx) {
     TS_TRY(host->config->get_str(ctx, "dispatcher", &dispatcher));
     TS_TRY(host->reg->axis(ctx, "ep", (int)size, TS_MESH_EXPERT));
     TS_TRY(host->reg->axis(ctx, "etp", (int)etp, TS_MESH_EXPERT));
-    TS_TRY(host->reg->transform(ctx, "experts_over_ep", TS_PHASE_SHARD_EXPERT, ep_transform,
-                                    NULL));
+    TS_TRY(host->reg->transform(ctx, "experts_over_ep", TS_PHASE_SHARD_EXPERT, ep_transform, NULL));
     TS_TRY(ep_register_dispatchers(host, ctx));
     return host->reg->experts(ctx, "ep", dispatcher);
 }

@@ -317,11 +317,10 @@ static ts_status pp_init(const ts_host *host, ts_plugin_ctx *ctx) {
             return host->error(ctx, TS_ERR_CONFIG, "%s = '%s': %s", at, pp.layers_per_stage, why);
         }
     }
-    TS_TRY(
-        host->reg->axis(ctx, "pp", size < 0 ? TS_PLUGIN_AXIS_AUTO : (int)size, TS_MESH_DENSE));
+    TS_TRY(host->reg->axis(ctx, "pp", size < 0 ? TS_PLUGIN_AXIS_AUTO : (int)size, TS_MESH_DENSE));
     TS_TRY(host->reg->transform(ctx, "pp_stages", TS_PHASE_PIPELINE, pp_transform, NULL));
     return host->reg->scheduler(ctx, pp.from_file ? "file" : pp_schedule_kind_name(pp.kind),
-                                    pp_scheduler, NULL);
+                                pp_scheduler, NULL);
 }
 
 static void pp_fini(const ts_host *host, ts_plugin_ctx *ctx) {

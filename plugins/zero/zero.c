@@ -620,7 +620,7 @@ static ts_status zero_reduce(zero_param *p) {
     if (!q->block) return zero_nomem();
     z.reduce_bytes += q->bytes;
     TS_TRY(z.host->comms->reduce_scatter_v_start(z.comm, q->whole, q->block, p->counts, TS_F32,
-                                          TS_REDUCE_SUM, &q->req));
+                                                 TS_REDUCE_SUM, &q->req));
     z.npending++;
     z.pending_bytes += q->bytes;
     p->grad = NULL;
@@ -811,8 +811,7 @@ static ts_status zero_init(const ts_host *host, ts_plugin_ctx *ctx) {
     } else {
         TS_TRY(host->reg->provider(ctx, TS_PROVIDE_PARAM_STORAGE, "dp"));
         for (int k = 0; k < TS_MODULE_HOOK_COUNT; k++)
-            TS_TRY(
-                host->reg->module_hook(ctx, (ts_plugin_module_hook_kind)k, zero_module, NULL));
+            TS_TRY(host->reg->module_hook(ctx, (ts_plugin_module_hook_kind)k, zero_module, NULL));
     }
     /* Stage 1 cuts the optimizer state itself; stages 2 and 3 cut it with
      * the blocks, and need the provider only to move it off the GPU. */

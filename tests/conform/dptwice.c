@@ -51,8 +51,7 @@ static ts_status dt_init(const ts_host *host, ts_plugin_ctx *ctx) {
     dt_ctx = ctx;
     int64_t size = 0;
     TS_TRY(host->config->get_int(ctx, "size", &size));
-    TS_TRY(
-        host->reg->axis(ctx, "dp", size < 0 ? TS_PLUGIN_AXIS_AUTO : (int)size, TS_MESH_DENSE));
+    TS_TRY(host->reg->axis(ctx, "dp", size < 0 ? TS_PLUGIN_AXIS_AUTO : (int)size, TS_MESH_DENSE));
     TS_TRY(host->reg->transform(ctx, "dp_batch", TS_PHASE_SHARD_DATA, dt_transform, NULL));
     TS_TRY(host->reg->provider(ctx, TS_PROVIDE_GRAD_REDUCTION, "dp"));
     return host->reg->hook(ctx, TS_HOOK_GRAD_READY, dt_grad_ready, NULL);

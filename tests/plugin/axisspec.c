@@ -41,8 +41,7 @@ static ts_status axisspec_init(const ts_host *host, ts_plugin_ctx *ctx) {
     if (strcmp(how, "bad_name") == 0) s.name = "Own";
     if (strcmp(how, "small") == 0) s.struct_size = 4;
     TS_TRY(host->reg->axis_spec(ctx, &s));
-    TS_TRY(
-        host->reg->transform(ctx, "own_batch", TS_PHASE_SHARD_DATA, axisspec_transform, NULL));
+    TS_TRY(host->reg->transform(ctx, "own_batch", TS_PHASE_SHARD_DATA, axisspec_transform, NULL));
     return host->reg->provider(ctx, TS_PROVIDE_GRAD_REDUCTION, "own");
 }
 

@@ -33,12 +33,12 @@ static ts_status one_transform(ts_plugin_ctx *ctx, ts_layout_plan *plan, void *u
 static ts_status one_hook(ts_plugin_ctx *ctx, const ts_plugin_hook_event *ev, void *user) {
     (void)user;
     TS_TRY(one_check(ctx, "hook"));
-    if (ev->kind == TS_HOOK_AFTER_OPTIMIZER) return one.host->metric(ctx, "calls", (double)one.calls);
+    if (ev->kind == TS_HOOK_AFTER_OPTIMIZER)
+        return one.host->metric(ctx, "calls", (double)one.calls);
     return TS_OK;
 }
 
-static ts_status one_module_hook(ts_plugin_ctx *ctx, const ts_plugin_module_event *ev,
-                                 void *user) {
+static ts_status one_module_hook(ts_plugin_ctx *ctx, const ts_plugin_module_event *ev, void *user) {
     (void)ev;
     (void)user;
     return one_check(ctx, "module hook");
