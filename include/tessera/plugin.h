@@ -1260,20 +1260,21 @@ _Static_assert(offsetof(ts_plugin_descriptor, flags) == TS_PLUGIN_DESCRIPTOR_FLA
                "the descriptor's flags follow fini");
 #endif
 
-/* The plugin keeps its state per thread (or per ctx): several trainers may
- * run in one process at once, each on its own thread, and the core calls a
- * plugin's functions only from the thread that ran its init. A plugin sets
- * it when every file-scope variable it writes is _Thread_local (or lives
- * behind its ctx): the library is loaded once per process and shared by
- * the trainers, and its _Thread_local state is each thread's own. What the
- * core guarantees in return: init, every callback of
- * one trainer (transforms, hooks, module hooks, schedulers, dispatchers,
- * providers) and fini run on the thread that ran that trainer's init; no
- * helper thread of the core (the asynchronous checkpoint writer included,
- * which writes bytes the trainer copied out and calls nothing of a plugin)
- * calls a plugin. Without the flag, the core runs at most one trainer per
- * process with the plugin loaded (`tessera plan --search` runs its dry runs
- * in processes; ts_plugins_thread_safe tells the core). */
+/* A bit of the descriptor's flags (ABI 1.3). The plugin keeps its state per
+ * thread (or per ctx): several trainers may run in one process at once,
+ * each on its own thread, and the core calls a plugin's functions only from
+ * the thread that ran its init. A plugin sets it when every file-scope
+ * variable it writes is _Thread_local (or lives behind its ctx): the
+ * library is loaded once per process and shared by the trainers, and its
+ * _Thread_local state is each thread's own.
+ * What the core guarantees in return: init, every callback of one trainer
+ * (transforms, hooks, module hooks, schedulers, dispatchers, providers) and
+ * fini run on the thread that ran that trainer's init; no helper thread of
+ * the core calls a plugin (the asynchronous checkpoint writer writes bytes
+ * the trainer copied out and calls nothing of a plugin). Without the flag
+ * the core runs at most one trainer per process with the plugin loaded
+ * (ts_plugins_thread_safe, core/plugin/plugin.h, tells it: `tessera plan
+ * --search` runs its dry runs in threads only when every plugin sets it). */
 #define TS_PLUGIN_THREAD_LOCAL_STATE 1u
 
 /* The smallest struct_size the core accepts for ABI 1.x: through `fini`. */
