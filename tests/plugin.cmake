@@ -12,7 +12,8 @@ set(TESSERA_TEST_PLUGINS
   good:good wrong_major:wrong_major newer_minor:newer_minor wrong_name:misnamed
   no_symbol:no_symbol small_struct:small_struct dup_axis:dup_axis conflict:conflict
   fail_init:fail_init meshaxes:meshaxes poison:poison shardall:shardall optshard:optshard
-  skew:skew oldattn:oldattn axisspec:axisspec onethread:onethread)
+  skew:skew oldattn:oldattn axisspec:axisspec onethread:onethread
+  flags12:flags12)
 set(TESSERA_TEST_PLUGIN_TARGETS)
 foreach(pair ${TESSERA_TEST_PLUGINS})
   string(REPLACE ":" ";" pair ${pair})
@@ -30,7 +31,7 @@ foreach(pair ${TESSERA_TEST_PLUGINS})
   if(src STREQUAL "skew" OR src STREQUAL "oldattn")
     target_compile_definitions(test_plugin_${name} PRIVATE TS_PLUGIN_TARGET_MINOR=2)
   elseif(src STREQUAL "poison" OR src STREQUAL "optshard" OR src STREQUAL "axisspec"
-      OR src STREQUAL "onethread")
+      OR src STREQUAL "onethread" OR src STREQUAL "flags12")
     target_compile_definitions(test_plugin_${name} PRIVATE TS_PLUGIN_TARGET_MINOR=3)
   else()
     target_compile_definitions(test_plugin_${name} PRIVATE TS_PLUGIN_TARGET_MINOR=0)
