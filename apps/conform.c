@@ -480,6 +480,34 @@ static void cf_registered(cf_opts *o, const ts_plugins *reg, cf_row *abi) {
              sizeof(ts_plugin_optimizer_state_ops));
 }
 
+/* The abi row of a descriptor the core accepted: its ABI against the core's,
+ * its size (1.0's fields at least; from 1.3 its flags, when it declares
+ * them), its flags, and the sizes of the host table and its sub-tables the
+ * core hands over. */
+static void cf_abi_row(const cf_opts *o, const ts_plugins *reg, cf_row *abi) {
+    unsigned major = TS_PLUGIN_ABI_MAJOR_OF(o->desc->abi_version),
+             minor = TS_PLUGIN_ABI_MINOR_OF(o->desc->abi_version);
+    uint32_t flags = 0;
+    for (int i = 0; i < ts_plugins_count(reg); i++)
+        if (!strcmp(ts_plugins_name(reg, i), o->name)) flags = ts_plugins_flags(reg, i);
+    const ts_host *h = ts_plugins_host(reg);
+    abi->result = CF_PASS;
+    rsay(abi,
+         "plugin %s %s built for ABI %u.%u (this core %u.%u%s); descriptor %u bytes (1.0 needs "
+         "%zu, 1.3's flags %zu); %d key%s",
+         o->name, o->desc->version, major, minor, TS_PLUGIN_ABI_MAJOR, TS_PLUGIN_ABI_MINOR,
+         minor < TS_PLUGIN_ABI_MINOR ? ": an older minor, loaded" : "", o->desc->struct_size,
+         (size_t)TS_PLUGIN_DESCRIPTOR_SIZE_1_0, (size_t)TS_PLUGIN_DESCRIPTOR_SIZE_1_3,
+         o->desc->nkeys, o->desc->nkeys == 1 ? "" : "s");
+    rsay(abi, "; flags 0x%x (%s)", (unsigned)flags,
+         flags & TS_PLUGIN_THREAD_LOCAL_STATE ? "thread-local state: one trainer per thread"
+                                              : "process-wide state: one trainer per process");
+    rsay(abi, "; host table %u bytes (comms %u, dev %u, kernels %u, reg %u, config %u)",
+         (unsigned)h->struct_size, (unsigned)h->comms->struct_size, (unsigned)h->dev->struct_size,
+         (unsigned)h->kernels->struct_size, (unsigned)h->reg->struct_size,
+         (unsigned)h->config->struct_size);
+}
+
 /* The abi and init rows: the plugin alone in a minimal configuration. */
 static void cf_load(cf_opts *o, cf_row *abi, cf_row *init) {
     char ini[PATH_MAX + 32];
@@ -527,21 +555,7 @@ static void cf_load(cf_opts *o, cf_row *abi, cf_row *init) {
         ts_config_destroy(cfg);
         return;
     } else {
-        unsigned major = TS_PLUGIN_ABI_MAJOR_OF(o->desc->abi_version),
-                 minor = TS_PLUGIN_ABI_MINOR_OF(o->desc->abi_version);
-        abi->result = CF_PASS;
-        rsay(abi,
-             "plugin %s %s built for ABI %u.%u (this core %u.%u%s); descriptor %u bytes (1.0 "
-             "needs %zu, this SDK's %zu); %d key%s",
-             o->name, o->desc->version, major, minor, TS_PLUGIN_ABI_MAJOR, TS_PLUGIN_ABI_MINOR,
-             minor < TS_PLUGIN_ABI_MINOR ? ": an older minor, loaded" : "", o->desc->struct_size,
-             (size_t)TS_PLUGIN_DESCRIPTOR_SIZE_1_0, sizeof(ts_plugin_descriptor), o->desc->nkeys,
-             o->desc->nkeys == 1 ? "" : "s");
-        if (minor == TS_PLUGIN_ABI_MINOR && o->desc->struct_size < sizeof(ts_plugin_descriptor)) {
-            abi->result = CF_FAIL;
-            rsay(abi, "; a %u.%u descriptor must be %zu bytes", major, minor,
-                 sizeof(ts_plugin_descriptor));
-        }
+        cf_abi_row(o, reg, abi);
     }
     st = ts_config_validate(cfg);
     if (!st) st = ts_plugins_init(reg);

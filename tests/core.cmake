@@ -92,6 +92,16 @@ add_test(NAME cli_nonfinite
 set_tests_properties(cli_nonfinite PROPERTIES LABELS core TIMEOUT 300
   ENVIRONMENT "${TESSERA_TEST_ENV}")
 
+# Every callback of a plugin runs on its init's thread (the promise behind
+# TS_PLUGIN_THREAD_LOCAL_STATE): the test plugin tessera-onethread.so fails
+# any other, in runs with recomputation, evaluation and asynchronous
+# checkpoints on one rank and beside dp and zero on two.
+add_test(NAME cli_plugin_callbacks_run_on_the_init_thread
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/one_thread.sh $<TARGET_FILE:tessera_cli>
+    ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/tests/plugins)
+set_tests_properties(cli_plugin_callbacks_run_on_the_init_thread PROPERTIES LABELS core
+  TIMEOUT 600 ENVIRONMENT "${TESSERA_MPI_TEST_ENV}")
+
 # Optimizer state cut over dp by the test plugin tessera-optshard.so (ZeRO
 # stage 1 through the ABI 1.1 provider): bit-identical to dp, half the
 # optimizer memory, checkpoints interchangeable with dp's, bad ranges refused.

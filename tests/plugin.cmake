@@ -12,7 +12,8 @@ set(TESSERA_TEST_PLUGINS
   good:good wrong_major:wrong_major newer_minor:newer_minor wrong_name:misnamed
   no_symbol:no_symbol small_struct:small_struct dup_axis:dup_axis conflict:conflict
   fail_init:fail_init meshaxes:meshaxes poison:poison shardall:shardall optshard:optshard
-  skew:skew oldattn:oldattn axisspec:axisspec)
+  skew:skew oldattn:oldattn axisspec:axisspec onethread:onethread
+  flags12:flags12)
 set(TESSERA_TEST_PLUGIN_TARGETS)
 foreach(pair ${TESSERA_TEST_PLUGINS})
   string(REPLACE ":" ";" pair ${pair})
@@ -25,11 +26,12 @@ foreach(pair ${TESSERA_TEST_PLUGINS})
   # current one).
   # skew and oldattn are ABI 1.2 plugins reading the flat host fields (skew
   # asks host->comm and host->comm_rank in its hook, every step of a run);
-  # poison, optshard and axisspec, written with this ABI, declare it (1.3)
-  # and use the host's sub-tables.
+  # poison, optshard, axisspec and onethread, written with this ABI,
+  # declare it (1.3) and use the host's sub-tables.
   if(src STREQUAL "skew" OR src STREQUAL "oldattn")
     target_compile_definitions(test_plugin_${name} PRIVATE TS_PLUGIN_TARGET_MINOR=2)
-  elseif(src STREQUAL "poison" OR src STREQUAL "optshard" OR src STREQUAL "axisspec")
+  elseif(src STREQUAL "poison" OR src STREQUAL "optshard" OR src STREQUAL "axisspec"
+      OR src STREQUAL "onethread" OR src STREQUAL "flags12")
     target_compile_definitions(test_plugin_${name} PRIVATE TS_PLUGIN_TARGET_MINOR=3)
   else()
     target_compile_definitions(test_plugin_${name} PRIVATE TS_PLUGIN_TARGET_MINOR=0)
@@ -62,6 +64,8 @@ foreach(case
     failed_init_is_reported
     plugin_named_twice_is_rejected
     discover_lists_good_and_skips_broken
+    host_subtables_match_their_flat_fields
+    thread_safe_names_the_first_plugin_without_the_flag
     truncated_plugin_file_is_rejected
     non_elf_plugin_file_is_rejected
     plugin_path_that_is_a_directory_is_rejected

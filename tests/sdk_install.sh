@@ -53,7 +53,7 @@ every = 1
 INI
 out=$("$driver" load "$tmp/run.ini" 2>&1) || { echo "$out"; fail "loading the plugin"; }
 echo "$out"
-echo "$out" | grep -q "plugin hello 0.1.0 (plugin ABI 1.0) $so" || fail "describe lacks the plugin line"
+echo "$out" | grep -q "plugin hello 0.1.0 (plugin ABI 1.3) $so" || fail "describe lacks the plugin line"
 echo "$out" | grep -q "key hello.greeting" || fail "describe lacks key hello.greeting"
 echo "$out" | grep -q "tessera: hello: hi from the sdk test (step 0)" || fail "the hook did not run"
 

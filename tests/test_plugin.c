@@ -366,6 +366,155 @@ static void plugin_named_twice_is_rejected(void) {
     expect_load_fails(text, "plugin '../x'", "a-z, 0-9 and _", NULL);
 }
 
+/* Every pointer of every ABI 1.3 sub-table is set and equals its flat twin
+ * of ABI 1.0-1.2, and each table's struct_size is this core's sizeof. */
+static void host_subtables_match_their_flat_fields(void) {
+    ts_plugins *reg;
+    CHECK(ts_plugins_create(&reg) == TS_OK);
+    const ts_host *h = ts_plugins_host(reg);
+    CHECK(h->abi_version == TS_PLUGIN_ABI_CORE && h->struct_size == sizeof(ts_host));
+    CHECK(TS_HOST_HAS(h, comms) && TS_HOST_HAS(h, config));
+    int pairs = 0;
+#define TWIN(table, field, flat)                                                                   \
+    do {                                                                                           \
+        pairs++;                                                                                   \
+        if (!h->table->field || (void (*)(void))h->table->field != (void (*)(void))h->flat) {      \
+            fprintf(stderr, "host->%s->%s is not host->%s\n", #table, #field, #flat);              \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+    CHECK(h->comms && h->comms->struct_size == sizeof(ts_host_comms));
+    TWIN(comms, get, comm);
+    TWIN(comms, rank, comm_rank);
+    TWIN(comms, size, comm_size);
+    TWIN(comms, all_reduce, all_reduce);
+    TWIN(comms, all_reduce_start, all_reduce_start);
+    TWIN(comms, all_gather, all_gather);
+    TWIN(comms, all_gather_start, all_gather_start);
+    TWIN(comms, all_gatherv, all_gatherv);
+    TWIN(comms, all_gatherv_start, all_gatherv_start);
+    TWIN(comms, reduce_scatter, reduce_scatter);
+    TWIN(comms, reduce_scatter_start, reduce_scatter_start);
+    TWIN(comms, reduce_scatter_v, reduce_scatter_v);
+    TWIN(comms, reduce_scatter_v_start, reduce_scatter_v_start);
+    TWIN(comms, all_to_all, all_to_all);
+    TWIN(comms, all_to_all_start, all_to_all_start);
+    TWIN(comms, all_to_allv, all_to_allv);
+    TWIN(comms, all_to_allv_start, all_to_allv_start);
+    TWIN(comms, broadcast, broadcast);
+    TWIN(comms, send, send);
+    TWIN(comms, send_start, send_start);
+    TWIN(comms, recv, recv);
+    TWIN(comms, recv_start, recv_start);
+    TWIN(comms, barrier, barrier);
+    TWIN(comms, wait, wait);
+    TWIN(comms, test, test);
+    TWIN(comms, layout_local_block, layout_local_block);
+    TWIN(comms, layout_coords, layout_coords);
+    TWIN(comms, redistribute, redistribute);
+    CHECK(h->dev && h->dev->struct_size == sizeof(ts_host_device));
+    TWIN(dev, alloc, device_alloc);
+    TWIN(dev, free, device_free);
+    TWIN(dev, copy, device_copy);
+    TWIN(dev, copy_2d, device_copy_2d);
+    TWIN(dev, to_host, device_to_host);
+    TWIN(dev, from_host, device_from_host);
+    TWIN(dev, zero, device_zero);
+    TWIN(dev, add, device_add);
+    TWIN(dev, convert, device_convert);
+    TWIN(dev, stream, device_stream);
+    CHECK(h->kernels && h->kernels->struct_size == sizeof(ts_host_kernels));
+    TWIN(kernels, attention_floats, attention_floats);
+    TWIN(kernels, attention_forward, attention_forward);
+    TWIN(kernels, attention_backward, attention_backward);
+    TWIN(kernels, attention_block_forward, attention_block_forward);
+    TWIN(kernels, attention_block_merge, attention_block_merge);
+    TWIN(kernels, attention_block_backward, attention_block_backward);
+    CHECK(h->reg && h->reg->struct_size == sizeof(ts_host_registration));
+    TWIN(reg, axis, register_axis);
+    TWIN(reg, axis_spec, register_axis_spec);
+    TWIN(reg, transform, register_transform);
+    TWIN(reg, hook, register_hook);
+    TWIN(reg, module_hook, register_module_hook);
+    TWIN(reg, scheduler, register_scheduler);
+    TWIN(reg, dispatcher, register_dispatcher);
+    TWIN(reg, provider, register_provider);
+    TWIN(reg, attention, register_attention);
+    TWIN(reg, optimizer_state, register_optimizer_state);
+    TWIN(reg, experts, register_experts);
+    TWIN(reg, stage_order, set_stage_order);
+    CHECK(h->config && h->config->struct_size == sizeof(ts_host_config));
+    TWIN(config, get_int, config_int);
+    TWIN(config, get_float, config_float);
+    TWIN(config, get_bool, config_bool);
+    TWIN(config, get_str, config_str);
+    TWIN(config, has, config_has);
+    TWIN(config, where, config_where);
+#undef TWIN
+    /* Every function pointer of every table was compared: a field added to
+     * a table without a twin here changes its size. */
+    size_t fn = sizeof(void (*)(void));
+    size_t listed = sizeof(ts_host_comms) - offsetof(ts_host_comms, get);
+    listed += sizeof(ts_host_device) - offsetof(ts_host_device, alloc);
+    listed += sizeof(ts_host_kernels) - offsetof(ts_host_kernels, attention_floats);
+    listed += sizeof(ts_host_registration) - offsetof(ts_host_registration, axis);
+    listed += sizeof(ts_host_config) - offsetof(ts_host_config, get_int);
+    if (listed != (size_t)pairs * fn) {
+        fprintf(stderr, "the sub-tables hold %zu function pointers, %d compared\n", listed / fn,
+                pairs);
+        failures++;
+    }
+    CHECK(TS_COMMS_HAS(h->comms, redistribute) && TS_CONFIG_HAS(h->config, where));
+    CHECK(!TS_DEVICE_HAS((const ts_host_device *)NULL, alloc));
+    printf("%d sub-table pointers equal their flat twins\n", pairs);
+    ts_plugins_destroy(reg);
+}
+
+/* ts_plugins_thread_safe: 1 when every plugin declares
+ * TS_PLUGIN_THREAD_LOCAL_STATE, else the first that does not (a 1.2 and a
+ * 1.0 plugin load, their flags 0; flags12's bit where 1.3's flags are is
+ * not read from its 1.2 descriptor). */
+static void thread_safe_names_the_first_plugin_without_the_flag(void) {
+    static const struct {
+        const char *plugins, *first_not;
+    } runs[] = {{"onethread", NULL},
+                {"onethread, skew, good", "skew"},
+                {"good", "good"},
+                {"onethread, flags12", "flags12"}};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        const char *path = write_ini("tls.ini", "[parallel]\nplugins = %s\nplugin_path = %s\n",
+                                     runs[i].plugins, plugin_dir);
+        ts_config *cfg = config_for(path);
+        ts_plugins *reg;
+        CHECK(ts_plugins_create(&reg) == TS_OK);
+        ts_plugins_set_log(reg, NULL, TS_LOG_ERROR);
+        ts_status st = ts_plugins_load(reg, cfg);
+        if (st) printf("load %s: %s\n", runs[i].plugins, ts_last_error());
+        CHECK(st == TS_OK);
+        const char *first_not = "unset";
+        int safe = ts_plugins_thread_safe(reg, &first_not);
+        printf("plugins = %s: thread safe %d, first without the flag %s\n", runs[i].plugins, safe,
+               first_not ? first_not : "(none)");
+        CHECK(safe == (runs[i].first_not == NULL));
+        CHECK(runs[i].first_not ? first_not && strcmp(first_not, runs[i].first_not) == 0
+                                : first_not == NULL);
+        /* `tessera plugins` says which keep thread-local state. */
+        char text[8192] = "";
+        FILE *df = fmemopen(text, sizeof text, "w");
+        CHECK(ts_plugins_describe(reg, df) == TS_OK);
+        fclose(df);
+        CHECK((strstr(text, "thread-local state") != NULL) ==
+              (strstr(runs[i].plugins, "onethread") != NULL));
+        for (int p = 0; p < ts_plugins_count(reg); p++)
+            CHECK(ts_plugins_flags(reg, p) == (strcmp(ts_plugins_name(reg, p), "onethread") == 0
+                                                   ? TS_PLUGIN_THREAD_LOCAL_STATE
+                                                   : 0u));
+        ts_plugins_destroy(reg);
+        ts_config_destroy(cfg);
+    }
+    CHECK(ts_plugins_thread_safe(NULL, NULL) == 1);
+}
+
 static void discover_lists_good_and_skips_broken(void) {
     ts_plugins *reg;
     CHECK(ts_plugins_create(&reg) == TS_OK);
@@ -558,6 +707,9 @@ int main(int argc, char **argv) {
         {"failed_init_is_reported", failed_init_is_reported},
         {"plugin_named_twice_is_rejected", plugin_named_twice_is_rejected},
         {"discover_lists_good_and_skips_broken", discover_lists_good_and_skips_broken},
+        {"host_subtables_match_their_flat_fields", host_subtables_match_their_flat_fields},
+        {"thread_safe_names_the_first_plugin_without_the_flag",
+         thread_safe_names_the_first_plugin_without_the_flag},
         {"truncated_plugin_file_is_rejected", truncated_plugin_file_is_rejected},
         {"non_elf_plugin_file_is_rejected", non_elf_plugin_file_is_rejected},
         {"plugin_path_that_is_a_directory_is_rejected",

@@ -291,7 +291,8 @@ static ts_status plg_check_descriptor(ts_plugin_ctx *ctx, const ts_plugin_descri
     memcpy(&ctx->desc, d, d->struct_size < sizeof ctx->desc ? d->struct_size : sizeof ctx->desc);
     /* By offset: this file's ts_plugin_descriptor need not declare it. */
     ctx->flags = 0;
-    if (TS_PLUGIN_ABI_MINOR_OF(d->abi_version) >= 3 && d->struct_size >= TS_PLUGIN_DESCRIPTOR_SIZE_1_3)
+    if (TS_PLUGIN_ABI_MINOR_OF(d->abi_version) >= 3 &&
+        d->struct_size >= TS_PLUGIN_DESCRIPTOR_SIZE_1_3)
         memcpy(&ctx->flags, (const char *)d + TS_PLUGIN_DESCRIPTOR_FLAGS_OFFSET, sizeof ctx->flags);
     for (int i = 0; i < d->nkeys; i++) {
         const ts_plugin_key *k = &d->keys[i];
@@ -577,6 +578,8 @@ ts_status ts_plugins_describe(const ts_plugins *reg, FILE *f) {
                 TS_PLUGIN_ABI_MAJOR_OF(d->abi_version), TS_PLUGIN_ABI_MINOR_OF(d->abi_version),
                 ctx->path);
         if (d->description) fprintf(f, "  %s\n", d->description);
+        if (ctx->flags & TS_PLUGIN_THREAD_LOCAL_STATE)
+            fprintf(f, "  thread-local state: trainers on several threads may use it\n");
         for (int k = 0; k < d->nkeys; k++) {
             const ts_plugin_key *key = &d->keys[k];
             char kind[256], def[300];

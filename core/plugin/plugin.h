@@ -79,6 +79,9 @@ const char *ts_plugins_version(const ts_plugins *reg, int i);
 /* The descriptor's flags of plugin i (TS_PLUGIN_THREAD_LOCAL_STATE; 0 for a
  * plugin of ABI 1.0-1.2 or one whose struct_size does not reach them). */
 uint32_t ts_plugins_flags(const ts_plugins *reg, int i);
+/* The host table this registry hands its plugins (for tests and `tessera
+ * conform`, which print its sizes). */
+const ts_host *ts_plugins_host(const ts_plugins *reg);
 /* 1 when every loaded plugin declares TS_PLUGIN_THREAD_LOCAL_STATE (also
  * when none is loaded, or reg is NULL): several trainers may then run in
  * this process at once, each on its own thread with its own registry. 0

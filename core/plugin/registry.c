@@ -34,6 +34,9 @@ const char *ts_plugins_version(const ts_plugins *reg, int i) {
 uint32_t ts_plugins_flags(const ts_plugins *reg, int i) {
     return reg->plugins[i]->flags;
 }
+const ts_host *ts_plugins_host(const ts_plugins *reg) {
+    return &reg->host;
+}
 int ts_plugins_thread_safe(const ts_plugins *reg, const char **first_not) {
     if (first_not) *first_not = NULL;
     for (int i = 0; reg && i < reg->n; i++) {

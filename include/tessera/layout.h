@@ -97,47 +97,18 @@
 #include <stdint.h>
 #include <stdio.h> /* FILE, for ts_layout_plan_print */
 
-#include "tessera/comm.h" /* ts_comm, ts_comm_op, TS_COMM_NAME_MAX */
+#include "tessera/comm.h"         /* ts_comm, ts_comm_op */
+#include "tessera/layout_types.h" /* ts_placement, ts_layout, ts_layout_plan */
 #include "tessera/tessera.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The most mesh axes one layout names. */
-#define TS_LAYOUT_MAX_AXES 8
-/* Room for ts_layout_describe's text of any layout (8 axes of 31-character
- * names with "S(3)"), including the NUL. */
-#define TS_LAYOUT_DESCRIBE_MAX (TS_LAYOUT_MAX_AXES * (TS_COMM_NAME_MAX + 8) + 2)
-
 /* ===========================================================================
- * 1. Placements
+ * 1. Placements (ts_placement_kind, ts_placement and their constructors
+ *    ts_placement_replicate/shard/partial: layout_types.h)
  * ======================================================================== */
-
-typedef enum ts_placement_kind {
-    TS_PLACEMENT_REPLICATE = 0, /* R: every rank of the axis holds the block */
-    TS_PLACEMENT_SHARD = 1,     /* S(dim): cut along dim, part i at coord i   */
-    TS_PLACEMENT_PARTIAL = 2,   /* P: the value is the sum over the axis      */
-} ts_placement_kind;
-
-typedef struct ts_placement {
-    ts_placement_kind kind;
-    int dim; /* TS_PLACEMENT_SHARD: the global dimension cut (0..ndim-1);
-                0 and ignored for the other kinds */
-} ts_placement;
-
-static inline ts_placement ts_placement_replicate(void) {
-    ts_placement p = {TS_PLACEMENT_REPLICATE, 0};
-    return p;
-}
-static inline ts_placement ts_placement_shard(int dim) {
-    ts_placement p = {TS_PLACEMENT_SHARD, dim};
-    return p;
-}
-static inline ts_placement ts_placement_partial(void) {
-    ts_placement p = {TS_PLACEMENT_PARTIAL, 0};
-    return p;
-}
 
 /* 1 if a and b are the same placement (the dim counts only for SHARD). */
 int ts_placement_equal(ts_placement a, ts_placement b);
@@ -154,21 +125,8 @@ const char *ts_placement_str(ts_placement p, char *buf, size_t cap);
  * ts_layout_add_axis (both validate), or fill the fields and call
  * ts_layout_validate. Every function below that takes a layout validates it
  * first and fails with TS_ERR_INVALID and a message naming the axis.
+ * (ts_layout_axis and ts_layout: layout_types.h.)
  * ======================================================================== */
-
-typedef struct ts_layout_axis {
-    char name[TS_COMM_NAME_MAX]; /* "tp", "dp", "tp-dp", ...: letters, digits,
-                                    '_', '-', '.' (the communicator's rule) */
-    int size;                    /* ranks along the axis, >= 1            */
-    ts_placement placement;
-} ts_layout_axis;
-
-typedef struct ts_layout {
-    int ndim;                                /* 0..TS_MAX_DIMS                           */
-    int64_t shape[TS_MAX_DIMS];              /* the global shape, every extent >= 0      */
-    int naxes;                               /* 0..TS_LAYOUT_MAX_AXES                    */
-    ts_layout_axis axes[TS_LAYOUT_MAX_AXES]; /* in nesting order (above)    */
-} ts_layout;
 
 /* Clears `l` and sets the global shape (ndim entries of `shape`, which may be
  * NULL when ndim is 0). No axes: every rank holds the whole tensor.
@@ -284,27 +242,6 @@ int ts_redistribute_collective(ts_placement from, ts_placement to);
  * on purpose: iterate entries[0..count-1] and change layouts and stages);
  * `tessera plan` prints it. The entries array belongs to the plan.
  * ======================================================================== */
-
-/* What a plan entry describes: transforms pick their tensors by kind and
- * name (a parameter's name is its model name: "wte", "h.3.attn.qkv.weight"). */
-typedef enum ts_plan_kind {
-    TS_PLAN_PARAM = 0,      /* a weight (its gradient has the same layout)   */
-    TS_PLAN_ACTIVATION = 1, /* a tensor passed between modules, (B, T, C)    */
-    TS_PLAN_DATA = 2,       /* the batch read from the data: tokens, targets */
-} ts_plan_kind;
-
-typedef struct ts_layout_plan_entry {
-    char name[TS_NAME_MAX]; /* unique within the plan                      */
-    ts_layout layout;       /* global shape and placement per axis         */
-    int stage;              /* pipeline stage, >= 0; -1: not assigned yet  */
-    ts_plan_kind kind;      /* TS_PLAN_PARAM unless set after adding       */
-} ts_layout_plan_entry;
-
-typedef struct ts_layout_plan {
-    int count;                     /* entries in use                      */
-    int cap;                       /* entries allocated                   */
-    ts_layout_plan_entry *entries; /* in the order they were added        */
-} ts_layout_plan;
 
 /* An empty plan (nothing allocated). */
 void ts_layout_plan_init(ts_layout_plan *p);

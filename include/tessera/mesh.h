@@ -82,21 +82,12 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "tessera/mesh_types.h" /* ts_mesh, ts_mesh_kind, TS_MESH_*_MAX */
 #include "tessera/tessera.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* The two meshes that cover the world. */
-typedef enum ts_mesh_kind {
-    TS_MESH_DENSE = 0,  /* attention, dense MLP, embeddings */
-    TS_MESH_EXPERT = 1, /* the experts of MoE layers        */
-} ts_mesh_kind;
-
-/* Opaque: the validated axes, the normalized order and the strides of both
- * meshes. Immutable after creation, so one mesh may be read from any thread. */
-typedef struct ts_mesh ts_mesh;
 
 /* ---------------------------------------------------------------------------
  * Axes by name
@@ -110,11 +101,6 @@ typedef struct ts_mesh ts_mesh;
  * The default order is the slots in definition order. Rank arithmetic is the
  * one above, over however many slots there are.
  * ------------------------------------------------------------------------- */
-
-/* The most axes of one mesh definition, and the bytes of a name (NUL
- * included). Names are [a-z][a-z0-9_]*, case-insensitive on input. */
-#define TS_MESH_MAX_AXES 16
-#define TS_MESH_NAME_MAX 16
 
 /* A size meaning "the size of the axis it folds onto" (etp: tp's). */
 #define TS_MESH_SIZE_OF_FOLD (-2)

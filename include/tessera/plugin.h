@@ -4,11 +4,13 @@
  * that tessera loads at start-up because the INI file names it.
  *
  * This header is part of the SDK installed under include/tessera/. A plugin
- * includes it (and, for what it touches, tessera.h, mesh.h, comm.h, layout.h)
- * and links against NOTHING of tessera's: every service of the core reaches
- * it through the host table (ts_host) handed to init. Calling a function
- * declared in another SDK header (ts_error, ts_comm_all_reduce, ...) directly
- * would tie the plugin to one libtessera.so; use the host table's pointer.
+ * includes it alone (it brings the SDK's types, below) and links against
+ * NOTHING of tessera's: every service of the core reaches it through the
+ * host table (ts_host) handed to init, from ABI 1.3 grouped in sub-tables
+ * by topic (host->comms, host->dev, host->kernels, host->reg,
+ * host->config). The library's own functions (ts_error, ts_comm_all_reduce,
+ * ...) are declared only by the other SDK headers, for programs that link
+ * libtessera; a plugin calling one would be tied to one libtessera.so.
  * Build plugins with -Wl,--no-undefined to be sure (the CMake helper
  * tessera_add_plugin does).
  *
@@ -111,9 +113,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tessera/comm.h"    /* ts_comm, ts_comm_request, ts_reduce_op */
-#include "tessera/mesh.h"    /* ts_mesh_kind                          */
-#include "tessera/tessera.h" /* ts_status, ts_tensor, ts_mem_category  */
+/* Types only: a plugin sees no function of libtessera (see "What a plugin
+ * may include" above). */
+#include "tessera/comm_types.h"    /* ts_comm, ts_comm_request, ts_reduce_op   */
+#include "tessera/layout_types.h"  /* ts_layout, ts_layout_plan, placements     */
+#include "tessera/mesh_types.h"    /* ts_mesh_kind, TS_MESH_NAME_MAX            */
+#include "tessera/tessera_types.h" /* ts_status, TS_TRY, ts_tensor, ts_dtype    */
 
 #ifdef __cplusplus
 extern "C" {
@@ -886,6 +891,14 @@ typedef struct ts_host_config {
  * The host table: the core's services, handed to init. Function pointers
  * only, so a plugin links against nothing of tessera's. Every pointer is
  * non-NULL in a table whose struct_size covers it.
+ *
+ * Its fields through register_axis_spec are those of ABI 1.0-1.2, in the
+ * order they were appended; they stay at their offsets forever. From ABI
+ * 1.3 the same functions are grouped in the sub-tables at the end (comms,
+ * dev, kernels, reg, config: "ABI 1.3" above), which a plugin of 1.3 uses;
+ * the flat fields other than the top-level services (log, error,
+ * mem_alloc, mem_free, metric, model, provider, schedule_append) are the
+ * flat form kept for plugins of ABI 1.0-1.2, documented here.
  * ======================================================================== */
 typedef struct ts_host {
     uint32_t abi_version; /* the core's TS_PLUGIN_ABI_VERSION              */
@@ -1199,7 +1212,9 @@ typedef struct ts_host {
 
 /* 1 if the host table `h` has field `field` (a plugin built against a newer
  * minor than the core it runs in cannot load, but one built against an older
- * one may check for newer fields this way). */
+ * one may check for newer fields this way). A plugin targeting 1.2 or older
+ * that wants the sub-tables checks TS_HOST_HAS(host, comms) first; fields
+ * appended to a sub-table: TS_COMMS_HAS and its kin. */
 #define TS_HOST_HAS(h, field) ((h)->struct_size >= offsetof(ts_host, field) + sizeof((h)->field))
 
 /* ===========================================================================
@@ -1245,20 +1260,21 @@ _Static_assert(offsetof(ts_plugin_descriptor, flags) == TS_PLUGIN_DESCRIPTOR_FLA
                "the descriptor's flags follow fini");
 #endif
 
-/* The plugin keeps its state per thread (or per ctx): several trainers may
- * run in one process at once, each on its own thread, and the core calls a
- * plugin's functions only from the thread that ran its init. A plugin sets
- * it when every file-scope variable it writes is _Thread_local (or lives
- * behind its ctx): the library is loaded once per process and shared by
- * the trainers, and its _Thread_local state is each thread's own. What the
- * core guarantees in return: init, every callback of
- * one trainer (transforms, hooks, module hooks, schedulers, dispatchers,
- * providers) and fini run on the thread that ran that trainer's init; no
- * helper thread of the core (the asynchronous checkpoint writer included,
- * which writes bytes the trainer copied out and calls nothing of a plugin)
- * calls a plugin. Without the flag, the core runs at most one trainer per
- * process with the plugin loaded (`tessera plan --search` runs its dry runs
- * in processes; ts_plugins_thread_safe tells the core). */
+/* A bit of the descriptor's flags (ABI 1.3). The plugin keeps its state per
+ * thread (or per ctx): several trainers may run in one process at once,
+ * each on its own thread, and the core calls a plugin's functions only from
+ * the thread that ran its init. A plugin sets it when every file-scope
+ * variable it writes is _Thread_local (or lives behind its ctx): the
+ * library is loaded once per process and shared by the trainers, and its
+ * _Thread_local state is each thread's own.
+ * What the core guarantees in return: init, every callback of one trainer
+ * (transforms, hooks, module hooks, schedulers, dispatchers, providers) and
+ * fini run on the thread that ran that trainer's init; no helper thread of
+ * the core calls a plugin (the asynchronous checkpoint writer writes bytes
+ * the trainer copied out and calls nothing of a plugin). Without the flag
+ * the core runs at most one trainer per process with the plugin loaded
+ * (ts_plugins_thread_safe, core/plugin/plugin.h, tells it: `tessera plan
+ * --search` runs its dry runs in threads only when every plugin sets it). */
 #define TS_PLUGIN_THREAD_LOCAL_STATE 1u
 
 /* The smallest struct_size the core accepts for ABI 1.x: through `fini`. */

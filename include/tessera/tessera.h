@@ -1,10 +1,13 @@
 /*
- * tessera.h — the public types every part of tessera speaks: status codes and
- * the last-error string, element types, memory categories, and the tensor.
+ * tessera.h — the library's functions on the types every part of tessera
+ * speaks (tessera_types.h): the last-error string, element types, the
+ * accounted allocator and its counters, and tensors.
  *
  * This header is part of the SDK installed under include/tessera/. It declares
- * plain data and a handful of functions of the core library; it does not
- * declare the model, the optimizer or the training loop (those live in core/).
+ * the core library's functions on them (errors, the accounted allocator,
+ * tensors) for programs that link libtessera; the types themselves are in
+ * tessera_types.h, which plugins get through plugin.h. It does not declare
+ * the model, the optimizer or the training loop (those live in core/).
  */
 #ifndef TESSERA_TESSERA_H
 #define TESSERA_TESSERA_H
@@ -12,27 +15,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tessera/tessera_types.h" /* ts_status, ts_dtype, ts_tensor, ... */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* ---------------------------------------------------------------------------
- * Errors are values. Every function that can fail returns a ts_status; the
- * human-readable message is kept in a thread-local string that names where the
- * failure happened (rank, file, line, key). TS_OK is zero so that
- * `if (st) return st;` reads naturally.
+ * Errors (ts_status and TS_TRY: tessera_types.h).
  * ------------------------------------------------------------------------- */
-typedef enum ts_status {
-    TS_OK = 0,
-    TS_ERR_INVALID = 1,  /* an argument or value is out of range               */
-    TS_ERR_CONFIG = 2,   /* the INI file or a --set override is wrong          */
-    TS_ERR_IO = 3,       /* a file could not be opened, read or written        */
-    TS_ERR_FORMAT = 4,   /* a file was read but its contents are malformed     */
-    TS_ERR_NOMEM = 5,    /* the allocator could not satisfy a request          */
-    TS_ERR_COMM = 6,     /* a communication operation failed or timed out      */
-    TS_ERR_PLUGIN = 7,   /* a plugin could not be loaded or registered         */
-    TS_ERR_INTERNAL = 8, /* a broken invariant of our own                      */
-} ts_status;
 
 /* Sets the last-error message (printf-style) prefixed with "[rank r/w] " when
  * the rank is known, and returns `code` so that callers can write
@@ -52,13 +43,6 @@ const char *ts_status_name(ts_status st);
 /* Tells the error machinery which rank this process is, for message prefixes. */
 void ts_error_set_rank(int rank, int world);
 
-/* Propagates a failure to the caller. */
-#define TS_TRY(expr)                                                                               \
-    do {                                                                                           \
-        ts_status ts_try_status_ = (expr);                                                         \
-        if (ts_try_status_ != TS_OK) return ts_try_status_;                                        \
-    } while (0)
-
 /* Aborts the process on a broken invariant of our own (never on bad input). */
 void ts_assert_fail(const char *expr, const char *file, int line);
 #define TS_ASSERT(cond)                                                                            \
@@ -66,68 +50,11 @@ void ts_assert_fail(const char *expr, const char *file, int line);
         if (!(cond)) ts_assert_fail(#cond, __FILE__, __LINE__);                                    \
     } while (0)
 
-/* ---------------------------------------------------------------------------
- * Element types and devices.
- * ------------------------------------------------------------------------- */
-typedef enum ts_dtype {
-    TS_F32 = 0,
-    TS_BF16 = 1,
-    TS_F16 = 2,
-    TS_I32 = 3,
-    TS_U16 = 4,
-} ts_dtype;
-
-typedef enum ts_device {
-    TS_DEVICE_CPU = 0,
-    TS_DEVICE_CUDA = 1,
-    TS_DEVICE_PLAN = 2, /* `tessera plan`'s dry run: memory is only counted,
-                           kernels run nothing (never dereference it)    */
-} ts_device;
-
+/* Element types (ts_dtype, ts_device: tessera_types.h). */
 size_t ts_dtype_size(ts_dtype dt);
 const char *ts_dtype_name(ts_dtype dt);
 
-/* bf16 is the upper half of an IEEE f32. Conversion rounds to nearest, ties to
- * even; NaN stays NaN. */
-static inline uint16_t ts_f32_to_bf16(float f) {
-    union {
-        float f;
-        uint32_t u;
-    } v = {f};
-    if ((v.u & 0x7f800000u) == 0x7f800000u && (v.u & 0x007fffffu))
-        return (uint16_t)((v.u >> 16) | 0x40u); /* quiet NaN */
-    uint32_t rounding = 0x7fffu + ((v.u >> 16) & 1u);
-    return (uint16_t)((v.u + rounding) >> 16);
-}
-static inline float ts_bf16_to_f32(uint16_t h) {
-    union {
-        uint32_t u;
-        float f;
-    } v = {(uint32_t)h << 16};
-    return v.f;
-}
-
-/* ---------------------------------------------------------------------------
- * Memory categories. Every byte of tensor memory is allocated through the core
- * allocator under one of these, so that allocated / reserved / peak can be
- * reported per category and per rank and compared with the analytic estimate.
- * ------------------------------------------------------------------------- */
-typedef enum ts_mem_category {
-    TS_MEM_PARAMS = 0, /* model weights (the compute copy)                  */
-    TS_MEM_GRADS = 1,  /* gradients of the weights                          */
-    TS_MEM_OPTIM = 2,  /* optimizer state: master weights and moments       */
-    TS_MEM_ACTS = 3,   /* activations, their gradients, backward workspace  */
-    TS_MEM_COMM = 4,   /* communication buffers                             */
-    TS_MEM_OTHER = 5,  /* data batches and everything else                  */
-    TS_MEM_NCAT = 6,
-} ts_mem_category;
-
-typedef struct ts_mem_counter {
-    size_t allocated; /* bytes handed out and not yet freed                     */
-    size_t reserved;  /* bytes held from the system (allocated + headers/pool)  */
-    size_t peak;      /* the highest `allocated` ever seen                      */
-} ts_mem_counter;
-
+/* The accounted allocator (ts_mem_category, ts_mem_counter: tessera_types.h). */
 const char *ts_mem_category_name(ts_mem_category cat);
 
 /* Allocates `bytes` (64-byte aligned, zero-filled) under `cat`. Returns NULL
@@ -149,23 +76,7 @@ void ts_mem_trim(void);
  * such memory could be granted and the process killed when it is touched. */
 size_t ts_physical_memory(void);
 
-/* ---------------------------------------------------------------------------
- * Tensors: a contiguous row-major block of one dtype on one device.
- * ------------------------------------------------------------------------- */
-#define TS_MAX_DIMS 4
-#define TS_NAME_MAX 64
-
-typedef struct ts_tensor {
-    char name[TS_NAME_MAX];
-    ts_dtype dtype;
-    ts_device device;
-    int ndim;
-    int64_t shape[TS_MAX_DIMS];
-    void *data;          /* NULL until allocated or viewed                   */
-    ts_mem_category cat; /* the category its bytes are counted under         */
-    int owns_data;       /* 1 if ts_tensor_free must release `data`          */
-} ts_tensor;
-
+/* Tensors (ts_tensor: tessera_types.h). */
 int64_t ts_tensor_numel(const ts_tensor *t);
 size_t ts_tensor_bytes(const ts_tensor *t);
 

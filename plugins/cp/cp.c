@@ -31,7 +31,7 @@
  * work; false: contiguous parts, rank cp-1 doing the most.
  *
  * Every attention is computed block by block by the core's kernels
- * (host->attention_block_*: a causal offset in, the log-sum-exp out); no
+ * (host->kernels->attention_block_*: a causal offset in, the log-sum-exp out); no
  * rank holds the scores of a whole sequence.
  *
  * In bf16 runs keys and values travel in two bytes (they are bf16 values:
@@ -47,7 +47,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "tessera/layout.h"
 #include "tessera/plugin.h"
 
 static const ts_plugin_key cp_keys[] = {
@@ -152,14 +151,16 @@ static ts_status cp_attend(const float *q, cp_rows qr, const float *k, const flo
                 float *ob = out + ((size_t)b * qr.T + (size_t)iq * L) * C;
                 float *lb = lse + ((size_t)b * qc->n + iq) * NH * L;
                 if (!have[iq]) {
-                    TS_TRY(cp.host->attention_block_forward(cp.ctx, ob, lb, qb, kb, vb, 1, L, kc->L,
-                                                            C, NH, qr.stride, kr.stride, C, off));
+                    TS_TRY(cp.host->kernels->attention_block_forward(cp.ctx, ob, lb, qb, kb, vb, 1,
+                                                                     L, kc->L, C, NH, qr.stride,
+                                                                     kr.stride, C, off));
                     continue;
                 }
                 float *to = tmp, *tl = tmp + (size_t)L * C;
-                TS_TRY(cp.host->attention_block_forward(cp.ctx, to, tl, qb, kb, vb, 1, L, kc->L, C,
-                                                        NH, qr.stride, kr.stride, C, off));
-                TS_TRY(cp.host->attention_block_merge(cp.ctx, ob, lb, to, tl, 1, L, C, NH, C));
+                TS_TRY(cp.host->kernels->attention_block_forward(
+                    cp.ctx, to, tl, qb, kb, vb, 1, L, kc->L, C, NH, qr.stride, kr.stride, C, off));
+                TS_TRY(cp.host->kernels->attention_block_merge(cp.ctx, ob, lb, to, tl, 1, L, C, NH,
+                                                               C));
             }
             have[iq] = 1;
         }
@@ -181,7 +182,7 @@ static ts_status cp_attend_backward(const float *q, float *dq, cp_rows qr, const
             for (int b = 0; b < B; b++) {
                 size_t qrow = (size_t)b * qr.T + (size_t)iq * L;
                 size_t krow = (size_t)b * kr.T + (size_t)ik * kc->L;
-                TS_TRY(cp.host->attention_block_backward(
+                TS_TRY(cp.host->kernels->attention_block_backward(
                     cp.ctx, dq + qrow * qr.stride, dk + krow * kr.stride, dv + krow * kr.stride,
                     q + qrow * qr.stride, k + krow * kr.stride, v + krow * kr.stride,
                     out + qrow * C, dout + qrow * C, lse + ((size_t)b * qc->n + iq) * NH * L, 1, L,
@@ -203,12 +204,12 @@ typedef struct cp_saved {
 } cp_saved;
 
 static void *cp_alloc(ts_mem_category cat, size_t floats) {
-    return cp.host->device_alloc(cp.ctx, cat, (floats ? floats : 1) * sizeof(float));
+    return cp.host->dev->alloc(cp.ctx, cat, (floats ? floats : 1) * sizeof(float));
 }
 
 static void cp_free_all(float **p, int n) {
     for (int i = 0; i < n; i++) {
-        cp.host->device_free(cp.ctx, p[i]);
+        cp.host->dev->free(cp.ctx, p[i]);
         p[i] = NULL;
     }
 }
@@ -216,7 +217,7 @@ static void cp_free_all(float **p, int n) {
 /* Keys, values and attention outputs on the wire: bf16 in bf16 runs (the
  * host can convert), else f32. */
 static int cp_wire_bf16(const ts_plugin_attention_args *a) {
-    return a->bf16 && TS_HOST_HAS(cp.host, device_convert);
+    return a->bf16 && TS_DEVICE_HAS(cp.host->dev, convert);
 }
 
 static ts_dtype cp_wire_dtype(const ts_plugin_attention_args *a) {
@@ -226,7 +227,7 @@ static ts_dtype cp_wire_dtype(const ts_plugin_attention_args *a) {
 /* Gradients on the wire in bf16 ([train] partial_dtype = bf16). */
 static int cp_grads_bf16(const ts_plugin_attention_args *a) {
     return a->struct_size >= offsetof(ts_plugin_attention_args, grads_bf16) + sizeof(int) &&
-           a->grads_bf16 && TS_HOST_HAS(cp.host, device_convert);
+           a->grads_bf16 && TS_DEVICE_HAS(cp.host->dev, convert);
 }
 
 /* Room for n wire elements. */
@@ -236,31 +237,31 @@ static void *cp_alloc_wire(const ts_plugin_attention_args *a, ts_mem_category ca
 
 /* f32 -> bf16 wire and back (n elements). */
 static ts_status cp_to_wire(void *wire, const float *x, size_t n) {
-    return cp.host->device_convert(cp.ctx, wire, TS_BF16, x, TS_F32, n);
+    return cp.host->dev->convert(cp.ctx, wire, TS_BF16, x, TS_F32, n);
 }
 
 static ts_status cp_from_wire(float *x, const void *wire, size_t n) {
-    return cp.host->device_convert(cp.ctx, x, TS_F32, wire, TS_BF16, n);
+    return cp.host->dev->convert(cp.ctx, x, TS_F32, wire, TS_BF16, n);
 }
 
 /* k and v of qkv (B*T rows of 3C) packed as rows of 2C. */
 static ts_status cp_pack_kv(float *kv, const float *qkv, size_t rows, int C) {
-    return cp.host->device_copy_2d(cp.ctx, kv, 2 * C * sizeof(float), qkv + C,
-                                   3 * C * sizeof(float), 2 * C * sizeof(float), rows);
+    return cp.host->dev->copy_2d(cp.ctx, kv, 2 * C * sizeof(float), qkv + C, 3 * C * sizeof(float),
+                                 2 * C * sizeof(float), rows);
 }
 
 /* dqkv's k and v columns += dkv (rows of 2C), through `work` (rows * 3C). */
 static ts_status cp_add_dkv(float *dqkv, const float *dkv, float *work, size_t rows, int C) {
-    TS_TRY(cp.host->device_zero(cp.ctx, work, rows * 3 * C * sizeof(float)));
-    TS_TRY(cp.host->device_copy_2d(cp.ctx, work + C, 3 * C * sizeof(float), dkv,
-                                   2 * C * sizeof(float), 2 * C * sizeof(float), rows));
-    return cp.host->device_add(cp.ctx, dqkv, work, rows * 3 * C);
+    TS_TRY(cp.host->dev->zero(cp.ctx, work, rows * 3 * C * sizeof(float)));
+    TS_TRY(cp.host->dev->copy_2d(cp.ctx, work + C, 3 * C * sizeof(float), dkv,
+                                 2 * C * sizeof(float), 2 * C * sizeof(float), rows));
+    return cp.host->dev->add(cp.ctx, dqkv, work, rows * 3 * C);
 }
 
 static ts_status cp_wait(ts_comm_request **req) {
     if (!*req) return TS_OK;
     double t0 = cp_now_ms();
-    ts_status st = cp.host->wait(*req);
+    ts_status st = cp.host->comms->wait(*req);
     *req = NULL;
     cp.wait_ms += cp_now_ms() - t0;
     return st;
@@ -271,7 +272,7 @@ static ts_status cp_wait(ts_comm_request **req) {
  * ------------------------------------------------------------------------- */
 
 static ts_status cp_ring_forward(ts_plugin_attention_args *a, cp_saved *s, const cp_chunks *mine) {
-    int n = cp.host->comm_size(a->comm), r = cp.host->comm_rank(a->comm);
+    int n = cp.host->comms->size(a->comm), r = cp.host->comms->rank(a->comm);
     int B = a->B, Tl = a->T_local, C = a->C, NH = a->NH, have[2] = {0, 0};
     size_t kvn = (size_t)B * Tl * 2 * C;
     ts_dtype wt = cp_wire_dtype(a);
@@ -289,8 +290,11 @@ static ts_status cp_ring_forward(ts_plugin_attention_args *a, cp_saved *s, const
         ts_comm_request *recv = NULL, *send = NULL;
         int tag = CP_TAG_FWD_KV * CP_TAG_STRIDE + step;
         if (step < n - 1) {
-            st = cp.host->recv_start(a->comm, wire[cur ^ 1], kvn, wt, (r + n - 1) % n, tag, &recv);
-            if (!st) st = cp.host->send_start(a->comm, wire[cur], kvn, wt, (r + 1) % n, tag, &send);
+            st = cp.host->comms->recv_start(a->comm, wire[cur ^ 1], kvn, wt, (r + n - 1) % n, tag,
+                                            &recv);
+            if (!st)
+                st = cp.host->comms->send_start(a->comm, wire[cur], kvn, wt, (r + 1) % n, tag,
+                                                &send);
             if (!st && !cp.overlap) st = cp_wait(&recv);
             if (!st && !cp.overlap) st = cp_wait(&send);
         }
@@ -307,7 +311,7 @@ static ts_status cp_ring_forward(ts_plugin_attention_args *a, cp_saved *s, const
 }
 
 static ts_status cp_ring_backward(ts_plugin_attention_args *a, cp_saved *s, const cp_chunks *mine) {
-    int n = cp.host->comm_size(a->comm), r = cp.host->comm_rank(a->comm);
+    int n = cp.host->comms->size(a->comm), r = cp.host->comms->rank(a->comm);
     int B = a->B, Tl = a->T_local, C = a->C, NH = a->NH;
     int next = (r + 1) % n, prev = (r + n - 1) % n;
     size_t rows = (size_t)B * Tl, kvn = rows * 2 * C;
@@ -342,13 +346,13 @@ static ts_status cp_ring_backward(ts_plugin_attention_args *a, cp_saved *s, cons
         ts_comm_request *recv = NULL, *send = NULL;
         int tag = CP_TAG_BWD_KV * CP_TAG_STRIDE + step;
         if (step < n - 1) {
-            st = cp.host->recv_start(a->comm, kv[cur ^ 1], kvn, wt, prev, tag, &recv);
-            if (!st) st = cp.host->send_start(a->comm, kv[cur], kvn, wt, next, tag, &send);
+            st = cp.host->comms->recv_start(a->comm, kv[cur ^ 1], kvn, wt, prev, tag, &recv);
+            if (!st) st = cp.host->comms->send_start(a->comm, kv[cur], kvn, wt, next, tag, &send);
         }
         /* The accumulator of this block so far (the ranks before us). */
         if (!st && step >= 2)
-            st = cp.host->recv_start(a->comm, din, kvn, gt, prev,
-                                     CP_TAG_BWD_DKV * CP_TAG_STRIDE + step, &drecv);
+            st = cp.host->comms->recv_start(a->comm, din, kvn, gt, prev,
+                                            CP_TAG_BWD_DKV * CP_TAG_STRIDE + step, &drecv);
         if (!st && !cp.overlap) st = cp_wait(&recv);
         if (!st && !cp.overlap) st = cp_wait(&send);
         if (!st && !cp.overlap) st = cp_wait(&drecv);
@@ -361,27 +365,28 @@ static ts_status cp_ring_backward(ts_plugin_attention_args *a, cp_saved *s, cons
             cp_rows kr = {&theirs, Tl, 2 * C};
             float *hand = bf ? buf[6] : kv[cur];
             st = cp_wait(&dsend[cur]); /* the send that used this accumulator */
-            if (!st) st = cp.host->device_zero(cp.ctx, dkv[cur], kvn * sizeof(float));
+            if (!st) st = cp.host->dev->zero(cp.ctx, dkv[cur], kvn * sizeof(float));
             if (!st && bf) st = cp_from_wire(hand, kv[cur], kvn);
             if (!st)
                 st = cp_attend_backward(a->qkv, a->dqkv, qr, hand, hand + C, dkv[cur],
                                         dkv[cur] + C, kr, a->out, a->dout, s->lse, B, C, NH);
             if (!st) st = cp_wait(&drecv);
             if (!st && step >= 2 && gb) st = cp_from_wire(in, din, kvn);
-            if (!st && step >= 2) st = cp.host->device_add(cp.ctx, dkv[cur], in, kvn);
+            if (!st && step >= 2) st = cp.host->dev->add(cp.ctx, dkv[cur], in, kvn);
             /* On to the next rank: the last hop takes it home. */
             void *out = dkv[cur];
             if (!st && gb) st = cp_to_wire(out = gwire[cur], dkv[cur], kvn);
             if (!st)
-                st = cp.host->send_start(a->comm, out, kvn, gt, next,
-                                         CP_TAG_BWD_DKV * CP_TAG_STRIDE + step + 1, &dsend[cur]);
+                st = cp.host->comms->send_start(a->comm, out, kvn, gt, next,
+                                                CP_TAG_BWD_DKV * CP_TAG_STRIDE + step + 1,
+                                                &dsend[cur]);
         }
         ts_status w = cp_wait(&recv), w2 = cp_wait(&send);
         if (!st) st = w ? w : w2;
     }
     /* Our keys' accumulator, home from the last rank that used them. */
     if (!st && n > 1)
-        st = cp.host->recv(a->comm, din, kvn, gt, prev, CP_TAG_BWD_DKV * CP_TAG_STRIDE + n);
+        st = cp.host->comms->recv(a->comm, din, kvn, gt, prev, CP_TAG_BWD_DKV * CP_TAG_STRIDE + n);
     if (!st && n > 1 && gb) st = cp_from_wire(in, din, kvn);
     ts_status w = cp_wait(&dsend[0]), w2 = cp_wait(&dsend[1]), w3 = cp_wait(&drecv);
     if (!st) st = w ? w : w2 ? w2 : w3;
@@ -403,8 +408,8 @@ static ts_status cp_gather_kv(ts_plugin_attention_args *a, float *mine, void *wi
     TS_TRY(cp_pack_kv(mine, a->qkv, rows, a->C));
     if (cp_wire_bf16(a)) TS_TRY(cp_to_wire(wire, mine, kvn));
     double t0 = cp_now_ms();
-    ts_status st = cp.host->all_gather(a->comm, cp_wire_bf16(a) ? wire : mine, all, kvn,
-                                       cp_wire_dtype(a));
+    ts_status st = cp.host->comms->all_gather(a->comm, cp_wire_bf16(a) ? wire : mine, all, kvn,
+                                              cp_wire_dtype(a));
     cp.wait_ms += cp_now_ms() - t0;
     return st;
 }
@@ -423,7 +428,7 @@ static ts_status cp_gathered_block(ts_plugin_attention_args *a, void *all, size_
 
 static ts_status cp_gather_forward(ts_plugin_attention_args *a, cp_saved *s,
                                    const cp_chunks *mine) {
-    int n = cp.host->comm_size(a->comm);
+    int n = cp.host->comms->size(a->comm);
     int B = a->B, Tl = a->T_local, C = a->C, NH = a->NH, have[2] = {0, 0};
     size_t kvn = (size_t)B * Tl * 2 * C;
     int bf = cp_wire_bf16(a);
@@ -449,7 +454,7 @@ static ts_status cp_gather_forward(ts_plugin_attention_args *a, cp_saved *s,
 
 static ts_status cp_gather_backward(ts_plugin_attention_args *a, cp_saved *s,
                                     const cp_chunks *mine) {
-    int n = cp.host->comm_size(a->comm);
+    int n = cp.host->comms->size(a->comm);
     int B = a->B, Tl = a->T_local, C = a->C, NH = a->NH;
     size_t rows = (size_t)B * Tl, kvn = rows * 2 * C;
     int bf = cp_wire_bf16(a);
@@ -460,7 +465,7 @@ static ts_status cp_gather_backward(ts_plugin_attention_args *a, cp_saved *s,
                      bf ? cp_alloc_wire(a, TS_MEM_COMM, kvn) : NULL};
     ts_status st = buf[0] && buf[1] && buf[2] && buf[3] && (!bf || buf[4]) ? TS_OK : TS_ERR_NOMEM;
     if (!st) st = cp_gather_kv(a, buf[0], buf[4], buf[1]);
-    if (!st) st = cp.host->device_zero(cp.ctx, buf[2], kvn * n * sizeof(float));
+    if (!st) st = cp.host->dev->zero(cp.ctx, buf[2], kvn * n * sizeof(float));
     cp_rows qr = {mine, Tl, 3 * C};
     for (int src = 0; !st && src < n; src++) {
         cp_chunks theirs = cp_chunks_of(src, n, a->T);
@@ -477,13 +482,14 @@ static ts_status cp_gather_backward(ts_plugin_attention_args *a, cp_saved *s,
         uint16_t *all = (uint16_t *)wire, *ours = all + kvn * n;
         st = wire ? cp_to_wire(all, buf[2], kvn * n) : TS_ERR_NOMEM;
         double t0 = cp_now_ms();
-        if (!st) st = cp.host->reduce_scatter(a->comm, all, ours, kvn, TS_BF16, TS_REDUCE_SUM);
+        if (!st)
+            st = cp.host->comms->reduce_scatter(a->comm, all, ours, kvn, TS_BF16, TS_REDUCE_SUM);
         cp.wait_ms += cp_now_ms() - t0;
         if (!st) st = cp_from_wire(buf[0], ours, kvn);
         cp_free_all(&wire, 1);
     } else if (!st) {
         double t0 = cp_now_ms();
-        st = cp.host->reduce_scatter(a->comm, buf[2], buf[0], kvn, TS_F32, TS_REDUCE_SUM);
+        st = cp.host->comms->reduce_scatter(a->comm, buf[2], buf[0], kvn, TS_F32, TS_REDUCE_SUM);
         cp.wait_ms += cp_now_ms() - t0;
     }
     if (!st) st = cp_add_dkv(a->dqkv, buf[0], buf[3], rows, C);
@@ -509,8 +515,8 @@ static ts_status cp_heads_pack(float *blocks, float *x, int n, size_t rows, int 
             float *s = x + (size_t)p * F + (size_t)j * Fj;
             size_t bp = (size_t)parts * Fj * sizeof(float), sp = (size_t)parts * F * sizeof(float);
             TS_TRY(to_blocks
-                       ? cp.host->device_copy_2d(cp.ctx, b, bp, s, sp, Fj * sizeof(float), rows)
-                       : cp.host->device_copy_2d(cp.ctx, s, sp, b, bp, Fj * sizeof(float), rows));
+                       ? cp.host->dev->copy_2d(cp.ctx, b, bp, s, sp, Fj * sizeof(float), rows)
+                       : cp.host->dev->copy_2d(cp.ctx, s, sp, b, bp, Fj * sizeof(float), rows));
         }
     return TS_OK;
 }
@@ -527,8 +533,8 @@ static ts_status cp_reorder(float *whole, float *blocks, int n, int B, int T, in
                 float *w = whole + ((size_t)b * T + ch.pos[c]) * F;
                 float *k = blocks + (((size_t)i * B + b) * Tl + (size_t)c * ch.L) * F;
                 size_t bytes = (size_t)ch.L * F * sizeof(float);
-                TS_TRY(to_whole ? cp.host->device_copy(cp.ctx, w, k, bytes)
-                                : cp.host->device_copy(cp.ctx, k, w, bytes));
+                TS_TRY(to_whole ? cp.host->dev->copy(cp.ctx, w, k, bytes)
+                                : cp.host->dev->copy(cp.ctx, k, w, bytes));
             }
     }
     return TS_OK;
@@ -536,7 +542,7 @@ static ts_status cp_reorder(float *whole, float *blocks, int n, int B, int T, in
 
 static ts_status cp_a2a(ts_comm *comm, const void *send, void *recv, size_t count, ts_dtype dt) {
     double t0 = cp_now_ms();
-    ts_status st = cp.host->all_to_all(comm, send, recv, count, dt);
+    ts_status st = cp.host->comms->all_to_all(comm, send, recv, count, dt);
     cp.wait_ms += cp_now_ms() - t0;
     return st;
 }
@@ -548,7 +554,7 @@ static ts_status cp_a2a(ts_comm *comm, const void *send, void *recv, size_t coun
 static ts_status cp_a2a_values(const ts_plugin_attention_args *a, int bf, float *send,
                                float *recv, size_t count) {
     if (!bf) return cp_a2a(a->comm, send, recv, count, TS_F32);
-    size_t all = count * (size_t)cp.host->comm_size(a->comm);
+    size_t all = count * (size_t)cp.host->comms->size(a->comm);
     TS_TRY(cp_to_wire(recv, send, all));
     TS_TRY(cp_a2a(a->comm, recv, send, count, TS_BF16));
     return cp_from_wire(recv, send, all);
@@ -564,7 +570,7 @@ static ts_status cp_a2a_check(const ts_plugin_attention_args *a, int n) {
 }
 
 static ts_status cp_a2a_forward(ts_plugin_attention_args *a, cp_saved *s) {
-    int n = cp.host->comm_size(a->comm);
+    int n = cp.host->comms->size(a->comm);
     TS_TRY(cp_a2a_check(a, n));
     int B = a->B, T = a->T, Tl = a->T_local, C = a->C, NH = a->NH, Ch = C / n, NHh = NH / n;
     size_t rows = (size_t)B * Tl, whole = (size_t)B * T;
@@ -578,9 +584,9 @@ static ts_status cp_a2a_forward(ts_plugin_attention_args *a, cp_saved *s) {
     if (!st) {
         cp.blocks++;
         cp.scores += cp_visible(T, T, 0) * NHh * B;
-        st = cp.host->attention_block_forward(cp.ctx, s->out, s->lse, s->qkv, s->qkv + Ch,
-                                              s->qkv + 2 * Ch, B, T, T, Ch, NHh, 3 * Ch, 3 * Ch, Ch,
-                                              0);
+        st = cp.host->kernels->attention_block_forward(cp.ctx, s->out, s->lse, s->qkv, s->qkv + Ch,
+                                                       s->qkv + 2 * Ch, B, T, T, Ch, NHh, 3 * Ch,
+                                                       3 * Ch, Ch, 0);
     }
     /* Back to this rank's rows, every head. */
     if (!st) st = cp_reorder(s->out, buf[0], n, B, T, Tl, Ch, 0);
@@ -591,7 +597,7 @@ static ts_status cp_a2a_forward(ts_plugin_attention_args *a, cp_saved *s) {
 }
 
 static ts_status cp_a2a_backward(ts_plugin_attention_args *a, cp_saved *s) {
-    int n = cp.host->comm_size(a->comm);
+    int n = cp.host->comms->size(a->comm);
     int B = a->B, T = a->T, Tl = a->T_local, C = a->C, NH = a->NH, Ch = C / n, NHh = NH / n;
     size_t rows = (size_t)B * Tl, whole = (size_t)B * T;
     float *buf[4] = {cp_alloc(TS_MEM_COMM, rows * 3 * C), cp_alloc(TS_MEM_COMM, rows * 3 * C),
@@ -601,16 +607,16 @@ static ts_status cp_a2a_backward(ts_plugin_attention_args *a, cp_saved *s) {
     if (!st) st = cp_heads_pack(buf[0], (float *)a->dout, n, rows, 1, C, 1);
     if (!st) st = cp_a2a_values(a, cp_grads_bf16(a), buf[0], buf[1], rows * Ch);
     if (!st) st = cp_reorder(dout, buf[1], n, B, T, Tl, Ch, 1);
-    if (!st) st = cp.host->device_zero(cp.ctx, dqkv, whole * 3 * Ch * sizeof(float));
+    if (!st) st = cp.host->dev->zero(cp.ctx, dqkv, whole * 3 * Ch * sizeof(float));
     if (!st)
-        st = cp.host->attention_block_backward(cp.ctx, dqkv, dqkv + Ch, dqkv + 2 * Ch, s->qkv,
-                                               s->qkv + Ch, s->qkv + 2 * Ch, s->out, dout, s->lse,
-                                               B, T, T, Ch, NHh, 3 * Ch, 3 * Ch, Ch, 0);
+        st = cp.host->kernels->attention_block_backward(
+            cp.ctx, dqkv, dqkv + Ch, dqkv + 2 * Ch, s->qkv, s->qkv + Ch, s->qkv + 2 * Ch, s->out,
+            dout, s->lse, B, T, T, Ch, NHh, 3 * Ch, 3 * Ch, Ch, 0);
     if (!st) st = cp_reorder(dqkv, buf[0], n, B, T, Tl, 3 * Ch, 0);
     if (!st) st = cp_a2a_values(a, cp_grads_bf16(a), buf[0], buf[1], rows * 3 * Ch);
     /* Unpacked into rows of 3C (every head), then added: dqkv accumulates. */
     if (!st) st = cp_heads_pack(buf[1], buf[0], n, rows, 3, C, 0);
-    if (!st) st = cp.host->device_add(cp.ctx, a->dqkv, buf[0], rows * 3 * C);
+    if (!st) st = cp.host->dev->add(cp.ctx, a->dqkv, buf[0], rows * 3 * C);
     cp_free_all(buf, 4);
     return st;
 }
@@ -622,7 +628,7 @@ static ts_status cp_a2a_backward(ts_plugin_attention_args *a, cp_saved *s) {
 static ts_status cp_forward(ts_plugin_ctx *ctx, ts_plugin_attention_args *a, void *user) {
     (void)ctx;
     (void)user;
-    int n = cp.host->comm_size(a->comm), r = cp.host->comm_rank(a->comm);
+    int n = cp.host->comms->size(a->comm), r = cp.host->comms->rank(a->comm);
     cp_chunks mine = cp_chunks_of(r, n, a->T);
     /* The core must have given us the rows we hold. */
     for (int c = 0; c < mine.n; c++)
@@ -661,7 +667,7 @@ static ts_status cp_backward(ts_plugin_ctx *ctx, ts_plugin_attention_args *a, vo
     (void)ctx;
     (void)user;
     cp_saved *s = *a->saved;
-    int n = cp.host->comm_size(a->comm), r = cp.host->comm_rank(a->comm);
+    int n = cp.host->comms->size(a->comm), r = cp.host->comms->rank(a->comm);
     cp_chunks mine = cp_chunks_of(r, n, a->T);
     ts_status st = cp.algo == CP_RING         ? cp_ring_backward(a, s, &mine)
                    : cp.algo == CP_ALL_GATHER ? cp_gather_backward(a, s, &mine)
@@ -689,12 +695,12 @@ static ts_status cp_transform(ts_plugin_ctx *ctx, ts_layout_plan *plan, void *us
 static ts_status cp_after_step(ts_plugin_ctx *ctx, const ts_plugin_hook_event *ev, void *user) {
     (void)ev;
     (void)user;
-    ts_comm *host = cp.host->comm(ctx, "host:cp");
-    int n = host ? cp.host->comm_size(host) : 1;
+    ts_comm *host = cp.host->comms->get(ctx, "host:cp");
+    int n = host ? cp.host->comms->size(host) : 1;
     int32_t mine[2] = {(int32_t)(cp.scores >> 31), (int32_t)(cp.scores & 0x7fffffff)};
     int32_t *all = malloc((size_t)n * 2 * sizeof *all);
     if (!all) return TS_ERR_NOMEM;
-    ts_status st = host ? cp.host->all_gather(host, mine, all, 2, TS_I32) : TS_OK;
+    ts_status st = host ? cp.host->comms->all_gather(host, mine, all, 2, TS_I32) : TS_OK;
     if (!host) memcpy(all, mine, sizeof mine);
     int64_t lo = INT64_MAX, hi = 0;
     double sum = 0;
@@ -722,22 +728,21 @@ static ts_status cp_init(const ts_host *host, ts_plugin_ctx *ctx) {
     memset(&cp, 0, sizeof cp);
     cp.host = host;
     cp.ctx = ctx;
-    if (!TS_HOST_HAS(host, device_copy_2d))
+    if (!TS_DEVICE_HAS(host->dev, copy_2d))
         return host->error(ctx, TS_ERR_PLUGIN, "needs a core with the block attention kernels");
     int64_t size;
     const char *algo;
-    TS_TRY(host->config_int(ctx, "size", &size));
-    TS_TRY(host->config_str(ctx, "algorithm", &algo));
-    TS_TRY(host->config_bool(ctx, "load_balance", &cp.balance));
-    TS_TRY(host->config_bool(ctx, "overlap", &cp.overlap));
+    TS_TRY(host->config->get_int(ctx, "size", &size));
+    TS_TRY(host->config->get_str(ctx, "algorithm", &algo));
+    TS_TRY(host->config->get_bool(ctx, "load_balance", &cp.balance));
+    TS_TRY(host->config->get_bool(ctx, "overlap", &cp.overlap));
     cp.size = (int)size;
     cp.algo = strcmp(algo, "ring") == 0         ? CP_RING
               : strcmp(algo, "all_gather") == 0 ? CP_ALL_GATHER
                                                 : CP_ALL_TO_ALL;
-    TS_TRY(host->register_axis(ctx, "cp", cp.size, TS_MESH_DENSE));
-    TS_TRY(
-        host->register_transform(ctx, "sequence_cut", TS_PHASE_SHARD_SEQUENCE, cp_transform, NULL));
-    TS_TRY(host->register_hook(ctx, TS_HOOK_AFTER_OPTIMIZER, cp_after_step, NULL));
+    TS_TRY(host->reg->axis(ctx, "cp", cp.size, TS_MESH_DENSE));
+    TS_TRY(host->reg->transform(ctx, "sequence_cut", TS_PHASE_SHARD_SEQUENCE, cp_transform, NULL));
+    TS_TRY(host->reg->hook(ctx, TS_HOOK_AFTER_OPTIMIZER, cp_after_step, NULL));
     /* Copied by the core: a local will do. */
     int order = cp.balance ? TS_SEQUENCE_MIRRORED : TS_SEQUENCE_CONTIGUOUS;
     ts_plugin_attention_ops ops = {.struct_size = sizeof ops,
@@ -745,7 +750,7 @@ static ts_status cp_init(const ts_host *host, ts_plugin_ctx *ctx) {
                                    .backward = cp_backward,
                                    .release = cp_release,
                                    .order = order};
-    return host->register_attention(ctx, "cp", &ops, NULL);
+    return host->reg->attention(ctx, "cp", &ops, NULL);
 }
 
 static const ts_plugin_descriptor cp_descriptor = {

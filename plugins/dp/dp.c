@@ -37,7 +37,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "tessera/layout.h"
 #include "tessera/plugin.h"
 
 #define DP_MAX_BUCKETS 4096
@@ -102,9 +101,9 @@ static ts_status dp_bind(void) {
     if (dp.comm) return TS_OK;
     const char *who = dp.host->provider(dp.ctx, TS_PROVIDE_GRAD_REDUCTION, "dp");
     dp.active = who && strcmp(who, "dp") == 0;
-    dp.comm = dp.host->comm(dp.ctx, "dp-cp");
+    dp.comm = dp.host->comms->get(dp.ctx, "dp-cp");
     if (!dp.comm) return dp.host->error(dp.ctx, TS_ERR_INVALID, "no dp-cp communicator");
-    dp.expert_comm = dp.host->comm(dp.ctx, "edp");
+    dp.expert_comm = dp.host->comms->get(dp.ctx, "edp");
     return TS_OK;
 }
 
@@ -125,24 +124,24 @@ static ts_status dp_expert_grad(const ts_layout *l, const ts_tensor *grad, size_
         return dp.host->error(dp.ctx, TS_ERR_INVALID, "more than %d expert gradients",
                               DP_MAX_BUCKETS);
     dp.expert_bytes += n * sizeof(float);
-    return dp.host->all_reduce_start(dp.expert_comm, grad->data, grad->data, n, TS_F32,
-                                     TS_REDUCE_SUM, &dp.expert_reqs[dp.nexpert++]);
+    return dp.host->comms->all_reduce_start(dp.expert_comm, grad->data, grad->data, n, TS_F32,
+                                            TS_REDUCE_SUM, &dp.expert_reqs[dp.nexpert++]);
 }
 
 static ts_status dp_start(dp_bucket *b) {
     b->t_start = dp_now();
     b->done = 0;
     if (!dp.bf16)
-        return dp.host->all_reduce_start(dp.comm, b->base, b->base, b->count, TS_F32, TS_REDUCE_SUM,
-                                         &b->req);
+        return dp.host->comms->all_reduce_start(dp.comm, b->base, b->base, b->count, TS_F32,
+                                                TS_REDUCE_SUM, &b->req);
     /* In bf16: rounded into a buffer of half the bytes, reduced there. */
-    b->half = dp.host->device_alloc(dp.ctx, TS_MEM_COMM, b->count * sizeof(uint16_t));
+    b->half = dp.host->dev->alloc(dp.ctx, TS_MEM_COMM, b->count * sizeof(uint16_t));
     if (!b->half)
         return dp.host->error(dp.ctx, TS_ERR_NOMEM, "no memory for a bf16 bucket of %zu elements",
                               b->count);
-    TS_TRY(dp.host->device_convert(dp.ctx, b->half, TS_BF16, b->base, TS_F32, b->count));
-    return dp.host->all_reduce_start(dp.comm, b->half, b->half, b->count, TS_BF16, TS_REDUCE_SUM,
-                                     &b->req);
+    TS_TRY(dp.host->dev->convert(dp.ctx, b->half, TS_BF16, b->base, TS_F32, b->count));
+    return dp.host->comms->all_reduce_start(dp.comm, b->half, b->half, b->count, TS_BF16,
+                                            TS_REDUCE_SUM, &b->req);
 }
 
 /* A bucket whose all-reduce completed: in bf16, the sums widened back into
@@ -152,8 +151,8 @@ static ts_status dp_finish(dp_bucket *b) {
     b->req = NULL;
     b->t_done = dp_now();
     if (!b->half) return TS_OK;
-    ts_status st = dp.host->device_convert(dp.ctx, b->base, TS_F32, b->half, TS_BF16, b->count);
-    dp.host->device_free(dp.ctx, b->half);
+    ts_status st = dp.host->dev->convert(dp.ctx, b->base, TS_F32, b->half, TS_BF16, b->count);
+    dp.host->dev->free(dp.ctx, b->half);
     b->half = NULL;
     return st;
 }
@@ -181,7 +180,7 @@ static ts_status dp_progress(void) {
         dp_bucket *b = &dp.buckets[i];
         if (!b->req || b->done) continue;
         int done = 0;
-        TS_TRY(dp.host->test(b->req, &done));
+        TS_TRY(dp.host->comms->test(b->req, &done));
         if (done) TS_TRY(dp_finish(b));
     }
     return TS_OK;
@@ -245,14 +244,14 @@ static ts_status dp_before_optimizer(ts_plugin_ctx *ctx, const ts_plugin_hook_ev
     dp.t_backward_end = dp_now();
     TS_TRY(dp_close_bucket());
     for (int i = 0; i < dp.nexpert; i++) {
-        TS_TRY(dp.host->wait(dp.expert_reqs[i]));
+        TS_TRY(dp.host->comms->wait(dp.expert_reqs[i]));
         dp.expert_reqs[i] = NULL;
     }
     for (int i = 0; i < dp.nbuckets; i++) {
         dp_bucket *b = &dp.buckets[i];
         if (!dp.overlap) TS_TRY(dp_start(b));
         if (b->req) {
-            TS_TRY(dp.host->wait(b->req));
+            TS_TRY(dp.host->comms->wait(b->req));
             TS_TRY(dp_finish(b));
         }
     }
@@ -297,26 +296,25 @@ static ts_status dp_init(const ts_host *host, ts_plugin_ctx *ctx) {
     dp.ctx = ctx;
     int64_t size = 0;
     double mb = 0;
-    TS_TRY(host->config_int(ctx, "size", &size));
-    TS_TRY(host->config_float(ctx, "bucket_mb", &mb));
-    TS_TRY(host->config_bool(ctx, "overlap", &dp.overlap));
+    TS_TRY(host->config->get_int(ctx, "size", &size));
+    TS_TRY(host->config->get_float(ctx, "bucket_mb", &mb));
+    TS_TRY(host->config->get_bool(ctx, "overlap", &dp.overlap));
     const char *gd = "f32";
-    TS_TRY(host->config_str(ctx, "grad_dtype", &gd));
+    TS_TRY(host->config->get_str(ctx, "grad_dtype", &gd));
     dp.bf16 = strcmp(gd, "bf16") == 0;
-    if (dp.bf16 && !TS_HOST_HAS(host, device_convert))
+    if (dp.bf16 && !TS_DEVICE_HAS(host->dev, convert))
         return host->error(ctx, TS_ERR_INVALID,
                            "grad_dtype = bf16 needs a core with device_convert (ABI 1.1, later "
                            "build)");
     dp.bucket_bytes = mb * 1024.0 * 1024.0;
-    TS_TRY(
-        host->register_axis(ctx, "dp", size < 0 ? TS_PLUGIN_AXIS_AUTO : (int)size, TS_MESH_DENSE));
-    TS_TRY(host->register_transform(ctx, "dp_batch", TS_PHASE_SHARD_DATA, dp_transform, NULL));
-    TS_TRY(host->register_hook(ctx, TS_HOOK_BEFORE_FORWARD, dp_before_forward, NULL));
-    TS_TRY(host->register_hook(ctx, TS_HOOK_GRAD_READY, dp_grad_ready, NULL));
+    TS_TRY(host->reg->axis(ctx, "dp", size < 0 ? TS_PLUGIN_AXIS_AUTO : (int)size, TS_MESH_DENSE));
+    TS_TRY(host->reg->transform(ctx, "dp_batch", TS_PHASE_SHARD_DATA, dp_transform, NULL));
+    TS_TRY(host->reg->hook(ctx, TS_HOOK_BEFORE_FORWARD, dp_before_forward, NULL));
+    TS_TRY(host->reg->hook(ctx, TS_HOOK_GRAD_READY, dp_grad_ready, NULL));
     /* The buckets reduce over dp-cp: every axis that cuts the batch. */
-    TS_TRY(host->register_provider(ctx, TS_PROVIDE_GRAD_REDUCTION | TS_PROVIDE_DEFAULT, "dp"));
-    TS_TRY(host->register_provider(ctx, TS_PROVIDE_GRAD_REDUCTION | TS_PROVIDE_DEFAULT, "cp"));
-    return host->register_hook(ctx, TS_HOOK_BEFORE_OPTIMIZER, dp_before_optimizer, NULL);
+    TS_TRY(host->reg->provider(ctx, TS_PROVIDE_GRAD_REDUCTION | TS_PROVIDE_DEFAULT, "dp"));
+    TS_TRY(host->reg->provider(ctx, TS_PROVIDE_GRAD_REDUCTION | TS_PROVIDE_DEFAULT, "cp"));
+    return host->reg->hook(ctx, TS_HOOK_BEFORE_OPTIMIZER, dp_before_optimizer, NULL);
 }
 
 static const ts_plugin_descriptor dp_descriptor = {

@@ -44,7 +44,7 @@
 
 #include "tessera/plugin.h" /* ts_host, ts_plugin_dispatch_args, dispatcher ops */
 
-/* Registers "all_to_all" and "all_gather" with host->register_dispatcher
+/* Registers "all_to_all" and "all_gather" with host->reg->dispatcher
  * (during init: ep.c's, or a test plugin's). The host table is kept as the
  * dispatchers' user pointer: it must live until fini (the core's does).
  * Failure: register_dispatcher's (a name taken), returned as it is. */
@@ -70,11 +70,11 @@ static inline ts_status ep_dispatch_check(const ts_host *host, ts_plugin_ctx *ct
                            name);
     if (!a->comm || !a->host_comm)
         return host->error(ctx, TS_ERR_INVALID, "%s: no expert-parallel communicator", name);
-    int R = host->comm_size(a->host_comm), me = host->comm_rank(a->host_comm);
-    if (R < 1 || host->comm_size(a->comm) != R)
+    int R = host->comms->size(a->host_comm), me = host->comms->rank(a->host_comm);
+    if (R < 1 || host->comms->size(a->comm) != R)
         return host->error(ctx, TS_ERR_INVALID,
                            "%s: comm has %d ranks and host_comm %d: they must be one group", name,
-                           host->comm_size(a->comm), R);
+                           host->comms->size(a->comm), R);
     int E = a->experts, L = E / R;
     if (E < 1 || E % R != 0 || a->local_experts != L || a->first_expert != me * L)
         return host->error(ctx, TS_ERR_INVALID,
@@ -117,12 +117,12 @@ static inline void *ep_dispatch_reserve(const ts_host *host, ts_plugin_ctx *ctx,
                                         ep_dispatch_buf *b, size_t bytes) {
     if (b->ptr && bytes <= b->cap) return b->ptr;
     if (device)
-        host->device_free(ctx, b->ptr);
+        host->dev->free(ctx, b->ptr);
     else
         host->mem_free(b->ptr);
     bytes = bytes ? bytes : 64;
     b->ptr =
-        device ? host->device_alloc(ctx, TS_MEM_COMM, bytes) : host->mem_alloc(TS_MEM_COMM, bytes);
+        device ? host->dev->alloc(ctx, TS_MEM_COMM, bytes) : host->mem_alloc(TS_MEM_COMM, bytes);
     b->cap = b->ptr ? bytes : 0;
     if (!b->ptr) host->error(ctx, TS_ERR_NOMEM, "out of memory (%zu bytes)", bytes);
     return b->ptr;
@@ -133,14 +133,14 @@ static inline void *ep_dispatch_reserve(const ts_host *host, ts_plugin_ctx *ctx,
  * convert them. */
 static inline int ep_dispatch_bf16(const ts_host *host, const ts_plugin_dispatch_args *a) {
     return a->struct_size >= offsetof(ts_plugin_dispatch_args, rows_bf16) + sizeof a->rows_bf16 &&
-           a->rows_bf16 && TS_HOST_HAS(host, device_convert);
+           a->rows_bf16 && TS_DEVICE_HAS(host->dev, convert);
 }
 
 /* n values between f32 and bf16 (none: nothing). */
 static inline ts_status ep_dispatch_convert(const ts_host *host, ts_plugin_ctx *ctx, void *dst,
                                             ts_dtype to, const void *src, ts_dtype from,
                                             size_t n) {
-    return n ? host->device_convert(ctx, dst, to, src, from, n) : TS_OK;
+    return n ? host->dev->convert(ctx, dst, to, src, from, n) : TS_OK;
 }
 
 /* A bf16 dispatch's wire: `ns` rows of C floats from `rows` converted into
@@ -159,7 +159,7 @@ static inline ts_status ep_dispatch_wire(const ts_host *host, ts_plugin_ctx *ctx
 static inline void ep_dispatch_release(const ts_host *host, ts_plugin_ctx *ctx, int device,
                                        ep_dispatch_buf *b) {
     if (device)
-        host->device_free(ctx, b->ptr);
+        host->dev->free(ctx, b->ptr);
     else
         host->mem_free(b->ptr);
     b->ptr = NULL;
@@ -178,8 +178,8 @@ static inline ts_status ep_dispatch_copy_rows(const ts_host *host, ts_plugin_ctx
         while (i + run < n && (dst_idx ? dst_idx[i + run] : i + run) == d + run &&
                (src_idx ? src_idx[i + run] : i + run) == s + run)
             run++;
-        TS_TRY(host->device_copy(ctx, dst + (size_t)d * C, src + (size_t)s * C,
-                                 (size_t)run * C * sizeof(float)));
+        TS_TRY(host->dev->copy(ctx, dst + (size_t)d * C, src + (size_t)s * C,
+                               (size_t)run * C * sizeof(float)));
         i += run;
     }
     return TS_OK;

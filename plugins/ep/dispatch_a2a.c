@@ -126,7 +126,7 @@ static ts_status a2a_dispatch(ts_plugin_ctx *ctx, void *state, void *vargs) {
         probs_send[i] = a->probs[order[i]];
 
     /* --- communication ------------------------------------------------------ */
-    TS_TRY(h->all_to_all(a->host_comm, cnt, recv_cnt, (size_t)L, TS_I32));
+    TS_TRY(h->comms->all_to_all(a->host_comm, cnt, recv_cnt, (size_t)L, TS_I32));
     int64_t nrecv = 0;
     for (int src = 0; src < R; src++) {
         rc[src] = 0;
@@ -150,12 +150,13 @@ static ts_status a2a_dispatch(ts_plugin_ctx *ctx, void *state, void *vargs) {
         void *ws, *wr;
         TS_TRY(ep_dispatch_wire(h, ctx, &s->wire_send, &s->wire_recv, send, nsent, nrecv, C, &ws,
                                 &wr));
-        TS_TRY(h->all_to_allv(a->comm, ws, fsc, fsd, wr, frc, frd, TS_BF16));
+        TS_TRY(h->comms->all_to_allv(a->comm, ws, fsc, fsd, wr, frc, frd, TS_BF16));
         TS_TRY(ep_dispatch_convert(h, ctx, recv, TS_F32, wr, TS_BF16, (size_t)nrecv * C));
     } else {
-        TS_TRY(h->all_to_allv(a->comm, send, fsc, fsd, recv, frc, frd, TS_F32));
+        TS_TRY(h->comms->all_to_allv(a->comm, send, fsc, fsd, recv, frc, frd, TS_F32));
     }
-    if (probs) TS_TRY(h->all_to_allv(a->host_comm, probs_send, sc, sd, probs, rc, rd, TS_F32));
+    if (probs)
+        TS_TRY(h->comms->all_to_allv(a->host_comm, probs_send, sc, sd, probs, rc, rd, TS_F32));
 
     /* --- post-process: by local expert, then source rank ------------------- */
     int64_t k = 0;
@@ -210,13 +211,13 @@ static ts_status a2a_combine(ts_plugin_ctx *ctx, void *state, void *vargs) {
         void *ws, *wr;
         TS_TRY(ep_dispatch_wire(h, ctx, &s->wire_recv, &s->wire_send, recv, s->nrecv, s->nsent, C,
                                 &ws, &wr));
-        TS_TRY(h->all_to_allv(a->comm, ws, frc, frd, wr, fsc, fsd, TS_BF16));
+        TS_TRY(h->comms->all_to_allv(a->comm, ws, frc, frd, wr, fsc, fsd, TS_BF16));
         TS_TRY(ep_dispatch_convert(h, ctx, send, TS_F32, wr, TS_BF16, (size_t)s->nsent * C));
     } else {
-        TS_TRY(h->all_to_allv(a->comm, recv, frc, frd, send, fsc, fsd, TS_F32));
+        TS_TRY(h->comms->all_to_allv(a->comm, recv, frc, frd, send, fsc, fsd, TS_F32));
     }
     /* --- post-process: each row to its place, dropped rows zero ------------ */
-    if (a->nrows) TS_TRY(h->device_zero(ctx, a->rows_out, (size_t)a->nrows * row));
+    if (a->nrows) TS_TRY(h->dev->zero(ctx, a->rows_out, (size_t)a->nrows * row));
     TS_TRY(ep_dispatch_copy_rows(h, ctx, a->rows_out, s->order.ptr, send, NULL, s->nsent, C));
     a->bytes_sent = s->nrecv * (int64_t)C * (int64_t)(bf ? sizeof(uint16_t) : sizeof(float));
     return TS_OK;
@@ -227,9 +228,9 @@ const ts_plugin_dispatcher_ops ep_dispatch_a2a_ops = {
 };
 
 ts_status ep_register_dispatchers(const ts_host *host, ts_plugin_ctx *ctx) {
-    if (!TS_HOST_HAS(host, device_copy))
+    if (!TS_DEVICE_HAS(host->dev, copy))
         return host->error(ctx, TS_ERR_PLUGIN, "the dispatchers need a core of ABI 1.1 or later");
     /* The user pointer is the host table: create keeps it in the state. */
-    TS_TRY(host->register_dispatcher(ctx, "all_to_all", &ep_dispatch_a2a_ops, (void *)host));
-    return host->register_dispatcher(ctx, "all_gather", &ep_dispatch_gather_ops, (void *)host);
+    TS_TRY(host->reg->dispatcher(ctx, "all_to_all", &ep_dispatch_a2a_ops, (void *)host));
+    return host->reg->dispatcher(ctx, "all_gather", &ep_dispatch_gather_ops, (void *)host);
 }

@@ -123,7 +123,7 @@ static ts_status gather_dispatch(ts_plugin_ctx *ctx, void *state, void *vargs) {
 
     /* --- communication ------------------------------------------------------ */
     int32_t mine = (int32_t)nmine;
-    TS_TRY(h->all_gather(a->host_comm, &mine, nroutes, 1, TS_I32));
+    TS_TRY(h->comms->all_gather(a->host_comm, &mine, nroutes, 1, TS_I32));
     int64_t ntotal = 0;
     for (int r = 0; r < R; r++) {
         n[r] = (size_t)nroutes[r], fn[r] = n[r] * C;
@@ -140,13 +140,13 @@ static ts_status gather_dispatch(ts_plugin_ctx *ctx, void *state, void *vargs) {
         void *ws, *wa;
         TS_TRY(ep_dispatch_wire(h, ctx, &s->wire_send, &s->wire_all, send, nmine, ntotal, C, &ws,
                                 &wa));
-        TS_TRY(h->all_gatherv(a->comm, ws, wa, fn, TS_BF16));
+        TS_TRY(h->comms->all_gatherv(a->comm, ws, wa, fn, TS_BF16));
         TS_TRY(ep_dispatch_convert(h, ctx, all, TS_F32, wa, TS_BF16, (size_t)ntotal * C));
     } else {
-        TS_TRY(h->all_gatherv(a->comm, send, all, fn, TS_F32));
+        TS_TRY(h->comms->all_gatherv(a->comm, send, all, fn, TS_F32));
     }
-    TS_TRY(h->all_gatherv(a->host_comm, dest_send, dest_all, n, TS_I32));
-    if (probs) TS_TRY(h->all_gatherv(a->host_comm, probs_send, probs, n, TS_F32));
+    TS_TRY(h->comms->all_gatherv(a->host_comm, dest_send, dest_all, n, TS_I32));
+    if (probs) TS_TRY(h->comms->all_gatherv(a->host_comm, probs_send, probs, n, TS_F32));
 
     /* --- post-process: this rank's experts' rows, by expert, source, row ---- */
     int64_t *cursor = ep_dispatch_reserve(h, ctx, 0, &s->cursor, (size_t)L * sizeof(int64_t));
@@ -198,7 +198,7 @@ static ts_status gather_combine(ts_plugin_ctx *ctx, void *state, void *vargs) {
     float *all = s->all.ptr, *mine = s->send.ptr;
 
     /* --- pre-process: every rank's rows, zero but this rank's experts' ------ */
-    if (s->ntotal) TS_TRY(h->device_zero(ctx, all, (size_t)s->ntotal * row));
+    if (s->ntotal) TS_TRY(h->dev->zero(ctx, all, (size_t)s->ntotal * row));
     TS_TRY(ep_dispatch_copy_rows(h, ctx, all, s->keep.ptr, a->expert_rows_in, NULL, s->nkeep, C));
     /* --- communication: each rank gets its rows' sums ----------------------- */
     int bf = ep_dispatch_bf16(h, a);
@@ -206,13 +206,13 @@ static ts_status gather_combine(ts_plugin_ctx *ctx, void *state, void *vargs) {
         void *wa, *wm;
         TS_TRY(ep_dispatch_wire(h, ctx, &s->wire_all, &s->wire_send, all, s->ntotal, s->nmine, C,
                                 &wa, &wm));
-        TS_TRY(h->reduce_scatter_v(a->comm, wa, wm, fn, TS_BF16, TS_REDUCE_SUM));
+        TS_TRY(h->comms->reduce_scatter_v(a->comm, wa, wm, fn, TS_BF16, TS_REDUCE_SUM));
         TS_TRY(ep_dispatch_convert(h, ctx, mine, TS_F32, wm, TS_BF16, (size_t)s->nmine * C));
     } else {
-        TS_TRY(h->reduce_scatter_v(a->comm, all, mine, fn, TS_F32, TS_REDUCE_SUM));
+        TS_TRY(h->comms->reduce_scatter_v(a->comm, all, mine, fn, TS_F32, TS_REDUCE_SUM));
     }
     /* --- post-process: each row to its place, dropped rows zero ------------ */
-    if (a->nrows) TS_TRY(h->device_zero(ctx, a->rows_out, (size_t)a->nrows * row));
+    if (a->nrows) TS_TRY(h->dev->zero(ctx, a->rows_out, (size_t)a->nrows * row));
     TS_TRY(ep_dispatch_copy_rows(h, ctx, a->rows_out, s->routed.ptr, mine, NULL, s->nmine, C));
     a->bytes_sent =
         (s->ntotal - s->nmine) * (int64_t)C * (int64_t)(bf ? sizeof(uint16_t) : sizeof(float));

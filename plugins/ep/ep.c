@@ -26,7 +26,6 @@
 #include <string.h>
 
 #include "dispatch.h"
-#include "tessera/layout.h"
 #include "tessera/plugin.h"
 
 static const ts_plugin_key ep_keys[] = {
@@ -82,19 +81,18 @@ static ts_status ep_transform(ts_plugin_ctx *ctx, ts_layout_plan *plan, void *us
 static ts_status ep_init(const ts_host *host, ts_plugin_ctx *ctx) {
     ep.host = host;
     ep.ctx = ctx;
-    if (!TS_HOST_HAS(host, register_experts))
+    if (!TS_REGISTRATION_HAS(host->reg, experts))
         return host->error(ctx, TS_ERR_PLUGIN, "needs a core with register_experts (ABI 1.1)");
     int64_t size, etp;
     const char *dispatcher;
-    TS_TRY(host->config_int(ctx, "size", &size));
-    TS_TRY(host->config_int(ctx, "tensor_size", &etp));
-    TS_TRY(host->config_str(ctx, "dispatcher", &dispatcher));
-    TS_TRY(host->register_axis(ctx, "ep", (int)size, TS_MESH_EXPERT));
-    TS_TRY(host->register_axis(ctx, "etp", (int)etp, TS_MESH_EXPERT));
-    TS_TRY(host->register_transform(ctx, "experts_over_ep", TS_PHASE_SHARD_EXPERT, ep_transform,
-                                    NULL));
+    TS_TRY(host->config->get_int(ctx, "size", &size));
+    TS_TRY(host->config->get_int(ctx, "tensor_size", &etp));
+    TS_TRY(host->config->get_str(ctx, "dispatcher", &dispatcher));
+    TS_TRY(host->reg->axis(ctx, "ep", (int)size, TS_MESH_EXPERT));
+    TS_TRY(host->reg->axis(ctx, "etp", (int)etp, TS_MESH_EXPERT));
+    TS_TRY(host->reg->transform(ctx, "experts_over_ep", TS_PHASE_SHARD_EXPERT, ep_transform, NULL));
     TS_TRY(ep_register_dispatchers(host, ctx));
-    return host->register_experts(ctx, "ep", dispatcher);
+    return host->reg->experts(ctx, "ep", dispatcher);
 }
 
 static const ts_plugin_descriptor ep_descriptor = {

@@ -9,7 +9,7 @@
  * layers_per_stage says; wte and wpe go with virtual stage 0, lnf with the
  * last. Virtual stage k lives on pipeline rank k % p as its model chunk
  * k / p (Megatron-LM's interleaving), so with v = 1 the stage is the rank;
- * zb_v places them in V order instead (host->set_stage_order: rank s holds
+ * zb_v places them in V order instead (host->reg->stage_order: rank s holds
  * virtual stages s and 2p - 1 - s, so the first and last meet on rank 0).
  * A plan entry's `stage` is its virtual stage; placements are untouched.
  *
@@ -23,7 +23,6 @@
 
 #include "schedule_file.h"
 #include "schedules.h"
-#include "tessera/layout.h"
 #include "tessera/plugin.h"
 
 static const ts_plugin_key pp_keys[] = {
@@ -122,8 +121,8 @@ static int pp_plan_size(ts_plugin_ctx *ctx, const ts_layout_plan *plan, ts_statu
 static ts_status pp_split_layers(ts_plugin_ctx *ctx, int *stage_of, int layers, int p, int v) {
     int pv = p * v;
     char size_at[128], v_at[128], why[256];
-    pp.host->config_where(ctx, "size", size_at, sizeof size_at);
-    pp.host->config_where(ctx, "virtual_stages", v_at, sizeof v_at);
+    pp.host->config->where(ctx, "size", size_at, sizeof size_at);
+    pp.host->config->where(ctx, "virtual_stages", v_at, sizeof v_at);
     if (!pp.layers_per_stage[0]) {
         if (layers % pv != 0)
             return pp.host->error(ctx, TS_ERR_CONFIG,
@@ -138,7 +137,7 @@ static ts_status pp_split_layers(ts_plugin_ctx *ctx, int *stage_of, int layers, 
     char at[128];
     int n;
     long sum;
-    pp.host->config_where(ctx, "layers_per_stage", at, sizeof at);
+    pp.host->config->where(ctx, "layers_per_stage", at, sizeof at);
     if (pp_layers_parse(pp.layers_per_stage, NULL, 0, &n, &sum, why, sizeof why))
         return pp.host->error(ctx, TS_ERR_CONFIG, "%s = '%s': %s", at, pp.layers_per_stage, why);
     if (n != pv)
@@ -214,7 +213,7 @@ static ts_status pp_scheduler(ts_plugin_ctx *ctx, const ts_plugin_schedule_args 
     pp_sink sink = {ctx, out};
     if (pp.from_file) {
         const pp_schedule_file *f = &pp.file;
-        pp.host->config_where(ctx, "schedule_file", at, sizeof at);
+        pp.host->config->where(ctx, "schedule_file", at, sizeof at);
         if (args->stages != f->ranks || args->micro_batches != f->micro_batches ||
             args->chunks != f->chunks)
             return pp.host->error(ctx, TS_ERR_CONFIG,
@@ -225,13 +224,13 @@ static ts_status pp_scheduler(ts_plugin_ctx *ctx, const ts_plugin_schedule_args 
         return pp_schedule_file_emit(f, args->stage, pp_append, &sink);
     }
     if (args->chunks != pp.virtual_stages) {
-        pp.host->config_where(ctx, "virtual_stages", at, sizeof at);
+        pp.host->config->where(ctx, "virtual_stages", at, sizeof at);
         return pp.host->error(ctx, TS_ERR_CONFIG, "asked for %d chunks per rank, but %s = %d",
                               args->chunks, at, pp.virtual_stages);
     }
     if (pp_schedule_check(pp.kind, args->stages, args->stage, args->micro_batches, args->chunks,
                           why, sizeof why)) {
-        pp.host->config_where(ctx, "schedule", at, sizeof at);
+        pp.host->config->where(ctx, "schedule", at, sizeof at);
         return pp.host->error(ctx, TS_ERR_CONFIG, "%s (%s)", why, at);
     }
     return pp_schedule_emit_cached(&pp.cache, pp.kind, args->stages, args->stage,
@@ -246,19 +245,19 @@ static ts_status pp_init(const ts_host *host, ts_plugin_ctx *ctx) {
     int64_t size = 1, v = 1;
     const char *schedule = NULL;
     char at[128], v_at[128], why[256];
-    TS_TRY(host->config_int(ctx, "size", &size));
-    TS_TRY(host->config_str(ctx, "schedule", &schedule));
-    TS_TRY(host->config_int(ctx, "virtual_stages", &v));
-    TS_TRY(host->config_str(ctx, "layers_per_stage", &pp.layers_per_stage));
+    TS_TRY(host->config->get_int(ctx, "size", &size));
+    TS_TRY(host->config->get_str(ctx, "schedule", &schedule));
+    TS_TRY(host->config->get_int(ctx, "virtual_stages", &v));
+    TS_TRY(host->config->get_str(ctx, "layers_per_stage", &pp.layers_per_stage));
     pp.virtual_stages = (int)v;
-    host->config_where(ctx, "schedule", at, sizeof at);
-    host->config_where(ctx, "virtual_stages", v_at, sizeof v_at);
+    host->config->where(ctx, "schedule", at, sizeof at);
+    host->config->where(ctx, "virtual_stages", v_at, sizeof v_at);
     const char *file = NULL;
-    TS_TRY(host->config_str(ctx, "schedule_file", &file));
+    TS_TRY(host->config->get_str(ctx, "schedule_file", &file));
     pp.from_file = schedule && strcmp(schedule, "file") == 0;
     if (pp.from_file) {
         char file_at[128];
-        host->config_where(ctx, "schedule_file", file_at, sizeof file_at);
+        host->config->where(ctx, "schedule_file", file_at, sizeof file_at);
         if (!file || !file[0])
             return host->error(ctx, TS_ERR_CONFIG, "%s = file needs [pp] schedule_file (%s)", at,
                                file_at);
@@ -273,15 +272,15 @@ static ts_status pp_init(const ts_host *host, ts_plugin_ctx *ctx) {
         }
         pp.kind = v > 1 ? PP_SCHEDULE_INTERLEAVED : PP_SCHEDULE_1F1B; /* for the checks below */
         if (pp.file.order != TS_STAGES_INTERLEAVED) {
-            if (!TS_HOST_HAS(host, set_stage_order))
+            if (!TS_REGISTRATION_HAS(host->reg, stage_order))
                 return host->error(ctx, TS_ERR_PLUGIN,
                                    "a V schedule needs a core that places "
                                    "stages in V order");
-            TS_TRY(host->set_stage_order(ctx, pp.file.order));
+            TS_TRY(host->reg->stage_order(ctx, pp.file.order));
         }
     } else if (file && file[0]) {
         char file_at[128];
-        host->config_where(ctx, "schedule_file", file_at, sizeof file_at);
+        host->config->where(ctx, "schedule_file", file_at, sizeof file_at);
         return host->error(ctx, TS_ERR_CONFIG, "%s is read only with [pp] schedule = file, not %s",
                            file_at, schedule);
     } else if (pp_schedule_kind_parse(schedule, &pp.kind) != TS_OK) {
@@ -303,26 +302,25 @@ static ts_status pp_init(const ts_host *host, ts_plugin_ctx *ctx) {
                            "%s = %d needs [pp] schedule = interleaved or zb_v, but %s = %s", v_at,
                            (int)v, at, schedule);
     if (pp_schedule_kind_order(pp.kind) != TS_STAGES_INTERLEAVED) {
-        if (!TS_HOST_HAS(host, set_stage_order))
+        if (!TS_REGISTRATION_HAS(host->reg, stage_order))
             return host->error(ctx, TS_ERR_PLUGIN,
                                "%s = %s needs a core that places stages in V "
                                "order (plugin ABI 1.1 with set_stage_order)",
                                at, schedule);
-        TS_TRY(host->set_stage_order(ctx, pp_schedule_kind_order(pp.kind)));
+        TS_TRY(host->reg->stage_order(ctx, pp_schedule_kind_order(pp.kind)));
     }
     if (pp.layers_per_stage[0]) {
         int n;
         long sum;
         if (pp_layers_parse(pp.layers_per_stage, NULL, 0, &n, &sum, why, sizeof why)) {
-            host->config_where(ctx, "layers_per_stage", at, sizeof at);
+            host->config->where(ctx, "layers_per_stage", at, sizeof at);
             return host->error(ctx, TS_ERR_CONFIG, "%s = '%s': %s", at, pp.layers_per_stage, why);
         }
     }
-    TS_TRY(
-        host->register_axis(ctx, "pp", size < 0 ? TS_PLUGIN_AXIS_AUTO : (int)size, TS_MESH_DENSE));
-    TS_TRY(host->register_transform(ctx, "pp_stages", TS_PHASE_PIPELINE, pp_transform, NULL));
-    return host->register_scheduler(ctx, pp.from_file ? "file" : pp_schedule_kind_name(pp.kind),
-                                    pp_scheduler, NULL);
+    TS_TRY(host->reg->axis(ctx, "pp", size < 0 ? TS_PLUGIN_AXIS_AUTO : (int)size, TS_MESH_DENSE));
+    TS_TRY(host->reg->transform(ctx, "pp_stages", TS_PHASE_PIPELINE, pp_transform, NULL));
+    return host->reg->scheduler(ctx, pp.from_file ? "file" : pp_schedule_kind_name(pp.kind),
+                                pp_scheduler, NULL);
 }
 
 static void pp_fini(const ts_host *host, ts_plugin_ctx *ctx) {

@@ -25,8 +25,8 @@
 
 #include <stddef.h> /* size_t */
 
-#include "tessera/plugin.h"  /* TS_PLUGIN_ACT_*: the action kinds emitted */
-#include "tessera/tessera.h" /* ts_status, TS_ERR_*                       */
+#include "tessera/plugin.h"        /* TS_PLUGIN_ACT_*: the action kinds emitted */
+#include "tessera/tessera_types.h" /* ts_status, TS_ERR_*                       */
 
 #ifdef __cplusplus
 extern "C" {

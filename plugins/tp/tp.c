@@ -23,7 +23,6 @@
  */
 #include <string.h>
 
-#include "tessera/layout.h"
 #include "tessera/plugin.h"
 
 static const ts_plugin_key tp_keys[] = {
@@ -73,7 +72,7 @@ static ts_status tp_transform(ts_plugin_ctx *ctx, ts_layout_plan *plan, void *us
             if (dim < 0) continue;
             if (e->layout.shape[dim] % ax->size != 0) {
                 char where[128];
-                tp.host->config_where(ctx, "size", where, sizeof where);
+                tp.host->config->where(ctx, "size", where, sizeof where);
                 return tp.host->error(ctx, TS_ERR_CONFIG,
                                       "%s: %s has %lld %s along dimension %d, not divisible by "
                                       "tp = %d",
@@ -87,7 +86,7 @@ static ts_status tp_transform(ts_plugin_ctx *ctx, ts_layout_plan *plan, void *us
         } else if (e->kind == TS_PLAN_ACTIVATION && tp.sequence_parallel) {
             if (e->layout.shape[1] % ax->size != 0) {
                 char where[128];
-                tp.host->config_where(ctx, "sequence_parallel", where, sizeof where);
+                tp.host->config->where(ctx, "sequence_parallel", where, sizeof where);
                 return tp.host->error(ctx, TS_ERR_CONFIG,
                                       "%s: seq_len = %lld is not divisible by tp = %d", where,
                                       (long long)e->layout.shape[1], ax->size);
@@ -102,10 +101,10 @@ static ts_status tp_init(const ts_host *host, ts_plugin_ctx *ctx) {
     memset(&tp, 0, sizeof tp);
     tp.host = host;
     int64_t size = 1;
-    TS_TRY(host->config_int(ctx, "size", &size));
-    TS_TRY(host->config_bool(ctx, "sequence_parallel", &tp.sequence_parallel));
-    TS_TRY(host->register_axis(ctx, "tp", (int)size, TS_MESH_DENSE));
-    return host->register_transform(ctx, "tp_megatron", TS_PHASE_SHARD_TENSOR, tp_transform, NULL);
+    TS_TRY(host->config->get_int(ctx, "size", &size));
+    TS_TRY(host->config->get_bool(ctx, "sequence_parallel", &tp.sequence_parallel));
+    TS_TRY(host->reg->axis(ctx, "tp", (int)size, TS_MESH_DENSE));
+    return host->reg->transform(ctx, "tp_megatron", TS_PHASE_SHARD_TENSOR, tp_transform, NULL);
 }
 
 static const ts_plugin_descriptor tp_descriptor = {

@@ -8,7 +8,7 @@
  *  1  the optimizer state. The flat buffers are cut by the layout rule (a
  *     1-D layout of numel elements, S(0) over dp: uneven parts allowed);
  *     rank r keeps master weights and moments for its range only
- *     (host->register_optimizer_state) and updates only it. The gradients
+ *     (host->reg->optimizer_state) and updates only it. The gradients
  *     are reduce-scattered to the range owners in buckets that start during
  *     backward (this plugin takes dp's gradient reduction over); after the
  *     update the ranges are all-gathered into the parameters.
@@ -45,7 +45,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "tessera/layout.h"
 #include "tessera/plugin.h"
 
 static const ts_plugin_key zero_keys[] = {
@@ -216,12 +215,12 @@ static ts_status zero_transform(ts_plugin_ctx *ctx, ts_layout_plan *plan, void *
 
 static ts_status zero_bind(void) {
     if (z.comm) return TS_OK;
-    z.comm = z.host->comm(z.ctx, "dp");
+    z.comm = z.host->comms->get(z.ctx, "dp");
     if (!z.comm) return z.host->error(z.ctx, TS_ERR_INVALID, "no dp communicator");
-    z.rank = z.host->comm_rank(z.comm);
-    z.ranks = z.host->comm_size(z.comm);
-    ts_comm *cp = z.host->comm(z.ctx, "cp");
-    z.cp_comm = cp && z.host->comm_size(cp) > 1 ? cp : NULL;
+    z.rank = z.host->comms->rank(z.comm);
+    z.ranks = z.host->comms->size(z.comm);
+    ts_comm *cp = z.host->comms->get(z.ctx, "cp");
+    z.cp_comm = cp && z.host->comms->size(cp) > 1 ? cp : NULL;
     if (z.ranks > ZERO_MAX_RANKS)
         return z.host->error(z.ctx, TS_ERR_INVALID, "more than %d dp ranks", ZERO_MAX_RANKS);
     return TS_OK;
@@ -248,7 +247,7 @@ static ts_status zero_ranges(size_t numel) {
     l.axes[0].placement = ts_placement_shard(0);
     for (int r = 0; r < z.ranks; r++) {
         int64_t off, cnt;
-        TS_TRY(z.host->layout_local_block(&l, &r, &off, &cnt));
+        TS_TRY(z.host->comms->layout_local_block(&l, &r, &off, &cnt));
         z.range_begin[r] = (size_t)off;
         z.range_count[r] = (size_t)cnt;
     }
@@ -260,7 +259,7 @@ static ts_status zero_check_offload(void) {
     const ts_plugin_model *m = z.host->model(z.ctx);
     if (!z.offload || !m || m->device != TS_DEVICE_CPU) return TS_OK;
     char where[256];
-    z.host->config_where(z.ctx, "offload", where, sizeof where);
+    z.host->config->where(z.ctx, "offload", where, sizeof where);
     return z.host->error(z.ctx, TS_ERR_CONFIG,
                          "%s: offload = cpu moves the optimizer state off the GPU, and this run "
                          "trains on the CPU ([train] device = cpu): nothing to offload",
@@ -294,8 +293,8 @@ static ts_status zero_after_step(ts_plugin_ctx *ctx, void *params, ts_dtype dtyp
     char *base = params;
     z.gather_bytes += numel * es;
     double t0 = zero_now();
-    ts_status st =
-        z.host->all_gatherv(z.comm, base + z.range_begin[z.rank] * es, base, z.range_count, dtype);
+    ts_status st = z.host->comms->all_gatherv(z.comm, base + z.range_begin[z.rank] * es, base,
+                                              z.range_count, dtype);
     z.wait_gather_s += zero_now() - t0; /* nothing to hide it behind */
     return st;
 }
@@ -305,7 +304,7 @@ static ts_status zero_after_step(ts_plugin_ctx *ctx, void *params, ts_dtype dtyp
 static ts_status zero_sum_cp(float *block, size_t n) {
     if (!z.cp_comm) return TS_OK;
     double t0 = zero_now();
-    ts_status st = z.host->all_reduce(z.cp_comm, block, block, n, TS_F32, TS_REDUCE_SUM);
+    ts_status st = z.host->comms->all_reduce(z.cp_comm, block, block, n, TS_F32, TS_REDUCE_SUM);
     z.wait_reduce_s += zero_now() - t0;
     return st;
 }
@@ -324,18 +323,18 @@ static ts_status zero_bucket_start(zero_bucket *b) {
     size_t counts[ZERO_MAX_RANKS];
     zero_bucket_counts(b->begin, b->end, counts);
     size_t mine = counts[z.rank] ? counts[z.rank] : 1;
-    b->block = z.host->device_alloc(z.ctx, TS_MEM_COMM, mine * sizeof(float));
+    b->block = z.host->dev->alloc(z.ctx, TS_MEM_COMM, mine * sizeof(float));
     if (!b->block) return zero_nomem();
     z.reduce_bytes += (b->end - b->begin) * sizeof(float);
-    return z.host->reduce_scatter_v_start(z.comm, z.grad_base + b->begin, b->block, counts, TS_F32,
-                                          TS_REDUCE_SUM, &b->req);
+    return z.host->comms->reduce_scatter_v_start(z.comm, z.grad_base + b->begin, b->block, counts,
+                                                 TS_F32, TS_REDUCE_SUM, &b->req);
 }
 
 /* Waits for bucket b and puts this rank's reduced part in place. */
 static ts_status zero_bucket_finish(zero_bucket *b) {
     if (!b->block) return TS_OK;
     double t0 = zero_now();
-    ts_status st = b->req ? z.host->wait(b->req) : TS_OK;
+    ts_status st = b->req ? z.host->comms->wait(b->req) : TS_OK;
     z.wait_reduce_s += zero_now() - t0;
     b->req = NULL;
     size_t lo = z.range_begin[z.rank], hi = lo + z.range_count[z.rank];
@@ -343,8 +342,8 @@ static ts_status zero_bucket_finish(zero_bucket *b) {
     if (hi > b->end) hi = b->end;
     if (!st && hi > lo) st = zero_sum_cp(b->block, hi - lo);
     if (!st && hi > lo)
-        st = z.host->device_copy(z.ctx, z.grad_base + lo, b->block, (hi - lo) * sizeof(float));
-    z.host->device_free(z.ctx, b->block);
+        st = z.host->dev->copy(z.ctx, z.grad_base + lo, b->block, (hi - lo) * sizeof(float));
+    z.host->dev->free(z.ctx, b->block);
     b->block = NULL;
     return st;
 }
@@ -407,7 +406,7 @@ static ts_status zero_setup_params(void) {
         p->counts = calloc((size_t)z.ranks, sizeof *p->counts);
         if (!p->counts) return zero_nomem();
         int coords[TS_LAYOUT_MAX_AXES];
-        TS_TRY(z.host->layout_coords(z.ctx, v->layout, coords));
+        TS_TRY(z.host->comms->layout_coords(z.ctx, v->layout, coords));
         int dp = zero_axis(v->layout, "dp");
         if (dp < 0 || !(v->provided >> dp & 1u))
             return z.host->error(z.ctx, TS_ERR_INVALID, "%s is not stored cut over dp", v->name);
@@ -425,7 +424,7 @@ static ts_status zero_setup_params(void) {
         for (int r = 0; r < z.ranks; r++) {
             int64_t off[TS_MAX_DIMS], shp[TS_MAX_DIMS];
             coords[dp] = r;
-            TS_TRY(z.host->layout_local_block(v->layout, coords, off, shp));
+            TS_TRY(z.host->comms->layout_local_block(v->layout, coords, off, shp));
             size_t c = 1;
             for (int d = 0; d < v->layout->ndim; d++)
                 c *= (size_t)shp[d];
@@ -464,17 +463,17 @@ static ts_status zero_setup_params(void) {
 static ts_status zero_gather_into(zero_param *p, int again) {
     if (p->whole && !again) return TS_OK;
     if (!p->whole)
-        p->whole = z.host->device_alloc(z.ctx, TS_MEM_PARAMS, (p->n_use ? p->n_use : 1) * p->es);
+        p->whole = z.host->dev->alloc(z.ctx, TS_MEM_PARAMS, (p->n_use ? p->n_use : 1) * p->es);
     if (!p->whole) return zero_nomem();
     void *dst = p->whole;
     if (p->outer > 1) { /* packed, unpacked in zero_use */
-        p->packed = z.host->device_alloc(z.ctx, TS_MEM_COMM, (p->n_use ? p->n_use : 1) * p->es);
+        p->packed = z.host->dev->alloc(z.ctx, TS_MEM_COMM, (p->n_use ? p->n_use : 1) * p->es);
         if (!p->packed) return zero_nomem();
         dst = p->packed;
     }
     z.gather_bytes += p->n_use * p->es;
-    return z.host->all_gatherv_start(z.comm, p->v->store->data, dst, p->counts, p->v->store->dtype,
-                                     &p->gather);
+    return z.host->comms->all_gatherv_start(z.comm, p->v->store->data, dst, p->counts,
+                                            p->v->store->dtype, &p->gather);
 }
 
 /* Between the whole (dimension `dim` full) and the blocks packed in rank
@@ -486,8 +485,8 @@ static ts_status zero_repack(const zero_param *p, void *whole, void *packed, siz
         size_t slice = p->rows[r] * p->inner * es;
         for (size_t o = 0; o < p->outer && slice; o++) {
             char *a = w + ((o * p->use_rows + p->row0[r]) * p->inner) * es;
-            TS_TRY(to_whole ? z.host->device_copy(z.ctx, a, k, slice)
-                            : z.host->device_copy(z.ctx, k, a, slice));
+            TS_TRY(to_whole ? z.host->dev->copy(z.ctx, a, k, slice)
+                            : z.host->dev->copy(z.ctx, k, a, slice));
             k += slice;
         }
     }
@@ -503,14 +502,14 @@ static ts_status zero_use(zero_param *p) {
     TS_TRY(zero_gather(p));
     if (p->gather) {
         double t0 = zero_now();
-        ts_status st = z.host->wait(p->gather);
+        ts_status st = z.host->comms->wait(p->gather);
         z.wait_gather_s += zero_now() - t0;
         p->gather = NULL;
         TS_TRY(st);
     }
     if (p->packed) {
         ts_status st = zero_repack(p, p->whole, p->packed, p->es, 1);
-        z.host->device_free(z.ctx, p->packed);
+        z.host->dev->free(z.ctx, p->packed);
         p->packed = NULL;
         TS_TRY(st);
     }
@@ -521,7 +520,7 @@ static ts_status zero_use(zero_param *p) {
 }
 
 static void zero_free_whole(zero_param *p) {
-    z.host->device_free(z.ctx, p->whole);
+    z.host->dev->free(z.ctx, p->whole);
     p->whole = NULL;
     p->v->use->data = NULL;
 }
@@ -556,13 +555,13 @@ static ts_status zero_prefetch(int k, int dir) {
 static ts_status zero_finish_oldest(void) {
     zero_pending *q = &z.pending[z.first_pending];
     double t0 = zero_now();
-    ts_status st = q->req ? z.host->wait(q->req) : TS_OK;
+    ts_status st = q->req ? z.host->comms->wait(q->req) : TS_OK;
     z.wait_reduce_s += zero_now() - t0;
     q->req = NULL;
     if (!st && q->n) st = zero_sum_cp(q->block, q->n);
-    if (!st && q->n) st = z.host->device_add(z.ctx, q->dst, q->block, q->n);
-    z.host->device_free(z.ctx, q->block);
-    z.host->device_free(z.ctx, q->whole);
+    if (!st && q->n) st = z.host->dev->add(z.ctx, q->dst, q->block, q->n);
+    z.host->dev->free(z.ctx, q->block);
+    z.host->dev->free(z.ctx, q->whole);
     z.pending_bytes -= q->bytes;
     z.first_pending++;
     if (z.first_pending == z.npending) z.first_pending = z.npending = 0;
@@ -576,19 +575,19 @@ static ts_status zero_progress(void) {
     for (int i = z.first_pending; i < z.npending; i++) {
         zero_pending *q = &z.pending[i];
         int done = 0;
-        if (q->req) TS_TRY(z.host->test(q->req, &done));
+        if (q->req) TS_TRY(z.host->comms->test(q->req, &done));
         if (done) q->req = NULL;
     }
     for (int i = 0; i < z.nparams; i++) {
         zero_param *p = &z.params[i];
         int done = 0;
-        if (p->gather) TS_TRY(z.host->test(p->gather, &done));
+        if (p->gather) TS_TRY(z.host->comms->test(p->gather, &done));
         if (done) p->gather = NULL;
     }
     for (int i = 0; i < z.nbuckets; i++) {
         zero_bucket *b = &z.buckets[i];
         int done = 0;
-        if (b->req) TS_TRY(z.host->test(b->req, &done));
+        if (b->req) TS_TRY(z.host->comms->test(b->req, &done));
         if (done) b->req = NULL;
     }
     return TS_OK;
@@ -606,10 +605,10 @@ static ts_status zero_reduce(zero_param *p) {
     zero_pending *q = &z.pending[z.npending];
     if (p->outer > 1) { /* the blocks packed in rank order, as the reduction wants them */
         float *packed =
-            z.host->device_alloc(z.ctx, TS_MEM_COMM, (p->n_use ? p->n_use : 1) * sizeof(float));
+            z.host->dev->alloc(z.ctx, TS_MEM_COMM, (p->n_use ? p->n_use : 1) * sizeof(float));
         if (!packed) return zero_nomem();
         ts_status st = zero_repack(p, p->grad, packed, sizeof(float), 0);
-        z.host->device_free(z.ctx, p->grad);
+        z.host->dev->free(z.ctx, p->grad);
         p->grad = packed;
         TS_TRY(st);
     }
@@ -617,11 +616,11 @@ static ts_status zero_reduce(zero_param *p) {
     q->n = p->n_store;
     q->bytes = p->n_use * sizeof(float);
     q->dst = p->v->store_grad->data;
-    q->block = z.host->device_alloc(z.ctx, TS_MEM_COMM, (q->n ? q->n : 1) * sizeof(float));
+    q->block = z.host->dev->alloc(z.ctx, TS_MEM_COMM, (q->n ? q->n : 1) * sizeof(float));
     if (!q->block) return zero_nomem();
     z.reduce_bytes += q->bytes;
-    TS_TRY(z.host->reduce_scatter_v_start(z.comm, q->whole, q->block, p->counts, TS_F32,
-                                          TS_REDUCE_SUM, &q->req));
+    TS_TRY(z.host->comms->reduce_scatter_v_start(z.comm, q->whole, q->block, p->counts, TS_F32,
+                                                 TS_REDUCE_SUM, &q->req));
     z.npending++;
     z.pending_bytes += q->bytes;
     p->grad = NULL;
@@ -671,9 +670,9 @@ static ts_status zero_module(ts_plugin_ctx *ctx, const ts_plugin_module_event *e
             if (z.stage == 3 && z.reshard) TS_TRY(zero_gather(p));
             if (!p->grad) {
                 size_t bytes = (p->n_use ? p->n_use : 1) * sizeof(float);
-                p->grad = z.host->device_alloc(z.ctx, TS_MEM_GRADS, bytes);
+                p->grad = z.host->dev->alloc(z.ctx, TS_MEM_GRADS, bytes);
                 if (!p->grad) return zero_nomem();
-                TS_TRY(z.host->device_zero(z.ctx, p->grad, bytes));
+                TS_TRY(z.host->dev->zero(z.ctx, p->grad, bytes));
             }
             p->grad_users++;
             p->v->use_grad->data = p->grad;
@@ -757,10 +756,10 @@ static ts_status zero_before_optimizer(ts_plugin_ctx *ctx, const ts_plugin_hook_
         for (int i = 0; z.stage == 3 && i < z.nparams; i++) {
             zero_param *p = &z.params[i];
             if (p->gather) {
-                TS_TRY(z.host->wait(p->gather));
+                TS_TRY(z.host->comms->wait(p->gather));
                 p->gather = NULL;
             }
-            z.host->device_free(z.ctx, p->packed);
+            z.host->dev->free(z.ctx, p->packed);
             p->packed = NULL;
             if (p->whole) zero_free_whole(p);
             p->holders = p->prefetched = 0;
@@ -786,39 +785,38 @@ static ts_status zero_init(const ts_host *host, ts_plugin_ctx *ctx) {
     int64_t stage, prefetch;
     const char *offload;
     double mb;
-    TS_TRY(host->config_int(ctx, "stage", &stage));
-    TS_TRY(host->config_int(ctx, "prefetch", &prefetch));
-    TS_TRY(host->config_bool(ctx, "reshard_after_forward", &z.reshard));
-    TS_TRY(host->config_bool(ctx, "overlap", &z.overlap));
-    TS_TRY(host->config_float(ctx, "bucket_mb", &mb));
-    TS_TRY(host->config_str(ctx, "offload", &offload));
+    TS_TRY(host->config->get_int(ctx, "stage", &stage));
+    TS_TRY(host->config->get_int(ctx, "prefetch", &prefetch));
+    TS_TRY(host->config->get_bool(ctx, "reshard_after_forward", &z.reshard));
+    TS_TRY(host->config->get_bool(ctx, "overlap", &z.overlap));
+    TS_TRY(host->config->get_float(ctx, "bucket_mb", &mb));
+    TS_TRY(host->config->get_str(ctx, "offload", &offload));
     z.stage = (int)stage;
     z.prefetch = (int)prefetch;
     z.bucket_bytes = mb * 1024.0 * 1024.0;
     z.offload = strcmp(offload, "cpu") == 0;
-    TS_TRY(host->register_transform(ctx, "zero", TS_PHASE_SHARD_OPTIMIZER, zero_transform, NULL));
-    TS_TRY(host->register_hook(ctx, TS_HOOK_BEFORE_FORWARD, zero_before_forward, NULL));
-    TS_TRY(host->register_hook(ctx, TS_HOOK_BEFORE_OPTIMIZER, zero_before_optimizer, NULL));
+    TS_TRY(host->reg->transform(ctx, "zero", TS_PHASE_SHARD_OPTIMIZER, zero_transform, NULL));
+    TS_TRY(host->reg->hook(ctx, TS_HOOK_BEFORE_FORWARD, zero_before_forward, NULL));
+    TS_TRY(host->reg->hook(ctx, TS_HOOK_BEFORE_OPTIMIZER, zero_before_optimizer, NULL));
     static const ts_plugin_optimizer_state_ops cut = {sizeof cut, zero_partition, zero_after_step,
                                                       0};
     static const ts_plugin_optimizer_state_ops cut_offload = {
         sizeof cut_offload, zero_partition, zero_after_step, TS_OPTIMIZER_STATE_OFFLOAD};
     /* The gradients are partial over cp too: zero sums its ranges or blocks
      * over it (dp's default reduction over dp-cp yields). */
-    TS_TRY(host->register_provider(ctx, TS_PROVIDE_GRAD_REDUCTION, "cp"));
+    TS_TRY(host->reg->provider(ctx, TS_PROVIDE_GRAD_REDUCTION, "cp"));
     if (z.stage == 1) {
-        TS_TRY(host->register_provider(ctx, TS_PROVIDE_GRAD_REDUCTION, "dp"));
-        TS_TRY(host->register_hook(ctx, TS_HOOK_GRAD_READY, zero_grad_ready, NULL));
+        TS_TRY(host->reg->provider(ctx, TS_PROVIDE_GRAD_REDUCTION, "dp"));
+        TS_TRY(host->reg->hook(ctx, TS_HOOK_GRAD_READY, zero_grad_ready, NULL));
     } else {
-        TS_TRY(host->register_provider(ctx, TS_PROVIDE_PARAM_STORAGE, "dp"));
+        TS_TRY(host->reg->provider(ctx, TS_PROVIDE_PARAM_STORAGE, "dp"));
         for (int k = 0; k < TS_MODULE_HOOK_COUNT; k++)
-            TS_TRY(
-                host->register_module_hook(ctx, (ts_plugin_module_hook_kind)k, zero_module, NULL));
+            TS_TRY(host->reg->module_hook(ctx, (ts_plugin_module_hook_kind)k, zero_module, NULL));
     }
     /* Stage 1 cuts the optimizer state itself; stages 2 and 3 cut it with
      * the blocks, and need the provider only to move it off the GPU. */
     if (z.stage == 1 || z.offload)
-        TS_TRY(host->register_optimizer_state(ctx, "dp", z.offload ? &cut_offload : &cut, NULL));
+        TS_TRY(host->reg->optimizer_state(ctx, "dp", z.offload ? &cut_offload : &cut, NULL));
     return TS_OK;
 }
 

@@ -10,7 +10,6 @@
  */
 #include <string.h>
 
-#include "tessera/layout.h"
 #include "tessera/plugin.h"
 
 static const ts_plugin_key dptwice_keys[] = {
@@ -23,14 +22,14 @@ static ts_plugin_ctx *dt_ctx;
 
 static ts_status dt_grad_ready(ts_plugin_ctx *ctx, const ts_plugin_hook_event *ev, void *user) {
     (void)user;
-    ts_comm *comm = dt_host->comm(ctx, "dp");
+    ts_comm *comm = dt_host->comms->get(ctx, "dp");
     if (!comm) return dt_host->error(ctx, TS_ERR_INVALID, "no dp communicator");
     size_t n = 1;
     for (int d = 0; d < ev->grad->ndim; d++)
         n *= (size_t)ev->grad->shape[d];
     void *g = ev->grad->data;
-    TS_TRY(dt_host->all_reduce(comm, g, g, n, TS_F32, TS_REDUCE_SUM));
-    return dt_host->all_reduce(comm, g, g, n, TS_F32, TS_REDUCE_SUM); /* the bug */
+    TS_TRY(dt_host->comms->all_reduce(comm, g, g, n, TS_F32, TS_REDUCE_SUM));
+    return dt_host->comms->all_reduce(comm, g, g, n, TS_F32, TS_REDUCE_SUM); /* the bug */
 }
 
 /* The batch and activations cut along their first dimension over dp. */
@@ -51,12 +50,11 @@ static ts_status dt_init(const ts_host *host, ts_plugin_ctx *ctx) {
     dt_host = host;
     dt_ctx = ctx;
     int64_t size = 0;
-    TS_TRY(host->config_int(ctx, "size", &size));
-    TS_TRY(
-        host->register_axis(ctx, "dp", size < 0 ? TS_PLUGIN_AXIS_AUTO : (int)size, TS_MESH_DENSE));
-    TS_TRY(host->register_transform(ctx, "dp_batch", TS_PHASE_SHARD_DATA, dt_transform, NULL));
-    TS_TRY(host->register_provider(ctx, TS_PROVIDE_GRAD_REDUCTION, "dp"));
-    return host->register_hook(ctx, TS_HOOK_GRAD_READY, dt_grad_ready, NULL);
+    TS_TRY(host->config->get_int(ctx, "size", &size));
+    TS_TRY(host->reg->axis(ctx, "dp", size < 0 ? TS_PLUGIN_AXIS_AUTO : (int)size, TS_MESH_DENSE));
+    TS_TRY(host->reg->transform(ctx, "dp_batch", TS_PHASE_SHARD_DATA, dt_transform, NULL));
+    TS_TRY(host->reg->provider(ctx, TS_PROVIDE_GRAD_REDUCTION, "dp"));
+    return host->reg->hook(ctx, TS_HOOK_GRAD_READY, dt_grad_ready, NULL);
 }
 
 static const ts_plugin_descriptor dptwice_descriptor = {

@@ -65,8 +65,8 @@ static ts_status fg_init(const ts_host *host, ts_plugin_ctx *ctx) {
     fg_host = host;
     if (!TS_HOST_HAS(host, model))
         return host->error(ctx, TS_ERR_PLUGIN, "needs a core of plugin ABI 1.1 or later");
-    TS_TRY(host->register_hook(ctx, TS_HOOK_BEFORE_FORWARD, fg_before_forward, NULL));
-    return host->register_hook(ctx, TS_HOOK_AFTER_OPTIMIZER, fg_after_optimizer, NULL);
+    TS_TRY(host->reg->hook(ctx, TS_HOOK_BEFORE_FORWARD, fg_before_forward, NULL));
+    return host->reg->hook(ctx, TS_HOOK_AFTER_OPTIMIZER, fg_after_optimizer, NULL);
 }
 
 static void fg_fini(const ts_host *host, ts_plugin_ctx *ctx) {

@@ -33,7 +33,7 @@ static ts_status gp_schedule(ts_plugin_ctx *ctx, const ts_plugin_schedule_args *
 
 static ts_status gp_init(const ts_host *host, ts_plugin_ctx *ctx) {
     gp_host = host;
-    return host->register_scheduler(ctx, "gpipe_sched", gp_schedule, NULL);
+    return host->reg->scheduler(ctx, "gpipe_sched", gp_schedule, NULL);
 }
 
 static const ts_plugin_descriptor gp_descriptor = {

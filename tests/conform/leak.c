@@ -33,8 +33,8 @@ static ts_status leak_before_optimizer(ts_plugin_ctx *ctx, const ts_plugin_hook_
 static ts_status leak_init(const ts_host *host, ts_plugin_ctx *ctx) {
     leak_host = host;
     leak_n = 0;
-    TS_TRY(host->config_int(ctx, "kib", &leak_kib));
-    return host->register_hook(ctx, TS_HOOK_BEFORE_OPTIMIZER, leak_before_optimizer, NULL);
+    TS_TRY(host->config->get_int(ctx, "kib", &leak_kib));
+    return host->reg->hook(ctx, TS_HOOK_BEFORE_OPTIMIZER, leak_before_optimizer, NULL);
 }
 
 static void leak_fini(const ts_host *host, ts_plugin_ctx *ctx) {

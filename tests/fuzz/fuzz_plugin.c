@@ -67,24 +67,31 @@ static void fuzz_descriptor(const uint8_t *data, size_t size) {
         keys[i].min = lo == INT8_MIN && hi == INT8_MIN ? 1 : lo;
         keys[i].max = lo == INT8_MIN && hi == INT8_MIN ? 0 : hi;
     }
-    ts_plugin_descriptor d;
-    memset(&d, 0, sizeof d);
-    d.abi_version = flags & 1 ? (uint32_t)minor * 0x01010101u
+    /* The object is as large as any struct_size it claims (up to 255): the
+     * loader reads every field the size covers, as ABI 1.3's flags past fini,
+     * which this file's ts_plugin_descriptor does not declare. */
+    union {
+        ts_plugin_descriptor fields;
+        unsigned char bytes[256];
+    } desc;
+    memset(&desc, 0, sizeof desc);
+    ts_plugin_descriptor *d = &desc.fields;
+    d->abi_version = flags & 1 ? (uint32_t)minor * 0x01010101u
                               : TS_PLUGIN_ABI_MAKE(TS_PLUGIN_ABI_MAJOR, minor % 4);
-    d.struct_size = flags & 2 ? (uint32_t)minor : (uint32_t)sizeof d;
-    d.name = fuzz_str(&r, &pp, pend);
-    d.version = fuzz_str(&r, &pp, pend);
-    d.description = fuzz_str(&r, &pp, pend);
-    d.keys = flags & 8 ? NULL : keys;
-    d.nkeys = nkeys;
-    d.init = flags & 4 ? NULL : fuzz_init;
+    d->struct_size = flags & 2 ? (uint32_t)minor : (uint32_t)sizeof *d;
+    d->name = fuzz_str(&r, &pp, pend);
+    d->version = fuzz_str(&r, &pp, pend);
+    d->description = fuzz_str(&r, &pp, pend);
+    d->keys = flags & 8 ? NULL : keys;
+    d->nkeys = nkeys;
+    d->init = flags & 4 ? NULL : fuzz_init;
     for (int i = 0; i < nbuilt; i++) {
         keys[i].name = fuzz_str(&r, &pp, pend);
         keys[i].def = fuzz_str(&r, &pp, pend);
         keys[i].choices = fuzz_str(&r, &pp, pend);
         keys[i].help = fuzz_str(&r, &pp, pend);
     }
-    if (ts_plugin_descriptor_check("fuzz", "/fuzz/tessera-fuzz.so", &d) != TS_OK) return;
+    if (ts_plugin_descriptor_check("fuzz", "/fuzz/tessera-fuzz.so", d) != TS_OK) return;
 
     /* Registered as the loader registers them (plugin.c plg_register_keys). */
     ts_config *cfg;
@@ -92,15 +99,15 @@ static void fuzz_descriptor(const uint8_t *data, size_t size) {
     const ts_key_spec *core = ts_config_core_keys(&ncore);
     if (ts_config_create(&cfg) != TS_OK || ts_config_register(cfg, core, ncore) != TS_OK) abort();
     ts_key_spec specs[FUZZ_MAX_KEYS];
-    for (int i = 0; i < d.nkeys; i++) {
-        const ts_plugin_key *k = &d.keys[i];
+    for (int i = 0; i < d->nkeys; i++) {
+        const ts_plugin_key *k = &d->keys[i];
         specs[i] = (ts_key_spec){"fuzz", k->name, (ts_key_type)k->type, k->def,
                                  k->min, k->max,  k->choices,           k->help};
     }
-    if (d.nkeys == 0 || ts_config_register(cfg, specs, d.nkeys) == TS_OK) {
+    if (d->nkeys == 0 || ts_config_register(cfg, specs, d->nkeys) == TS_OK) {
         if (ts_config_validate(cfg) == TS_OK)
-            for (int i = 0; i < d.nkeys; i++) {
-                const ts_plugin_key *k = &d.keys[i];
+            for (int i = 0; i < d->nkeys; i++) {
+                const ts_plugin_key *k = &d->keys[i];
                 switch (k->type) {
                 case TS_PLUGIN_KEY_INT: (void)ts_config_int(cfg, "fuzz", k->name); break;
                 case TS_PLUGIN_KEY_FLOAT: (void)ts_config_float(cfg, "fuzz", k->name); break;

@@ -7,7 +7,6 @@
  */
 #include <string.h>
 
-#include "tessera/layout.h"
 #include "tessera/plugin.h"
 
 static const ts_plugin_key axisspec_keys[] = {
@@ -31,7 +30,7 @@ static ts_status axisspec_transform(ts_plugin_ctx *ctx, ts_layout_plan *plan, vo
 
 static ts_status axisspec_init(const ts_host *host, ts_plugin_ctx *ctx) {
     const char *how;
-    TS_TRY(host->config_str(ctx, "how", &how));
+    TS_TRY(host->config->get_str(ctx, "how", &how));
     ts_plugin_axis_spec s = {.struct_size = sizeof s,
                              .name = "own",
                              .size = 2,
@@ -41,10 +40,9 @@ static ts_status axisspec_init(const ts_host *host, ts_plugin_ctx *ctx) {
     if (strcmp(how, "before_nothing") == 0) s.before = "nothing";
     if (strcmp(how, "bad_name") == 0) s.name = "Own";
     if (strcmp(how, "small") == 0) s.struct_size = 4;
-    TS_TRY(host->register_axis_spec(ctx, &s));
-    TS_TRY(
-        host->register_transform(ctx, "own_batch", TS_PHASE_SHARD_DATA, axisspec_transform, NULL));
-    return host->register_provider(ctx, TS_PROVIDE_GRAD_REDUCTION, "own");
+    TS_TRY(host->reg->axis_spec(ctx, &s));
+    TS_TRY(host->reg->transform(ctx, "own_batch", TS_PHASE_SHARD_DATA, axisspec_transform, NULL));
+    return host->reg->provider(ctx, TS_PROVIDE_GRAD_REDUCTION, "own");
 }
 
 static const ts_plugin_descriptor axisspec_descriptor = {
@@ -57,6 +55,7 @@ static const ts_plugin_descriptor axisspec_descriptor = {
     1,
     axisspec_init,
     NULL,
+    0, /* flags: its state is the process's, one trainer at a time */
 };
 
 TS_PLUGIN_EXPORT const ts_plugin_descriptor *tessera_plugin_descriptor(void) {

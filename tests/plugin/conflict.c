@@ -7,7 +7,6 @@
  */
 #include <string.h>
 
-#include "tessera/layout.h"
 #include "tessera/plugin.h"
 
 static ts_status conflict_stages(ts_plugin_ctx *ctx, ts_layout_plan *plan, void *user) {

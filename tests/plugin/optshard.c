@@ -34,9 +34,9 @@ static size_t optshard_begin(size_t n, int r, int R) {
 static ts_status optshard_partition(ts_plugin_ctx *ctx, size_t numel, size_t *begin, size_t *end,
                                     void *user) {
     (void)user;
-    ts_comm *comm = os.host->comm(ctx, os.axis);
+    ts_comm *comm = os.host->comms->get(ctx, os.axis);
     if (!comm) return os.host->error(ctx, TS_ERR_INVALID, "no %s communicator", os.axis);
-    int r = os.host->comm_rank(comm), R = os.host->comm_size(comm);
+    int r = os.host->comms->rank(comm), R = os.host->comms->size(comm);
     *begin = optshard_begin(numel, r, R) + (os.skew && r > 0);
     *end = optshard_begin(numel, r + 1, R);
     return TS_OK;
@@ -45,30 +45,31 @@ static ts_status optshard_partition(ts_plugin_ctx *ctx, size_t numel, size_t *be
 static ts_status optshard_after_step(ts_plugin_ctx *ctx, void *params, ts_dtype dtype, size_t numel,
                                      void *user) {
     (void)user;
-    ts_comm *comm = os.host->comm(ctx, os.axis);
+    ts_comm *comm = os.host->comms->get(ctx, os.axis);
     if (!comm) return os.host->error(ctx, TS_ERR_INVALID, "no %s communicator", os.axis);
-    int r = os.host->comm_rank(comm), R = os.host->comm_size(comm);
+    int r = os.host->comms->rank(comm), R = os.host->comms->size(comm);
     size_t counts[R], es = dtype == TS_BF16 ? 2 : 4;
     for (int k = 0; k < R; k++)
         counts[k] = optshard_begin(numel, k + 1, R) - optshard_begin(numel, k, R);
     char *base = params;
-    return os.host->all_gatherv(comm, base + optshard_begin(numel, r, R) * es, base, counts, dtype);
+    return os.host->comms->all_gatherv(comm, base + optshard_begin(numel, r, R) * es, base, counts,
+                                       dtype);
 }
 
 static ts_status optshard_init(const ts_host *host, ts_plugin_ctx *ctx) {
     os.host = host;
     os.ctx = ctx;
-    if (!TS_HOST_HAS(host, register_optimizer_state))
+    if (!TS_REGISTRATION_HAS(host->reg, optimizer_state))
         return host->error(ctx, TS_ERR_PLUGIN, "needs a core of plugin ABI 1.1 or later");
-    TS_TRY(host->config_str(ctx, "axis", &os.axis));
-    TS_TRY(host->config_bool(ctx, "skew", &os.skew));
+    TS_TRY(host->config->get_str(ctx, "axis", &os.axis));
+    TS_TRY(host->config->get_bool(ctx, "skew", &os.skew));
     static const ts_plugin_optimizer_state_ops ops = {
         sizeof ops,
         optshard_partition,
         optshard_after_step,
         0,
     };
-    return host->register_optimizer_state(ctx, os.axis, &ops, NULL);
+    return host->reg->optimizer_state(ctx, os.axis, &ops, NULL);
 }
 
 static const ts_plugin_descriptor optshard_descriptor = {
@@ -81,6 +82,7 @@ static const ts_plugin_descriptor optshard_descriptor = {
     2,
     optshard_init,
     NULL,
+    0, /* flags: its state is the process's, one trainer at a time */
 };
 
 TS_PLUGIN_EXPORT const ts_plugin_descriptor *tessera_plugin_descriptor(void) {

@@ -25,8 +25,8 @@ static ts_status poison_grad_ready(ts_plugin_ctx *ctx, const ts_plugin_hook_even
 static int64_t poison_step = -1;
 
 static ts_status poison_init(const ts_host *host, ts_plugin_ctx *ctx) {
-    TS_TRY(host->config_int(ctx, "step", &poison_step));
-    return host->register_hook(ctx, TS_HOOK_GRAD_READY, poison_grad_ready, &poison_step);
+    TS_TRY(host->config->get_int(ctx, "step", &poison_step));
+    return host->reg->hook(ctx, TS_HOOK_GRAD_READY, poison_grad_ready, &poison_step);
 }
 
 static const ts_plugin_descriptor poison_descriptor = {
@@ -39,6 +39,7 @@ static const ts_plugin_descriptor poison_descriptor = {
     1,
     poison_init,
     NULL,
+    0, /* flags: its state is the process's, one trainer at a time */
 };
 
 TS_PLUGIN_EXPORT const ts_plugin_descriptor *tessera_plugin_descriptor(void) {
