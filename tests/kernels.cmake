@@ -76,3 +76,13 @@ foreach(entry ${TESSERA_LLAMA_KERNEL_TESTS})
   set_tests_properties(${test_name} PROPERTIES
     LABELS core ENVIRONMENT "${TESSERA_TEST_ENV}")
 endforeach()
+# A head larger than the kernel's tiles stops the process naming it (it
+# overran the stack before): the test passes on the message, whatever the
+# exit status of the abort.
+add_test(NAME kernels_gqa_attention_refuses_a_head_over_1024
+  COMMAND bash -c "\"$0\" gqa_head_too_large 2>&1; echo \"exit status $?\""
+    $<TARGET_FILE:test_llama_kernels>)
+set_tests_properties(kernels_gqa_attention_refuses_a_head_over_1024 PROPERTIES
+  LABELS core ENVIRONMENT "${TESSERA_TEST_ENV}"
+  PASS_REGULAR_EXPRESSION
+    "ts_cpu_gqa_attention: head size 1025 outside \\[1, 1024\\].*exit status 134")

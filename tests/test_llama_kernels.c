@@ -622,6 +622,16 @@ static void test_time(void) {
     free(b.pos);
 }
 
+/* A head over TS_CPU_GQA_MAX_HEAD: the kernel stops before it touches a
+ * buffer (all one float: a tile of it would overrun the stack). */
+static void test_gqa_head_too_large(void) {
+    float one = 0;
+    printf("  forward, hs %d: expect a stop naming it\n", TS_CPU_GQA_MAX_HEAD + 1);
+    fflush(stdout);
+    ts_cpu_gqa_attention_forward(&one, &one, &one, 1, 1, 1, 1, TS_CPU_GQA_MAX_HEAD + 1);
+    expect(0, "the forward returned", TS_CPU_GQA_MAX_HEAD + 1, TS_CPU_GQA_MAX_HEAD);
+}
+
 /* --- driver ------------------------------------------------------------------------------- */
 
 static const kernel_test TESTS[] = {
@@ -632,6 +642,7 @@ static const kernel_test TESTS[] = {
     {"gqa_attention", test_gqa_attention},
     {"gqa_attention_mha", test_gqa_attention_mha},
     {"threads", test_llama_threads},
+    {"gqa_head_too_large", test_gqa_head_too_large},
     {"time", test_time},
 };
 

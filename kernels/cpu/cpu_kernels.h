@@ -224,7 +224,9 @@ void ts_cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, in
 
 /* Grouped-query causal attention (Ainslie et al. 2023): NH query heads,
  * NKV key/value heads (NKV divides NH), query head h reading kv head
- * h / (NH / NKV); head size hs (at most 1024), scores scaled by 1/sqrt(hs).
+ * h / (NH / NKV); head size hs (at most TS_CPU_GQA_MAX_HEAD: a caller
+ * refuses more; the kernels stop the process saying so rather than overrun
+ * their tiles), scores scaled by 1/sqrt(hs).
  * The packed row of qkv (B, T, W), W = (NH + 2 NKV) hs, holds q (NH hs),
  * then k (NKV hs), then v (NKV hs); with NKV = NH it is the (B, T, 3C) of
  * ts_cpu_attention_forward, C = NH hs. out (B, T, NH hs). K and V are never
@@ -238,6 +240,7 @@ void ts_cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, in
  *           key's summed over its NH/NKV query heads in order, then rows in
  *           order: the same bits on any thread count (and at most B NKV
  *           threads busy). */
+#define TS_CPU_GQA_MAX_HEAD 1024
 size_t ts_cpu_gqa_attention_saved_floats(int B, int NH, int T);
 void ts_cpu_gqa_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
                                   int NKV, int hs);

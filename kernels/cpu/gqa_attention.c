@@ -31,6 +31,8 @@
  * sliding window, dropout, bf16.
  */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "cpu_kernels.h"
 #include "tasks.h"
@@ -46,6 +48,15 @@
 
 size_t ts_cpu_gqa_attention_saved_floats(int B, int NH, int T) {
     return (size_t)B * NH * T;
+}
+
+/* A head larger than the tiles hold is a caller's bug (cpu_kernels.h):
+ * stop, naming it, before a tile overruns the stack. */
+static void gqa_check_head(int hs) {
+    if (hs >= 1 && hs <= TS_CPU_GQA_MAX_HEAD) return;
+    fprintf(stderr, "ts_cpu_gqa_attention: head size %d outside [1, %d]\n", hs,
+            TS_CPU_GQA_MAX_HEAD);
+    abort();
 }
 
 /* Keys per tile for head size hs: a multiple of GQA_LANES. */
@@ -136,6 +147,7 @@ void ts_cpu_gqa_attention_forward(float *out,       /* (B, T, NH hs) */
                                   float *lse,       /* (B, NH, T) */
                                   const float *qkv, /* (B, T, (NH + 2 NKV) hs) */
                                   int B, int T, int NH, int NKV, int hs) {
+    gqa_check_head(hs);
     int rep = NH / NKV, kw = gqa_tile_keys(hs), nblk = (T + GQA_QROWS - 1) / GQA_QROWS;
     size_t W = (size_t)(NH + 2 * NKV) * hs, OW = (size_t)NH * hs;
     float scale = 1.0f / sqrtf((float)hs);
@@ -252,6 +264,7 @@ void ts_cpu_gqa_attention_backward(float *dqkv,       /* (B, T, (NH + 2 NKV) hs)
                                    const float *out,  /* (B, T, NH hs) */
                                    const float *lse,  /* (B, NH, T) */
                                    int B, int T, int NH, int NKV, int hs) {
+    gqa_check_head(hs);
     int rep = NH / NKV;
     gqa_shape sh = {.W = (size_t)(NH + 2 * NKV) * hs,
                     .OW = (size_t)NH * hs,
