@@ -1,6 +1,7 @@
 /*
- * cuda_kernels.h — the CUDA kernels of a GPT-2 step, and the small device
- * context (device, stream, cuBLAS handles) they run on.
+ * cuda_kernels.h — the CUDA kernels of a GPT-2 step and of a Llama-class
+ * block, and the small device context (device, stream, cuBLAS handles) they
+ * run on.
  *
  * Every kernel mirrors a CPU reference kernel of cpu_kernels.h with the same
  * argument order — `out` first, inputs next, dimensions last (B batch, T time,

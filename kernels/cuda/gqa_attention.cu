@@ -404,8 +404,8 @@ static ts_status gqa_backward_d(float *dqkv, const float *dout, const float *qkv
     gqa_dkv_kernel<D><<<dim3(tiles, (unsigned)(B * g.NKV)), GQA_THREADS, sm_kv, s>>>(
         dqkv, dout, qkv, out, lse, g);
     TS_CUDA_CHECK_LAUNCH();
-    gqa_dq_kernel<D><<<dim3(tiles, (unsigned)(B * g.NH)), GQA_THREADS, sm_q, s>>>(
-        dqkv, dout, qkv, out, lse, g);
+    gqa_dq_kernel<D>
+        <<<dim3(tiles, (unsigned)(B * g.NH)), GQA_THREADS, sm_q, s>>>(dqkv, dout, qkv, out, lse, g);
     TS_CUDA_CHECK_LAUNCH();
     return TS_OK;
 }

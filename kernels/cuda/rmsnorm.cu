@@ -57,10 +57,10 @@ __global__ static void rmsnorm_dinp_kernel(float *dinp,         /* (N, C) */
 }
 
 /* blockDim (RMS_COLS, RMS_ROWS); block b owns channels [b*RMS_COLS, +RMS_COLS). */
-__global__ static void rmsnorm_dweight_kernel(float *dweight,     /* (C) */
-                                              const float *dout,  /* (N, C) */
-                                              const float *inp,   /* (N, C) */
-                                              const float *rstd,  /* (N) */
+__global__ static void rmsnorm_dweight_kernel(float *dweight,    /* (C) */
+                                              const float *dout, /* (N, C) */
+                                              const float *inp,  /* (N, C) */
+                                              const float *rstd, /* (N) */
                                               int N, int C) {
     __shared__ float sh[RMS_ROWS][RMS_COLS];
     int c = blockIdx.x * RMS_COLS + threadIdx.x;

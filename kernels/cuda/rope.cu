@@ -56,7 +56,7 @@ static ts_status rope_launch(const char *kernel, float *out, const float *inp, c
                         kernel, N, nheads, hs, os, is);
     if (!N || !nheads) return TS_OK;
     rope_kernel<<<(unsigned)N, ROPE_THREADS, 0, ts_cuda_cur_stream()>>>(out, inp, pos, inv_freq,
-                                                                       nheads, hs, os, is, sign);
+                                                                        nheads, hs, os, is, sign);
     TS_CUDA_CHECK_LAUNCH();
     return TS_OK;
 }
@@ -67,8 +67,7 @@ ts_status ts_cuda_rope_forward(float *out, const float *inp, const int32_t *pos,
 }
 
 ts_status ts_cuda_rope_backward(float *dinp, const float *dout, const int32_t *pos,
-                                const float *inv_freq, int N, int nheads, int hs, int ds,
-                                int dos) {
+                                const float *inv_freq, int N, int nheads, int hs, int ds, int dos) {
     return rope_launch("ts_cuda_rope_backward", dinp, dout, pos, inv_freq, N, nheads, hs, ds, dos,
                        -1);
 }
