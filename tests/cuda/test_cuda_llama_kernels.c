@@ -146,6 +146,13 @@ static void check_bits(const char *what, const float *d_gpu, const float *prev, 
     free(g);
 }
 
+/* A bad shape is refused with TS_ERR_INVALID before anything is launched. */
+static void expect_invalid(const char *what, ts_status st) {
+    int ok = st == TS_ERR_INVALID;
+    printf("  %-44s %s\n", what, ok ? "refused ok" : "not refused FAIL");
+    if (!ok) g_failures++;
+}
+
 /* --- RMSNorm ------------------------------------------------------------------ */
 static void rmsnorm_case(int N, int C) {
     const float eps = 1e-5f;
@@ -257,6 +264,10 @@ static void rope_case(int N, int nheads, int hs, int col, int is, int os, int sc
 }
 
 static void test_rope(void) {
+    printf("rope refusals\n");
+    expect_invalid("hs 63 (odd)", ts_cuda_rope_forward(NULL, NULL, NULL, NULL, 4, 1, 63, 64, 64));
+    expect_invalid("stride 100 < 2 heads of 64",
+                   ts_cuda_rope_backward(NULL, NULL, NULL, NULL, 4, 2, 64, 100, 128));
     int N = 20 + rnd_int(60);
     /* q and k of a GQA qkv row in one call (NH 4 + NKV 1 heads of 128) */
     rope_case(N, 5, 128, 0, 6 * 128, 5 * 128 + 3, 1);
@@ -339,6 +350,11 @@ static void gqa_case(int B, int T, int NH, int NKV, int hs) {
 }
 
 static void test_gqa_attention(void) {
+    printf("gqa_attention refusals\n");
+    expect_invalid("hs 160 > 128",
+                   ts_cuda_gqa_attention_forward(NULL, NULL, NULL, 1, 4, 4, 1, 160));
+    expect_invalid("NKV 3 does not divide NH 4",
+                   ts_cuda_gqa_attention_backward(NULL, NULL, NULL, NULL, NULL, 1, 4, 4, 3, 64));
     gqa_case(2, 33 + rnd_int(64), 4, 1, 64);  /* 4:1, T not a tile multiple */
     gqa_case(1, 40 + rnd_int(60), 4, 2, 128); /* 2:1 at Llama's head size */
     gqa_case(2, 20 + rnd_int(50), 2, 2, 128); /* 1:1, multi-head attention */
