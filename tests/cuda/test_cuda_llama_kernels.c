@@ -22,9 +22,7 @@
  * exits with 77 (ctest's skip code in tests/cuda.cmake). tests/cuda_emu.cmake
  * builds the same source over the host emulator (label `emulated`).
  */
-#include <cuda_runtime_api.h> /* cudaMalloc, cudaMemcpy, cudaMemset */
-#include <math.h>
-#include <stdint.h>
+#include <cuda_runtime_api.h> /* cudaFree, cudaMemset */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,124 +30,16 @@
 #include <unistd.h>
 
 #include "cpu_kernels.h"  /* the reference */
+#include "cuda_check.h"   /* random inputs, device buffers, checks */
 #include "cuda_kernels.h" /* the kernels under test */
 
 #define TOL_ELEM 1e-6 /* RMSNorm, rope, SwiGLU */
 #define TOL_ATT 1e-5  /* attention */
 
-static int g_failures;
-
-/* --- random numbers (xorshift64*) ------------------------------------------ */
-static uint64_t g_rng;
-static uint32_t rnd_u32(void) {
-    g_rng ^= g_rng >> 12;
-    g_rng ^= g_rng << 25;
-    g_rng ^= g_rng >> 27;
-    return (uint32_t)((g_rng * 2685821657736338717ull) >> 32);
-}
-static int rnd_int(int n) {
-    return (int)(rnd_u32() % (uint32_t)n);
-}
-/* uniform in [-scale, scale) */
-static float rnd_f(float scale) {
-    return scale * ((float)rnd_u32() / 2147483648.0f - 1.0f);
-}
-static float *host_rand(size_t n, float scale) {
-    float *x = malloc(n * sizeof *x);
-    for (size_t i = 0; i < n; i++)
-        x[i] = rnd_f(scale);
-    return x;
-}
-static float *host_copy(const float *x, size_t n) {
-    float *y = malloc(n * sizeof *y);
-    memcpy(y, x, n * sizeof *y);
-    return y;
-}
-
-/* --- device helpers: a failure here is a broken test machine, so abort ------ */
-static void cu(cudaError_t e, const char *what) {
-    if (e == cudaSuccess) return;
-    fprintf(stderr, "FATAL: %s: %s\n", what, cudaGetErrorString(e));
-    exit(1);
-}
-static void ts(ts_status st, const char *what) {
-    if (st == TS_OK) return;
-    fprintf(stderr, "FAIL: %s returned %d: %s\n", what, (int)st, ts_last_error());
-    exit(1);
-}
-#define CALL(expr) ts((expr), #expr)
-
-static void *dev_alloc(size_t bytes) {
-    void *p = NULL;
-    cu(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
-    return p;
-}
-/* Copies host data up and synchronizes (the kernels' stream is non-blocking
- * with respect to the legacy stream's copies). */
-static void *dev_from(const void *h, size_t bytes) {
-    void *d = dev_alloc(bytes);
-    cu(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-    cu(cudaDeviceSynchronize(), "sync");
-    return d;
-}
-static float *dev_f(const float *h, size_t n) {
-    return dev_from(h, n * sizeof(float));
-}
-/* Fills a device buffer with NaN (all-ones bytes). */
-static void poison(void *d, size_t bytes) {
-    cu(cudaMemset(d, 0xff, bytes), "cudaMemset");
-    cu(cudaDeviceSynchronize(), "sync");
-}
-static float *dev_nan(size_t n) {
-    float *d = dev_alloc(n * sizeof *d);
-    poison(d, n * sizeof *d);
-    return d;
-}
-/* Overwrites a device buffer with host data. */
-static void dev_set(float *d, const float *h, size_t n) {
-    cu(cudaMemcpy(d, h, n * sizeof *h, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-    cu(cudaDeviceSynchronize(), "sync");
-}
-/* Waits for the kernels' stream, then copies down into a new host array. */
-static float *host_f(const float *d, size_t n) {
-    CALL(ts_cuda_sync());
-    float *h = malloc(n ? n * sizeof *h : 1);
-    cu(cudaMemcpy(h, d, n * sizeof *h, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-    return h;
-}
-
-/* --- comparison ------------------------------------------------------------- */
-static double rel_err(const float *gpu, const float *cpu, size_t n) {
-    double maxdiff = 0.0, maxref = 1.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)gpu[i] - (double)cpu[i]);
-        if (isnan(d)) return INFINITY;
-        if (d > maxdiff) maxdiff = d;
-        if (fabs((double)cpu[i]) > maxref) maxref = fabs((double)cpu[i]);
-    }
-    return maxdiff / maxref;
-}
-static void check(const char *what, const float *d_gpu, const float *cpu, size_t n, double tol) {
-    float *g = host_f(d_gpu, n);
-    double e = rel_err(g, cpu, n);
-    int ok = e <= tol;
-    printf("  %-44s rel err %.3g (tol %.0e) %s\n", what, e, tol, ok ? "ok" : "FAIL");
-    if (!ok) g_failures++;
-    free(g);
-}
-/* The device array's bits equal the host array's (an earlier run's). */
-static void check_bits(const char *what, const float *d_gpu, const float *prev, size_t n) {
-    float *g = host_f(d_gpu, n);
-    int ok = memcmp(g, prev, n * sizeof *g) == 0;
-    printf("  %-44s %s\n", what, ok ? "bitwise equal ok" : "bits differ FAIL");
-    if (!ok) g_failures++;
-    free(g);
-}
-
 /* A bad shape is refused with TS_ERR_INVALID before anything is launched. */
 static void expect_invalid(const char *what, ts_status st) {
     int ok = st == TS_ERR_INVALID;
-    printf("  %-44s %s\n", what, ok ? "refused ok" : "not refused FAIL");
+    printf("  %-40s %s\n", what, ok ? "refused ok" : "not refused FAIL");
     if (!ok) g_failures++;
 }
 
@@ -173,7 +63,7 @@ static void rmsnorm_case(int N, int C) {
     float *g_out = host_f(d_out, nc);
     poison(d_out, nc * sizeof(float));
     CALL(ts_cuda_rmsnorm_forward(d_out, d_rstd, d_inp, d_w, eps, N, C));
-    check_bits("forward out repeatable", d_out, g_out, nc);
+    check_bits("forward out repeatable", d_out, g_out, nc * sizeof(float));
     /* both backward passes from the CPU's rstd */
     float *d_rstd_c = dev_f(rstd, N);
     ts_cpu_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
@@ -183,8 +73,8 @@ static void rmsnorm_case(int N, int C) {
     float *g_dinp = host_f(d_dinp, nc), *g_dw = host_f(d_dw, C);
     dev_set(d_dinp, dinp0, nc), dev_set(d_dw, dw0, C);
     CALL(ts_cuda_rmsnorm_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd_c, N, C));
-    check_bits("backward dinp repeatable", d_dinp, g_dinp, nc);
-    check_bits("backward dweight repeatable", d_dw, g_dw, C);
+    check_bits("backward dinp repeatable", d_dinp, g_dinp, nc * sizeof(float));
+    check_bits("backward dweight repeatable", d_dw, g_dw, C * sizeof(float));
 
     cudaFree(d_inp), cudaFree(d_w), cudaFree(d_dout), cudaFree(d_dinp), cudaFree(d_dw);
     cudaFree(d_out), cudaFree(d_rstd), cudaFree(d_rstd_c);
@@ -239,7 +129,7 @@ static void rope_case(int N, int nheads, int hs, int col, int is, int os, int sc
     check("forward out", d_out, out, nout, TOL_ELEM);
     float *g_out = host_f(d_out, nout);
     CALL(ts_cuda_rope_forward(d_out, d_inp + col, d_pos, d_if, N, nheads, hs, os, is));
-    check_bits("forward out repeatable", d_out, g_out, nout);
+    check_bits("forward out repeatable", d_out, g_out, nout * sizeof(float));
     /* in place, within the input's own rows */
     float *inpl = host_copy(inp, nin);
     ts_cpu_rope_forward(inpl + col, inpl + col, pos, inv_freq, N, nheads, hs, is, is);
@@ -255,7 +145,7 @@ static void rope_case(int N, int nheads, int hs, int col, int is, int os, int sc
     float *g_dinp = host_f(d_dinp, nin);
     dev_set(d_dinp, dinp0, nin);
     CALL(ts_cuda_rope_backward(d_dinp + col, d_dout, d_pos, d_if, N, nheads, hs, is, os));
-    check_bits("backward dinp repeatable", d_dinp, g_dinp, nin);
+    check_bits("backward dinp repeatable", d_dinp, g_dinp, nin * sizeof(float));
 
     cudaFree(d_inp), cudaFree(d_out), cudaFree(d_if), cudaFree(d_pos), cudaFree(d_dout);
     cudaFree(d_dinp);
@@ -296,14 +186,14 @@ static void swiglu_case(int N, int F) {
     float *g_out = host_f(d_out, nf);
     poison(d_out, nf * sizeof(float));
     CALL(ts_cuda_swiglu_forward(d_out, d_inp, N, F));
-    check_bits("forward out repeatable", d_out, g_out, nf);
+    check_bits("forward out repeatable", d_out, g_out, nf * sizeof(float));
     ts_cpu_swiglu_backward(dinp, inp, dout, N, F);
     CALL(ts_cuda_swiglu_backward(d_dinp, d_inp, d_dout, N, F));
     check("backward dinp (+=)", d_dinp, dinp, n2, TOL_ELEM);
     float *g_dinp = host_f(d_dinp, n2);
     dev_set(d_dinp, dinp0, n2);
     CALL(ts_cuda_swiglu_backward(d_dinp, d_inp, d_dout, N, F));
-    check_bits("backward dinp repeatable", d_dinp, g_dinp, n2);
+    check_bits("backward dinp repeatable", d_dinp, g_dinp, n2 * sizeof(float));
 
     cudaFree(d_inp), cudaFree(d_dout), cudaFree(d_dinp), cudaFree(d_out);
     free(inp), free(dout), free(dinp), free(dinp0), free(out), free(g_out), free(g_dinp);
@@ -333,8 +223,8 @@ static void gqa_case(int B, int T, int NH, int NKV, int hs) {
     float *g_out = host_f(d_out, nout), *g_lse = host_f(d_lse, nlse);
     poison(d_out, nout * sizeof(float)), poison(d_lse, nlse * sizeof(float));
     CALL(ts_cuda_gqa_attention_forward(d_out, d_lse, d_qkv, B, T, NH, NKV, hs));
-    check_bits("forward out repeatable", d_out, g_out, nout);
-    check_bits("forward lse repeatable", d_lse, g_lse, nlse);
+    check_bits("forward out repeatable", d_out, g_out, nout * sizeof(float));
+    check_bits("forward lse repeatable", d_lse, g_lse, nlse * sizeof(float));
     /* each backend's backward from its own forward state */
     ts_cpu_gqa_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, hs);
     CALL(ts_cuda_gqa_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, hs));
@@ -342,7 +232,7 @@ static void gqa_case(int B, int T, int NH, int NKV, int hs) {
     float *g_dqkv = host_f(d_dqkv, nqkv);
     dev_set(d_dqkv, dqkv0, nqkv);
     CALL(ts_cuda_gqa_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, hs));
-    check_bits("backward dqkv repeatable", d_dqkv, g_dqkv, nqkv);
+    check_bits("backward dqkv repeatable", d_dqkv, g_dqkv, nqkv * sizeof(float));
 
     cudaFree(d_qkv), cudaFree(d_dout), cudaFree(d_dqkv), cudaFree(d_out), cudaFree(d_lse);
     free(qkv), free(dout), free(dqkv), free(dqkv0), free(out), free(lse), free(g_out);
