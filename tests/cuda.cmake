@@ -20,4 +20,17 @@ if(TESSERA_CUDA AND TARGET tessera_kernels_cuda)
     set_tests_properties(cuda_${family} PROPERTIES
       LABELS cuda SKIP_RETURN_CODE 77 ENVIRONMENT "${TESSERA_TEST_ENV}")
   endforeach()
+
+  # The kernels of a Llama-class block (rmsnorm.cu, rope.cu, swiglu.cu,
+  # gqa_attention.cu) against theirs, the same way: cuda_llama_FAMILY.
+  add_executable(test_cuda_llama_kernels tests/cuda/test_cuda_llama_kernels.c)
+  target_link_libraries(test_cuda_llama_kernels PRIVATE tessera_kernels_cuda tessera CUDA::cudart
+    m)
+  target_include_directories(test_cuda_llama_kernels PRIVATE
+    ${PROJECT_SOURCE_DIR}/kernels/cpu ${PROJECT_SOURCE_DIR}/kernels/cuda)
+  foreach(family rmsnorm rope swiglu gqa_attention)
+    add_test(NAME cuda_llama_${family} COMMAND test_cuda_llama_kernels ${family})
+    set_tests_properties(cuda_llama_${family} PROPERTIES
+      LABELS cuda SKIP_RETURN_CODE 77 ENVIRONMENT "${TESSERA_TEST_ENV}")
+  endforeach()
 endif()

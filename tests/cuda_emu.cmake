@@ -80,6 +80,9 @@ target_link_libraries(tessera_emu PUBLIC OpenMP::OpenMP_C MPI::MPI_C PkgConfig::
 add_executable(test_cuda_kernels_emu ${PROJECT_SOURCE_DIR}/tests/cuda/test_cuda_kernels.c
   $<TARGET_OBJECTS:tessera_emu_kernels>)
 target_link_libraries(test_cuda_kernels_emu PRIVATE tessera_cuda_emu stdc++)
+add_executable(test_cuda_llama_kernels_emu ${PROJECT_SOURCE_DIR}/tests/cuda/test_cuda_llama_kernels.c
+  $<TARGET_OBJECTS:tessera_emu_kernels>)
+target_link_libraries(test_cuda_llama_kernels_emu PRIVATE tessera_cuda_emu stdc++)
 # The program and the probe of the training tests, over the emulated library:
 # they load the emulated backend as `tessera` loads the real one.
 add_executable(tessera_emu_cli ${TESSERA_CLI_SOURCES})
@@ -90,7 +93,7 @@ add_executable(test_nccl_emu ${PROJECT_SOURCE_DIR}/tests/test_nccl.c)
 target_link_libraries(test_nccl_emu PRIVATE tessera_cuda_emu) # its own stream
 add_executable(test_device_alloc_emu ${PROJECT_SOURCE_DIR}/tests/test_device_alloc.c)
 add_executable(test_parallel_emu ${PROJECT_SOURCE_DIR}/tests/test_parallel.c)
-foreach(t test_cuda_kernels_emu tessera_emu_cli tessera_cuda_probe_emu test_nccl_emu
+foreach(t test_cuda_kernels_emu test_cuda_llama_kernels_emu tessera_emu_cli tessera_cuda_probe_emu test_nccl_emu
     test_device_alloc_emu test_parallel_emu)
   target_include_directories(${t} BEFORE PRIVATE ${PROJECT_SOURCE_DIR}/tests/cuda_emu/include)
   target_include_directories(${t} PRIVATE
@@ -105,6 +108,12 @@ set(TESSERA_EMU_FAMILIES matmul_f32 matmul_bf16 embedding layernorm gelu attenti
 foreach(family ${TESSERA_EMU_FAMILIES})
   add_test(NAME cuda_emulated_${family} COMMAND test_cuda_kernels_emu ${family})
   set_tests_properties(cuda_emulated_${family} PROPERTIES LABELS emulated TIMEOUT 600
+    ENVIRONMENT "${TESSERA_TEST_ENV}")
+endforeach()
+# The Llama-class block's kernels (tests/cuda/test_cuda_llama_kernels.c).
+foreach(family rmsnorm rope swiglu gqa_attention)
+  add_test(NAME cuda_emulated_llama_${family} COMMAND test_cuda_llama_kernels_emu ${family})
+  set_tests_properties(cuda_emulated_llama_${family} PROPERTIES LABELS emulated TIMEOUT 600
     ENVIRONMENT "${TESSERA_TEST_ENV}")
 endforeach()
 # Training on the emulated GPU against the CPU (tests/cli/cuda_train.sh,

@@ -1,6 +1,7 @@
 /*
- * cuda_kernels.h — the CUDA kernels of a GPT-2 step, and the small device
- * context (device, stream, cuBLAS handles) they run on.
+ * cuda_kernels.h — the CUDA kernels of a GPT-2 step and of a Llama-class
+ * block, and the small device context (device, stream, cuBLAS handles) they
+ * run on.
  *
  * Every kernel mirrors a CPU reference kernel of cpu_kernels.h with the same
  * argument order — `out` first, inputs next, dimensions last (B batch, T time,
@@ -238,6 +239,48 @@ ts_status ts_cuda_attention_block_backward(float *dq, float *dk, float *dv, cons
                                            const float *dout, const float *lse, int B, int Tq,
                                            int Tk, int C, int NH, int qs, int kvs, int os,
                                            int64_t offset);
+
+/* --- the kernels of a Llama-class block (rmsnorm.cu, rope.cu, swiglu.cu,
+ * gqa_attention.cu) ---------------------------------------------------------
+ * The arguments, layouts and results of ts_cpu_rmsnorm_*, ts_cpu_rope_*,
+ * ts_cpu_swiglu_* and ts_cpu_gqa_attention_* (cpu_kernels.h states them), in
+ * f32, with the += rule of backward; compared with the CPU kernels by
+ * tests/cuda/test_cuda_llama_kernels.c (f32 within 1e-6 for the elementwise
+ * kernels and RMSNorm, 1e-5 for attention).
+ *
+ * RMSNorm: out (N, C) = inp * rstd * weight (C), rstd (N) saved (=);
+ * backward dinp (N, C) +=, dweight (C) += (rows summed in a fixed order, no
+ * atomics). */
+ts_status ts_cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
+                                  float eps, int N, int C);
+ts_status ts_cuda_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                                   const float *weight, const float *rstd, int N, int C);
+/* Rotary embeddings, rotate_half layout, nheads heads of hs (even) floats
+ * inside rows `is` (inp) / `os` (out) floats apart; pos (N) int32 per row;
+ * inv_freq (hs/2) DEVICE memory, from ts_cpu_rope_inv_freq on the host. The
+ * angle, its cosine and sine in double per row, rounded to float, as on the
+ * CPU. forward out (=), in place when out == inp and os == is; backward
+ * dinp += the rotation by -angle of dout (dinp must not overlap dout). */
+ts_status ts_cuda_rope_forward(float *out, const float *inp, const int32_t *pos,
+                               const float *inv_freq, int N, int nheads, int hs, int os, int is);
+ts_status ts_cuda_rope_backward(float *dinp, const float *dout, const int32_t *pos,
+                                const float *inv_freq, int N, int nheads, int hs, int ds, int dos);
+/* SwiGLU over the packed (N, 2F) gate | up: out (N, F) = silu(gate) * up (=);
+ * backward dinp (N, 2F) += [dgate | dup]. */
+ts_status ts_cuda_swiglu_forward(float *out, const float *inp, int N, int F);
+ts_status ts_cuda_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
+/* Grouped-query causal attention: qkv (B, T, (NH + 2 NKV) hs) packed rows
+ * (q heads, k heads, v heads), NKV divides NH, hs <= 128, B*NH <= 65535;
+ * out (B, T, NH hs) (=) and lse (B, NH, T) (=), K and V never repeated;
+ * backward dqkv (B, T, (NH + 2 NKV) hs) += from dout (B, T, NH hs), qkv, out
+ * and lse. Flash style as the attention above: two backward kernels (dk, dv
+ * per (key tile, kv head), its query heads summed in order; dq per query
+ * tile), no atomics, deterministic. */
+ts_status ts_cuda_gqa_attention_forward(float *out, float *lse, const float *qkv, int B, int T,
+                                        int NH, int NKV, int hs);
+ts_status ts_cuda_gqa_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                         const float *out, const float *lse, int B, int T, int NH,
+                                         int NKV, int hs);
 
 /* --- softmax cross-entropy over a padded vocabulary (crossentropy.cu) ---------
  * As ts_cpu_crossentropy_*: logits (N, Vp), only the first V columns are

@@ -31,119 +31,11 @@
 #include <unistd.h>
 
 #include "cpu_kernels.h"  /* the reference */
+#include "cuda_check.h"   /* random inputs, device buffers, checks */
 #include "cuda_kernels.h" /* the kernels under test */
 
 #define TOL_F32 1e-5
 #define TOL_BF16 1e-2
-
-static int g_failures;
-
-/* --- random numbers (xorshift64*) ------------------------------------------ */
-static uint64_t g_rng;
-static uint32_t rnd_u32(void) {
-    g_rng ^= g_rng >> 12;
-    g_rng ^= g_rng << 25;
-    g_rng ^= g_rng >> 27;
-    return (uint32_t)((g_rng * 2685821657736338717ull) >> 32);
-}
-static int rnd_int(int n) {
-    return (int)(rnd_u32() % (uint32_t)n);
-}
-/* uniform in [-scale, scale) */
-static float rnd_f(float scale) {
-    return scale * ((float)rnd_u32() / 2147483648.0f - 1.0f);
-}
-static float *host_rand(size_t n, float scale) {
-    float *x = malloc(n * sizeof *x);
-    for (size_t i = 0; i < n; i++)
-        x[i] = rnd_f(scale);
-    return x;
-}
-static float *host_copy(const float *x, size_t n) {
-    float *y = malloc(n * sizeof *y);
-    memcpy(y, x, n * sizeof *y);
-    return y;
-}
-
-/* --- device helpers: a failure here is a broken test machine, so abort ------ */
-static void cu(cudaError_t e, const char *what) {
-    if (e == cudaSuccess) return;
-    fprintf(stderr, "FATAL: %s: %s\n", what, cudaGetErrorString(e));
-    exit(1);
-}
-static void ts(ts_status st, const char *what) {
-    if (st == TS_OK) return;
-    fprintf(stderr, "FAIL: %s returned %d: %s\n", what, (int)st, ts_last_error());
-    exit(1);
-}
-#define CALL(expr) ts((expr), #expr)
-
-static void *dev_alloc(size_t bytes) {
-    void *p = NULL;
-    cu(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
-    return p;
-}
-/* Copies host data up; the device is synchronized after every upload because
- * the kernels run on a non-blocking stream that does not wait for the legacy
- * stream's copies. */
-static void *dev_from(const void *h, size_t bytes) {
-    void *d = dev_alloc(bytes);
-    cu(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-    cu(cudaDeviceSynchronize(), "sync");
-    return d;
-}
-static float *dev_f(const float *h, size_t n) {
-    return dev_from(h, n * sizeof(float));
-}
-/* A device buffer of n floats filled with NaN. */
-static float *dev_nan(size_t n) {
-    float *d = dev_alloc(n * sizeof *d);
-    cu(cudaMemset(d, 0xff, n * sizeof *d), "cudaMemset");
-    cu(cudaDeviceSynchronize(), "sync");
-    return d;
-}
-static void poison(void *d, size_t bytes) {
-    cu(cudaMemset(d, 0xff, bytes), "cudaMemset");
-    cu(cudaDeviceSynchronize(), "sync");
-}
-/* Waits for the kernels' stream, then copies down into a new host array. */
-static void *host_from(const void *d, size_t bytes) {
-    CALL(ts_cuda_sync());
-    void *h = malloc(bytes ? bytes : 1);
-    cu(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-    return h;
-}
-static float *host_f(const float *d, size_t n) {
-    return host_from(d, n * sizeof(float));
-}
-
-/* --- comparison ------------------------------------------------------------- */
-static double rel_err(const float *gpu, const float *cpu, size_t n) {
-    double maxdiff = 0.0, maxref = 1.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)gpu[i] - (double)cpu[i]);
-        if (isnan(d)) return INFINITY;
-        if (d > maxdiff) maxdiff = d;
-        if (fabs((double)cpu[i]) > maxref) maxref = fabs((double)cpu[i]);
-    }
-    return maxdiff / maxref;
-}
-/* Compares a device array with a host reference; frees nothing. */
-static void check(const char *what, const float *d_gpu, const float *cpu, size_t n, double tol) {
-    float *g = host_f(d_gpu, n);
-    double e = rel_err(g, cpu, n);
-    int ok = e <= tol;
-    printf("  %-40s rel err %.3g (tol %.0e) %s\n", what, e, tol, ok ? "ok" : "FAIL");
-    if (!ok) g_failures++;
-    free(g);
-}
-static void check_bits(const char *what, const void *d_gpu, const void *cpu, size_t bytes) {
-    void *g = host_from(d_gpu, bytes);
-    int ok = memcmp(g, cpu, bytes) == 0;
-    printf("  %-40s %s\n", what, ok ? "bitwise equal ok" : "bits differ FAIL");
-    if (!ok) g_failures++;
-    free(g);
-}
 
 /* --- matmul ------------------------------------------------------------------ */
 static void test_matmul(int bf16) {
@@ -728,7 +620,8 @@ static void test_adamw(void) {
     check_bits("param_bf16 == bf16(param)", d_pb, pb, n * 2);
     check_bits("grad untouched without zero_grad", d_g, g, n * sizeof(float));
     /* and without the copy-out, zeroing the gradient as it reads it */
-    CALL(ts_cuda_adamw(d_p, d_m, d_v, NULL, d_g, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, t + 1, 1.0f, 1));
+    CALL(ts_cuda_adamw(d_p, d_m, d_v, NULL, d_g, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, t + 1, 1.0f,
+                       1));
     ts_cpu_adamw(p, m, v, g, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, t + 1, 1.0f, 1);
     check("param, second step, no copy-out", d_p, p, n, TOL_F32);
     check("m, second step", d_m, m, n, TOL_F32);
@@ -873,8 +766,8 @@ static void test_moe(void) {
 
 int main(int argc, char **argv) {
     static const char *families[] = {
-        "matmul_f32",  "matmul_bf16",    "embedding",      "layernorm", "gelu",
-        "attention",   "residual",       "crossentropy",   "adamw",     "reduce",
+        "matmul_f32",  "matmul_bf16",    "embedding",       "layernorm", "gelu",
+        "attention",   "residual",       "crossentropy",    "adamw",     "reduce",
         "model_extra", "attention_bf16", "attention_block", "moe"};
     int nfam = (int)(sizeof families / sizeof *families), fam = -1;
     for (int i = 0; argc == 2 && i < nfam; i++)
