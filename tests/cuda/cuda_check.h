@@ -20,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cuda_kernels.h" /* ts_cuda_sync, ts_status */
 
@@ -137,6 +139,45 @@ static inline void check_bits(const char *what, const void *d_gpu, const void *c
 static inline void dev_set(float *d, const float *h, size_t n) {
     cu(cudaMemcpy(d, h, n * sizeof *h, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
     cu(cudaDeviceSynchronize(), "sync");
+}
+
+/* A test binary's start: the family argv[1] names (its index into
+ * `families`), the device, the seed (TS_TEST_SEED replays one). Returns -1
+ * to go on with *fam set, else the exit status: 2 for a bad command line, 77
+ * (skipped) without a device. */
+static inline int cuda_tests_begin(int argc, char **argv, const char *program,
+                                   const char *const *families, int nfam, int *fam) {
+    *fam = -1;
+    for (int i = 0; argc == 2 && i < nfam; i++)
+        if (strcmp(argv[1], families[i]) == 0) *fam = i;
+    if (*fam < 0) {
+        fprintf(stderr, "usage: %s FAMILY\n  families:", program);
+        for (int i = 0; i < nfam; i++)
+            fprintf(stderr, " %s", families[i]);
+        fprintf(stderr, "\n");
+        return 2;
+    }
+    char why[256];
+    if (!ts_cuda_available(why, sizeof why)) {
+        printf("SKIPPED: no CUDA device (%s)\n", why);
+        return 77;
+    }
+    const char *env = getenv("TS_TEST_SEED");
+    uint64_t seed =
+        env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
+    if (!seed) seed = 1;
+    g_rng = seed;
+    printf("seed %llu (replay with TS_TEST_SEED=%llu)\n", (unsigned long long)seed,
+           (unsigned long long)seed);
+    CALL(ts_cuda_init(0));
+    return -1;
+}
+
+/* A test binary's end: the verdict of family `name`, the exit status. */
+static inline int cuda_tests_end(const char *name) {
+    ts_cuda_free();
+    printf("%s: %s (%d failed checks)\n", name, g_failures ? "FAIL" : "PASS", g_failures);
+    return g_failures ? 1 : 0;
 }
 
 #endif /* TESSERA_TESTS_CUDA_CHECK_H */

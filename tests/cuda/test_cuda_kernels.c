@@ -765,33 +765,13 @@ static void test_moe(void) {
 }
 
 int main(int argc, char **argv) {
-    static const char *families[] = {
+    static const char *const families[] = {
         "matmul_f32",  "matmul_bf16",    "embedding",       "layernorm", "gelu",
         "attention",   "residual",       "crossentropy",    "adamw",     "reduce",
         "model_extra", "attention_bf16", "attention_block", "moe"};
-    int nfam = (int)(sizeof families / sizeof *families), fam = -1;
-    for (int i = 0; argc == 2 && i < nfam; i++)
-        if (strcmp(argv[1], families[i]) == 0) fam = i;
-    if (fam < 0) {
-        fprintf(stderr, "usage: test_cuda_kernels FAMILY\n  families:");
-        for (int i = 0; i < nfam; i++)
-            fprintf(stderr, " %s", families[i]);
-        fprintf(stderr, "\n");
-        return 2;
-    }
-    char why[256];
-    if (!ts_cuda_available(why, sizeof why)) {
-        printf("SKIPPED: no CUDA device (%s)\n", why);
-        return 77;
-    }
-    const char *env = getenv("TS_TEST_SEED");
-    uint64_t seed =
-        env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
-    if (!seed) seed = 1;
-    g_rng = seed;
-    printf("seed %llu (replay with TS_TEST_SEED=%llu)\n", (unsigned long long)seed,
-           (unsigned long long)seed);
-    CALL(ts_cuda_init(0));
+    int fam, rc = cuda_tests_begin(argc, argv, "test_cuda_kernels", families,
+                                   (int)(sizeof families / sizeof *families), &fam);
+    if (rc >= 0) return rc;
 
     switch (fam) {
     case 0: test_matmul(0); break;
@@ -809,7 +789,5 @@ int main(int argc, char **argv) {
     case 12: test_attention_block(); break;
     case 13: test_moe(); break;
     }
-    ts_cuda_free();
-    printf("%s: %s (%d failed checks)\n", families[fam], g_failures ? "FAIL" : "PASS", g_failures);
-    return g_failures ? 1 : 0;
+    return cuda_tests_end(families[fam]);
 }

@@ -255,33 +255,11 @@ static void test_gqa_attention(void) {
 }
 
 int main(int argc, char **argv) {
-    static const char *families[] = {"rmsnorm", "rope", "swiglu", "gqa_attention"};
+    static const char *const families[] = {"rmsnorm", "rope", "swiglu", "gqa_attention"};
     static void (*tests[])(void) = {test_rmsnorm, test_rope, test_swiglu, test_gqa_attention};
-    int nfam = (int)(sizeof families / sizeof *families), fam = -1;
-    for (int i = 0; argc == 2 && i < nfam; i++)
-        if (strcmp(argv[1], families[i]) == 0) fam = i;
-    if (fam < 0) {
-        fprintf(stderr, "usage: test_cuda_llama_kernels FAMILY\n  families:");
-        for (int i = 0; i < nfam; i++)
-            fprintf(stderr, " %s", families[i]);
-        fprintf(stderr, "\n");
-        return 2;
-    }
-    char why[256];
-    if (!ts_cuda_available(why, sizeof why)) {
-        printf("SKIPPED: no CUDA device (%s)\n", why);
-        return 77;
-    }
-    const char *env = getenv("TS_TEST_SEED");
-    uint64_t seed =
-        env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
-    if (!seed) seed = 1;
-    g_rng = seed;
-    printf("seed %llu (replay with TS_TEST_SEED=%llu)\n", (unsigned long long)seed,
-           (unsigned long long)seed);
-    CALL(ts_cuda_init(0));
+    int fam, rc = cuda_tests_begin(argc, argv, "test_cuda_llama_kernels", families,
+                                   (int)(sizeof families / sizeof *families), &fam);
+    if (rc >= 0) return rc;
     tests[fam]();
-    ts_cuda_free();
-    printf("%s: %s (%d failed checks)\n", families[fam], g_failures ? "FAIL" : "PASS", g_failures);
-    return g_failures ? 1 : 0;
+    return cuda_tests_end(families[fam]);
 }
