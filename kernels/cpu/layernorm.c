@@ -9,10 +9,8 @@
 #include <math.h>
 
 #include "cpu_kernels.h"
+#include "norm.h" /* the weight gradient of a block of channels */
 #include "tasks.h"
-
-/* Channels per task in the dweight/dbias reduction. */
-#define LN_COL_BLOCK 64
 
 void ts_cpu_layernorm_forward(float *out,          /* (N, C) */
                               float *mean,         /* (N) */
@@ -54,7 +52,7 @@ void ts_cpu_layernorm_backward(float *dinp,         /* (N, C) */
                                const float *mean,   /* (N) */
                                const float *rstd,   /* (N) */
                                int N, int C) {
-    int nblocks = (C + LN_COL_BLOCK - 1) / LN_COL_BLOCK;
+    int nblocks = (C + TS_CPU_NORM_COL_BLOCK - 1) / TS_CPU_NORM_COL_BLOCK;
     ts_cpu_tasks cols, rows;
     ts_cpu_tasks_init(&cols, (size_t)nblocks, 1);
     ts_cpu_tasks_init(&rows, (size_t)N, ts_cpu_rows_grain(C));
@@ -63,22 +61,9 @@ void ts_cpu_layernorm_backward(float *dinp,         /* (N, C) */
         /* dweight, dbias: a block of channels per task, rows in order. */
         for (size_t lo, hi; ts_cpu_tasks_next(&cols, &lo, &hi);)
             for (int blk = (int)lo; blk < (int)hi; blk++) {
-                int c0 = blk * LN_COL_BLOCK;
-                int w = C - c0 < LN_COL_BLOCK ? C - c0 : LN_COL_BLOCK;
-                float accw[LN_COL_BLOCK] = {0}, accb[LN_COL_BLOCK] = {0};
-                for (int n = 0; n < N; n++) {
-                    const float *x = inp + (size_t)n * C + c0;
-                    const float *d = dout + (size_t)n * C + c0;
-                    float m = mean[n], r = rstd[n];
-                    for (int j = 0; j < w; j++) {
-                        accw[j] += (x[j] - m) * r * d[j];
-                        accb[j] += d[j];
-                    }
-                }
-                for (int j = 0; j < w; j++) {
-                    dweight[c0 + j] += accw[j];
-                    dbias[c0 + j] += accb[j];
-                }
+                int c0 = blk * TS_CPU_NORM_COL_BLOCK;
+                int w = C - c0 < TS_CPU_NORM_COL_BLOCK ? C - c0 : TS_CPU_NORM_COL_BLOCK;
+                ts_cpu_norm_weight_block(dweight, dbias, dout, inp, mean, rstd, N, C, c0, w);
             }
         /* dinp: rows, independently. */
         for (size_t lo, hi; ts_cpu_tasks_next(&rows, &lo, &hi);)

@@ -10,10 +10,8 @@
 #include <math.h>
 
 #include "cpu_kernels.h"
+#include "norm.h" /* the weight gradient of a block of channels */
 #include "tasks.h"
-
-/* Channels per task in the dweight reduction. */
-#define RMS_COL_BLOCK 64
 
 void ts_cpu_rmsnorm_forward(float *out,          /* (N, C) */
                             float *rstd,         /* (N) */
@@ -45,7 +43,7 @@ void ts_cpu_rmsnorm_backward(float *dinp,         /* (N, C) */
                              const float *weight, /* (C) */
                              const float *rstd,   /* (N) */
                              int N, int C) {
-    int nblocks = (C + RMS_COL_BLOCK - 1) / RMS_COL_BLOCK;
+    int nblocks = (C + TS_CPU_NORM_COL_BLOCK - 1) / TS_CPU_NORM_COL_BLOCK;
     ts_cpu_tasks cols, rows;
     ts_cpu_tasks_init(&cols, (size_t)nblocks, 1);
     ts_cpu_tasks_init(&rows, (size_t)N, ts_cpu_rows_grain(C));
@@ -54,18 +52,9 @@ void ts_cpu_rmsnorm_backward(float *dinp,         /* (N, C) */
         /* dweight: a block of channels per task, rows in order. */
         for (size_t lo, hi; ts_cpu_tasks_next(&cols, &lo, &hi);)
             for (int blk = (int)lo; blk < (int)hi; blk++) {
-                int c0 = blk * RMS_COL_BLOCK;
-                int w = C - c0 < RMS_COL_BLOCK ? C - c0 : RMS_COL_BLOCK;
-                float acc[RMS_COL_BLOCK] = {0};
-                for (int n = 0; n < N; n++) {
-                    const float *x = inp + (size_t)n * C + c0;
-                    const float *d = dout + (size_t)n * C + c0;
-                    float r = rstd[n];
-                    for (int j = 0; j < w; j++)
-                        acc[j] += x[j] * r * d[j];
-                }
-                for (int j = 0; j < w; j++)
-                    dweight[c0 + j] += acc[j];
+                int c0 = blk * TS_CPU_NORM_COL_BLOCK;
+                int w = C - c0 < TS_CPU_NORM_COL_BLOCK ? C - c0 : TS_CPU_NORM_COL_BLOCK;
+                ts_cpu_norm_weight_block(dweight, NULL, dout, inp, NULL, rstd, N, C, c0, w);
             }
         /* dinp: rows, independently. With xn = x r and dn = weight dout,
          * dx = (dn - xn mean_c(dn xn)) r. */
