@@ -70,6 +70,22 @@ __device__ __forceinline__ static float gqa_row8_sum(float x) {
     return x + __shfl_xor_sync(0xffffffffu, x, 4);
 }
 
+/* acc[i][j] += sum over c, in order, of M[2 ty + i][c] X[c][tx + 8 j]: this
+ * thread's two rows of a (tile x tile) matrix (rows GQA_SP apart) times a
+ * tile of rows (D + 1 apart): the forward's P V and the backward's dS K. */
+template <int D>
+__device__ __forceinline__ static void gqa_tile_times_rows(float (*acc)[D / 8], const float *M,
+                                                           const float *X, int ty, int tx) {
+    for (int c = 0; c < GQA_TILE; c++) {
+        float m0 = M[(ty * 2) * GQA_SP + c], m1 = M[(ty * 2 + 1) * GQA_SP + c];
+        for (int j = 0; j < D / 8; j++) {
+            float x = X[c * (D + 1) + tx + 8 * j];
+            acc[0][j] += m0 * x;
+            acc[1][j] += m1 * x;
+        }
+    }
+}
+
 /* lse_s[r] and drow_s[r] = sum_d dout[r][d] out[r][d] of query head h's
  * tile at q0 (dOs already in shared memory); 0 past T. */
 template <int D>
@@ -157,14 +173,7 @@ __global__ static void __launch_bounds__(GQA_THREADS)
                 o[i][j] *= corr;
         }
         __syncthreads();
-        for (int c = 0; c < GQA_TILE; c++) {
-            float p0 = Ps[(ty * 2) * GQA_SP + c], p1 = Ps[(ty * 2 + 1) * GQA_SP + c];
-            for (int j = 0; j < DJ; j++) {
-                float v = Vs[c * DP + tx + 8 * j];
-                o[0][j] += p0 * v;
-                o[1][j] += p1 * v;
-            }
-        }
+        gqa_tile_times_rows<D>(o, Ps, Vs, ty, tx);
     }
     for (int i = 0; i < 2; i++) {
         int q = q0 + ty * 2 + i;
@@ -331,14 +340,7 @@ __global__ static void __launch_bounds__(GQA_THREADS)
             for (int j = 0; j < 4; j++)
                 dSs[(ty * 2 + i) * GQA_SP + tx + 8 * j] = ds[i][j];
         __syncthreads();
-        for (int c = 0; c < GQA_TILE; c++) {
-            float s0 = dSs[(ty * 2) * GQA_SP + c], s1 = dSs[(ty * 2 + 1) * GQA_SP + c];
-            for (int j = 0; j < DJ; j++) {
-                float k = Ks[c * DP + tx + 8 * j];
-                dq[0][j] += s0 * k;
-                dq[1][j] += s1 * k;
-            }
-        }
+        gqa_tile_times_rows<D>(dq, dSs, Ks, ty, tx);
     }
     for (int i = 0; i < 2; i++) {
         int q = q0 + ty * 2 + i;
